@@ -1,0 +1,1263 @@
+//! Signature diagnosis (HAWKEYE §3.5.2, Table 2, Alg. 2).
+//!
+//! The walk follows Alg. 2: for each port on the victim's path (l.35), if the victim is
+//! paused there (`weight(f_v, p) > 0`, l.36) the PFC causality is traced along port→port
+//! edges (`CheckPortNode`, l.24-34): a strongly connected set of ports is a cyclic buffer
+//! dependency (l.26-29), a port without outgoing port→port edges is an initial congestion
+//! point (l.30-32) whose port→flow edges decide between flow contention and PFC injection
+//! (`AnalyzeFlowContention`, l.1-11). A port where the victim is not paused is checked for
+//! normal flow contention (l.39-40).
+//!
+//! Table 2, as implemented (`G_P` = the port→port subgraph):
+//!
+//! | anomaly | signature |
+//! |---|---|
+//! | PFC backpressure (micro-burst incast) | a sink `p` of `G_P` reachable from the victim, with positive port→flow edges; micro-burst when the contributors' rate within their window is high and the window short |
+//! | PFC storm | a sink `p`, paused, with no positive port→flow edge; its peer is a host (host PFC injection) or a switch none of whose metered egress ports is congested |
+//! | deadlock, initiator in loop | a cycle of `G_P` whose ports have no edge leaving it; a loop port has positive port→flow edges |
+//! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink; the sink's port→flow edges tell flow contention from host injection |
+//! | normal flow contention | the victim is not paused at a port of its path where positive port→flow edges exist and the victim waited |
+//!
+//! Every anomaly is keyed by its initial congestion point (or its loop), so several victim
+//! hops leading to the same origin give one anomaly, and independent origins give several.
+//! PFC trees of the graph that the victim's walk never reaches are diagnosed too, with
+//! `affects_victim = false`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use hawkmesh_wire::telemetry::FiveTuple;
+use hawkmesh_wire::topology::{NodeKind, PortRef};
+use petgraph::algo::tarjan_scc;
+use petgraph::graph::DiGraph;
+
+use crate::graph::ProvenanceGraph;
+use crate::ingest::Incident;
+use crate::model::{
+    Anomaly, AnomalyType, Diagnosis, EcmpCheck, Evidence, Finding, FlowContribution,
+    PortContention, RootCause, RootCauseKind, Severity, SpreadingFlow, VictimHop, Window,
+    DIAGNOSIS_SCHEMA_VERSION,
+};
+use crate::DiagnoseOptions;
+
+/// Most flows listed per root cause, spreading edge or contention port.
+const MAX_LISTED_FLOWS: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum AnomalyKey {
+    Loop(usize),
+    Sink(PortRef),
+    Contention(PortRef),
+}
+
+#[derive(Clone, Debug)]
+struct Draft {
+    anomaly_type: AnomalyType,
+    affects_victim: bool,
+    root: RootCause,
+    root_ports: Vec<PortRef>,
+    paths: BTreeSet<Vec<PortRef>>,
+    loop_ports: Vec<PortRef>,
+    evidence: Vec<Evidence>,
+}
+
+/// Classification of an initial congestion point (HAWKEYE Alg. 2 `AnalyzeFlowContention`).
+struct SinkClass {
+    anomaly_type: AnomalyType,
+    root: RootCause,
+    evidence: Vec<Evidence>,
+}
+
+struct Context<'a> {
+    incident: &'a Incident,
+    graph: &'a ProvenanceGraph,
+    options: &'a DiagnoseOptions,
+    loops: Vec<Vec<PortRef>>,
+    loop_of: BTreeMap<PortRef, usize>,
+    has_incoming: BTreeSet<PortRef>,
+    drafts: BTreeMap<AnomalyKey, Draft>,
+    visited: BTreeSet<PortRef>,
+}
+
+fn label(incident: &Incident, port: PortRef) -> String {
+    incident.port_id(port).label
+}
+
+impl<'a> Context<'a> {
+    fn new(
+        incident: &'a Incident,
+        graph: &'a ProvenanceGraph,
+        options: &'a DiagnoseOptions,
+    ) -> Self {
+        // Cycles of G_P (HAWKEYE Alg. 2 l.26 "check whether loop exists") via Tarjan's SCC.
+        let mut port_graph: DiGraph<PortRef, f64> = DiGraph::new();
+        let mut index = BTreeMap::new();
+        let mut has_incoming = BTreeSet::new();
+        for (from, edges) in &graph.port_out {
+            for (to, weight) in edges {
+                let a = *index
+                    .entry(*from)
+                    .or_insert_with(|| port_graph.add_node(*from));
+                let b = *index.entry(*to).or_insert_with(|| port_graph.add_node(*to));
+                port_graph.add_edge(a, b, *weight);
+                has_incoming.insert(*to);
+            }
+        }
+        let mut loops: Vec<Vec<PortRef>> = Vec::new();
+        for component in tarjan_scc(&port_graph) {
+            let members: BTreeSet<PortRef> = component.iter().map(|n| port_graph[*n]).collect();
+            let cyclic = members.len() > 1
+                || members
+                    .iter()
+                    .any(|p| graph.port_edges(*p).iter().any(|(to, _)| to == p));
+            if cyclic {
+                loops.push(order_cycle(graph, &members));
+            }
+        }
+        loops.sort();
+        let mut loop_of = BTreeMap::new();
+        for (id, ports) in loops.iter().enumerate() {
+            for port in ports {
+                loop_of.insert(*port, id);
+            }
+        }
+        Context {
+            incident,
+            graph,
+            options,
+            loops,
+            loop_of,
+            has_incoming,
+            drafts: BTreeMap::new(),
+            visited: BTreeSet::new(),
+        }
+    }
+
+    fn flow_contribution(&self, port: PortRef, flow: FiveTuple, weight: f64) -> FlowContribution {
+        let at = self.graph.flow_at_port.get(&(flow, port));
+        let packets = at.map(|f| f.packets.saturating_sub(f.paused)).unwrap_or(0);
+        let line = self
+            .graph
+            .ports
+            .get(&port)
+            .map(|s| s.line_gbps)
+            .unwrap_or(0.0);
+        let (burst, rate) = match at.and_then(|f| f.peak_window) {
+            Some((rate, length)) => {
+                let short = (length as f64)
+                    <= self.options.burst_max_epoch_fraction * self.incident.epoch_ns as f64;
+                let fast = line > 0.0 && rate >= self.options.burst_min_line_rate_fraction * line;
+                (Some(short && fast), Some(round3(rate)))
+            }
+            None => (None, None),
+        };
+        FlowContribution {
+            flow,
+            weight: round3(weight),
+            packets,
+            burst,
+            window_rate_gbps: rate,
+        }
+    }
+
+    fn contributors(&self, port: PortRef) -> Vec<FlowContribution> {
+        self.graph
+            .contributions(port)
+            .iter()
+            .filter(|(_, w)| *w > 0.0)
+            .take(MAX_LISTED_FLOWS)
+            .map(|(flow, w)| self.flow_contribution(port, *flow, *w))
+            .collect()
+    }
+
+    /// ECMP imbalance among the equal-cost uplinks of `port`'s switch (Alg. 2 l.11).
+    fn ecmp_check(&self, port: PortRef) -> Option<EcmpCheck> {
+        let topology = &self.incident.topology;
+        let this = topology.nodes.get(port.node as usize)?;
+        let (peer, _) = self.incident.peer(port)?;
+        let peer_node = topology.nodes.get(peer.node as usize)?;
+        if peer_node.kind != NodeKind::Switch {
+            return None;
+        }
+        if let (Some(mine), Some(theirs)) = (this.tier, peer_node.tier) {
+            if theirs <= mine {
+                return None;
+            }
+        }
+        let group: Vec<PortRef> = self
+            .incident
+            .switch_ports(port.node)
+            .into_iter()
+            .map(|p| PortRef {
+                node: port.node,
+                port: p,
+            })
+            .filter(|candidate| {
+                self.incident
+                    .peer(*candidate)
+                    .and_then(|(other, _)| topology.nodes.get(other.node as usize))
+                    .is_some_and(|n| n.kind == peer_node.kind && n.tier == peer_node.tier)
+            })
+            .collect();
+        if group.len() < 2 {
+            return None;
+        }
+        let counts: Vec<u64> = group
+            .iter()
+            .map(|p| self.graph.ports.get(p).map(|s| s.packets).unwrap_or(0))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let mean = total as f64 / counts.len() as f64;
+        let max = counts.iter().copied().max().unwrap_or(0) as f64;
+        let ratio = max / mean;
+        Some(EcmpCheck {
+            ports: group.iter().map(|p| self.incident.port_id(*p)).collect(),
+            packet_counts: counts,
+            imbalance_ratio: round3(ratio),
+            imbalanced: ratio >= self.options.ecmp_imbalance_ratio,
+        })
+    }
+
+    /// HAWKEYE Alg. 2 `AnalyzeFlowContention` (l.1-11) at an initial congestion point.
+    fn classify_sink(&self, sink: PortRef) -> SinkClass {
+        let incident = self.incident;
+        let sink_label = label(incident, sink);
+        let summary = self.graph.ports.get(&sink).cloned().unwrap_or_default();
+        let mut evidence = vec![Evidence {
+            rule: "initial_congestion_point".into(),
+            from: sink_label.clone(),
+            to: String::new(),
+            weight: 0.0,
+            note: format!(
+                "{sink_label} has no outgoing port→port wait-for edge (out-deg_P = 0): the PFC spreading starts here"
+            ),
+        }];
+        let flows = self.contributors(sink);
+        if !flows.is_empty() {
+            for flow in flows.iter().take(5) {
+                evidence.push(Evidence {
+                    rule: "flow_contention".into(),
+                    from: sink_label.clone(),
+                    to: flow.flow.to_string(),
+                    weight: flow.weight,
+                    note: format!(
+                        "port→flow weight {:.1} > 0: {} is a contention contributor at {sink_label}",
+                        flow.weight, flow.flow
+                    ),
+                });
+            }
+            if summary.paused > 0 && summary.peer_is_host {
+                evidence.push(Evidence {
+                    rule: "also_paused_by_host".into(),
+                    from: sink_label.clone(),
+                    to: summary
+                        .peer
+                        .map(|p| incident.node_name(p.node))
+                        .unwrap_or_default(),
+                    weight: summary.paused as f64,
+                    note: format!(
+                        "{sink_label} was also paused by its host for {} packets; flow contention dominates (Table 2 needs all port→flow weights ≤ 0 for a storm)",
+                        summary.paused
+                    ),
+                });
+            }
+            let timed: Vec<&FlowContribution> =
+                flows.iter().filter(|f| f.burst.is_some()).collect();
+            let micro_burst = if timed.is_empty() {
+                None
+            } else {
+                let burst_weight: f64 = timed
+                    .iter()
+                    .filter(|f| f.burst == Some(true))
+                    .map(|f| f.weight)
+                    .sum();
+                let all: f64 = timed.iter().map(|f| f.weight).sum();
+                Some(all > 0.0 && burst_weight * 2.0 >= all)
+            };
+            return SinkClass {
+                anomaly_type: AnomalyType::PfcBackpressure,
+                root: RootCause {
+                    kind: RootCauseKind::FlowContention,
+                    ports: vec![incident.port_id(sink)],
+                    injector: None,
+                    flows,
+                    micro_burst,
+                    ecmp: self.ecmp_check(sink),
+                },
+                evidence,
+            };
+        }
+        let max_weight = self
+            .graph
+            .contributions(sink)
+            .first()
+            .map(|(_, w)| *w)
+            .unwrap_or(0.0);
+        evidence.push(Evidence {
+            rule: "no_flow_contention".into(),
+            from: sink_label.clone(),
+            to: String::new(),
+            weight: round3(max_weight),
+            note: format!(
+                "max port→flow weight at {sink_label} is {:.1} ≤ 0: no flow contention (its non-paused packets did not build a queue)",
+                max_weight
+            ),
+        });
+        let peer_name = summary
+            .peer
+            .map(|p| incident.node_name(p.node))
+            .unwrap_or_else(|| "-".into());
+        let (anomaly_type, kind, injector) = if summary.paused > 0 && summary.peer_is_host {
+            evidence.push(Evidence {
+                rule: "host_pfc_injection".into(),
+                from: peer_name.clone(),
+                to: sink_label.clone(),
+                weight: summary.paused as f64,
+                note: format!(
+                    "host {peer_name} paused {sink_label} ({} paused packets) although the port had no contention: PFC injected by the host (Alg. 2 l.5)",
+                    summary.paused
+                ),
+            });
+            (
+                AnomalyType::PfcStorm,
+                RootCauseKind::HostPfcInjection,
+                Some(peer_name),
+            )
+        } else if summary.paused > 0 && summary.pause.peer_unreported_epochs > 0 {
+            evidence.push(Evidence {
+                rule: "telemetry_missing".into(),
+                from: sink_label.clone(),
+                to: peer_name.clone(),
+                weight: summary.paused as f64,
+                note: format!(
+                    "{sink_label} is paused by {peer_name}, which sent no telemetry for the paused epochs: the spreading path continues beyond the reports"
+                ),
+            });
+            (AnomalyType::UnresolvedPfc, RootCauseKind::Unknown, None)
+        } else if summary.paused > 0 {
+            evidence.push(Evidence {
+                rule: "switch_pfc_injection".into(),
+                from: peer_name.clone(),
+                to: sink_label.clone(),
+                weight: summary.paused as f64,
+                note: format!(
+                    "switch {peer_name} paused {sink_label} ({} paused packets) but none of its egress ports fed from it was congested (causality meter)",
+                    summary.paused
+                ),
+            });
+            (
+                AnomalyType::PfcStorm,
+                RootCauseKind::SwitchPfcInjection,
+                Some(peer_name),
+            )
+        } else {
+            evidence.push(Evidence {
+                rule: "unexplained_queue".into(),
+                from: sink_label.clone(),
+                to: String::new(),
+                weight: round3(summary.mean_depth()),
+                note: format!(
+                    "{sink_label} is congested (mean queue {:.0} B) but neither paused nor contended in the replay",
+                    summary.mean_depth()
+                ),
+            });
+            (AnomalyType::UnresolvedPfc, RootCauseKind::Unknown, None)
+        };
+        SinkClass {
+            anomaly_type,
+            root: RootCause {
+                kind,
+                ports: vec![incident.port_id(sink)],
+                injector,
+                flows: Vec::new(),
+                micro_burst: None,
+                ecmp: None,
+            },
+            evidence,
+        }
+    }
+
+    /// Breadth-first search over port→port edges from `start`, heaviest edges first,
+    /// optionally not expanding beyond `stop` ports. Returns parents for path recovery.
+    fn bfs(
+        &self,
+        starts: &[PortRef],
+        stop: &dyn Fn(PortRef) -> bool,
+    ) -> BTreeMap<PortRef, Option<PortRef>> {
+        let mut parent: BTreeMap<PortRef, Option<PortRef>> = BTreeMap::new();
+        let mut queue = VecDeque::new();
+        for start in starts {
+            if parent.insert(*start, None).is_none() {
+                queue.push_back(*start);
+            }
+        }
+        while let Some(port) = queue.pop_front() {
+            if stop(port) {
+                continue;
+            }
+            for (next, _) in self.graph.port_edges(port) {
+                if !parent.contains_key(next) {
+                    parent.insert(*next, Some(port));
+                    queue.push_back(*next);
+                }
+            }
+        }
+        parent
+    }
+
+    fn path_to(parent: &BTreeMap<PortRef, Option<PortRef>>, end: PortRef) -> Vec<PortRef> {
+        let mut path = vec![end];
+        let mut at = end;
+        while let Some(Some(previous)) = parent.get(&at) {
+            if path.contains(previous) {
+                break;
+            }
+            path.push(*previous);
+            at = *previous;
+        }
+        path.reverse();
+        path
+    }
+
+    fn edge_evidence(&self, path: &[PortRef]) -> Vec<Evidence> {
+        path.windows(2)
+            .filter_map(|pair| {
+                let weight = self
+                    .graph
+                    .port_edges(pair[0])
+                    .iter()
+                    .find(|(to, _)| *to == pair[1])
+                    .map(|(_, w)| *w)?;
+                let (from, to) = (label(self.incident, pair[0]), label(self.incident, pair[1]));
+                Some(Evidence {
+                    rule: "pfc_wait_for".into(),
+                    from: from.clone(),
+                    to: to.clone(),
+                    weight: round3(weight),
+                    note: format!("{from} is paused and waits for the congested {to}"),
+                })
+            })
+            .collect()
+    }
+
+    fn merge(&mut self, key: AnomalyKey, draft: Draft) {
+        match self.drafts.get_mut(&key) {
+            Some(existing) => {
+                existing.affects_victim |= draft.affects_victim;
+                existing.paths.extend(draft.paths);
+                for evidence in draft.evidence {
+                    if !existing.evidence.contains(&evidence) {
+                        existing.evidence.push(evidence);
+                    }
+                }
+            }
+            None => {
+                self.drafts.insert(key, draft);
+            }
+        }
+    }
+
+    /// HAWKEYE Alg. 2 `CheckPortNode` (l.24-34) from `start`.
+    fn trace_pfc(&mut self, start: PortRef, affects_victim: bool, lead: Vec<Evidence>) {
+        let reach = self.bfs(&[start], &|_| false);
+        self.visited.extend(reach.keys().copied());
+        let loop_ids: BTreeSet<usize> = reach
+            .keys()
+            .filter_map(|p| self.loop_of.get(p).copied())
+            .collect();
+        // Sinks reachable without crossing a loop are PFC trees of their own.
+        let loop_of = self.loop_of.clone();
+        let direct = self.bfs(&[start], &|p| loop_of.contains_key(&p));
+        let direct_sinks: Vec<PortRef> = direct
+            .keys()
+            .filter(|p| self.graph.port_edges(**p).is_empty())
+            .copied()
+            .collect();
+        for sink in direct_sinks {
+            let path = Self::path_to(&direct, sink);
+            let class = self.classify_sink(sink);
+            let mut evidence = lead.clone();
+            evidence.extend(self.edge_evidence(&path));
+            evidence.extend(class.evidence);
+            self.merge(
+                AnomalyKey::Sink(sink),
+                Draft {
+                    anomaly_type: class.anomaly_type,
+                    affects_victim,
+                    root: class.root,
+                    root_ports: vec![sink],
+                    paths: BTreeSet::from([path]),
+                    loop_ports: Vec::new(),
+                    evidence,
+                },
+            );
+        }
+        for id in loop_ids {
+            let members = self.loops[id].clone();
+            let member_set: BTreeSet<PortRef> = members.iter().copied().collect();
+            // Path from start into the loop.
+            let entry = members
+                .iter()
+                .filter(|p| reach.contains_key(p))
+                .min_by_key(|p| Self::path_to(&reach, **p).len())
+                .copied()
+                .unwrap_or(members[0]);
+            let path = Self::path_to(&reach, entry);
+            let mut extra_paths: Vec<Vec<PortRef>> = Vec::new();
+            let mut evidence = lead.clone();
+            evidence.extend(self.edge_evidence(&path));
+            // The loop itself, in cycle order.
+            let mut cycle = members.clone();
+            cycle.push(members[0]);
+            for item in self.edge_evidence(&cycle) {
+                evidence.push(Evidence {
+                    rule: "cyclic_buffer_dependency".into(),
+                    note: format!("{} (loop edge)", item.note),
+                    ..item
+                });
+            }
+            let exits: Vec<(PortRef, PortRef, f64)> = members
+                .iter()
+                .flat_map(|p| {
+                    self.graph
+                        .port_edges(*p)
+                        .iter()
+                        .filter(|(to, _)| !member_set.contains(to))
+                        .map(move |(to, w)| (*p, *to, *w))
+                })
+                .collect();
+            let (anomaly_type, root, root_ports) = if exits.is_empty() {
+                // Initiator in loop (Alg. 2 l.18-21): contention inside the loop.
+                let mut flows = Vec::new();
+                let mut root_ports = Vec::new();
+                for port in &members {
+                    let found = self.contributors(*port);
+                    if !found.is_empty() {
+                        root_ports.push(*port);
+                        for flow in found.iter().take(5) {
+                            evidence.push(Evidence {
+                                rule: "flow_contention_in_loop".into(),
+                                from: label(self.incident, *port),
+                                to: flow.flow.to_string(),
+                                weight: flow.weight,
+                                note: format!(
+                                    "loop port {} has flow contention: {} contributes {:.1}",
+                                    label(self.incident, *port),
+                                    flow.flow,
+                                    flow.weight
+                                ),
+                            });
+                        }
+                        flows.extend(found);
+                    }
+                }
+                flows.sort_by(|a, b| b.weight.total_cmp(&a.weight).then(a.flow.cmp(&b.flow)));
+                flows.truncate(MAX_LISTED_FLOWS);
+                let kind = if flows.is_empty() {
+                    evidence.push(Evidence {
+                        rule: "no_contention_in_loop".into(),
+                        from: label(self.incident, members[0]),
+                        to: String::new(),
+                        weight: 0.0,
+                        note: "no loop port shows flow contention in the analysed epochs: the initiating burst may predate the telemetry window".into(),
+                    });
+                    RootCauseKind::Unknown
+                } else {
+                    RootCauseKind::FlowContention
+                };
+                let micro_burst = if flows.iter().any(|f| f.burst.is_some()) {
+                    Some(flows.iter().any(|f| f.burst == Some(true)))
+                } else {
+                    None
+                };
+                (
+                    AnomalyType::DeadlockInitiatorInLoop,
+                    RootCause {
+                        kind,
+                        ports: root_ports
+                            .iter()
+                            .map(|p| self.incident.port_id(*p))
+                            .collect(),
+                        injector: None,
+                        flows,
+                        micro_burst,
+                        ecmp: None,
+                    },
+                    root_ports,
+                )
+            } else {
+                // Initiator out of loop (Alg. 2 l.14-17): follow the exits to the sinks.
+                for (from, to, weight) in &exits {
+                    evidence.push(Evidence {
+                        rule: "loop_exit".into(),
+                        from: label(self.incident, *from),
+                        to: label(self.incident, *to),
+                        weight: round3(*weight),
+                        note: format!(
+                            "loop port {} also waits for {} outside the loop (out-deg_P > 1)",
+                            label(self.incident, *from),
+                            label(self.incident, *to)
+                        ),
+                    });
+                }
+                let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
+                let member_stop = member_set.clone();
+                let beyond = self.bfs(&exit_targets, &|p| member_stop.contains(&p));
+                let sinks: Vec<PortRef> = beyond
+                    .keys()
+                    .filter(|p| self.graph.port_edges(**p).is_empty())
+                    .copied()
+                    .collect();
+                let mut classes: Vec<(PortRef, SinkClass)> =
+                    sinks.iter().map(|s| (*s, self.classify_sink(*s))).collect();
+                classes.sort_by_key(|(port, class)| (class.root.kind, *port));
+                let mut root_ports = Vec::new();
+                let mut root: Option<RootCause> = None;
+                for (port, class) in classes {
+                    let path = &path;
+                    root_ports.push(port);
+                    evidence.extend(class.evidence);
+                    let exit_path = Self::path_to(&beyond, port);
+                    evidence.extend(self.edge_evidence(&exit_path));
+                    // start → loop entry → around the loop to the exit port → sink.
+                    let exit_from = exit_path.first().and_then(|target| {
+                        exits
+                            .iter()
+                            .find(|(_, to, _)| to == target)
+                            .map(|(from, _, _)| *from)
+                    });
+                    let mut full = path.clone();
+                    if let (Some(from), Some(at)) =
+                        (exit_from, members.iter().position(|p| *p == entry))
+                    {
+                        for step in 1..members.len() {
+                            if full.last() == Some(&from) {
+                                break;
+                            }
+                            full.push(members[(at + step) % members.len()]);
+                        }
+                    }
+                    for port in &exit_path {
+                        if !full.contains(port) {
+                            full.push(*port);
+                        }
+                    }
+                    extra_paths.push(full);
+                    match root.as_mut() {
+                        None => root = Some(class.root),
+                        Some(existing) => {
+                            existing.ports.extend(class.root.ports);
+                            existing.flows.extend(class.root.flows);
+                        }
+                    }
+                }
+                let root = root.unwrap_or(RootCause {
+                    kind: RootCauseKind::Unknown,
+                    ports: Vec::new(),
+                    injector: None,
+                    flows: Vec::new(),
+                    micro_burst: None,
+                    ecmp: None,
+                });
+                let anomaly_type = match root.kind {
+                    RootCauseKind::FlowContention => {
+                        AnomalyType::DeadlockInitiatorOutOfLoopFlowContention
+                    }
+                    RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => {
+                        AnomalyType::DeadlockInitiatorOutOfLoopHostInjection
+                    }
+                    RootCauseKind::Unknown => AnomalyType::UnresolvedPfc,
+                };
+                (anomaly_type, root, root_ports)
+            };
+            let paths: BTreeSet<Vec<PortRef>> = if extra_paths.is_empty() {
+                BTreeSet::from([path])
+            } else {
+                extra_paths.into_iter().collect()
+            };
+            self.merge(
+                AnomalyKey::Loop(id),
+                Draft {
+                    anomaly_type,
+                    affects_victim,
+                    root,
+                    root_ports,
+                    paths,
+                    loop_ports: members,
+                    evidence,
+                },
+            );
+        }
+    }
+
+    /// Normal flow contention at a victim port (Alg. 2 l.39-40).
+    fn check_contention(&mut self, port: PortRef, victim: FiveTuple) {
+        let contributors: Vec<FlowContribution> = self
+            .contributors(port)
+            .into_iter()
+            .filter(|f| f.flow != victim)
+            .collect();
+        if contributors.is_empty() {
+            return;
+        }
+        let victim_weight = self
+            .graph
+            .contributions(port)
+            .iter()
+            .find(|(f, _)| *f == victim)
+            .map(|(_, w)| *w);
+        let victim_depth = self
+            .graph
+            .flow_at_port
+            .get(&(victim, port))
+            .map(|f| f.mean_unpaused_depth())
+            .unwrap_or(0.0);
+        let waited = victim_weight.is_some_and(|w| w < 0.0)
+            || victim_depth >= self.options.congestion_queue_bytes as f64;
+        if !waited {
+            return;
+        }
+        let port_label = label(self.incident, port);
+        let mut evidence = vec![Evidence {
+            rule: "victim_not_paused".into(),
+            from: victim.to_string(),
+            to: port_label.clone(),
+            weight: 0.0,
+            note: format!(
+                "the victim has no paused packets at {port_label} (flow→port weight 0) but met a mean queue of {victim_depth:.0} B"
+            ),
+        }];
+        if let Some(weight) = victim_weight {
+            evidence.push(Evidence {
+                rule: "victim_contention_weight".into(),
+                from: port_label.clone(),
+                to: victim.to_string(),
+                weight: round3(weight),
+                note: format!("port→flow weight of the victim at {port_label} is {weight:.1}"),
+            });
+        }
+        for flow in contributors.iter().take(5) {
+            evidence.push(Evidence {
+                rule: "flow_contention".into(),
+                from: port_label.clone(),
+                to: flow.flow.to_string(),
+                weight: flow.weight,
+                note: format!(
+                    "port→flow weight {:.1} > 0: {} is a contention contributor",
+                    flow.weight, flow.flow
+                ),
+            });
+        }
+        let micro_burst = if contributors.iter().any(|f| f.burst.is_some()) {
+            Some(contributors.iter().any(|f| f.burst == Some(true)))
+        } else {
+            None
+        };
+        self.merge(
+            AnomalyKey::Contention(port),
+            Draft {
+                anomaly_type: AnomalyType::NormalFlowContention,
+                affects_victim: true,
+                root: RootCause {
+                    kind: RootCauseKind::FlowContention,
+                    ports: vec![self.incident.port_id(port)],
+                    injector: None,
+                    flows: contributors,
+                    micro_burst,
+                    ecmp: self.ecmp_check(port),
+                },
+                root_ports: vec![port],
+                paths: BTreeSet::new(),
+                loop_ports: Vec::new(),
+                evidence,
+            },
+        );
+    }
+}
+
+/// Orders the ports of a strongly connected component as a cycle, starting at its smallest
+/// port and following the heaviest edge that stays inside; ports a simple cycle misses are
+/// appended in port order.
+fn order_cycle(graph: &ProvenanceGraph, members: &BTreeSet<PortRef>) -> Vec<PortRef> {
+    let Some(first) = members.iter().next().copied() else {
+        return Vec::new();
+    };
+    let mut order = vec![first];
+    let mut at = first;
+    loop {
+        let next = graph
+            .port_edges(at)
+            .iter()
+            .map(|(to, _)| *to)
+            .find(|to| members.contains(to) && !order.contains(to));
+        match next {
+            Some(port) => {
+                order.push(port);
+                at = port;
+            }
+            None => break,
+        }
+    }
+    for port in members {
+        if !order.contains(port) {
+            order.push(*port);
+        }
+    }
+    order
+}
+
+fn round3(value: f64) -> f64 {
+    if value.is_finite() {
+        (value * 1000.0).round() / 1000.0
+    } else {
+        0.0
+    }
+}
+
+/// The victim's egress ports in forwarding order, and where each is known from.
+fn victim_path(incident: &Incident, graph: &ProvenanceGraph) -> Vec<(PortRef, &'static str)> {
+    let victim = incident.victim;
+    let mut ports: BTreeMap<PortRef, &'static str> = BTreeMap::new();
+    if let Some(list) = graph.flow_ports.get(&victim) {
+        for port in list {
+            ports.insert(*port, "flow_records");
+        }
+    }
+    for (switch, data) in &incident.switches {
+        for polling in data.polling.iter().filter(|p| p.victim == victim) {
+            for egress in polling.egress.iter().filter(|e| e.reason.victim_path()) {
+                ports
+                    .entry(PortRef {
+                        node: *switch,
+                        port: egress.port,
+                    })
+                    .or_insert("polling_route");
+            }
+        }
+    }
+    // Chain hops: the successor of (S, e) is the victim port on peer(S, e)'s switch.
+    let by_switch: BTreeMap<u32, PortRef> = ports.keys().rev().map(|p| (p.node, *p)).collect();
+    let successor = |port: PortRef| -> Option<PortRef> {
+        let (peer, _) = incident.peer(port)?;
+        by_switch.get(&peer.node).copied()
+    };
+    let successors: BTreeSet<PortRef> = ports.keys().filter_map(|p| successor(*p)).collect();
+    let mut order: Vec<PortRef> = Vec::new();
+    let starts: Vec<PortRef> = ports
+        .keys()
+        .filter(|p| !successors.contains(p))
+        .copied()
+        .collect();
+    for start in starts {
+        let mut at = Some(start);
+        while let Some(port) = at {
+            if order.contains(&port) {
+                break;
+            }
+            order.push(port);
+            at = successor(port);
+        }
+    }
+    for port in ports.keys() {
+        if !order.contains(port) {
+            order.push(*port);
+        }
+    }
+    order
+        .into_iter()
+        .map(|p| (p, ports.get(&p).copied().unwrap_or("flow_records")))
+        .collect()
+}
+
+/// Flows with records at both `from` and `to`.
+fn flows_through(
+    port_flows: &BTreeMap<PortRef, BTreeSet<FiveTuple>>,
+    from: PortRef,
+    to: PortRef,
+) -> Vec<FiveTuple> {
+    match (port_flows.get(&from), port_flows.get(&to)) {
+        (Some(a), Some(b)) => a.intersection(b).copied().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Runs HAWKEYE Alg. 2 over a built provenance graph.
+pub fn diagnose(
+    incident: &Incident,
+    graph: &ProvenanceGraph,
+    options: &DiagnoseOptions,
+) -> Diagnosis {
+    let victim = incident.victim;
+    let mut findings: Vec<Finding> = incident.findings.clone();
+    let mut context = Context::new(incident, graph, options);
+    let path = victim_path(incident, graph);
+    if !graph.flow_ports.contains_key(&victim) {
+        findings.push(Finding {
+            severity: Severity::Warning,
+            code: "victim_not_seen".into(),
+            message: format!(
+                "no flow record of the victim {victim} in any report (evicted and lost, or outside the analysed epochs); its path is taken from the polling route only"
+            ),
+        });
+    }
+    // Alg. 2 l.35-38: PFC causality from every port where the victim is paused.
+    for (port, _) in &path {
+        let paused = graph.paused_at(victim, *port);
+        if paused > 0 {
+            let port_label = label(incident, *port);
+            let lead = vec![Evidence {
+                rule: "victim_paused".into(),
+                from: victim.to_string(),
+                to: port_label.clone(),
+                weight: paused as f64,
+                note: format!("the victim has {paused} packets paused by PFC at {port_label}"),
+            }];
+            context.trace_pfc(*port, true, lead);
+        }
+    }
+    // Alg. 2 l.39-40: normal flow contention where the victim is not paused.
+    let pfc_roots: BTreeSet<PortRef> = context
+        .drafts
+        .values()
+        .flat_map(|d| d.root_ports.iter().copied())
+        .collect();
+    for (port, _) in &path {
+        if graph.paused_at(victim, *port) == 0 && !pfc_roots.contains(port) {
+            context.check_contention(*port, victim);
+        }
+    }
+    // PFC trees the victim's walk did not reach ("several concurrent anomalies").
+    loop {
+        let pending: Vec<PortRef> = graph
+            .port_out
+            .keys()
+            .filter(|p| !context.visited.contains(p))
+            .copied()
+            .collect();
+        let Some(first) = pending.first().copied() else {
+            break;
+        };
+        let start = pending
+            .iter()
+            .find(|p| !context.has_incoming.contains(p))
+            .copied()
+            .unwrap_or(first);
+        context.trace_pfc(start, false, Vec::new());
+        context.visited.insert(start);
+    }
+    // Findings about the PFC path leaving the telemetry.
+    for (port, summary) in &graph.ports {
+        if summary.pause.peer_unreported_epochs > 0 {
+            findings.push(Finding {
+                severity: Severity::Warning,
+                code: "pfc_path_leaves_telemetry".into(),
+                message: format!(
+                    "{} was paused in {} epoch(s) by {}, which has no telemetry for them: the PFC spreading path cannot be followed further",
+                    label(incident, *port),
+                    summary.pause.peer_unreported_epochs,
+                    summary
+                        .peer
+                        .map(|p| incident.node_name(p.node))
+                        .unwrap_or_default()
+                ),
+            });
+        }
+        if summary.untimed_epochs > 0 {
+            findings.push(Finding {
+                severity: Severity::Info,
+                code: "untimed_replay".into(),
+                message: format!(
+                    "{}: {} epoch(s) of contention were replayed without flow enqueue windows (HAWKEYE's even spreading); burst attribution there is approximate",
+                    label(incident, *port),
+                    summary.untimed_epochs
+                ),
+            });
+        }
+    }
+
+    // Spreading flows need, per port, the flows with records there.
+    let mut wanted: BTreeSet<PortRef> = BTreeSet::new();
+    for draft in context.drafts.values() {
+        for path in &draft.paths {
+            wanted.extend(path.iter().copied());
+        }
+        wanted.extend(draft.loop_ports.iter().copied());
+    }
+    let mut port_flows: BTreeMap<PortRef, BTreeSet<FiveTuple>> = BTreeMap::new();
+    if !wanted.is_empty() {
+        for (flow, ports) in &graph.flow_ports {
+            for port in ports {
+                if wanted.contains(port) {
+                    port_flows.entry(*port).or_default().insert(*flow);
+                }
+            }
+        }
+    }
+
+    let mut anomalies: Vec<Anomaly> = Vec::new();
+    for draft in context.drafts.into_values() {
+        let root_flows: BTreeSet<FiveTuple> = draft.root.flows.iter().map(|f| f.flow).collect();
+        let mut spreading: Vec<SpreadingFlow> = Vec::new();
+        let mut local: BTreeMap<PortRef, PortContention> = BTreeMap::new();
+        for path in &draft.paths {
+            for pair in path.windows(2) {
+                let mut through: Vec<SpreadingFlow> = flows_through(&port_flows, pair[0], pair[1])
+                    .into_iter()
+                    .filter(|f| *f != victim && !root_flows.contains(f))
+                    .map(|flow| SpreadingFlow {
+                        flow,
+                        from: incident.port_id(pair[0]),
+                        to: incident.port_id(pair[1]),
+                        paused_packets: graph.paused_at(flow, pair[0]),
+                    })
+                    .filter(|s| s.paused_packets > 0)
+                    .collect();
+                through.sort_by(|a, b| {
+                    b.paused_packets
+                        .cmp(&a.paused_packets)
+                        .then(a.flow.cmp(&b.flow))
+                });
+                through.truncate(MAX_LISTED_FLOWS);
+                for item in through {
+                    if !spreading
+                        .iter()
+                        .any(|s| s.flow == item.flow && s.from == item.from && s.to == item.to)
+                    {
+                        spreading.push(item);
+                    }
+                }
+            }
+            for port in path {
+                if draft.root_ports.contains(port) || local.contains_key(port) {
+                    continue;
+                }
+                let flows = context_contributors(incident, graph, options, *port);
+                if !flows.is_empty() {
+                    local.insert(
+                        *port,
+                        PortContention {
+                            port: incident.port_id(*port),
+                            flows,
+                        },
+                    );
+                }
+            }
+        }
+        let mut loop_flows: BTreeSet<FiveTuple> = BTreeSet::new();
+        if !draft.loop_ports.is_empty() {
+            let mut cycle = draft.loop_ports.clone();
+            cycle.push(draft.loop_ports[0]);
+            for pair in cycle.windows(2) {
+                loop_flows.extend(flows_through(&port_flows, pair[0], pair[1]));
+            }
+        }
+        // A path that is the tail of a longer one (the victim paused at consecutive hops)
+        // adds nothing.
+        let spreading_paths: Vec<Vec<_>> = draft
+            .paths
+            .iter()
+            .filter(|p| {
+                !draft
+                    .paths
+                    .iter()
+                    .any(|q| q.len() > p.len() && q.ends_with(p))
+            })
+            .map(|p| p.iter().map(|port| incident.port_id(*port)).collect())
+            .collect();
+        let summary = summarise(
+            &draft.anomaly_type,
+            &draft.root,
+            &draft.loop_ports,
+            incident,
+        );
+        anomalies.push(Anomaly {
+            id: 0,
+            anomaly_type: draft.anomaly_type,
+            affects_victim: draft.affects_victim,
+            root_cause: draft.root,
+            spreading_paths,
+            loop_ports: draft
+                .loop_ports
+                .iter()
+                .map(|p| incident.port_id(*p))
+                .collect(),
+            loop_flows: loop_flows.into_iter().collect(),
+            spreading_flows: spreading,
+            local_contention: local.into_values().collect(),
+            evidence: draft.evidence,
+            summary,
+        });
+    }
+    anomalies.sort_by(|a, b| {
+        b.affects_victim
+            .cmp(&a.affects_victim)
+            .then(a.anomaly_type.cmp(&b.anomaly_type))
+            .then(a.root_cause.ports.cmp(&b.root_cause.ports))
+            .then(a.loop_ports.cmp(&b.loop_ports))
+    });
+    for (index, anomaly) in anomalies.iter_mut().enumerate() {
+        anomaly.id = index + 1;
+    }
+    findings.sort();
+    findings.dedup();
+
+    let victim_path: Vec<VictimHop> = path
+        .iter()
+        .map(|(port, source)| {
+            let at = graph.flow_at_port.get(&(victim, *port));
+            VictimHop {
+                port: incident.port_id(*port),
+                packets: at.map(|f| f.packets).unwrap_or(0),
+                paused_packets: at.map(|f| f.paused).unwrap_or(0),
+                mean_queue_depth_bytes: round3(at.map(|f| f.mean_unpaused_depth()).unwrap_or(0.0)),
+                source: (*source).to_string(),
+            }
+        })
+        .collect();
+    let verdict = verdict(&anomalies, &findings);
+    let start_ns = incident.epoch_starts.first().copied().unwrap_or(0);
+    let end_ns = incident
+        .epoch_starts
+        .last()
+        .map(|s| s + incident.epoch_ns)
+        .unwrap_or(0);
+    Diagnosis {
+        schema_version: DIAGNOSIS_SCHEMA_VERSION,
+        victim,
+        window: Window {
+            epoch_ns: incident.epoch_ns,
+            start_ns,
+            end_ns,
+            epochs: incident.epoch_starts.len(),
+        },
+        switches_reported: incident
+            .switches
+            .keys()
+            .map(|s| incident.node_name(*s))
+            .collect(),
+        event_ids: incident.event_ids.clone(),
+        victim_path,
+        anomalies,
+        findings,
+        verdict,
+    }
+}
+
+fn context_contributors(
+    incident: &Incident,
+    graph: &ProvenanceGraph,
+    options: &DiagnoseOptions,
+    port: PortRef,
+) -> Vec<FlowContribution> {
+    let context = Context {
+        incident,
+        graph,
+        options,
+        loops: Vec::new(),
+        loop_of: BTreeMap::new(),
+        has_incoming: BTreeSet::new(),
+        drafts: BTreeMap::new(),
+        visited: BTreeSet::new(),
+    };
+    context.contributors(port)
+}
+
+fn flow_list(flows: &[FlowContribution]) -> String {
+    let mut names: Vec<String> = flows.iter().take(3).map(|f| f.flow.to_string()).collect();
+    if flows.len() > 3 {
+        names.push(format!("+{} more", flows.len() - 3));
+    }
+    names.join(", ")
+}
+
+fn summarise(
+    anomaly_type: &AnomalyType,
+    root: &RootCause,
+    loop_ports: &[PortRef],
+    incident: &Incident,
+) -> String {
+    let at = root
+        .ports
+        .iter()
+        .map(|p| p.label.clone())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let loop_text = loop_ports
+        .iter()
+        .map(|p| label(incident, *p))
+        .collect::<Vec<_>>()
+        .join(" → ");
+    let cause = match root.kind {
+        RootCauseKind::FlowContention => {
+            let what = match (
+                root.micro_burst,
+                root.ecmp.as_ref().is_some_and(|e| e.imbalanced),
+            ) {
+                (Some(true), _) => "micro-burst flows",
+                (_, true) => "flows on an ECMP-imbalanced uplink",
+                _ => "contending flows",
+            };
+            if root.flows.is_empty() {
+                format!("flow contention at {at} (flows not resolved)")
+            } else {
+                format!("{what} {} at {at}", flow_list(&root.flows))
+            }
+        }
+        RootCauseKind::HostPfcInjection => format!(
+            "PFC injected by host {} into {at}",
+            root.injector.as_deref().unwrap_or("?")
+        ),
+        RootCauseKind::SwitchPfcInjection => format!(
+            "PFC from switch {} into {at} without congestion behind it",
+            root.injector.as_deref().unwrap_or("?")
+        ),
+        RootCauseKind::Unknown => format!("unknown (telemetry ends at {at})"),
+    };
+    match anomaly_type {
+        AnomalyType::DeadlockInitiatorInLoop
+        | AnomalyType::DeadlockInitiatorOutOfLoopFlowContention
+        | AnomalyType::DeadlockInitiatorOutOfLoopHostInjection => {
+            format!(
+                "{}: loop {loop_text}; caused by {cause}",
+                anomaly_type.title()
+            )
+        }
+        _ => format!("{}: caused by {cause}", anomaly_type.title()),
+    }
+}
+
+fn verdict(anomalies: &[Anomaly], findings: &[Finding]) -> String {
+    let warnings = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warning)
+        .count();
+    let suffix = if warnings > 0 {
+        format!(" ({warnings} incomplete-telemetry warning(s))")
+    } else {
+        String::new()
+    };
+    match anomalies.iter().find(|a| a.affects_victim) {
+        Some(first) => {
+            let others = anomalies.len() - 1;
+            if others > 0 {
+                format!(
+                    "{} — and {others} more anomal{}{suffix}",
+                    first.summary,
+                    if others == 1 { "y" } else { "ies" }
+                )
+            } else {
+                format!("{}{suffix}", first.summary)
+            }
+        }
+        None if anomalies.is_empty() => {
+            format!("no anomaly found on the victim's path{suffix}")
+        }
+        None => format!(
+            "the victim is not affected by the {} anomal{} found{suffix}",
+            anomalies.len(),
+            if anomalies.len() == 1 { "y" } else { "ies" }
+        ),
+    }
+}

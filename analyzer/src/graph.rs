@@ -1,0 +1,570 @@
+//! The heterogeneous wait-for provenance graph (HAWKEYE §3.5.1, Alg. 1).
+//!
+//! Nodes are egress ports and flows. Edges, all meaning "waits for":
+//!
+//! * **port → port** (Alg. 1 l.6-9): from a paused egress port `Pi` of switch `U` to each
+//!   congested egress port `Pj` of the downstream switch `S`. The causality meter that
+//!   relates them lives on `S`: it counts bytes per (ingress port, egress port) of `S`. The
+//!   topology gives `peer(Pi) = (S, a)`, the port of `S` that receives what `Pi` sends, so
+//!   `meter[Pi][Pj]` is `S`'s meter row `a → j`. Per epoch,
+//!   `w = paused_num[Pi] · meter[a][j] / Σ_k meter[a][k] · qdepth[Pj]` with `qdepth` the mean
+//!   queue depth over all packets enqueued at `Pj` (Alg. 1 l.4). `Pj` must be congested in
+//!   that epoch (§3.5.1 "each downstream congested egress port"): paused itself, or with a
+//!   mean queue depth of at least [`crate::DiagnoseOptions::congestion_queue_bytes`]. Weights
+//!   are summed over epochs, so a pause in one epoch is never tied to a queue in another.
+//! * **flow → port** (Alg. 1 l.12-14): weight = the flow's paused packets at the port.
+//! * **port → flow** (Alg. 1 l.15-20): weight = the flow's contribution to contention at the
+//!   port ([`crate::replay`]), summed over the epochs in which the port had local contention
+//!   (its non-paused packets saw a mean queue of at least the congestion threshold).
+
+use std::collections::{BTreeMap, HashMap};
+
+use hawkmesh_wire::telemetry::FiveTuple;
+use hawkmesh_wire::topology::{NodeId, PortRef};
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+
+use crate::ingest::Incident;
+use crate::model::GraphStats;
+use crate::replay::{replay, ReplayFlow, ReplayMode};
+use crate::DiagnoseOptions;
+
+/// A node of the provenance graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GraphNode {
+    /// An egress port.
+    Port(PortRef),
+    /// A flow.
+    Flow(FiveTuple),
+}
+
+/// The three edge kinds of HAWKEYE Alg. 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EdgeKind {
+    /// Paused port waits for a downstream congested port (PFC causality).
+    PortPort,
+    /// Flow paused at a port.
+    FlowPort,
+    /// Port waits for a flow to drain (contention; weight may be negative).
+    PortFlow,
+}
+
+/// An edge with its weight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GraphEdge {
+    /// Kind.
+    pub kind: EdgeKind,
+    /// Weight.
+    pub weight: f64,
+}
+
+/// Why a paused port has no (or fewer) outgoing port→port edges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PauseFollowUp {
+    /// Epochs in which the port was paused.
+    pub paused_epochs: usize,
+    /// Paused epochs whose downstream switch sent no telemetry for that epoch.
+    pub peer_unreported_epochs: usize,
+    /// Paused epochs in which the downstream switch's meter shows no traffic from this port.
+    pub no_meter_epochs: usize,
+    /// Paused epochs in which no metered downstream port was congested.
+    pub no_congested_epochs: usize,
+}
+
+/// Window totals of one egress port.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PortSummary {
+    /// Packets enqueued.
+    pub packets: u64,
+    /// Paused packets.
+    pub paused: u64,
+    /// Queue-depth sum over all packets, bytes.
+    pub queue_depth_sum: u64,
+    /// Queue-depth sum over non-paused packets, bytes.
+    pub unpaused_queue_depth_sum: u64,
+    /// Line rate of the port's link, Gbit/s.
+    pub line_gbps: f64,
+    /// The node at the other end.
+    pub peer: Option<PortRef>,
+    /// Whether the peer is a host.
+    pub peer_is_host: bool,
+    /// Epochs with local contention (replayed).
+    pub contention_epochs: usize,
+    /// Of those, epochs replayed without flow timing.
+    pub untimed_epochs: usize,
+    /// Why pauses could not be followed downstream.
+    pub pause: PauseFollowUp,
+    /// Mean packet size seen at the port, bytes.
+    pub mean_packet_bytes: f64,
+}
+
+impl PortSummary {
+    /// Mean queue depth over non-paused packets, bytes.
+    pub fn mean_unpaused_depth(&self) -> f64 {
+        let n = self.packets.saturating_sub(self.paused);
+        if n == 0 {
+            0.0
+        } else {
+            self.unpaused_queue_depth_sum as f64 / n as f64
+        }
+    }
+    /// Mean queue depth over all packets, bytes.
+    pub fn mean_depth(&self) -> f64 {
+        if self.packets == 0 {
+            0.0
+        } else {
+            self.queue_depth_sum as f64 / self.packets as f64
+        }
+    }
+}
+
+/// One flow's window totals at one port.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FlowAtPort {
+    /// Packets.
+    pub packets: u64,
+    /// Paused packets.
+    pub paused: u64,
+    /// Queue-depth sum over non-paused packets.
+    pub queue_depth_sum: u64,
+    /// Highest rate within its enqueue window over the epochs, Gbit/s, and that window's
+    /// length in ns (for the burst check); `None` without timing.
+    pub peak_window: Option<(f64, u64)>,
+}
+
+impl FlowAtPort {
+    /// Mean queue depth over non-paused packets, bytes.
+    pub fn mean_unpaused_depth(&self) -> f64 {
+        let n = self.packets.saturating_sub(self.paused);
+        if n == 0 {
+            0.0
+        } else {
+            self.queue_depth_sum as f64 / n as f64
+        }
+    }
+}
+
+/// The provenance graph and the per-node facts the diagnosis reads.
+#[derive(Debug, Default)]
+pub struct ProvenanceGraph {
+    /// The petgraph store of all nodes and edges.
+    pub graph: StableDiGraph<GraphNode, GraphEdge>,
+    /// Port node indices.
+    pub port_nodes: BTreeMap<PortRef, NodeIndex>,
+    flow_nodes: FlowMap<FiveTuple, NodeIndex>,
+    /// Window totals per port.
+    pub ports: BTreeMap<PortRef, PortSummary>,
+    /// Window totals per (flow, port); look-ups only.
+    pub flow_at_port: FlowMap<(FiveTuple, PortRef), FlowAtPort>,
+    /// Port→port edges per source port, heaviest first.
+    pub port_out: BTreeMap<PortRef, Vec<(PortRef, f64)>>,
+    /// Port→flow edges per port, largest contribution first.
+    pub port_flows: BTreeMap<PortRef, Vec<(FiveTuple, f64)>>,
+    /// Ports each flow has records at, ascending.
+    pub flow_ports: FlowMap<FiveTuple, Vec<PortRef>>,
+    /// Counts.
+    pub stats: GraphStats,
+}
+
+impl ProvenanceGraph {
+    fn port_node(&mut self, port: PortRef) -> NodeIndex {
+        if let Some(index) = self.port_nodes.get(&port) {
+            return *index;
+        }
+        let index = self.graph.add_node(GraphNode::Port(port));
+        self.port_nodes.insert(port, index);
+        index
+    }
+
+    fn flow_node(&mut self, flow: FiveTuple) -> NodeIndex {
+        if let Some(index) = self.flow_nodes.get(&flow) {
+            return *index;
+        }
+        let index = self.graph.add_node(GraphNode::Flow(flow));
+        self.flow_nodes.insert(flow, index);
+        index
+    }
+
+    /// Node index of a flow.
+    pub fn flow_index(&self, flow: &FiveTuple) -> Option<NodeIndex> {
+        self.flow_nodes.get(flow).copied()
+    }
+
+    /// Outgoing port→port edges of a port, heaviest first.
+    pub fn port_edges(&self, port: PortRef) -> &[(PortRef, f64)] {
+        self.port_out.get(&port).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Port→flow edges of a port, largest first.
+    pub fn contributions(&self, port: PortRef) -> &[(FiveTuple, f64)] {
+        self.port_flows.get(&port).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Paused packets of a flow at a port (the flow→port edge weight).
+    pub fn paused_at(&self, flow: FiveTuple, port: PortRef) -> u64 {
+        self.flow_at_port
+            .get(&(flow, port))
+            .map(|f| f.paused)
+            .unwrap_or(0)
+    }
+
+    /// Builds the graph from an incident (HAWKEYE Alg. 1).
+    pub fn build(incident: &Incident, options: &DiagnoseOptions) -> ProvenanceGraph {
+        let mut graph = ProvenanceGraph::default();
+        let epoch_ns = incident.epoch_ns;
+        let threshold = options.congestion_queue_bytes as f64;
+
+        // Alg. 1 l.2-5: port nodes and per-port totals.
+        for (switch, data) in &incident.switches {
+            for epoch in data.epochs.values() {
+                for (port_no, record) in &epoch.ports {
+                    let port = PortRef {
+                        node: *switch,
+                        port: *port_no,
+                    };
+                    graph.port_node(port);
+                    let summary = graph.ports.entry(port).or_default();
+                    summary.packets += u64::from(record.packet_count);
+                    summary.paused += u64::from(record.paused_packet_count);
+                    summary.queue_depth_sum += record.queue_depth_sum_bytes;
+                    summary.unpaused_queue_depth_sum += record.unpaused_queue_depth_sum_bytes;
+                }
+                for flow in &epoch.flows {
+                    let port = PortRef {
+                        node: *switch,
+                        port: flow.egress_port,
+                    };
+                    graph.port_node(port);
+                    graph.ports.entry(port).or_default();
+                }
+            }
+        }
+        let ports: Vec<PortRef> = graph.ports.keys().copied().collect();
+        for port in ports {
+            let peer = incident.peer(port);
+            let bytes: u64 = incident
+                .switches
+                .get(&port.node)
+                .map(|s| {
+                    s.epochs
+                        .values()
+                        .map(|e| e.egress_bytes.get(&port.port).copied().unwrap_or(0))
+                        .sum()
+                })
+                .unwrap_or(0);
+            if let Some(summary) = graph.ports.get_mut(&port) {
+                summary.peer = peer.map(|(p, _)| p);
+                summary.line_gbps = peer.map(|(_, g)| g).unwrap_or(0.0);
+                summary.peer_is_host = peer.is_some_and(|(p, _)| incident.is_host(p.node));
+                summary.mean_packet_bytes = if summary.packets > 0 && bytes > 0 {
+                    bytes as f64 / summary.packets as f64
+                } else {
+                    options.default_packet_bytes as f64
+                };
+            }
+        }
+
+        // Alg. 1 l.6-9: port→port wait-for edges, per epoch.
+        let mut port_weights: BTreeMap<(PortRef, PortRef), f64> = BTreeMap::new();
+        for (switch, data) in &incident.switches {
+            for (start, epoch) in &data.epochs {
+                for (port_no, record) in &epoch.ports {
+                    if record.paused_packet_count == 0 {
+                        continue;
+                    }
+                    let upstream = PortRef {
+                        node: *switch,
+                        port: *port_no,
+                    };
+                    let mut follow = PauseFollowUp {
+                        paused_epochs: 1,
+                        ..PauseFollowUp::default()
+                    };
+                    match incident.peer(upstream) {
+                        Some((downstream_in, _)) if !incident.is_host(downstream_in.node) => {
+                            match incident
+                                .switches
+                                .get(&downstream_in.node)
+                                .and_then(|s| s.epochs.get(start))
+                            {
+                                None => follow.peer_unreported_epochs = 1,
+                                Some(down) => {
+                                    let rows = down
+                                        .meters
+                                        .get(&downstream_in.port)
+                                        .map(Vec::as_slice)
+                                        .unwrap_or(&[]);
+                                    let meter_sum: u64 = rows.iter().map(|(_, b)| *b).sum();
+                                    if meter_sum == 0 {
+                                        follow.no_meter_epochs = 1;
+                                    } else {
+                                        let mut any = false;
+                                        for (egress, bytes) in rows {
+                                            let Some(target) = down.ports.get(egress) else {
+                                                continue;
+                                            };
+                                            let depth = if target.packet_count == 0 {
+                                                0.0
+                                            } else {
+                                                target.queue_depth_sum_bytes as f64
+                                                    / f64::from(target.packet_count)
+                                            };
+                                            let congested = target.paused_packet_count > 0
+                                                || depth >= threshold;
+                                            if !congested {
+                                                continue;
+                                            }
+                                            let weight = f64::from(record.paused_packet_count)
+                                                * (*bytes as f64 / meter_sum as f64)
+                                                * depth;
+                                            if weight > 0.0 {
+                                                any = true;
+                                                let to = PortRef {
+                                                    node: downstream_in.node,
+                                                    port: *egress,
+                                                };
+                                                *port_weights.entry((upstream, to)).or_default() +=
+                                                    weight;
+                                            }
+                                        }
+                                        if !any {
+                                            follow.no_congested_epochs = 1;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    if let Some(summary) = graph.ports.get_mut(&upstream) {
+                        summary.pause.paused_epochs += follow.paused_epochs;
+                        summary.pause.peer_unreported_epochs += follow.peer_unreported_epochs;
+                        summary.pause.no_meter_epochs += follow.no_meter_epochs;
+                        summary.pause.no_congested_epochs += follow.no_congested_epochs;
+                    }
+                }
+            }
+        }
+        // Drop wait-for edges that carry a negligible share of the upstream port's strongest
+        // one (a few stray bytes in a meter row must not become a PFC path of their own).
+        let mut strongest: BTreeMap<PortRef, f64> = BTreeMap::new();
+        for ((from, _), weight) in &port_weights {
+            let entry = strongest.entry(*from).or_default();
+            *entry = entry.max(*weight);
+        }
+        port_weights.retain(|(from, _), weight| {
+            *weight >= options.min_port_edge_share * strongest.get(from).copied().unwrap_or(0.0)
+        });
+        for ((from, to), weight) in &port_weights {
+            let a = graph.port_node(*from);
+            let b = graph.port_node(*to);
+            graph.ports.entry(*to).or_default();
+            graph.graph.add_edge(
+                a,
+                b,
+                GraphEdge {
+                    kind: EdgeKind::PortPort,
+                    weight: *weight,
+                },
+            );
+            graph
+                .port_out
+                .entry(*from)
+                .or_default()
+                .push((*to, *weight));
+        }
+        for edges in graph.port_out.values_mut() {
+            edges.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        }
+        graph.stats.port_port_edges = port_weights.len();
+
+        // Alg. 1 l.10-14: flow nodes and flow→port edges; l.15-20: port→flow edges.
+        let mut contributions: BTreeMap<PortRef, BTreeMap<FiveTuple, f64>> = BTreeMap::new();
+        let mut replay_input: Vec<ReplayFlow> = Vec::new();
+        for (switch, data) in &incident.switches {
+            for epoch in data.epochs.values() {
+                let mut index = 0;
+                while index < epoch.flows.len() {
+                    let port_no = epoch.flows[index].egress_port;
+                    let end = index
+                        + epoch.flows[index..]
+                            .iter()
+                            .take_while(|f| f.egress_port == port_no)
+                            .count();
+                    let records = &epoch.flows[index..end];
+                    index = end;
+                    let port = PortRef {
+                        node: *switch,
+                        port: port_no,
+                    };
+                    let (line_gbps, packet_bytes) = graph
+                        .ports
+                        .get(&port)
+                        .map(|s| (s.line_gbps, s.mean_packet_bytes))
+                        .unwrap_or((0.0, options.default_packet_bytes as f64));
+                    let epoch_packet_bytes =
+                        match (epoch.egress_bytes.get(&port_no), epoch.ports.get(&port_no)) {
+                            (Some(bytes), Some(record)) if record.packet_count > 0 => {
+                                *bytes as f64 / f64::from(record.packet_count)
+                            }
+                            _ => packet_bytes,
+                        };
+                    for record in records {
+                        let entry = graph.flow_at_port.entry((record.flow, port)).or_default();
+                        entry.packets += record.packets;
+                        entry.paused += record.paused;
+                        entry.queue_depth_sum += record.queue_depth_sum;
+                        if let Some((first, last)) = record.window {
+                            let serialisation = if line_gbps > 0.0 {
+                                epoch_packet_bytes * 8.0 / line_gbps
+                            } else {
+                                1.0
+                            };
+                            let length = (f64::from(last - first) + serialisation).max(1.0);
+                            let rate = record.packets as f64 * epoch_packet_bytes * 8.0 / length;
+                            let better = entry.peak_window.is_none_or(|(r, _)| rate > r);
+                            if record.packets > 1 && better {
+                                entry.peak_window = Some((rate, length as u64));
+                            }
+                        }
+                    }
+                    // Local contention gate: non-paused packets met a queue.
+                    let (unpaused, unpaused_depth_sum) = match epoch.ports.get(&port_no) {
+                        Some(record) => (
+                            u64::from(record.packet_count - record.paused_packet_count),
+                            record.unpaused_queue_depth_sum_bytes,
+                        ),
+                        None => (
+                            records.iter().map(|r| r.unpaused()).sum(),
+                            records.iter().map(|r| r.queue_depth_sum).sum(),
+                        ),
+                    };
+                    if unpaused == 0 || (unpaused_depth_sum as f64 / unpaused as f64) < threshold {
+                        continue;
+                    }
+                    replay_input.clear();
+                    replay_input.extend(records.iter().map(|r| {
+                        let n = r.unpaused();
+                        ReplayFlow {
+                            packets: n as f64,
+                            window: r.window,
+                            mean_depth_packets: if n == 0 {
+                                0.0
+                            } else {
+                                r.queue_depth_sum as f64 / n as f64 / epoch_packet_bytes
+                            },
+                        }
+                    }));
+                    let bins = options.replay_bins(epoch_ns);
+                    let service = line_gbps / 8.0 / epoch_packet_bytes;
+                    let result = replay(&replay_input, epoch_ns, service, bins);
+                    graph.stats.replayed_port_epochs += 1;
+                    if let Some(summary) = graph.ports.get_mut(&port) {
+                        summary.contention_epochs += 1;
+                        if result.mode == ReplayMode::Untimed {
+                            summary.untimed_epochs += 1;
+                        }
+                    }
+                    let per_flow = contributions.entry(port).or_default();
+                    for (record, contribution) in records.iter().zip(&result.contributions) {
+                        *per_flow.entry(record.flow).or_default() += contribution;
+                    }
+                }
+            }
+        }
+        // Flow nodes in a deterministic order, then flow→port edges.
+        let mut keys: Vec<(FiveTuple, PortRef)> = graph.flow_at_port.keys().copied().collect();
+        keys.sort_unstable();
+        for (flow, port) in &keys {
+            let flow_index = graph.flow_node(*flow);
+            graph.flow_ports.entry(*flow).or_default().push(*port);
+            let paused = graph.flow_at_port.get(&(*flow, *port)).map(|f| f.paused);
+            if let Some(paused) = paused.filter(|p| *p > 0) {
+                let port_index = graph.port_node(*port);
+                graph.graph.add_edge(
+                    flow_index,
+                    port_index,
+                    GraphEdge {
+                        kind: EdgeKind::FlowPort,
+                        weight: paused as f64,
+                    },
+                );
+                graph.stats.flow_port_edges += 1;
+            }
+        }
+        for (port, flows) in contributions {
+            let port_index = graph.port_node(port);
+            let mut edges: Vec<(FiveTuple, f64)> = flows
+                .into_iter()
+                .filter(|(_, w)| w.abs() >= options.min_contribution_packets)
+                .collect();
+            edges.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (flow, weight) in &edges {
+                let flow_index = graph.flow_node(*flow);
+                graph.graph.add_edge(
+                    port_index,
+                    flow_index,
+                    GraphEdge {
+                        kind: EdgeKind::PortFlow,
+                        weight: *weight,
+                    },
+                );
+            }
+            graph.stats.port_flow_edges += edges.len();
+            if !edges.is_empty() {
+                graph.port_flows.insert(port, edges);
+            }
+        }
+        graph.stats.port_nodes = graph.port_nodes.len();
+        graph.stats.flow_nodes = graph.flow_nodes.len();
+        graph
+    }
+
+    /// Switches that have at least one port node.
+    pub fn switches(&self) -> Vec<NodeId> {
+        let mut out: Vec<NodeId> = self.port_nodes.keys().map(|p| p.node).collect();
+        out.dedup();
+        out
+    }
+}
+
+/// A small deterministic multiplicative hasher for the per-flow tables (look-ups only; no
+/// output ever depends on hash order). SipHash's DoS resistance is not needed for
+/// telemetry already validated against the topology, and the tables hold ~10⁵ entries.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FlowHasher(u64);
+
+impl std::hash::Hasher for FlowHasher {
+    fn finish(&self) -> u64 {
+        // MurmurHash3's 64-bit finaliser: every input bit reaches the low (bucket) and high
+        // (control byte) bits.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.write_u64(u64::from(*byte));
+        }
+    }
+    fn write_u8(&mut self, value: u8) {
+        self.write_u64(u64::from(value));
+    }
+    fn write_u16(&mut self, value: u16) {
+        self.write_u64(u64::from(value));
+    }
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(u64::from(value));
+    }
+    fn write_usize(&mut self, value: usize) {
+        self.write_u64(value as u64);
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// `HashMap` with [`FlowHasher`].
+pub type FlowMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FlowHasher>>;

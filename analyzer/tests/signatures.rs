@@ -1,0 +1,442 @@
+//! Every signature of HAWKEYE Table 2 and the tricky cases, from hand-built telemetry. Each
+//! test asserts what an operator needs: the anomaly type, the root cause and where it is.
+
+mod common;
+
+use common::*;
+use hawkmesh_analyzer::model::{AnomalyType, RootCauseKind};
+use hawkmesh_analyzer::testkit::{Hop, IncidentBuilder};
+use hawkmesh_analyzer::{render, Anomaly, DiagnosisOutput};
+use hawkmesh_wire::telemetry::FiveTuple;
+
+fn victim_anomalies(output: &DiagnosisOutput) -> Vec<&Anomaly> {
+    output
+        .diagnosis
+        .anomalies
+        .iter()
+        .filter(|a| a.affects_victim)
+        .collect()
+}
+
+fn labels(ports: &[hawkmesh_analyzer::model::PortId]) -> Vec<&str> {
+    ports.iter().map(|p| p.label.as_str()).collect()
+}
+
+fn root_flows(anomaly: &Anomaly) -> Vec<FiveTuple> {
+    anomaly.root_cause.flows.iter().map(|f| f.flow).collect()
+}
+
+#[test]
+fn micro_burst_incast_backpressure_off_the_victim_path() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    incast(&mut builder);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcBackpressure);
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::FlowContention);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p6"]);
+    assert_eq!(anomaly.root_cause.ports[0].peer, "h9");
+    assert_eq!(anomaly.root_cause.micro_burst, Some(true));
+    let mut flows = root_flows(anomaly);
+    flows.sort();
+    assert_eq!(flows, vec![burst(1), burst(2), burst(3)]);
+    assert!(anomaly
+        .root_cause
+        .flows
+        .iter()
+        .all(|f| f.burst == Some(true)));
+    // The spreading path runs from the victim's paused port to tor2, which the victim
+    // never crosses.
+    assert_eq!(anomaly.spreading_paths.len(), 1);
+    assert_eq!(
+        labels(&anomaly.spreading_paths[0]),
+        vec!["tor0.p0", "agg0.p2", "tor2.p6"]
+    );
+    let victim_ports: Vec<&str> = output
+        .diagnosis
+        .victim_path
+        .iter()
+        .map(|h| h.port.label.as_str())
+        .collect();
+    assert_eq!(victim_ports, vec!["tor0.p0", "agg0.p1", "tor1.p2"]);
+    assert!(!victim_ports.contains(&"tor2.p6"));
+    // F2 carries the PFC from tor0 to agg0 and from agg0 to tor2.
+    assert!(anomaly.spreading_flows.iter().any(|s| s.flow == f2()));
+    assert!(anomaly.evidence.iter().any(|e| e.rule == "victim_paused"));
+    assert!(anomaly.evidence.iter().any(|e| e.rule == "pfc_wait_for"));
+    assert!(output.diagnosis.verdict.contains("micro-burst"));
+}
+
+#[test]
+fn large_flow_blocked_by_bursts_is_a_victim_not_a_contributor() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    incast(&mut builder);
+    let output = run(&builder);
+    let sink = port(builder.topology(), "tor2", "h9");
+    let weights = output.graph.contributions(sink);
+    let long = weights
+        .iter()
+        .find(|(f, _)| *f == long_flow())
+        .map(|(_, w)| *w)
+        .expect("the long flow has a port→flow edge");
+    assert!(long < 0.0, "long flow weight {long} must be negative");
+    for index in 1..=3 {
+        let w = weights
+            .iter()
+            .find(|(f, _)| *f == burst(index))
+            .map(|(_, w)| *w)
+            .expect("burst edge");
+        assert!(w > 0.0 && w > long);
+    }
+    let anomaly = victim_anomalies(&output)[0];
+    assert!(!root_flows(anomaly).contains(&long_flow()));
+}
+
+#[test]
+fn pfc_storm_from_host_injection() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    storm_at_h7(&mut builder, true);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::HostPfcInjection);
+    assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h7"));
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
+    assert!(anomaly.root_cause.flows.is_empty());
+    assert_eq!(
+        labels(&anomaly.spreading_paths[0]),
+        vec!["tor0.p1", "agg1.p2", "tor2.p7"]
+    );
+    assert!(anomaly
+        .evidence
+        .iter()
+        .any(|e| e.rule == "no_flow_contention"));
+    assert!(anomaly
+        .evidence
+        .iter()
+        .any(|e| e.rule == "host_pfc_injection"));
+}
+
+#[test]
+fn deadlock_with_initiator_in_loop() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    // Epoch 0: micro-bursts h1 → h2 contend at s1.p(s2) and start the pause cascade.
+    for index in 0..2u8 {
+        builder.flow(
+            0,
+            flow(30 + index, 52000 + u16::from(index), 3),
+            &["h1", "s1", "s2", "h2"],
+            &[
+                Hop::new(400).depth(200_000).window(10_000, 30_000),
+                Hop::new(400),
+            ],
+        );
+    }
+    // Epoch 1: the cyclic buffer dependency is paused all around.
+    ring_flows(&mut builder, 1);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::DeadlockInitiatorInLoop);
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::FlowContention);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["s1.p1"]);
+    let mut loop_ports = labels(&anomaly.loop_ports);
+    loop_ports.sort();
+    assert_eq!(loop_ports, vec!["s0.p0", "s1.p1", "s2.p1", "s3.p1"]);
+    let mut flows = root_flows(anomaly);
+    flows.sort();
+    assert_eq!(flows, vec![flow(30, 52000, 3), flow(31, 52001, 3)]);
+    assert!(anomaly.loop_flows.contains(&victim()));
+    assert_eq!(anomaly.loop_flows.len(), 4);
+    assert!(anomaly
+        .evidence
+        .iter()
+        .any(|e| e.rule == "cyclic_buffer_dependency"));
+}
+
+#[test]
+fn deadlock_with_initiator_out_of_loop_by_host_injection() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
+    ring_flows(&mut builder, 0);
+    // h9 hangs off s2 and pauses s2.p(h9); flow G h1 → h9 feeds it from s1.
+    builder.flow(
+        0,
+        flow(2, 49500, 19),
+        &["h1", "s1", "s2", "h9"],
+        &[
+            Hop::new(200).paused(180, 300_000),
+            Hop::new(200).paused(190, 400_000).depth(100_000),
+        ],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorOutOfLoopHostInjection
+    );
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::HostPfcInjection);
+    assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h9"));
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["s2.p3"]);
+    assert_eq!(anomaly.loop_ports.len(), 4);
+    assert!(anomaly.evidence.iter().any(|e| e.rule == "loop_exit"));
+    // The path goes from the victim's port into the loop and out to the injector's port.
+    let path = labels(&anomaly.spreading_paths[0]);
+    assert_eq!(path.first(), Some(&"s0.p0"));
+    assert_eq!(path.last(), Some(&"s2.p3"));
+}
+
+#[test]
+fn deadlock_with_initiator_out_of_loop_by_flow_contention() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
+    ring_flows(&mut builder, 0);
+    // Bursts h1 → h9 contend at s2.p(h9), which is not paused.
+    for index in 0..3u8 {
+        builder.flow(
+            0,
+            flow(40 + index, 53000 + u16::from(index), 19),
+            &["h1", "s1", "s2", "h9"],
+            &[
+                Hop::new(150).paused(100, 300_000),
+                Hop::new(300).depth(150_000).window(60_000, 70_000),
+            ],
+        );
+    }
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorOutOfLoopFlowContention,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["s2.p3"]);
+    assert_eq!(anomaly.root_cause.flows.len(), 3);
+    assert_eq!(anomaly.root_cause.micro_burst, Some(true));
+    assert_eq!(anomaly.loop_ports.len(), 4);
+}
+
+#[test]
+fn normal_flow_contention_without_pfc() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    let elephant = flow(3, 49999, 2);
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg0", "tor1", "h1"],
+        &[Hop::new(150), Hop::new(150), Hop::new(150).depth(60_000)],
+    );
+    builder.flow(
+        0,
+        elephant,
+        &["h2", "tor0", "agg1", "tor1", "h1"],
+        &[
+            Hop::new(1200),
+            Hop::new(1200),
+            Hop::new(1200).depth(120_000).window(20_000, 80_000),
+        ],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::NormalFlowContention);
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::FlowContention);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor1.p2"]);
+    assert_eq!(root_flows(anomaly), vec![elephant]);
+    assert!(anomaly.spreading_paths.is_empty());
+    assert_eq!(output.graph.stats.port_port_edges, 0);
+}
+
+#[test]
+fn contention_and_pfc_at_the_same_port() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    incast(&mut builder);
+    // Two short flows also contend among the non-paused packets at tor0.p(agg0).
+    let local = [flow(3, 49600, 2), flow(3, 49601, 2)];
+    for f in local {
+        builder.flow(
+            0,
+            f,
+            &["h2", "tor0", "agg0", "tor1", "h1"],
+            &[
+                Hop::new(400).depth(180_000).window(90_000, 100_000),
+                Hop::new(400),
+                Hop::new(400),
+            ],
+        );
+    }
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    // The root cause stays the incast downstream, not the shared port.
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcBackpressure);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p6"]);
+    let shared = anomaly
+        .local_contention
+        .iter()
+        .find(|c| c.port.label == "tor0.p0")
+        .expect("local contention at the shared port is reported");
+    let mut flows: Vec<FiveTuple> = shared.flows.iter().map(|f| f.flow).collect();
+    flows.sort();
+    assert_eq!(flows, local.to_vec());
+}
+
+#[test]
+fn two_independent_anomalies_are_reported_separately() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    incast(&mut builder);
+    storm_at_h7(&mut builder, false);
+    let output = run(&builder);
+    let anomalies = &output.diagnosis.anomalies;
+    assert_eq!(anomalies.len(), 2, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcBackpressure);
+    assert!(anomalies[0].affects_victim);
+    assert_eq!(anomalies[1].anomaly_type, AnomalyType::PfcStorm);
+    assert!(!anomalies[1].affects_victim);
+    assert_eq!(anomalies[1].root_cause.injector.as_deref(), Some("h7"));
+    assert_eq!(
+        labels(&anomalies[1].spreading_paths[0]),
+        vec!["tor1.p1", "agg1.p2", "tor2.p7"]
+    );
+    assert_eq!(anomalies[0].id, 1);
+    assert_eq!(anomalies[1].id, 2);
+}
+
+#[test]
+fn missing_downstream_report_is_explicitly_unresolved() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    incast(&mut builder);
+    builder.silence("tor2");
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::UnresolvedPfc);
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::Unknown);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["agg0.p2"]);
+    let codes: Vec<&str> = output
+        .diagnosis
+        .findings
+        .iter()
+        .map(|f| f.code.as_str())
+        .collect();
+    assert!(codes.contains(&"pfc_path_leaves_telemetry"), "{codes:?}");
+    assert!(codes.contains(&"polled_switch_missing"), "{codes:?}");
+}
+
+#[test]
+fn eviction_digests_are_merged_and_losses_reported() {
+    let mut plain = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    incast(&mut plain);
+    let mut split = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    // Same incident, but every burst record is half an eviction digest.
+    split.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg0", "tor1", "h1"],
+        &[
+            Hop::new(300)
+                .paused(200, 200_000)
+                .depth(20_000)
+                .evicted_half(),
+            Hop::new(300),
+            Hop::new(300),
+        ],
+    );
+    split.flow(
+        0,
+        f2(),
+        &["h2", "tor0", "agg0", "tor2", "h9"],
+        &[
+            Hop::new(200).paused(150, 200_000).depth(20_000),
+            Hop::new(200).paused(150, 300_000).depth(30_000),
+            Hop::new(200).depth(30_000),
+        ],
+    );
+    for index in 1..=3 {
+        let host = format!("a{index}");
+        split.flow(
+            0,
+            burst(index),
+            &[host.as_str(), "tor2", "h9"],
+            &[Hop::new(200)
+                .depth(150_000)
+                .window(40_000, 55_000)
+                .evicted_half()],
+        );
+    }
+    split.flow(
+        0,
+        long_flow(),
+        &["a4", "tor2", "h9"],
+        &[Hop::new(700).depth(30_000)],
+    );
+    split.lose_evictions("tor1", 0, 3);
+    let a = run(&plain);
+    let b = run(&split);
+    assert_eq!(
+        a.diagnosis.anomalies[0].root_cause,
+        b.diagnosis.anomalies[0].root_cause
+    );
+    assert!(b
+        .diagnosis
+        .findings
+        .iter()
+        .any(|f| f.code == "lost_evictions" && f.message.contains("tor1")));
+}
+
+#[test]
+fn untimed_records_fall_back_to_the_paper_replay_and_say_so() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg0", "tor1", "h1"],
+        &[
+            Hop::new(100),
+            Hop::new(100),
+            Hop::new(100).depth(90_000).untimed(),
+        ],
+    );
+    builder.flow(
+        0,
+        flow(3, 49999, 2),
+        &["h2", "tor0", "agg1", "tor1", "h1"],
+        &[
+            Hop::new(1400),
+            Hop::new(1400),
+            Hop::new(1400).depth(40_000).untimed(),
+        ],
+    );
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::NormalFlowContention);
+    assert_eq!(root_flows(anomaly), vec![flow(3, 49999, 2)]);
+    assert!(output
+        .diagnosis
+        .findings
+        .iter()
+        .any(|f| f.code == "untimed_replay"));
+}
+
+#[test]
+fn healthy_fabric_has_no_anomaly() {
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    for epoch in 0..2 {
+        builder.flow(
+            epoch,
+            victim(),
+            &["h0", "tor0", "agg0", "tor1", "h1"],
+            &[Hop::new(500), Hop::new(500), Hop::new(500).depth(1_000)],
+        );
+    }
+    let output = run(&builder);
+    assert!(output.diagnosis.anomalies.is_empty());
+    assert!(output.diagnosis.verdict.starts_with("no anomaly"));
+}

@@ -1,0 +1,163 @@
+//! Extension points: the switch pipeline hook (where the generated data-plane model plugs
+//! in), the switch CPU port, and the host hook (RTT-triggered agents).
+//!
+//! The metadata mirrors what a Tofino pipeline sees (TNA intrinsic metadata): ingress MAC
+//! timestamp and port at ingress; enqueue timestamp, enqueue queue depth and dequeue time
+//! delta at egress. Times are nanoseconds, truncated to 48 bits like Tofino's global
+//! timestamp.
+
+use crate::packet::{FiveTuple, Packet};
+use crate::time::Time;
+use hawkmesh_wire::topology::{NodeId, PortNo};
+
+/// A set of switch ports (up to 256), for multicast / replication decisions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortSet {
+    bits: [u64; 4],
+}
+
+impl PortSet {
+    /// Adds a port (ports ≥ 256 are ignored and reported by [`PortSet::insert`]'s result).
+    pub fn insert(&mut self, port: PortNo) -> bool {
+        if port >= 256 {
+            return false;
+        }
+        self.bits[port as usize / 64] |= 1 << (port % 64);
+        true
+    }
+    /// Whether `port` is in the set.
+    pub fn contains(&self, port: PortNo) -> bool {
+        port < 256 && self.bits[port as usize / 64] & (1 << (port % 64)) != 0
+    }
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bits.iter().all(|b| *b == 0)
+    }
+    /// The ports in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = PortNo> + '_ {
+        (0..256u16).filter(move |p| self.contains(*p))
+    }
+}
+
+/// Intrinsic metadata at ingress.
+#[derive(Clone, Copy, Debug)]
+pub struct IngressMeta {
+    /// The switch.
+    pub switch: NodeId,
+    /// Port the packet arrived on.
+    pub ingress_port: PortNo,
+    /// Arrival time, ns (48-bit).
+    pub ingress_tstamp_ns: u64,
+    /// The egress port the fabric's routing (ECMP) chose; `None` when there is no route
+    /// (and for PFC frames, which are consumed).
+    pub routed_egress_port: Option<PortNo>,
+    /// Wire bytes.
+    pub packet_bytes: u32,
+}
+
+/// What the ingress pipeline decided.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IngressActions {
+    /// Drop the packet (the CPU copy, if any, is still made).
+    pub drop: bool,
+    /// Send to this port instead of the routed one.
+    pub egress_override: Option<PortNo>,
+    /// Replicate to these ports (in addition to, or with `drop`, instead of unicast).
+    pub multicast: PortSet,
+    /// Send a copy to the switch CPU port.
+    pub to_cpu: bool,
+}
+
+/// Intrinsic metadata at egress (after the traffic manager).
+#[derive(Clone, Copy, Debug)]
+pub struct EgressMeta {
+    /// The switch.
+    pub switch: NodeId,
+    /// Port the packet entered through.
+    pub ingress_port: PortNo,
+    /// Port it leaves through.
+    pub egress_port: PortNo,
+    /// Queue (priority).
+    pub priority: u8,
+    /// Enqueue time, ns (48-bit).
+    pub enq_tstamp_ns: u64,
+    /// Queue depth at enqueue, bytes.
+    pub enq_qdepth_bytes: u32,
+    /// Time spent queued, ns.
+    pub deq_timedelta_ns: u64,
+}
+
+/// What the egress pipeline decided.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EgressActions {
+    /// Drop instead of transmitting.
+    pub drop: bool,
+    /// Send a copy to the switch CPU port.
+    pub to_cpu: bool,
+}
+
+/// A switch data-plane program running inside netsim (the codegen model implements this).
+pub trait SwitchPipeline {
+    /// Called for every packet arriving on a front-panel port, including PFC frames (which
+    /// the MAC has already applied and which are consumed whatever the pipeline decides).
+    fn ingress(&mut self, meta: &IngressMeta, packet: &mut Packet, actions: &mut IngressActions);
+    /// Called when a packet leaves its egress queue.
+    fn egress(&mut self, meta: &EgressMeta, packet: &mut Packet, actions: &mut EgressActions);
+}
+
+/// A packet delivered to a switch CPU port.
+#[derive(Clone, Debug)]
+pub struct CpuPacket {
+    /// When it reached the CPU port.
+    pub time: Time,
+    /// The switch.
+    pub switch: NodeId,
+    /// Port it entered the switch through.
+    pub ingress_port: PortNo,
+    /// Egress port it was headed to (if decided).
+    pub egress_port: Option<PortNo>,
+    /// The packet (copy).
+    pub packet: Packet,
+}
+
+/// One RTT sample: the ACK of a data packet came back.
+#[derive(Clone, Copy, Debug)]
+pub struct RttSample {
+    /// The sending host.
+    pub host: NodeId,
+    /// Flow index.
+    pub flow: u32,
+    /// The flow's 5-tuple.
+    pub tuple: FiveTuple,
+    /// Cumulative bytes acknowledged.
+    pub acked: u64,
+    /// When the acknowledged packet was sent.
+    pub sent_at: Time,
+    /// When the ACK arrived.
+    pub now: Time,
+    /// Unloaded RTT of this flow's path (propagation + serialization).
+    pub base_rtt: Time,
+}
+
+/// A packet a host hook wants to send.
+#[derive(Clone, Debug)]
+pub struct HostEmit {
+    /// The sending NIC (endpoint index).
+    pub src_nic: u32,
+    /// The destination NIC (endpoint index).
+    pub dst_nic: u32,
+    /// 5-tuple to put in the headers (e.g. a victim flow's, so ECMP follows its path).
+    pub tuple: FiveTuple,
+    /// Priority (usually the control priority).
+    pub priority: u8,
+    /// Custom header bytes.
+    pub custom: Vec<u8>,
+}
+
+/// Host-side agent logic running inside netsim (the RTT-triggered polling agent).
+pub trait HostHook {
+    /// Called for every ACK that carries an RTT sample. Packets pushed to `emit` are sent.
+    fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>);
+    /// Called for every custom packet a host receives.
+    fn on_custom_packet(&mut self, _host: NodeId, _packet: &Packet, _now: Time) {}
+}

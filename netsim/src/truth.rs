@@ -1,0 +1,113 @@
+//! Ground truth of injected anomalies, including the PFC spreading tree each one caused.
+//!
+//! The spreading tree is reconstructed from the XOFF frames actually sent during the
+//! anomaly: starting from the anomaly's origin nodes, every XOFF sent by an already-affected
+//! node pauses the egress port at the other end of that link, whose node becomes affected in
+//! turn (its queues toward the paused port fill and it may pause its own upstream).
+
+use crate::sim::PfcEvent;
+use hawkmesh_wire::topology::{FabricTopology, NodeId, PortRef};
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// What kind of anomaly was injected (the classes of HAWKEYE Table 2 plus the netsim faults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnomalyKind {
+    /// Synchronized incast micro-burst (PFC backpressure from flow contention).
+    IncastBurst,
+    /// A host NIC injecting PAUSE frames (PFC storm).
+    PfcStorm,
+    /// A NIC draining below line rate.
+    SlowReceiver,
+    /// A link going down and up.
+    LinkFlap,
+    /// Random loss on a link.
+    RandomLoss,
+    /// Routing misconfiguration creating a cyclic buffer dependency.
+    RoutingLoop,
+    /// Skewed ECMP.
+    EcmpImbalance,
+}
+
+/// One edge of a PFC spreading tree: `sender` sent XOFF, which paused `paused`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SpreadEdge {
+    /// First XOFF on this edge, ns.
+    pub time_ns: u64,
+    /// The port that sent PAUSE (ingress side of the congested node).
+    pub sender: PortRef,
+    /// The egress port it paused (upstream neighbour).
+    pub paused: PortRef,
+    /// Priority.
+    pub priority: u8,
+}
+
+/// One injected anomaly.
+#[derive(Clone, Debug, Serialize)]
+pub struct Anomaly {
+    /// Index in the scenario's `[[fault]]` list.
+    pub fault_index: usize,
+    /// What it is.
+    pub kind: AnomalyKind,
+    /// Start, ns.
+    pub start_ns: u64,
+    /// End, ns (for bursts: when the last burst flow finished, or the run end).
+    pub end_ns: u64,
+    /// Nodes involved (the injecting host, the loop switches, the link ends...).
+    pub nodes: Vec<NodeId>,
+    /// The initial congestion point(s): egress ports where the anomaly starts.
+    pub initial_ports: Vec<PortRef>,
+    /// Ports forming the cyclic buffer dependency (routing loops).
+    pub loop_ports: Vec<PortRef>,
+    /// Flows that cause it (incast senders), by flow index.
+    pub root_cause_flows: Vec<u32>,
+    /// PFC spreading tree edges caused by this anomaly.
+    pub pfc_spreading: Vec<SpreadEdge>,
+    /// Every egress port paused by the spreading tree.
+    pub paused_ports: Vec<PortRef>,
+    /// Human description.
+    pub description: String,
+}
+
+/// How long after an anomaly's end its PFC effects are still attributed to it, ns.
+pub const SPREAD_SLACK_NS: u64 = 500_000;
+
+/// Fills `pfc_spreading` and `paused_ports` from the XOFF log.
+pub fn compute_spreading(
+    anomaly: &mut Anomaly,
+    origins: &[NodeId],
+    log: &[PfcEvent],
+    topo: &FabricTopology,
+) {
+    let mut affected: BTreeSet<NodeId> = origins.iter().copied().collect();
+    let mut seen_edges = BTreeSet::new();
+    let mut paused = BTreeSet::new();
+    let window_end = anomaly.end_ns.saturating_add(SPREAD_SLACK_NS);
+    for event in log {
+        if event.quanta == 0 || event.time_ns < anomaly.start_ns || event.time_ns > window_end {
+            continue;
+        }
+        if !affected.contains(&event.node) {
+            continue;
+        }
+        let sender = PortRef {
+            node: event.node,
+            port: event.port,
+        };
+        let Some(peer) = topo.peer(sender) else {
+            continue;
+        };
+        if seen_edges.insert((sender, peer, event.priority)) {
+            anomaly.pfc_spreading.push(SpreadEdge {
+                time_ns: event.time_ns,
+                sender,
+                paused: peer,
+                priority: event.priority,
+            });
+        }
+        paused.insert(peer);
+        affected.insert(peer.node);
+    }
+    anomaly.paused_ports = paused.into_iter().collect();
+}
