@@ -133,7 +133,7 @@ impl<'a> Context<'a> {
     }
 
     fn flow_contribution(&self, port: PortRef, flow: FiveTuple, weight: f64) -> FlowContribution {
-        let at = self.graph.flow_at_port.get(&(flow, port));
+        let at = self.graph.flow_at(flow, port);
         let packets = at.map(|f| f.packets.saturating_sub(f.paused)).unwrap_or(0);
         let line = self
             .graph
@@ -710,8 +710,7 @@ impl<'a> Context<'a> {
             .map(|(_, w)| *w);
         let victim_depth = self
             .graph
-            .flow_at_port
-            .get(&(victim, port))
+            .flow_at(victim, port)
             .map(|f| f.mean_unpaused_depth())
             .unwrap_or(0.0);
         let waited = victim_weight.is_some_and(|w| w < 0.0)
@@ -820,10 +819,8 @@ fn round3(value: f64) -> f64 {
 fn victim_path(incident: &Incident, graph: &ProvenanceGraph) -> Vec<(PortRef, &'static str)> {
     let victim = incident.victim;
     let mut ports: BTreeMap<PortRef, &'static str> = BTreeMap::new();
-    if let Some(list) = graph.flow_ports.get(&victim) {
-        for port in list {
-            ports.insert(*port, "flow_records");
-        }
+    for (port, _) in graph.flow_ports(victim) {
+        ports.insert(*port, "flow_records");
     }
     for (switch, data) in &incident.switches {
         for polling in data.polling.iter().filter(|p| p.victim == victim) {
@@ -893,7 +890,7 @@ pub fn diagnose(
     let mut findings: Vec<Finding> = incident.findings.clone();
     let mut context = Context::new(incident, graph, options);
     let path = victim_path(incident, graph);
-    if !graph.flow_ports.contains_key(&victim) {
+    if graph.flow_index(&victim).is_none() {
         findings.push(Finding {
             severity: Severity::Warning,
             code: "victim_not_seen".into(),
@@ -987,10 +984,10 @@ pub fn diagnose(
     }
     let mut port_flows: BTreeMap<PortRef, BTreeSet<FiveTuple>> = BTreeMap::new();
     if !wanted.is_empty() {
-        for (flow, ports) in &graph.flow_ports {
-            for port in ports {
+        for (flow, ports) in graph.flows.iter() {
+            for (port, _) in ports {
                 if wanted.contains(port) {
-                    port_flows.entry(*port).or_default().insert(*flow);
+                    port_flows.entry(*port).or_default().insert(flow);
                 }
             }
         }
@@ -1106,7 +1103,7 @@ pub fn diagnose(
     let victim_path: Vec<VictimHop> = path
         .iter()
         .map(|(port, source)| {
-            let at = graph.flow_at_port.get(&(victim, *port));
+            let at = graph.flow_at(victim, *port);
             VictimHop {
                 port: incident.port_id(*port),
                 packets: at.map(|f| f.packets).unwrap_or(0),

@@ -17,13 +17,13 @@
 //!   port ([`crate::replay`]), summed over the epochs in which the port had local contention
 //!   (its non-paused packets saw a mean queue of at least the congestion threshold).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use hawkmesh_wire::telemetry::FiveTuple;
-use hawkmesh_wire::topology::{NodeId, PortRef};
+use hawkmesh_wire::topology::{NodeId, PortNo, PortRef};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 
-use crate::ingest::Incident;
+use crate::ingest::{FlowAgg, Incident};
 use crate::model::GraphStats;
 use crate::replay::{replay, ReplayFlow, ReplayMode};
 use crate::DiagnoseOptions;
@@ -131,7 +131,85 @@ pub struct FlowAtPort {
     pub peak_window: Option<(f64, u64)>,
 }
 
+/// One flow node: its index and its slice of per-port totals in [`FlowTable::at`].
+#[derive(Clone, Copy, Debug)]
+struct FlowEntry {
+    flow: FiveTuple,
+    node: NodeIndex,
+    start: u32,
+    end: u32,
+}
+
+/// Every flow of the incident, sorted by 5-tuple, with its totals per port (ports ascending).
+/// Built from sorted input in one pass; looked up by binary search.
+#[derive(Clone, Debug, Default)]
+pub struct FlowTable {
+    entries: Vec<FlowEntry>,
+    at: Vec<(PortRef, FlowAtPort)>,
+}
+
+impl FlowTable {
+    fn find(&self, flow: &FiveTuple) -> Option<&FlowEntry> {
+        self.entries
+            .binary_search_by(|entry| entry.flow.cmp(flow))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// The ports a flow has records at, with its totals there.
+    pub fn ports(&self, flow: &FiveTuple) -> &[(PortRef, FlowAtPort)] {
+        self.find(flow)
+            .map(|e| &self.at[e.start as usize..e.end as usize])
+            .unwrap_or(&[])
+    }
+
+    /// Number of flows.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no flows.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every flow (ascending) with its ports.
+    pub fn iter(&self) -> impl Iterator<Item = (FiveTuple, &[(PortRef, FlowAtPort)])> + '_ {
+        self.entries
+            .iter()
+            .map(|e| (e.flow, &self.at[e.start as usize..e.end as usize]))
+    }
+}
+
+/// The flow records of one egress port in one epoch, with that epoch's packet size.
+struct FlowRun<'a> {
+    port: PortNo,
+    records: &'a [FlowAgg],
+    line_gbps: f64,
+    packet_bytes: f64,
+}
+
 impl FlowAtPort {
+    /// Adds one epoch's record; the peak rate uses the epoch's mean packet size.
+    fn add(&mut self, record: &FlowAgg, line_gbps: f64, packet_bytes: f64) {
+        self.packets += record.packets;
+        self.paused += record.paused;
+        self.queue_depth_sum += record.queue_depth_sum;
+        if let Some((first, last)) = record.window {
+            let serialisation = if line_gbps > 0.0 {
+                packet_bytes * 8.0 / line_gbps
+            } else {
+                1.0
+            };
+            let length = (f64::from(last - first) + serialisation).max(1.0);
+            let rate = record.packets as f64 * packet_bytes * 8.0 / length;
+            let better = self.peak_window.is_none_or(|(r, _)| rate > r);
+            if record.packets > 1 && better {
+                self.peak_window = Some((rate, length as u64));
+            }
+        }
+    }
+
     /// Mean queue depth over non-paused packets, bytes.
     pub fn mean_unpaused_depth(&self) -> f64 {
         let n = self.packets.saturating_sub(self.paused);
@@ -150,17 +228,14 @@ pub struct ProvenanceGraph {
     pub graph: StableDiGraph<GraphNode, GraphEdge>,
     /// Port node indices.
     pub port_nodes: BTreeMap<PortRef, NodeIndex>,
-    flow_nodes: FlowMap<FiveTuple, NodeIndex>,
+    /// Flow nodes and their window totals per port.
+    pub flows: FlowTable,
     /// Window totals per port.
     pub ports: BTreeMap<PortRef, PortSummary>,
-    /// Window totals per (flow, port); look-ups only.
-    pub flow_at_port: FlowMap<(FiveTuple, PortRef), FlowAtPort>,
     /// Port→port edges per source port, heaviest first.
     pub port_out: BTreeMap<PortRef, Vec<(PortRef, f64)>>,
     /// Port→flow edges per port, largest contribution first.
     pub port_flows: BTreeMap<PortRef, Vec<(FiveTuple, f64)>>,
-    /// Ports each flow has records at, ascending.
-    pub flow_ports: FlowMap<FiveTuple, Vec<PortRef>>,
     /// Counts.
     pub stats: GraphStats,
 }
@@ -175,18 +250,23 @@ impl ProvenanceGraph {
         index
     }
 
-    fn flow_node(&mut self, flow: FiveTuple) -> NodeIndex {
-        if let Some(index) = self.flow_nodes.get(&flow) {
-            return *index;
-        }
-        let index = self.graph.add_node(GraphNode::Flow(flow));
-        self.flow_nodes.insert(flow, index);
-        index
-    }
-
     /// Node index of a flow.
     pub fn flow_index(&self, flow: &FiveTuple) -> Option<NodeIndex> {
-        self.flow_nodes.get(flow).copied()
+        self.flows.find(flow).map(|entry| entry.node)
+    }
+
+    /// A flow's window totals at one port.
+    pub fn flow_at(&self, flow: FiveTuple, port: PortRef) -> Option<&FlowAtPort> {
+        let ports = self.flow_ports(flow);
+        ports
+            .binary_search_by(|(p, _)| p.cmp(&port))
+            .ok()
+            .map(|i| &ports[i].1)
+    }
+
+    /// The ports a flow has records at (ascending) with its totals there.
+    pub fn flow_ports(&self, flow: FiveTuple) -> &[(PortRef, FlowAtPort)] {
+        self.flows.ports(&flow)
     }
 
     /// Outgoing port→port edges of a port, heaviest first.
@@ -201,10 +281,7 @@ impl ProvenanceGraph {
 
     /// Paused packets of a flow at a port (the flow→port edge weight).
     pub fn paused_at(&self, flow: FiveTuple, port: PortRef) -> u64 {
-        self.flow_at_port
-            .get(&(flow, port))
-            .map(|f| f.paused)
-            .unwrap_or(0)
+        self.flow_at(flow, port).map(|f| f.paused).unwrap_or(0)
     }
 
     /// Builds the graph from an incident (HAWKEYE Alg. 1).
@@ -228,7 +305,13 @@ impl ProvenanceGraph {
                     summary.queue_depth_sum += record.queue_depth_sum_bytes;
                     summary.unpaused_queue_depth_sum += record.unpaused_queue_depth_sum_bytes;
                 }
+                // Flows are grouped by egress port: touch each port once per run.
+                let mut previous = None;
                 for flow in &epoch.flows {
+                    if previous == Some(flow.egress_port) {
+                        continue;
+                    }
+                    previous = Some(flow.egress_port);
                     let port = PortRef {
                         node: *switch,
                         port: flow.egress_port,
@@ -380,7 +463,13 @@ impl ProvenanceGraph {
         // Alg. 1 l.10-14: flow nodes and flow→port edges; l.15-20: port→flow edges.
         let mut contributions: BTreeMap<PortRef, BTreeMap<FiveTuple, f64>> = BTreeMap::new();
         let mut replay_input: Vec<ReplayFlow> = Vec::new();
+        // Per-(flow, port) window totals are accumulated per switch in a table small enough
+        // to stay in cache, then moved into one sorted list.
+        let mut all_flow_ports: Vec<((FiveTuple, PortRef), FlowAtPort)> = Vec::new();
+        let mut runs: Vec<FlowRun<'_>> = Vec::new();
+        let mut heads: Vec<usize> = Vec::new();
         for (switch, data) in &incident.switches {
+            runs.clear();
             for epoch in data.epochs.values() {
                 let mut index = 0;
                 while index < epoch.flows.len() {
@@ -408,25 +497,12 @@ impl ProvenanceGraph {
                             }
                             _ => packet_bytes,
                         };
-                    for record in records {
-                        let entry = graph.flow_at_port.entry((record.flow, port)).or_default();
-                        entry.packets += record.packets;
-                        entry.paused += record.paused;
-                        entry.queue_depth_sum += record.queue_depth_sum;
-                        if let Some((first, last)) = record.window {
-                            let serialisation = if line_gbps > 0.0 {
-                                epoch_packet_bytes * 8.0 / line_gbps
-                            } else {
-                                1.0
-                            };
-                            let length = (f64::from(last - first) + serialisation).max(1.0);
-                            let rate = record.packets as f64 * epoch_packet_bytes * 8.0 / length;
-                            let better = entry.peak_window.is_none_or(|(r, _)| rate > r);
-                            if record.packets > 1 && better {
-                                entry.peak_window = Some((rate, length as u64));
-                            }
-                        }
-                    }
+                    runs.push(FlowRun {
+                        port: port_no,
+                        records,
+                        line_gbps,
+                        packet_bytes: epoch_packet_bytes,
+                    });
                     // Local contention gate: non-paused packets met a queue.
                     let (unpaused, unpaused_depth_sum) = match epoch.ports.get(&port_no) {
                         Some(record) => (
@@ -470,16 +546,66 @@ impl ProvenanceGraph {
                     }
                 }
             }
+            // Window totals per (flow, port): every epoch's records are sorted by
+            // (egress port, flow), so a k-way merge of the epochs' runs of one port adds them
+            // up without any hashing.
+            runs.sort_by_key(|run| run.port);
+            for group in runs.chunk_by(|a, b| a.port == b.port) {
+                let port = PortRef {
+                    node: *switch,
+                    port: group[0].port,
+                };
+                heads.clear();
+                heads.resize(group.len(), 0);
+                loop {
+                    let mut next: Option<FiveTuple> = None;
+                    for (run, head) in group.iter().zip(&heads) {
+                        if let Some(record) = run.records.get(*head) {
+                            if next.is_none_or(|flow| record.flow < flow) {
+                                next = Some(record.flow);
+                            }
+                        }
+                    }
+                    let Some(flow) = next else {
+                        break;
+                    };
+                    let mut totals = FlowAtPort::default();
+                    for (run, head) in group.iter().zip(heads.iter_mut()) {
+                        while let Some(record) = run.records.get(*head).filter(|r| r.flow == flow) {
+                            totals.add(record, run.line_gbps, run.packet_bytes);
+                            *head += 1;
+                        }
+                    }
+                    all_flow_ports.push(((flow, port), totals));
+                }
+            }
         }
-        // Flow nodes in a deterministic order, then flow→port edges.
-        let mut keys: Vec<(FiveTuple, PortRef)> = graph.flow_at_port.keys().copied().collect();
-        keys.sort_unstable();
-        for (flow, port) in &keys {
-            let flow_index = graph.flow_node(*flow);
-            graph.flow_ports.entry(*flow).or_default().push(*port);
-            let paused = graph.flow_at_port.get(&(*flow, *port)).map(|f| f.paused);
-            if let Some(paused) = paused.filter(|p| *p > 0) {
-                let port_index = graph.port_node(*port);
+        // Flow nodes in a deterministic order, then flow→port edges. Sorted by (flow, port),
+        // each flow's records are consecutive: the flow table is built without look-ups.
+        all_flow_ports.sort_unstable_by_key(|entry| entry.0);
+        graph.flows.at.reserve(all_flow_ports.len());
+        for ((flow, port), totals) in all_flow_ports {
+            let flow_index = match graph.flows.entries.last_mut() {
+                Some(entry) if entry.flow == flow => {
+                    entry.end += 1;
+                    entry.node
+                }
+                _ => {
+                    let node = graph.graph.add_node(GraphNode::Flow(flow));
+                    let start = graph.flows.at.len() as u32;
+                    graph.flows.entries.push(FlowEntry {
+                        flow,
+                        node,
+                        start,
+                        end: start + 1,
+                    });
+                    node
+                }
+            };
+            let paused = totals.paused;
+            graph.flows.at.push((port, totals));
+            if paused > 0 {
+                let port_index = graph.port_node(port);
                 graph.graph.add_edge(
                     flow_index,
                     port_index,
@@ -499,7 +625,9 @@ impl ProvenanceGraph {
                 .collect();
             edges.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             for (flow, weight) in &edges {
-                let flow_index = graph.flow_node(*flow);
+                let Some(flow_index) = graph.flow_index(flow) else {
+                    continue;
+                };
                 graph.graph.add_edge(
                     port_index,
                     flow_index,
@@ -515,7 +643,7 @@ impl ProvenanceGraph {
             }
         }
         graph.stats.port_nodes = graph.port_nodes.len();
-        graph.stats.flow_nodes = graph.flow_nodes.len();
+        graph.stats.flow_nodes = graph.flows.entries.len();
         graph
     }
 
@@ -526,45 +654,3 @@ impl ProvenanceGraph {
         out
     }
 }
-
-/// A small deterministic multiplicative hasher for the per-flow tables (look-ups only; no
-/// output ever depends on hash order). SipHash's DoS resistance is not needed for
-/// telemetry already validated against the topology, and the tables hold ~10⁵ entries.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FlowHasher(u64);
-
-impl std::hash::Hasher for FlowHasher {
-    fn finish(&self) -> u64 {
-        // MurmurHash3's 64-bit finaliser: every input bit reaches the low (bucket) and high
-        // (control byte) bits.
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.write_u64(u64::from(*byte));
-        }
-    }
-    fn write_u8(&mut self, value: u8) {
-        self.write_u64(u64::from(value));
-    }
-    fn write_u16(&mut self, value: u16) {
-        self.write_u64(u64::from(value));
-    }
-    fn write_u32(&mut self, value: u32) {
-        self.write_u64(u64::from(value));
-    }
-    fn write_usize(&mut self, value: usize) {
-        self.write_u64(value as u64);
-    }
-    fn write_u64(&mut self, value: u64) {
-        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-/// `HashMap` with [`FlowHasher`].
-pub type FlowMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FlowHasher>>;

@@ -289,34 +289,20 @@ impl GraphView {
         let mut flow_rows: BTreeMap<usize, usize> = BTreeMap::new();
         for flow in &flow_order {
             // Anchor: the shown port where the flow has the most packets.
-            let anchor = graph.flow_ports.get(flow).and_then(|list| {
-                list.iter()
-                    .filter(|p| shown.contains(p))
-                    .max_by_key(|p| {
-                        (
-                            graph.flow_at_port.get(&(*flow, **p)).map(|f| f.packets),
-                            std::cmp::Reverse(**p),
-                        )
-                    })
-                    .copied()
-            });
+            let anchor = graph
+                .flow_ports(*flow)
+                .iter()
+                .filter(|(p, _)| shown.contains(p))
+                .max_by_key(|(p, at)| (at.packets, std::cmp::Reverse(*p)))
+                .map(|(p, _)| *p);
             let col = anchor.and_then(|p| column.get(&p).copied()).unwrap_or(0);
             let row = flow_rows.entry(col).or_default();
             let id = format!("n{}", nodes.len());
             flow_ids.insert(*flow, id.clone());
             let (packets, paused) = graph
-                .flow_ports
-                .get(flow)
-                .map(|list| {
-                    list.iter().fold((0, 0), |(a, b), p| {
-                        let at = graph.flow_at_port.get(&(*flow, *p));
-                        (
-                            a + at.map(|f| f.packets).unwrap_or(0),
-                            b + at.map(|f| f.paused).unwrap_or(0),
-                        )
-                    })
-                })
-                .unwrap_or((0, 0));
+                .flow_ports(*flow)
+                .iter()
+                .fold((0, 0), |(a, b), (_, at)| (a + at.packets, b + at.paused));
             nodes.push(ViewNode {
                 id,
                 kind: ViewKind::Flow,
@@ -324,14 +310,11 @@ impl GraphView {
                 detail: format!(
                     "{flow}\npacket-hops {packets}, paused {paused}\nports: {}",
                     graph
-                        .flow_ports
-                        .get(flow)
-                        .map(|l| l
-                            .iter()
-                            .map(|p| incident.port_id(*p).label)
-                            .collect::<Vec<_>>()
-                            .join(", "))
-                        .unwrap_or_default()
+                        .flow_ports(*flow)
+                        .iter()
+                        .map(|(p, _)| incident.port_id(*p).label)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 role: flow_role.get(flow).copied().unwrap_or(Role::Flow),
                 column: col,
@@ -382,7 +365,7 @@ impl GraphView {
             let Some(from) = flow_ids.get(flow) else {
                 continue;
             };
-            for port in graph.flow_ports.get(flow).map(Vec::as_slice).unwrap_or(&[]) {
+            for (port, _) in graph.flow_ports(*flow) {
                 let paused = graph.paused_at(*flow, *port);
                 if paused == 0 {
                     continue;

@@ -125,6 +125,10 @@ pub struct CpuPacket {
 pub struct RttSample {
     /// The sending host.
     pub host: NodeId,
+    /// The sending NIC (endpoint index; use as `HostEmit::src_nic`).
+    pub src_nic: u32,
+    /// The receiving NIC (endpoint index).
+    pub dst_nic: u32,
     /// Flow index.
     pub flow: u32,
     /// The flow's 5-tuple.

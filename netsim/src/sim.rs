@@ -409,6 +409,11 @@ impl Simulation {
         true
     }
 
+    /// Sends a packet from a host NIC as a host agent would (e.g. a polling packet).
+    pub fn emit_from_host(&mut self, emit: HostEmit) {
+        self.send_custom(emit);
+    }
+
     /// Runs until simulated time `until` (or the scenario end, whichever is first).
     pub fn run_until(&mut self, until: Time) {
         let until = until.min(self.p.end);
@@ -1524,6 +1529,8 @@ impl Simulation {
         }
         let sample = (kind == PacketKind::Ack).then(|| RttSample {
             host: self.nics[f.src_nic as usize].host,
+            src_nic: f.src_nic,
+            dst_nic: f.dst_nic,
             flow,
             tuple: f.tuple,
             acked: f.snd_una,
