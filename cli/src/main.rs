@@ -23,6 +23,11 @@ enum Command {
         #[command(subcommand)]
         command: SimCommand,
     },
+    /// The analyzer service: gRPC report collection, incidents, HTTP API.
+    Analyzer {
+        #[command(subcommand)]
+        command: AnalyzerCommand,
+    },
     /// Explain why a flow is slow from HAWKEYE telemetry reports (provenance graph and
     /// signature diagnosis).
     Diagnose {
@@ -44,6 +49,28 @@ enum Command {
         /// Print the JSON instead of the text explanation.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AnalyzerCommand {
+    /// Serve until interrupted (Ctrl-C).
+    Serve {
+        /// The fabric (`topology.json`).
+        #[arg(long)]
+        topology: PathBuf,
+        /// Store directory (created if needed; replayed on start).
+        #[arg(long, default_value = "analyzer-data")]
+        data: PathBuf,
+        /// gRPC listen address for switch agents.
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        grpc: std::net::SocketAddr,
+        /// HTTP listen address for the API and HTML reports.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        http: std::net::SocketAddr,
+        /// How long an incident waits for missing switches, ms.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
     },
 }
 
@@ -95,6 +122,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         },
+        Command::Analyzer {
+            command:
+                AnalyzerCommand::Serve {
+                    topology,
+                    data,
+                    grpc,
+                    http,
+                    timeout_ms,
+                },
+        } => serve(&topology, data, grpc, http, timeout_ms),
         Command::Diagnose {
             reports,
             topology,
@@ -104,6 +141,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         } => diagnose(&reports, &topology, &victim, epoch, out.as_deref(), json),
     }
+}
+
+fn serve(
+    topology: &Path,
+    data: PathBuf,
+    grpc: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+    timeout_ms: u64,
+) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(topology)
+        .with_context(|| format!("reading {}", topology.display()))?;
+    let topology: hawkmesh_wire::topology::FabricTopology = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a topology.json", topology.display()))?;
+    topology.validate()?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let server = hawkmesh_analyzer_server::start(hawkmesh_analyzer_server::ServerConfig {
+            grpc_addr: grpc,
+            http_addr: http,
+            data_dir: data,
+            topology,
+            incident_timeout: std::time::Duration::from_millis(timeout_ms),
+            options: hawkmesh_analyzer::DiagnoseOptions::default(),
+        })
+        .await?;
+        println!(
+            "analyzer: gRPC on {}, HTTP on http://{}/api/incidents",
+            server.grpc_addr, server.http_addr
+        );
+        tokio::signal::ctrl_c().await?;
+        server.stop().await;
+        anyhow::Ok(())
+    })
 }
 
 fn diagnose(

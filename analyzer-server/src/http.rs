@@ -1,0 +1,108 @@
+//! The HTTP API: incidents as JSON and the self-contained HTML report.
+//!
+//! - `GET /api/incidents` — every incident (event id, state, switches, verdict)
+//! - `GET /api/incidents/{event_id}` — one incident with its diagnosis JSON
+//! - `GET /incidents/{event_id}` — the HTML report (provenance graph drawn)
+//! - `GET /healthz` — liveness
+
+use crate::incidents::IncidentSet;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use std::sync::{Arc, Mutex};
+
+/// The router over the shared incident set.
+pub fn router(incidents: Arc<Mutex<IncidentSet>>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/api/incidents", get(list))
+        .route("/api/incidents/{event_id}", get(one))
+        .route("/incidents/{event_id}", get(html))
+        .with_state(incidents)
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message + "\n",
+    )
+        .into_response()
+}
+
+fn json(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn parse_id(text: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| format!("event id {text:?} is not a number"))
+}
+
+async fn list(State(set): State<Arc<Mutex<IncidentSet>>>) -> Response {
+    let Ok(set) = set.lock() else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "incident set poisoned".into(),
+        );
+    };
+    match serde_json::to_string_pretty(&set.list()) {
+        Ok(body) => json(body),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn one(State(set): State<Arc<Mutex<IncidentSet>>>, Path(id): Path<String>) -> Response {
+    let event_id = match parse_id(&id) {
+        Ok(id) => id,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let Ok(set) = set.lock() else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "incident set poisoned".into(),
+        );
+    };
+    let Some(summary) = set.summary(event_id) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no incident with event id {event_id}"),
+        );
+    };
+    let diagnosis: serde_json::Value = set
+        .diagnosis_json(event_id)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let body = serde_json::json!({ "incident": summary, "diagnosis": diagnosis });
+    json(body.to_string())
+}
+
+async fn html(State(set): State<Arc<Mutex<IncidentSet>>>, Path(id): Path<String>) -> Response {
+    let event_id = match parse_id(&id) {
+        Ok(id) => id,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let Ok(set) = set.lock() else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "incident set poisoned".into(),
+        );
+    };
+    match set.diagnosis_html(event_id) {
+        Some(page) => (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            page.to_string(),
+        )
+            .into_response(),
+        None if set.summary(event_id).is_some() => error(
+            StatusCode::ACCEPTED,
+            format!("incident {event_id} is still collecting reports"),
+        ),
+        None => error(
+            StatusCode::NOT_FOUND,
+            format!("no incident with event id {event_id}"),
+        ),
+    }
+}

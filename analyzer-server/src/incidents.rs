@@ -1,0 +1,383 @@
+//! Incident assembly: report chunks grouped by polling event, per-switch reassembly, the
+//! completeness rule, diagnosis.
+//!
+//! An incident is one polling event (HAWKEYE §3.4). A switch's report is complete when its
+//! chunks 0..=last (the one flagged last) are all present. The switches the polling packet
+//! reached follow from the reports themselves: every report lists the ports its switch sent
+//! the polling packet out of, and the topology says which switch is behind each. The
+//! incident is complete when every switch so named has a complete report; if some never
+//! answer, the incident is diagnosed after a timeout with what arrived, and the diagnosis
+//! says which switches are missing (finding `polled_switch_missing`) instead of guessing.
+
+use crate::store::{from_hex, to_hex, Record, Replay, Store, StoreError};
+use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
+use hawkmesh_wire::telemetry::{decode_reports, ChunkHeader, ChunkHeaderRepr, TelemetryReport};
+use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortRef};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// Where an incident stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncidentState {
+    /// Waiting for reports.
+    Collecting,
+    /// Every switch the polling packet reached has reported; diagnosed.
+    Complete,
+    /// Some switches never reported; diagnosed with what arrived.
+    TimedOut,
+}
+
+impl IncidentState {
+    /// Name used in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncidentState::Collecting => "collecting",
+            IncidentState::Complete => "complete",
+            IncidentState::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// A short view of an incident for listings.
+#[derive(Clone, Debug, Serialize)]
+pub struct IncidentSummary {
+    /// Polling event id.
+    pub event_id: u64,
+    /// State.
+    pub state: IncidentState,
+    /// Switches with complete reports.
+    pub reported_switches: Vec<NodeId>,
+    /// Switches named by the reports that have not (completely) reported.
+    pub missing_switches: Vec<NodeId>,
+    /// Chunks stored.
+    pub chunks: usize,
+    /// Problems with the chunks (undecodable reports), by switch.
+    pub errors: Vec<String>,
+    /// One-line verdict, once diagnosed.
+    pub verdict: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Incident {
+    chunks: BTreeMap<(NodeId, u16), Vec<u8>>,
+    last_index: BTreeMap<NodeId, u16>,
+    reports: BTreeMap<NodeId, TelemetryReport>,
+    errors: BTreeMap<NodeId, String>,
+    state: Option<IncidentState>,
+    last_activity: Option<Instant>,
+    diagnosis_json: Option<String>,
+    diagnosis_html: Option<String>,
+    verdict: Option<String>,
+}
+
+/// What happened to a submitted chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accepted {
+    /// Stored for the first time.
+    New,
+    /// Already stored.
+    Duplicate,
+}
+
+/// Why a chunk or the set failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IncidentError {
+    /// The chunk is not a telemetry chunk.
+    #[error("rejected chunk: {0}")]
+    BadChunk(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Checks a chunk's header and that its length matches the payload length it declares.
+fn parse_header(bytes: &[u8]) -> Result<ChunkHeaderRepr, IncidentError> {
+    let bad =
+        |e: hawkmesh_wire::telemetry::TelemetryWireError| IncidentError::BadChunk(e.to_string());
+    let header =
+        ChunkHeaderRepr::parse(&ChunkHeader::new_checked(bytes).map_err(bad)?, 0).map_err(bad)?;
+    let expected = ChunkHeader::<&[u8]>::LEN + header.payload_len as usize;
+    if bytes.len() != expected {
+        return Err(IncidentError::BadChunk(format!(
+            "chunk of switch {} event {} index {} is {} bytes, its header announces {expected}",
+            header.switch,
+            header.event_id,
+            header.chunk_index,
+            bytes.len()
+        )));
+    }
+    Ok(header)
+}
+
+/// Every incident the analyzer knows, backed by the store.
+#[derive(Debug)]
+pub struct IncidentSet {
+    topology: FabricTopology,
+    options: DiagnoseOptions,
+    timeout: Duration,
+    store: Store,
+    incidents: BTreeMap<u64, Incident>,
+    /// Replay found a torn last record.
+    pub recovered_torn_tail: bool,
+}
+
+impl IncidentSet {
+    /// Opens the store in `data_dir` and rebuilds every incident from it.
+    pub fn open(
+        data_dir: &std::path::Path,
+        topology: FabricTopology,
+        options: DiagnoseOptions,
+        timeout: Duration,
+    ) -> Result<IncidentSet, IncidentError> {
+        let (store, Replay { records, torn_tail }) = Store::open(data_dir)?;
+        let mut set = IncidentSet {
+            topology,
+            options,
+            timeout,
+            store,
+            incidents: BTreeMap::new(),
+            recovered_torn_tail: torn_tail,
+        };
+        let now = Instant::now();
+        let mut timed_out = Vec::new();
+        for record in records {
+            match record {
+                Record::Chunk { hex } => {
+                    // Stored chunks were validated when received.
+                    if let Ok(bytes) = from_hex(&hex) {
+                        let _ = set.insert_chunk(bytes, now);
+                    }
+                }
+                Record::TimedOut { event_id } => timed_out.push(event_id),
+            }
+        }
+        for event_id in timed_out {
+            set.finish(event_id, IncidentState::TimedOut);
+        }
+        for event_id in set.incidents.keys().copied().collect::<Vec<_>>() {
+            set.try_complete(event_id);
+        }
+        Ok(set)
+    }
+
+    /// Validates, stores (durably) and files one chunk.
+    pub fn accept(&mut self, bytes: Vec<u8>, now: Instant) -> Result<Accepted, IncidentError> {
+        let header = parse_header(&bytes)?;
+        if let Some(node) = self.topology.nodes.get(header.switch as usize) {
+            if node.kind != NodeKind::Switch {
+                return Err(IncidentError::BadChunk(format!(
+                    "chunk claims to come from {} which is not a switch",
+                    node.name
+                )));
+            }
+        } else {
+            return Err(IncidentError::BadChunk(format!(
+                "chunk from switch {} which the topology does not have",
+                header.switch
+            )));
+        }
+        let key = (header.switch, header.chunk_index);
+        if self
+            .incidents
+            .get(&header.event_id)
+            .is_some_and(|i| i.chunks.contains_key(&key))
+        {
+            return Ok(Accepted::Duplicate);
+        }
+        self.store.append(&Record::Chunk {
+            hex: to_hex(&bytes),
+        })?;
+        let event_id = header.event_id;
+        self.insert_chunk(bytes, now)?;
+        self.try_complete(event_id);
+        Ok(Accepted::New)
+    }
+
+    fn insert_chunk(&mut self, bytes: Vec<u8>, now: Instant) -> Result<(), IncidentError> {
+        let header = parse_header(&bytes)?;
+        let incident = self.incidents.entry(header.event_id).or_default();
+        incident.last_activity = Some(now);
+        if incident.state.is_none() {
+            incident.state = Some(IncidentState::Collecting);
+        }
+        if header.last {
+            incident
+                .last_index
+                .insert(header.switch, header.chunk_index);
+        }
+        incident
+            .chunks
+            .insert((header.switch, header.chunk_index), bytes);
+        // Reassemble this switch's report once all its chunks are present.
+        if let Some(last) = incident.last_index.get(&header.switch).copied() {
+            let all = (0..=last).all(|i| incident.chunks.contains_key(&(header.switch, i)));
+            if all && !incident.reports.contains_key(&header.switch) {
+                let mut joined = Vec::new();
+                for i in 0..=last {
+                    joined.extend_from_slice(&incident.chunks[&(header.switch, i)]);
+                }
+                match decode_reports(&joined) {
+                    Ok(mut reports) if reports.len() == 1 => {
+                        incident.reports.insert(header.switch, reports.remove(0));
+                        incident.errors.remove(&header.switch);
+                    }
+                    Ok(reports) => {
+                        incident.errors.insert(
+                            header.switch,
+                            format!(
+                                "switch {}: {} reports in one chunk sequence",
+                                header.switch,
+                                reports.len()
+                            ),
+                        );
+                    }
+                    Err(error) => {
+                        incident
+                            .errors
+                            .insert(header.switch, format!("switch {}: {error}", header.switch));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Switches named by the reports (the next hops of the polling packet) that are not
+    /// complete, and the complete ones.
+    fn coverage(&self, incident: &Incident) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
+        let reported: BTreeSet<NodeId> = incident.reports.keys().copied().collect();
+        let mut expected = reported.clone();
+        for (switch, report) in &incident.reports {
+            for egress in &report.polling.egress {
+                let peer = self.topology.peer(PortRef {
+                    node: *switch,
+                    port: egress.port,
+                });
+                if let Some(peer) = peer {
+                    let is_switch = self
+                        .topology
+                        .nodes
+                        .get(peer.node as usize)
+                        .is_some_and(|n| n.kind == NodeKind::Switch);
+                    if is_switch {
+                        expected.insert(peer.node);
+                    }
+                }
+            }
+        }
+        // Switches that sent chunks but whose report is incomplete are missing too.
+        expected.extend(incident.chunks.keys().map(|(switch, _)| *switch));
+        let missing = expected.difference(&reported).copied().collect();
+        (reported, missing)
+    }
+
+    fn try_complete(&mut self, event_id: u64) {
+        let Some(incident) = self.incidents.get(&event_id) else {
+            return;
+        };
+        if incident.state != Some(IncidentState::Collecting) || incident.reports.is_empty() {
+            return;
+        }
+        let (_, missing) = self.coverage(incident);
+        if missing.is_empty() {
+            self.finish(event_id, IncidentState::Complete);
+        }
+    }
+
+    fn finish(&mut self, event_id: u64, state: IncidentState) {
+        let Some(incident) = self.incidents.get(&event_id) else {
+            return;
+        };
+        if incident.state != Some(IncidentState::Collecting) {
+            return;
+        }
+        let reports: Vec<TelemetryReport> = incident.reports.values().cloned().collect();
+        let victim = reports.first().map(|r| r.polling.victim);
+        let (json, html, verdict) = match victim {
+            Some(victim) => match diagnose_reports(
+                loaded(reports),
+                self.topology.clone(),
+                victim,
+                &self.options,
+            ) {
+                Ok(output) => {
+                    let json = render::to_json(&output.diagnosis).ok();
+                    let html = render::to_html(&output.diagnosis, &output.view).ok();
+                    (json, html, Some(output.diagnosis.verdict.clone()))
+                }
+                Err(error) => (
+                    None,
+                    None,
+                    Some(format!("telemetry could not be diagnosed: {error}")),
+                ),
+            },
+            None => (
+                None,
+                None,
+                Some("no switch delivered a complete report".to_string()),
+            ),
+        };
+        if let Some(incident) = self.incidents.get_mut(&event_id) {
+            incident.state = Some(state);
+            incident.diagnosis_json = json;
+            incident.diagnosis_html = html;
+            incident.verdict = verdict;
+        }
+    }
+
+    /// Diagnoses incidents that have waited longer than the timeout for missing switches.
+    pub fn expire(&mut self, now: Instant) -> Result<Vec<u64>, IncidentError> {
+        let due: Vec<u64> = self
+            .incidents
+            .iter()
+            .filter(|(_, i)| {
+                i.state == Some(IncidentState::Collecting)
+                    && i.last_activity
+                        .is_some_and(|t| now.duration_since(t) >= self.timeout)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for event_id in &due {
+            self.store.append(&Record::TimedOut {
+                event_id: *event_id,
+            })?;
+            self.finish(*event_id, IncidentState::TimedOut);
+        }
+        Ok(due)
+    }
+
+    /// Summary of one incident.
+    pub fn summary(&self, event_id: u64) -> Option<IncidentSummary> {
+        let incident = self.incidents.get(&event_id)?;
+        let (reported, missing) = self.coverage(incident);
+        Some(IncidentSummary {
+            event_id,
+            state: incident.state.unwrap_or(IncidentState::Collecting),
+            reported_switches: reported.into_iter().collect(),
+            missing_switches: missing.into_iter().collect(),
+            chunks: incident.chunks.len(),
+            errors: incident.errors.values().cloned().collect(),
+            verdict: incident.verdict.clone(),
+        })
+    }
+
+    /// Every incident, newest event id last.
+    pub fn list(&self) -> Vec<IncidentSummary> {
+        self.incidents
+            .keys()
+            .filter_map(|id| self.summary(*id))
+            .collect()
+    }
+
+    /// The diagnosis JSON of an incident, once diagnosed.
+    pub fn diagnosis_json(&self, event_id: u64) -> Option<&str> {
+        self.incidents.get(&event_id)?.diagnosis_json.as_deref()
+    }
+
+    /// The HTML report of an incident, once diagnosed.
+    pub fn diagnosis_html(&self, event_id: u64) -> Option<&str> {
+        self.incidents.get(&event_id)?.diagnosis_html.as_deref()
+    }
+}
