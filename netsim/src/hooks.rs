@@ -56,7 +56,7 @@ pub struct IngressMeta {
 }
 
 /// What the ingress pipeline decided.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct IngressActions {
     /// Drop the packet (the CPU copy, if any, is still made).
     pub drop: bool,
@@ -66,6 +66,9 @@ pub struct IngressActions {
     pub multicast: PortSet,
     /// Send a copy to the switch CPU port.
     pub to_cpu: bool,
+    /// What the CPU copy carries when it differs from the packet (e.g. a polling copy with
+    /// its port context); `None` copies the packet as is.
+    pub cpu_payload: Option<Vec<u8>>,
 }
 
 /// Intrinsic metadata at egress (after the traffic manager).
@@ -88,12 +91,14 @@ pub struct EgressMeta {
 }
 
 /// What the egress pipeline decided.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct EgressActions {
     /// Drop instead of transmitting.
     pub drop: bool,
     /// Send a copy to the switch CPU port.
     pub to_cpu: bool,
+    /// What the CPU copy carries (e.g. an eviction report); `None` copies the packet.
+    pub cpu_payload: Option<Vec<u8>>,
 }
 
 /// A switch data-plane program running inside netsim (the codegen model implements this).
@@ -118,6 +123,8 @@ pub struct CpuPacket {
     pub egress_port: Option<PortNo>,
     /// The packet (copy).
     pub packet: Packet,
+    /// The bytes the pipeline put in the CPU copy, when it chose them.
+    pub payload: Option<Vec<u8>>,
 }
 
 /// One RTT sample: the ACK of a data packet came back.

@@ -54,6 +54,8 @@ pub struct Packet {
     pub priority: u8,
     /// ECN codepoint.
     pub ecn: u8,
+    /// DSCP (the upper six bits of the IPv4 TOS byte).
+    pub dscp: u8,
     /// IP TTL (hop limit); decremented by every switch, dropped at 0.
     pub ttl: u8,
     /// Sending NIC (endpoint index).
@@ -82,6 +84,9 @@ pub struct Packet {
     pub pfc_vector: u8,
     /// PFC: quanta per priority.
     pub pfc_quanta: [u16; 8],
+    /// Scratch metadata a switch pipeline carries from its ingress to its egress pass
+    /// (Tofino's bridged metadata); cleared when the packet enters a switch.
+    pub bridge: [u64; 2],
     /// Custom header bytes used.
     pub custom_len: u8,
     /// Custom header bytes (polling header etc.).
@@ -95,6 +100,7 @@ impl Packet {
             kind,
             priority: 0,
             ecn: ECN_NOT_ECT,
+            dscp: 0,
             ttl: 64,
             src_nic: u32::MAX,
             dst_nic: u32::MAX,
@@ -115,6 +121,7 @@ impl Packet {
             enq_qdepth: 0,
             pfc_vector: 0,
             pfc_quanta: [0; 8],
+            bridge: [0; 2],
             custom_len: 0,
             custom: [0; CUSTOM_CAPACITY],
         }

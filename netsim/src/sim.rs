@@ -694,6 +694,7 @@ impl Simulation {
         {
             let packet = self.packets.get_mut(id);
             packet.in_port = port;
+            packet.bridge = [0; 2];
             if packet.ttl <= 1 {
                 self.ports[port as usize].counters.drops_ttl += 1;
                 self.packets.free(id);
@@ -706,7 +707,7 @@ impl Simulation {
         } else {
             self.route(s, id)
         };
-        let actions = self.run_ingress_hook(s, port, id, routed);
+        let mut actions = self.run_ingress_hook(s, port, id, routed);
         if actions.to_cpu {
             self.cpu_inbox.push(CpuPacket {
                 time: self.now,
@@ -714,6 +715,7 @@ impl Simulation {
                 ingress_port: self.ports[port as usize].local,
                 egress_port: actions.egress_override.or(routed),
                 packet: self.packets.get(id).clone(),
+                payload: actions.cpu_payload.take(),
             });
         }
         let port_count = self.switches[s as usize].port_count;
@@ -1044,6 +1046,7 @@ impl Simulation {
                     ingress_port: ingress_local,
                     egress_port: Some(meta.egress_port),
                     packet: self.packets.get(id).clone(),
+                    payload: actions.cpu_payload.take(),
                 });
             }
             if actions.drop {

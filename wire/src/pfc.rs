@@ -13,10 +13,11 @@
 
 use thiserror::Error;
 
-/// EtherType of MAC control frames (IEEE 802.3 clause 31).
-pub const ETHERTYPE_MAC_CONTROL: u16 = 0x8808;
-/// MAC control opcode of priority-based flow control (IEEE 802.1Qbb, 802.3 Annex 31D).
-pub const OPCODE_PFC: u16 = 0x0101;
+/// EtherType of MAC control frames (IEEE 802.3 clause 31), from the switch program.
+pub use crate::dataplane::ETHERTYPE_MAC_CONTROL;
+/// MAC control opcode of priority-based flow control (IEEE 802.1Qbb, 802.3 Annex 31D), from
+/// the switch program.
+pub use crate::dataplane::PFC_OPCODE as OPCODE_PFC;
 /// Reserved multicast destination of MAC control frames.
 pub const PFC_DESTINATION: [u8; 6] = [0x01, 0x80, 0xC2, 0x00, 0x00, 0x01];
 /// Bytes of a PFC frame on the wire, FCS included (minimum Ethernet frame).

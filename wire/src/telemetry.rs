@@ -64,10 +64,8 @@ use crate::topology::{NodeId, PortNo};
 
 /// The format version written by this build, in JSON (`version`) and in chunk headers.
 pub const TELEMETRY_FORMAT_VERSION: u8 = 1;
-/// The RoCEv2 UDP destination port (IANA).
-pub const ROCEV2_UDP_PORT: u16 = 4791;
-/// IP protocol number of UDP.
-pub const IP_PROTOCOL_UDP: u8 = 17;
+/// The RoCEv2 UDP destination port and the UDP protocol number, from the switch program.
+pub use crate::dataplane::{IP_PROTOCOL_UDP, ROCEV2_UDP_PORT};
 /// Magic bytes that open every binary chunk.
 pub const CHUNK_MAGIC: [u8; 4] = *b"HKTR";
 

@@ -1,0 +1,1480 @@
+//! The hawkmesh switch program: HAWKEYE telemetry, causality meters and polling
+//! (HAWKEYE §3.3–3.4) and, on ToR variants, PARALEON's Elastic Sketch — written once here.
+//!
+//! # Pipeline
+//!
+//! ```text
+//! ingress                                        egress (per copy)
+//!  PFC frame (0x8808/0x0101) → own port ───────►  pause_end_p{q}[port] = now + quanta×512 bit
+//!                                                  times (quanta 0: now = XON); frame dropped
+//!  polling (UDP dport POLLING_UDP_PORT)            clone to CPU: write port context
+//!   hop limit 0 / bad version → drop               polling copy: keep if victim port (flag 01)
+//!   dedupe[hash(event id)] within interval → drop    or PFC bit and this port has paused
+//!   clone to CPU (ingress port, arrival flags)       packets and meter[in→port] > 0;
+//!   flag 1x → multicast all ports                    set PFC bit if paused; hop limit − 1
+//!   flag 01 → victim's forwarding choice           RoCEv2 data (BTH): epoch ring slot reset
+//!  IPv4 → forward table (L3/ECMP)                    on first touch (stored epoch id):
+//!   ToR: Elastic Sketch insert once per path          port / meter / flow telemetry,
+//!        (DSCP mark bit)                              flow eviction → egress clone to CPU
+//! ```
+//!
+//! Registers are sized from [`HawkeyeParams`]; every index is
+//! `epoch_index ++ port` / `epoch_index ++ ingress ++ egress` / `epoch_index ++ flow slot`.
+
+use crate::error::BuildError;
+use crate::ir::e::*;
+use crate::ir::*;
+
+/// EtherType of IPv4.
+pub const ETHERTYPE_IPV4: u64 = 0x0800;
+/// IPv4 protocol number of UDP.
+pub const IP_PROTOCOL_UDP: u64 = 17;
+
+/// Parameters of a program variant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HawkeyeParams {
+    /// Front-panel ports (power of two; port numbers are `0..ports`).
+    pub ports: u32,
+    /// Epochs kept in the ring (power of two).
+    pub epochs: u32,
+    /// log2 of the epoch length in ns (HAWKEYE §3.3: 2^20 ns ≈ 1 ms).
+    pub epoch_log2_ns: u8,
+    /// Flow slots per epoch (power of two).
+    pub flow_slots: u32,
+    /// Polling duplicate-suppression slots (power of two).
+    pub dedupe_slots: u32,
+    /// Duplicate-suppression interval in units of 1024 ns.
+    pub dedupe_interval_units: u32,
+    /// CPU port number (Tofino: the PCIe CPU port, e.g. 192 on a 2-pipe Wedge 100BF-32X).
+    pub cpu_port: u16,
+    /// Elastic Sketch (PARALEON) on ToR switches.
+    pub sketch: Option<SketchParams>,
+}
+
+/// Elastic Sketch sizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SketchParams {
+    /// Heavy-part buckets (power of two).
+    pub heavy_buckets: u32,
+    /// Light-part 8-bit counters (power of two).
+    pub light_counters: u32,
+    /// Eviction threshold λ: vote− ≥ λ × vote+ (Elastic Sketch §3.1; 8 in the paper).
+    pub lambda: u32,
+}
+
+impl Default for HawkeyeParams {
+    fn default() -> Self {
+        HawkeyeParams {
+            ports: 64,
+            epochs: 4,
+            epoch_log2_ns: 20,
+            flow_slots: 4096,
+            dedupe_slots: 1024,
+            // ≈ 3 ms (the artifact's per-QP polling guard).
+            dedupe_interval_units: 2930,
+            cpu_port: 192,
+            sketch: Some(SketchParams {
+                heavy_buckets: 4096,
+                light_counters: 65536,
+                lambda: 8,
+            }),
+        }
+    }
+}
+
+fn log2(name: &'static str, v: u32, min: u32, max: u32) -> Result<u8, BuildError> {
+    if !v.is_power_of_two() || v < min || v > max {
+        return Err(BuildError::Parameter {
+            name,
+            message: format!("{v} must be a power of two in {min}..={max}"),
+        });
+    }
+    Ok(v.trailing_zeros() as u8)
+}
+
+fn always(word: Word, op: SaluOp, a: SaluOperand, b: SaluOperand) -> SaluUpdate {
+    SaluUpdate {
+        when: Pred::ALWAYS,
+        word,
+        op,
+        a,
+        b,
+    }
+}
+
+fn upd(when: Pred, word: Word, op: SaluOp, a: SaluOperand, b: SaluOperand) -> SaluUpdate {
+    SaluUpdate {
+        when,
+        word,
+        op,
+        a,
+        b,
+    }
+}
+
+fn out(when: Pred, value: SaluOutputValue) -> SaluOutput {
+    SaluOutput { when, value }
+}
+
+fn cond(
+    left: SaluOperand,
+    right: Option<(bool, SaluOperand)>,
+    cmp: CmpOp,
+    constant: i64,
+) -> SaluCondition {
+    SaluCondition {
+        left,
+        right,
+        cmp,
+        constant,
+    }
+}
+
+use SaluOperand::{Const as K, Phv, Reg};
+const LO: SaluOperand = Reg(Word::Lo);
+const HI: SaluOperand = Reg(Word::Hi);
+
+/// A register action, shorthand.
+fn ra(
+    b: &mut ProgramBuilder,
+    name: &str,
+    register: RegisterId,
+    doc: &str,
+    conditions: Vec<SaluCondition>,
+    updates: Vec<SaluUpdate>,
+    outputs: Vec<SaluOutput>,
+) -> RegisterActionId {
+    b.register_action(RegisterAction {
+        name: name.to_string(),
+        register,
+        doc: doc.to_string(),
+        conditions,
+        updates,
+        outputs,
+    })
+}
+
+fn exec(action: RegisterActionId, index: Expr, output: Option<FieldId>) -> Stmt {
+    Stmt::Execute {
+        action,
+        index,
+        output,
+    }
+}
+
+/// `(a ++ b)` for an index: `a << b_width | b`, at `a_width + b_width` bits.
+fn concat(a: Expr, a_width: u8, b: Expr, b_width: u8) -> Expr {
+    let w = a_width + b_width;
+    or(shl(cast(a, w), b_width), cast(b, w))
+}
+
+/// Builds the program for `params`.
+pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
+    let port_bits = log2("ports", params.ports, 2, 256)?;
+    let epoch_bits = log2("epochs", params.epochs, 1, 16)?;
+    let flow_bits = log2("flow_slots", params.flow_slots, 2, 1 << 20)?;
+    let dedupe_bits = log2("dedupe_slots", params.dedupe_slots, 2, 1 << 16)?;
+    if params.epoch_log2_ns < 10 || params.epoch_log2_ns as u32 + epoch_bits as u32 + 16 > 48 {
+        return Err(BuildError::Parameter {
+            name: "epoch_log2_ns",
+            message: format!(
+                "{} leaves no room for a 16-bit epoch id in the 48-bit timestamp (need 10 ≤ epoch_log2_ns ≤ {})",
+                params.epoch_log2_ns,
+                32 - epoch_bits
+            ),
+        });
+    }
+    if params.epoch_log2_ns > 32 {
+        return Err(BuildError::Parameter {
+            name: "epoch_log2_ns",
+            message: "epochs longer than 2^32 ns do not fit the 32-bit offsets".into(),
+        });
+    }
+    let doc = "hawkmesh switch data plane: HAWKEYE PFC-aware telemetry, causality meters and polling (HAWKEYE SIGCOMM'25 §3.3-3.4), Elastic Sketch on ToR switches (PARALEON ICNP'24 §III-B, Elastic Sketch SIGCOMM'18 §3)";
+    let mut b = ProgramBuilder::new("hawkmesh", doc);
+    b.cpu_mirror_session(1);
+
+    // ---- constants shared with Rust -------------------------------------------------
+    let ethertype_mac_control = b.constant(
+        "ETHERTYPE_MAC_CONTROL",
+        0x8808,
+        16,
+        "IEEE 802.3 clause 31 MAC control EtherType (PFC frames)",
+    );
+    let pfc_opcode = b.constant("PFC_OPCODE", 0x0101, 16, "IEEE 802.1Qbb PFC opcode");
+    b.constant("ETHERTYPE_IPV4", ETHERTYPE_IPV4, 16, "IPv4 EtherType");
+    b.constant("IP_PROTOCOL_UDP", IP_PROTOCOL_UDP, 8, "UDP protocol number");
+    let rocev2_port = b.constant(
+        "ROCEV2_UDP_PORT",
+        4791,
+        16,
+        "RoCEv2 UDP destination port (IBTA Annex A17)",
+    );
+    let polling_port = b.constant("POLLING_UDP_PORT", 0x6888, 16, "UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)");
+    let polling_version = b.constant(
+        "POLLING_VERSION",
+        1,
+        8,
+        "Version of the polling header layout",
+    );
+    b.constant(
+        "POLLING_HEADER_BYTES",
+        32,
+        16,
+        "Bytes of the polling header after the UDP header",
+    );
+    b.constant(
+        "POLLING_CONTEXT_IN_FLIGHT",
+        0,
+        8,
+        "context_kind of a polling packet travelling between switches",
+    );
+    let ctx_cpu = b.constant(
+        "POLLING_CONTEXT_CPU_COPY",
+        1,
+        8,
+        "context_kind of the copy a switch sends to its CPU port",
+    );
+    b.constant(
+        "TRACE_VICTIM_PATH",
+        1,
+        2,
+        "HAWKEYE Table 1 flag 01: trace along the victim flow path",
+    );
+    b.constant(
+        "TRACE_PFC_CAUSALITY",
+        2,
+        2,
+        "HAWKEYE Table 1 flag 10: trace along the PFC causality",
+    );
+    let all_ports_group = b.constant(
+        "MCAST_GROUP_ALL_PORTS",
+        1,
+        16,
+        "Multicast group holding every front-panel port (polling PFC branch)",
+    );
+    let no_port = b.constant("NO_PORT", 0xFFFF, 16, "Port value meaning 'none'");
+    b.constant(
+        "CPU_PORT",
+        params.cpu_port as u64,
+        16,
+        "The switch CPU port",
+    );
+    b.constant(
+        "CPU_MIRROR_SESSION",
+        1,
+        16,
+        "Mirror session that sends clones to the CPU port",
+    );
+    b.constant(
+        "PORTS",
+        params.ports as u64,
+        16,
+        "Front-panel ports covered by the telemetry registers",
+    );
+    b.constant(
+        "EPOCHS",
+        params.epochs as u64,
+        16,
+        "Epochs kept in the ring (HAWKEYE §3.3)",
+    );
+    b.constant(
+        "EPOCH_LOG2_NS",
+        params.epoch_log2_ns as u64,
+        8,
+        "Epoch length is 2^EPOCH_LOG2_NS ns",
+    );
+    b.constant(
+        "FLOW_SLOTS",
+        params.flow_slots as u64,
+        32,
+        "Flow telemetry slots per epoch",
+    );
+    b.constant(
+        "QDEPTH_UNIT_BYTES_TOFINO",
+        80,
+        8,
+        "Tofino enq_qdepth unit (cells of 80 bytes)",
+    );
+    b.constant(
+        "EVICTION_REPORT_BYTES",
+        37,
+        16,
+        "Bytes of the eviction report header at the front of an eviction CPU copy",
+    );
+    b.constant(
+        "DEDUPE_INTERVAL_UNITS",
+        params.dedupe_interval_units as u64,
+        32,
+        "Polling duplicate suppression interval in 1024-ns units",
+    );
+    b.multicast_group(all_ports_group as u16, "every front-panel port (0..PORTS)");
+
+    // ---- headers -------------------------------------------------------------------
+    // The eviction report is declared first so that it is deparsed in front of Ethernet
+    // on an eviction CPU copy.
+    let (eviction, ev) = b.synthesized_header(
+        "eviction",
+        "Flow eviction report prepended to an egress clone for the CPU (HAWKEYE §3.3: a colliding flow evicts the old one and the controller stores it)",
+        &[
+            ("epoch_id", 16),
+            ("epoch_index", 8),
+            ("egress_port", 16),
+            ("src_addr", 32),
+            ("dst_addr", 32),
+            ("src_port", 16),
+            ("dst_port", 16),
+            ("packets", 32),
+            ("paused_packets", 32),
+            ("unpaused_qdepth_sum", 32),
+            ("first_offset_ns", 32),
+            ("last_offset_ns", 32),
+        ],
+    );
+    let (ethernet, eth) = b.header(
+        "ethernet",
+        "Ethernet II",
+        &[("dst_addr", 48), ("src_addr", 48), ("ether_type", 16)],
+    );
+    let mut pfc_fields: Vec<(String, u8)> =
+        vec![("opcode".into(), 16), ("class_enable".into(), 16)];
+    for q in 0..8 {
+        pfc_fields.push((format!("quanta_{q}"), 16));
+    }
+    let pfc_refs: Vec<(&str, u8)> = pfc_fields.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+    let (pfc, pf) = b.header(
+        "pfc",
+        "IEEE 802.1Qbb PFC frame body: opcode, class-enable vector, eight quanta",
+        &pfc_refs,
+    );
+    let (ipv4, ip) = b.header(
+        "ipv4",
+        "IPv4 (RFC 791; DSCP/ECN per RFC 2474/3168)",
+        &[
+            ("version", 4),
+            ("ihl", 4),
+            ("dscp", 6),
+            ("ecn", 2),
+            ("total_len", 16),
+            ("identification", 16),
+            ("flags", 3),
+            ("frag_offset", 13),
+            ("ttl", 8),
+            ("protocol", 8),
+            ("hdr_checksum", 16),
+            ("src_addr", 32),
+            ("dst_addr", 32),
+        ],
+    );
+    let (udp, u) = b.header(
+        "udp",
+        "UDP",
+        &[
+            ("src_port", 16),
+            ("dst_port", 16),
+            ("length", 16),
+            ("checksum", 16),
+        ],
+    );
+    let (bth, _bt) = b.header(
+        "bth",
+        "InfiniBand Base Transport Header of RoCEv2 (IBTA vol. 1 §9.2)",
+        &[
+            ("opcode", 8),
+            ("flags", 8),
+            ("partition_key", 16),
+            ("reserved0", 8),
+            ("dest_qp", 24),
+            ("ack_request", 1),
+            ("reserved1", 7),
+            ("psn", 24),
+        ],
+    );
+    let (polling, po) = b.header(
+        "polling",
+        "HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 1: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context",
+        &[
+            ("version", 8),
+            ("reserved_flags", 6),
+            ("trace_flag", 2),
+            ("hop_limit", 8),
+            ("context_kind", 8),
+            ("event_id", 64),
+            ("victim_src_addr", 32),
+            ("victim_dst_addr", 32),
+            ("victim_src_port", 16),
+            ("victim_dst_port", 16),
+            ("victim_protocol", 8),
+            ("arrival_flags", 8),
+            ("context_ingress_port", 16),
+            ("context_egress_port", 16),
+            ("reserved", 16),
+        ],
+    );
+    let (
+        ev_epoch_id,
+        ev_epoch_index,
+        ev_port,
+        ev_src,
+        ev_dst,
+        ev_sport,
+        ev_dport,
+        ev_pkts,
+        ev_paused,
+        ev_qsum,
+        ev_first,
+        ev_last,
+    ) = (
+        ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], ev[6], ev[7], ev[8], ev[9], ev[10], ev[11],
+    );
+    let eth_type = eth[2];
+    let (pfc_opcode_f, pfc_cev) = (pf[0], pf[1]);
+    let pfc_quanta: Vec<FieldId> = pf[2..10].to_vec();
+    let (ip_dscp, ip_proto, ip_src, ip_dst) = (ip[2], ip[9], ip[11], ip[12]);
+    let (udp_sport, udp_dport) = (u[0], u[1]);
+    let (po_version, po_flag, po_hop, po_kind, po_event) = (po[0], po[2], po[3], po[4], po[5]);
+    let (po_vsrc, po_vdst, po_vsport, po_vdport) = (po[6], po[7], po[8], po[9]);
+    let (po_arrival, po_ctx_in, po_ctx_out) = (po[11], po[12], po[13]);
+
+    // ---- parser --------------------------------------------------------------------
+    let start = b.parser_state("start", Some(ethernet), Transition::Accept);
+    let parse_pfc = b.parser_state("parse_pfc", Some(pfc), Transition::Accept);
+    let parse_ipv4 = b.parser_state("parse_ipv4", Some(ipv4), Transition::Accept);
+    let parse_udp = b.parser_state("parse_udp", Some(udp), Transition::Accept);
+    let parse_bth = b.parser_state("parse_bth", Some(bth), Transition::Accept);
+    let parse_polling = b.parser_state("parse_polling", Some(polling), Transition::Accept);
+    b.set_transition(
+        start,
+        Transition::Select {
+            field: eth_type,
+            cases: vec![
+                (ethertype_mac_control, Some(parse_pfc)),
+                (ETHERTYPE_IPV4, Some(parse_ipv4)),
+            ],
+        },
+    );
+    b.set_transition(
+        parse_ipv4,
+        Transition::Select {
+            field: ip_proto,
+            cases: vec![(IP_PROTOCOL_UDP, Some(parse_udp))],
+        },
+    );
+    b.set_transition(
+        parse_udp,
+        Transition::Select {
+            field: udp_dport,
+            cases: vec![
+                (rocev2_port, Some(parse_bth)),
+                (polling_port, Some(parse_polling)),
+            ],
+        },
+    );
+
+    // ---- intrinsics ----------------------------------------------------------------
+    let ig_port = b.intrinsic(Intrinsic::IngressPort);
+    let ig_tstamp = b.intrinsic(Intrinsic::IngressTstamp);
+    let eg_in_port = b.intrinsic(Intrinsic::EgressIngressPort);
+    let eg_port = b.intrinsic(Intrinsic::EgressPort);
+    let eg_queue = b.intrinsic(Intrinsic::EgressQueue);
+    let enq_tstamp = b.intrinsic(Intrinsic::EnqTstamp);
+    let enq_qdepth = b.intrinsic(Intrinsic::EnqQdepth);
+    let pkt_len = b.intrinsic(Intrinsic::PacketLength);
+    let clone_kind = b.intrinsic(Intrinsic::CloneKind);
+
+    // ---- metadata ------------------------------------------------------------------
+    let is_pfc = b.meta_carried("is_pfc", 1, true, false);
+    let victim_port = b.meta_carried("victim_port", 16, true, false);
+    let arrival_flags = b.meta_carried("arrival_flags", 8, false, true);
+    let arrival_port = b.meta_carried("arrival_port", 16, false, true);
+    let lookup_src = b.meta("lookup_src_addr", 32);
+    let lookup_dst = b.meta("lookup_dst_addr", 32);
+    let lookup_sport = b.meta("lookup_src_port", 16);
+    let lookup_dport = b.meta("lookup_dst_port", 16);
+    let routed_port = b.meta("routed_port", 16);
+    let route_found = b.meta("route_found", 1);
+    let event_id_lo = b.meta("event_id_lo", 32);
+    let now_coarse = b.meta("now_coarse", 32);
+    let dedupe_index = b.meta("dedupe_index", dedupe_bits);
+    let duplicate = b.meta("polling_duplicate", 32);
+
+    // ---- forwarding ----------------------------------------------------------------
+    let set_route = b.action(
+        "set_route",
+        "L3/ECMP result: the egress port of the next hop",
+        &[("port", 16)],
+        |p| {
+            vec![
+                Stmt::Assign(routed_port, f(p[0])),
+                Stmt::Assign(route_found, c(1, 1)),
+            ]
+        },
+    );
+    let no_route = b.action("no_route", "No route: the packet is dropped", &[], |_| {
+        vec![Stmt::Assign(route_found, c(0, 1))]
+    });
+    let forward = b.table(Table {
+        name: "forward".into(),
+        keys: vec![(lookup_dst, MatchKind::Exact)],
+        actions: vec![set_route, no_route],
+        default_action: (no_route, vec![]),
+        size: 4096,
+        doc: "The switch's L3/ECMP forwarding: exact match on the destination IPv4 address, ECMP member chosen by an action selector over the 5-tuple; installed by the control plane. For polling packets the lookup uses the victim's 5-tuple so the polling packet follows the victim's own ECMP choice (HAWKEYE §3.4). The executable model takes this table's result as an input from the simulator's routing.".into(),
+        forwarding: true,
+        selector: vec![lookup_src, lookup_dst, lookup_sport, lookup_dport],
+    });
+
+    // ---- polling dedupe (ingress) --------------------------------------------------
+    let dedupe_reg = b.register(
+        "polling_dedupe",
+        64,
+        params.dedupe_slots,
+        "polling dedupe",
+        "Per switch polling duplicate suppression: lo = low 32 bits of the event id, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval)",
+    );
+    let dedupe_hash = b.hash("dedupe_hash", vec![po_event], dedupe_bits);
+    let dedupe_check = ra(
+        &mut b,
+        "polling_dedupe_check",
+        dedupe_reg,
+        "Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)",
+        vec![
+            cond(LO, Some((true, Phv(event_id_lo))), CmpOp::Eq, 0),
+            cond(Phv(now_coarse), Some((true, HI)), CmpOp::Lt, params.dedupe_interval_units as i64),
+        ],
+        vec![
+            upd(Pred(0b0111), Word::Lo, SaluOp::Set, Phv(event_id_lo), K(0)),
+            upd(Pred(0b0111), Word::Hi, SaluOp::Set, Phv(now_coarse), K(0)),
+        ],
+        vec![out(Pred::when(Some(true), Some(true)), SaluOutputValue::Const(1))],
+    );
+
+    // ---- Elastic Sketch (ingress, ToR) ---------------------------------------------
+    let mut sketch_stmts: Vec<Stmt> = Vec::new();
+    if let Some(sp) = &params.sketch {
+        let hb = log2("sketch.heavy_buckets", sp.heavy_buckets, 2, 1 << 20)?;
+        let lb = log2("sketch.light_counters", sp.light_counters, 2, 1 << 24)?;
+        if sp.lambda == 0 || sp.lambda > 1 << 16 {
+            return Err(BuildError::Parameter {
+                name: "sketch.lambda",
+                message: format!("{} must be in 1..=65536", sp.lambda),
+            });
+        }
+        b.constant(
+            "SKETCH_HEAVY_BUCKETS",
+            sp.heavy_buckets as u64,
+            32,
+            "Elastic Sketch heavy-part buckets",
+        );
+        b.constant(
+            "SKETCH_LIGHT_COUNTERS",
+            sp.light_counters as u64,
+            32,
+            "Elastic Sketch light-part 8-bit counters",
+        );
+        b.constant(
+            "SKETCH_LAMBDA",
+            sp.lambda as u64,
+            32,
+            "Elastic Sketch eviction threshold λ (vote- >= λ vote+)",
+        );
+        let mark = b.constant("SKETCH_MARK_DSCP_BIT", 1, 6, "DSCP bit marking a packet already inserted into a sketch on its path (PARALEON Keypoint 1)");
+        b.constant(
+            "SKETCH_FLAG_BIT",
+            1 << 31,
+            32,
+            "Flag bit in sketch_votes: the flow may have earlier packets in the light part",
+        );
+        let fp = b.meta("sketch_fp", 32);
+        let bucket = b.meta("sketch_bucket", hb);
+        let total = b.meta("sketch_total", 32);
+        let code = b.meta("sketch_code", 32);
+        let replace = b.meta("sketch_replace", 1);
+        let evicting = b.meta("sketch_evicting", 1);
+        let new_votes = b.meta("sketch_new_votes", 32);
+        let old_votes = b.meta("sketch_old_votes", 32);
+        let light_key = b.meta("sketch_light_key", 32);
+        let light_value = b.meta("sketch_light_value", 8);
+        let fp_hash = b.hash(
+            "sketch_fp_hash",
+            vec![ip_src, ip_dst, udp_sport, udp_dport],
+            32,
+        );
+        let total_reg = b.register("sketch_total", 32, sp.heavy_buckets, "elastic sketch", "Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative)");
+        let key_reg = b.register("sketch_key", 64, sp.heavy_buckets, "elastic sketch", "Heavy part: lo = flow fingerprint, hi = Q = base + (λ+1)·vote+ where base is sketch_total when the flow took the bucket; vote- ≥ λ·vote+ ⇔ total − Q ≥ 0");
+        let votes_reg = b.register(
+            "sketch_votes",
+            32,
+            sp.heavy_buckets,
+            "elastic sketch",
+            "Heavy part vote+ with the flag in bit 31 (Elastic Sketch §3.1)",
+        );
+        let light_reg = b.register("sketch_light", 8, sp.light_counters, "elastic sketch", "Light part: 8-bit saturating counters (Elastic Sketch §3.2, one array as in the hardware version)");
+        let total_add = ra(
+            &mut b,
+            "sketch_total_add",
+            total_reg,
+            "vote_all += 1, returns the new value",
+            vec![],
+            vec![always(Word::Lo, SaluOp::Add, LO, K(1))],
+            vec![out(Pred::ALWAYS, SaluOutputValue::New(Word::Lo))],
+        );
+        let l = sp.lambda as u64;
+        let key_vote = ra(
+            &mut b,
+            "sketch_key_vote",
+            key_reg,
+            "Ostracism (Elastic Sketch §3.1): same flow → vote+; else if vote- ≥ λ vote+ (or empty) → the flow takes the bucket; returns the old key, or 0xFFFFFFFF when the flow lost the vote",
+            vec![
+                cond(LO, Some((true, Phv(fp))), CmpOp::Eq, 0),
+                cond(Phv(total), Some((true, HI)), CmpOp::SGe, 0),
+            ],
+            vec![
+                upd(Pred::when(Some(false), Some(true)), Word::Lo, SaluOp::Set, Phv(fp), K(0)),
+                upd(Pred::when(Some(true), None), Word::Hi, SaluOp::Add, HI, K(l + 1)),
+                upd(Pred::when(Some(false), Some(true)), Word::Hi, SaluOp::Add, Phv(total), K(l)),
+            ],
+            vec![
+                out(Pred(0b1111 & !Pred::when(Some(false), Some(false)).0), SaluOutputValue::Old(Word::Lo)),
+                out(Pred::when(Some(false), Some(false)), SaluOutputValue::Const(0xFFFF_FFFF)),
+            ],
+        );
+        let votes_update = ra(
+            &mut b,
+            "sketch_votes_update",
+            votes_reg,
+            "vote+ += 1 for the resident flow; a new resident starts at 1 (flagged when it evicted another flow); returns the old value",
+            vec![cond(Phv(replace), None, CmpOp::Ne, 0)],
+            vec![
+                upd(Pred::when(Some(true), None), Word::Lo, SaluOp::Set, Phv(new_votes), K(0)),
+                upd(Pred::when(Some(false), None), Word::Lo, SaluOp::Add, LO, K(1)),
+            ],
+            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+        );
+        let light_add = ra(
+            &mut b,
+            "sketch_light_add",
+            light_reg,
+            "light[i] |+|= v (a losing packet, or an evicted flagged flow)",
+            vec![],
+            vec![always(Word::Lo, SaluOp::SatAdd, LO, Phv(light_value))],
+            vec![],
+        );
+        let light_max = ra(
+            &mut b,
+            "sketch_light_max",
+            light_reg,
+            "light[i] = max(light[i], v) (an evicted unflagged flow)",
+            vec![],
+            vec![always(Word::Lo, SaluOp::Max, LO, Phv(light_value))],
+            vec![],
+        );
+        let _ = mark;
+        sketch_stmts = vec![
+            Stmt::Assign(ip_dscp, or(f(ip_dscp), c(mark, 6))),
+            Stmt::Hash(fp_hash, fp),
+            // Fingerprints 0 (empty bucket) and 0xFFFFFFFF (lost-vote code) are reserved.
+            Stmt::If(
+                any(eq(f(fp), c(0, 32)), eq(f(fp), c(0xFFFF_FFFF, 32))),
+                vec![Stmt::Assign(fp, c(1, 32))],
+                vec![],
+            ),
+            Stmt::Assign(bucket, slice(f(fp), 31, 32 - hb)),
+            exec(total_add, f(bucket), Some(total)),
+            exec(key_vote, f(bucket), Some(code)),
+            Stmt::If(
+                eq(f(code), c(0xFFFF_FFFF, 32)),
+                vec![
+                    // Lost the vote: the packet goes to the light part.
+                    Stmt::Assign(light_key, f(fp)),
+                    Stmt::Assign(light_value, c(1, 8)),
+                    exec(light_add, slice(f(light_key), lb - 1, 0), None),
+                ],
+                vec![
+                    Stmt::Assign(replace, c(0, 1)),
+                    Stmt::Assign(evicting, c(0, 1)),
+                    Stmt::Assign(new_votes, c(1, 32)),
+                    Stmt::If(
+                        ne(f(code), f(fp)),
+                        vec![Stmt::Assign(replace, c(1, 1))],
+                        vec![],
+                    ),
+                    Stmt::If(
+                        all(ne(f(code), f(fp)), ne(f(code), c(0, 32))),
+                        vec![
+                            Stmt::Assign(evicting, c(1, 1)),
+                            Stmt::Assign(new_votes, c(0x8000_0001, 32)),
+                        ],
+                        vec![],
+                    ),
+                    exec(votes_update, f(bucket), Some(old_votes)),
+                    Stmt::If(
+                        eq(f(evicting), c(1, 1)),
+                        vec![
+                            Stmt::Assign(light_key, f(code)),
+                            Stmt::Assign(
+                                light_value,
+                                cast(min(and(f(old_votes), c(0x7FFF_FFFF, 32)), c(255, 32)), 8),
+                            ),
+                            Stmt::If(
+                                ne(and(f(old_votes), c(0x8000_0000, 32)), c(0, 32)),
+                                vec![exec(light_add, slice(f(light_key), lb - 1, 0), None)],
+                                vec![exec(light_max, slice(f(light_key), lb - 1, 0), None)],
+                            ),
+                        ],
+                        vec![],
+                    ),
+                ],
+            ),
+        ];
+        let sketch_if = Stmt::If(
+            all(valid(bth), eq(and(f(ip_dscp), c(mark, 6)), c(0, 6))),
+            std::mem::take(&mut sketch_stmts),
+            vec![],
+        );
+        sketch_stmts = vec![sketch_if];
+    }
+
+    // ---- ingress control -----------------------------------------------------------
+    let pfc_branch = vec![Stmt::If(
+        eq(f(pfc_opcode_f), c(pfc_opcode, 16)),
+        vec![
+            // HAWKEYE §3.3 (footnote 2): pass the PFC frame to the egress pipeline of the
+            // port it arrived on, where the port's PFC status registers live.
+            Stmt::Assign(is_pfc, c(1, 1)),
+            Stmt::SetEgressPort(f(ig_port)),
+        ],
+        // Other MAC control frames (802.3x PAUSE) are consumed.
+        vec![Stmt::Drop],
+    )];
+    let polling_front = vec![Stmt::If(
+        any(
+            eq(f(po_hop), c(0, 8)),
+            ne(f(po_version), c(polling_version, 8)),
+        ),
+        vec![Stmt::Drop],
+        vec![
+            Stmt::Assign(event_id_lo, slice(f(po_event), 31, 0)),
+            Stmt::Assign(now_coarse, slice(f(ig_tstamp), 41, 10)),
+            Stmt::Hash(dedupe_hash, dedupe_index),
+            exec(dedupe_check, f(dedupe_index), Some(duplicate)),
+            Stmt::If(
+                ne(f(duplicate), c(0, 32)),
+                vec![Stmt::Drop],
+                vec![
+                    // Every switch that takes the polling packet tells its CPU (HAWKEYE
+                    // §3.4), also on a PFC-only branch and at the last hop.
+                    Stmt::Assign(arrival_flags, cast(f(po_flag), 8)),
+                    Stmt::Assign(arrival_port, f(ig_port)),
+                    Stmt::CloneToCpu,
+                    Stmt::Assign(lookup_src, f(po_vsrc)),
+                    Stmt::Assign(lookup_dst, f(po_vdst)),
+                    Stmt::Assign(lookup_sport, f(po_vsport)),
+                    Stmt::Assign(lookup_dport, f(po_vdport)),
+                ],
+            ),
+        ],
+    )];
+    let polling_decide = vec![
+        Stmt::Assign(victim_port, c(no_port, 16)),
+        Stmt::If(
+            all(
+                ne(and(f(po_flag), c(1, 2)), c(0, 2)),
+                eq(f(route_found), c(1, 1)),
+            ),
+            vec![Stmt::Assign(victim_port, f(routed_port))],
+            vec![],
+        ),
+        Stmt::If(
+            ne(and(f(po_flag), c(2, 2)), c(0, 2)),
+            // PFC bit: every port checks its causality (HAWKEYE Fig. 6).
+            vec![Stmt::SetMulticastGroup(all_ports_group as u16)],
+            vec![Stmt::If(
+                ne(f(victim_port), c(no_port, 16)),
+                vec![Stmt::SetEgressPort(f(victim_port))],
+                vec![Stmt::Drop],
+            )],
+        ),
+    ];
+    let ip_branch = vec![
+        Stmt::If(
+            valid(polling),
+            polling_front,
+            vec![
+                Stmt::Assign(lookup_src, f(ip_src)),
+                Stmt::Assign(lookup_dst, f(ip_dst)),
+                Stmt::Assign(lookup_sport, f(udp_sport)),
+                Stmt::Assign(lookup_dport, f(udp_dport)),
+            ],
+        ),
+        Stmt::Apply(forward),
+        Stmt::If(valid(polling), polling_decide, {
+            let mut v = vec![Stmt::If(
+                eq(f(route_found), c(1, 1)),
+                vec![Stmt::SetEgressPort(f(routed_port))],
+                vec![Stmt::Drop],
+            )];
+            v.extend(sketch_stmts);
+            v
+        }),
+    ];
+    b.ingress(vec![Stmt::If(
+        valid(pfc),
+        pfc_branch,
+        vec![Stmt::If(valid(ipv4), ip_branch, vec![Stmt::Drop])],
+    )]);
+
+    // ---- egress: PFC status (HAWKEYE §3.3, Fig. 3 "port status") -------------------
+    let now = b.meta("now", 32);
+    let mut pause_regs = Vec::new();
+    let mut pause_set = Vec::new();
+    let mut pause_check = Vec::new();
+    let mut pause_ns = Vec::new();
+    let mut pause_end = Vec::new();
+    let paused = b.meta("paused", 32);
+    for q in 0..8 {
+        let r = b.register(
+            &format!("pause_end_p{q}"),
+            32,
+            params.ports,
+            "pfc status",
+            &format!("Per port: low 32 bits of the ns time when the PFC pause of priority {q} ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)"),
+        );
+        pause_regs.push(r);
+        pause_ns.push(b.meta(&format!("pause_ns_{q}"), 32));
+        pause_end.push(b.meta(&format!("pause_end_{q}"), 32));
+        pause_set.push(ra(
+            &mut b,
+            &format!("pause_end_p{q}_set"),
+            r,
+            "Records when the pause ends",
+            vec![],
+            vec![always(Word::Lo, SaluOp::Set, Phv(pause_end[q]), K(0))],
+            vec![],
+        ));
+        pause_check.push(ra(
+            &mut b,
+            &format!("pause_end_p{q}_check"),
+            r,
+            "Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)",
+            vec![cond(LO, Some((true, Phv(now))), CmpOp::SGt, 0)],
+            vec![],
+            vec![out(Pred::when(Some(true), None), SaluOutputValue::Const(1))],
+        ));
+    }
+    // One quantum is 512 bit times: 5.12 ns at 100 Gbit/s. The pipeline has no multiplier,
+    // so the table shifts quanta by the speed's power of two (1.28 ns × 2^k) and the
+    // control multiplies by 1.28125 = 1 + 1/4 + 1/32 (0.1 % long).
+    let speeds: [(&str, u8); 5] = [
+        ("400g", 0),
+        ("200g", 1),
+        ("100g", 2),
+        ("50g", 3),
+        ("25g", 4),
+    ];
+    let mut speed_actions = Vec::new();
+    for (name, k) in speeds {
+        let pq = pause_ns.clone();
+        let quanta = pfc_quanta.clone();
+        speed_actions.push(b.action(
+            &format!("pfc_quanta_{name}"),
+            &format!("Port speed {name}: one quantum is 1.28 ns × 2^{k}"),
+            &[],
+            move |_| {
+                (0..8)
+                    .map(|q| Stmt::Assign(pq[q], shl(cast(f(quanta[q]), 32), k)))
+                    .collect()
+            },
+        ));
+    }
+    let port_speed = b.table(Table {
+        name: "pfc_port_speed".into(),
+        keys: vec![(eg_port, MatchKind::Exact)],
+        actions: speed_actions.clone(),
+        default_action: (speed_actions[2], vec![]),
+        size: 512,
+        doc: "Port speed for converting PFC quanta to time (installed by the control plane; default 100G)".into(),
+        forwarding: false,
+        selector: vec![],
+    });
+    let mut pfc_egress = vec![Stmt::Apply(port_speed)];
+    for q in 0..8 {
+        pfc_egress.push(Stmt::Assign(
+            pause_ns[q],
+            add(
+                add(f(pause_ns[q]), shr(f(pause_ns[q]), 2)),
+                shr(f(pause_ns[q]), 5),
+            ),
+        ));
+        pfc_egress.push(Stmt::Assign(pause_end[q], add(f(now), f(pause_ns[q]))));
+    }
+    for (q, set) in pause_set.iter().enumerate() {
+        pfc_egress.push(Stmt::If(
+            ne(and(f(pfc_cev), c(1 << q, 16)), c(0, 16)),
+            vec![exec(*set, slice(f(eg_port), port_bits - 1, 0), None)],
+            vec![],
+        ));
+    }
+    pfc_egress.push(Stmt::Drop);
+
+    // ---- egress: epoch ring (HAWKEYE §3.3, Fig. 4) ---------------------------------
+    let eb = params.epoch_log2_ns;
+    let epoch_index = b.meta("epoch_index", epoch_bits.max(1));
+    let epoch_id = b.meta_carried("epoch_id", 16, false, true);
+    let epoch_offset = b.meta("epoch_offset", 32);
+    let qdepth = b.meta("qdepth", 32);
+    let unpaused_qdepth = b.meta("unpaused_qdepth", 32);
+    let port_index = b.meta("port_index", epoch_bits + port_bits);
+    let meter_index = b.meta("meter_index", epoch_bits + 2 * port_bits);
+    let flow_slot = b.meta("flow_slot", flow_bits);
+    let flow_index = b.meta("flow_index", epoch_bits + flow_bits);
+    let port_old_epoch = b.meta("port_old_epoch", 16);
+    let port_fresh = b.meta("port_fresh", 1);
+    let meter_old_epoch = b.meta("meter_old_epoch", 16);
+    let meter_fresh = b.meta("meter_fresh", 1);
+    let port_paused_seen = b.meta("port_paused_seen", 32);
+    let meter_bytes_seen = b.meta("meter_bytes_seen", 32);
+    let wide_len = b.meta("packet_bytes", 32);
+
+    let epoch_prologue = vec![
+        Stmt::Assign(now, slice(f(enq_tstamp), 31, 0)),
+        Stmt::Assign(
+            epoch_index,
+            if epoch_bits == 0 {
+                c(0, 1)
+            } else {
+                slice(f(enq_tstamp), eb + epoch_bits - 1, eb)
+            },
+        ),
+        Stmt::Assign(
+            epoch_id,
+            slice(f(enq_tstamp), eb + epoch_bits + 15, eb + epoch_bits),
+        ),
+        Stmt::Assign(epoch_offset, cast(slice(f(enq_tstamp), eb - 1, 0), 32)),
+        Stmt::Assign(
+            port_index,
+            concat(
+                f(epoch_index),
+                epoch_bits,
+                slice(f(eg_port), port_bits - 1, 0),
+                port_bits,
+            ),
+        ),
+        Stmt::Assign(
+            meter_index,
+            concat(
+                f(epoch_index),
+                epoch_bits,
+                concat(
+                    slice(f(eg_in_port), port_bits - 1, 0),
+                    port_bits,
+                    slice(f(eg_port), port_bits - 1, 0),
+                    port_bits,
+                ),
+                2 * port_bits,
+            ),
+        ),
+    ];
+
+    // Port telemetry registers.
+    let module_port = "port telemetry";
+    let port_epoch = b.register("port_epoch", 16, params.epochs * params.ports, module_port, "Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot; a newer id resets the slot on first touch");
+    let port_packets = b.register(
+        "port_packets",
+        32,
+        params.epochs * params.ports,
+        module_port,
+        "RoCEv2 packets enqueued at the port in the epoch",
+    );
+    let port_paused = b.register(
+        "port_paused_packets",
+        32,
+        params.epochs * params.ports,
+        module_port,
+        "Of those, paused packets (enqueued while the port's priority was paused)",
+    );
+    let port_qdepth = b.register(
+        "port_qdepth_sum",
+        32,
+        params.epochs * params.ports,
+        module_port,
+        "Sum of enqueue queue depths (target unit) over all packets",
+    );
+    let port_unpaused = b.register(
+        "port_unpaused_qdepth_sum",
+        32,
+        params.epochs * params.ports,
+        module_port,
+        "Sum of enqueue queue depths over non-paused packets",
+    );
+    let module_meter = "causality meter";
+    let meter_epoch = b.register(
+        "meter_epoch",
+        16,
+        params.epochs * params.ports * params.ports,
+        module_meter,
+        "Epoch id of each (epoch, ingress, egress) meter slot",
+    );
+    let meter_bytes = b.register(
+        "meter_bytes",
+        32,
+        params.epochs * params.ports * params.ports,
+        module_meter,
+        "Bytes from ingress port to egress port in the epoch (HAWKEYE Fig. 3 causality meter)",
+    );
+
+    let epoch_swap = |b: &mut ProgramBuilder, name: &str, r: RegisterId| {
+        ra(b, name, r, "Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)", vec![], vec![always(Word::Lo, SaluOp::Set, Phv(epoch_id), K(0))], vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))])
+    };
+    let epoch_read = |b: &mut ProgramBuilder, name: &str, r: RegisterId| {
+        ra(
+            b,
+            name,
+            r,
+            "Reads the slot's epoch id",
+            vec![],
+            vec![],
+            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+        )
+    };
+    let counter =
+        |b: &mut ProgramBuilder, name: &str, r: RegisterId, fresh: FieldId, v: SaluOperand| {
+            ra(
+                b,
+                name,
+                r,
+                "First touch in a new epoch sets the value, later packets add (saturating)",
+                vec![cond(Phv(fresh), None, CmpOp::Ne, 0)],
+                vec![
+                    upd(Pred::when(Some(true), None), Word::Lo, SaluOp::Set, v, K(0)),
+                    upd(
+                        Pred::when(Some(false), None),
+                        Word::Lo,
+                        SaluOp::SatAdd,
+                        LO,
+                        v,
+                    ),
+                ],
+                vec![],
+            )
+        };
+    let reader = |b: &mut ProgramBuilder, name: &str, r: RegisterId| {
+        ra(
+            b,
+            name,
+            r,
+            "Reads the value",
+            vec![],
+            vec![],
+            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+        )
+    };
+    let port_epoch_swap = epoch_swap(&mut b, "port_epoch_swap", port_epoch);
+    let port_epoch_read = epoch_read(&mut b, "port_epoch_read", port_epoch);
+    let port_packets_add = counter(&mut b, "port_packets_add", port_packets, port_fresh, K(1));
+    let port_paused_add = counter(
+        &mut b,
+        "port_paused_packets_add",
+        port_paused,
+        port_fresh,
+        Phv(paused),
+    );
+    let port_paused_read = reader(&mut b, "port_paused_packets_read", port_paused);
+    let port_qdepth_add = counter(
+        &mut b,
+        "port_qdepth_sum_add",
+        port_qdepth,
+        port_fresh,
+        Phv(qdepth),
+    );
+    let port_unpaused_add = counter(
+        &mut b,
+        "port_unpaused_qdepth_sum_add",
+        port_unpaused,
+        port_fresh,
+        Phv(unpaused_qdepth),
+    );
+    let meter_epoch_swap = epoch_swap(&mut b, "meter_epoch_swap", meter_epoch);
+    let meter_epoch_read = epoch_read(&mut b, "meter_epoch_read", meter_epoch);
+    let meter_add = counter(
+        &mut b,
+        "meter_bytes_add",
+        meter_bytes,
+        meter_fresh,
+        Phv(wide_len),
+    );
+    let meter_read = reader(&mut b, "meter_bytes_read", meter_bytes);
+
+    // Flow telemetry registers (HAWKEYE §3.3 flow-level telemetry).
+    let module_flow = "flow telemetry";
+    let fsize = params.epochs * params.flow_slots;
+    let flow_epoch = b.register(
+        "flow_epoch",
+        16,
+        fsize,
+        module_flow,
+        "Epoch id of the flow slot",
+    );
+    let flow_src = b.register(
+        "flow_key_src",
+        32,
+        fsize,
+        module_flow,
+        "Flow key: IPv4 source",
+    );
+    let flow_dst = b.register(
+        "flow_key_dst",
+        32,
+        fsize,
+        module_flow,
+        "Flow key: IPv4 destination",
+    );
+    let flow_ports = b.register(
+        "flow_key_ports",
+        32,
+        fsize,
+        module_flow,
+        "Flow key: UDP source port << 16 | destination port (RoCEv2: protocol is always UDP)",
+    );
+    let flow_packets = b.register(
+        "flow_packets",
+        32,
+        fsize,
+        module_flow,
+        "Packets of the flow in the epoch",
+    );
+    let flow_paused = b.register(
+        "flow_paused_packets",
+        32,
+        fsize,
+        module_flow,
+        "Paused packets of the flow",
+    );
+    let flow_qdepth = b.register(
+        "flow_unpaused_qdepth_sum",
+        32,
+        fsize,
+        module_flow,
+        "Queue depth sum over the flow's non-paused packets",
+    );
+    let flow_first = b.register(
+        "flow_first_offset",
+        32,
+        fsize,
+        module_flow,
+        "ns from the epoch start to the flow's first enqueue",
+    );
+    let flow_last = b.register(
+        "flow_last_offset",
+        32,
+        fsize,
+        module_flow,
+        "ns from the epoch start to the flow's last enqueue",
+    );
+    let flow_port = b.register(
+        "flow_egress_port",
+        16,
+        fsize,
+        module_flow,
+        "Egress port of the flow",
+    );
+    let flow_hash = b.hash(
+        "flow_hash",
+        vec![ip_src, ip_dst, udp_sport, udp_dport],
+        flow_bits,
+    );
+    let key_ports = b.meta("flow_ports", 32);
+    let flow_continue = b.meta("flow_continue", 1);
+    let flow_evict = b.meta("flow_evict", 1);
+    let old_epoch = b.meta_carried("flow_old_epoch", 16, false, true);
+    let old_src = b.meta_carried("flow_old_src", 32, false, true);
+    let old_dst = b.meta_carried("flow_old_dst", 32, false, true);
+    let old_ports = b.meta_carried("flow_old_ports", 32, false, true);
+    let old_pkts = b.meta_carried("flow_old_packets", 32, false, true);
+    let old_paused = b.meta_carried("flow_old_paused", 32, false, true);
+    let old_qsum = b.meta_carried("flow_old_qdepth_sum", 32, false, true);
+    let old_first = b.meta_carried("flow_old_first", 32, false, true);
+    let old_last = b.meta_carried("flow_old_last", 32, false, true);
+    let old_port = b.meta_carried("flow_old_egress_port", 16, false, true);
+    let old_epoch_index = b.meta_carried("flow_old_epoch_index", 8, false, true);
+    let swap = |b: &mut ProgramBuilder, name: &str, r: RegisterId, v: FieldId| {
+        ra(
+            b,
+            name,
+            r,
+            "Stores this packet's value, returns the previous occupant's",
+            vec![],
+            vec![always(Word::Lo, SaluOp::Set, Phv(v), K(0))],
+            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+        )
+    };
+    let flow_epoch_swap = swap(&mut b, "flow_epoch_swap", flow_epoch, epoch_id);
+    let flow_src_swap = swap(&mut b, "flow_key_src_swap", flow_src, ip_src);
+    let flow_dst_swap = swap(&mut b, "flow_key_dst_swap", flow_dst, ip_dst);
+    let flow_ports_swap = swap(&mut b, "flow_key_ports_swap", flow_ports, key_ports);
+    let flow_port_swap = swap(&mut b, "flow_egress_port_swap", flow_port, eg_port);
+    let flow_last_swap = swap(&mut b, "flow_last_offset_swap", flow_last, epoch_offset);
+    let flow_counter = |b: &mut ProgramBuilder, name: &str, r: RegisterId, v: SaluOperand| {
+        ra(
+            b,
+            name,
+            r,
+            "Same flow in the same epoch adds (saturating); a new occupant starts over; returns the previous value (for the eviction report)",
+            vec![cond(Phv(flow_continue), None, CmpOp::Ne, 0)],
+            vec![
+                upd(Pred::when(Some(true), None), Word::Lo, SaluOp::SatAdd, LO, v),
+                upd(Pred::when(Some(false), None), Word::Lo, SaluOp::Set, v, K(0)),
+            ],
+            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+        )
+    };
+    let flow_packets_add = flow_counter(&mut b, "flow_packets_add", flow_packets, K(1));
+    let flow_paused_add = flow_counter(&mut b, "flow_paused_packets_add", flow_paused, Phv(paused));
+    let flow_qdepth_add = flow_counter(
+        &mut b,
+        "flow_unpaused_qdepth_sum_add",
+        flow_qdepth,
+        Phv(unpaused_qdepth),
+    );
+    let flow_first_set = ra(
+        &mut b,
+        "flow_first_offset_update",
+        flow_first,
+        "A new occupant records its first enqueue offset; returns the previous value",
+        vec![cond(Phv(flow_continue), None, CmpOp::Ne, 0)],
+        vec![upd(
+            Pred::when(Some(false), None),
+            Word::Lo,
+            SaluOp::Set,
+            Phv(epoch_offset),
+            K(0),
+        )],
+        vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+    );
+
+    let mut pause_chain: Vec<Stmt> = vec![];
+    for q in (0..8).rev() {
+        let this = vec![exec(
+            pause_check[q],
+            slice(f(eg_port), port_bits - 1, 0),
+            Some(paused),
+        )];
+        pause_chain = if q == 7 {
+            this
+        } else {
+            vec![Stmt::If(eq(f(eg_queue), c(q as u64, 8)), this, pause_chain)]
+        };
+    }
+    let data_egress = {
+        let mut v = epoch_prologue.clone();
+        v.extend(pause_chain);
+        v.extend([
+            Stmt::Assign(qdepth, f(enq_qdepth)),
+            Stmt::Assign(unpaused_qdepth, f(qdepth)),
+            Stmt::If(
+                ne(f(paused), c(0, 32)),
+                vec![Stmt::Assign(unpaused_qdepth, c(0, 32))],
+                vec![],
+            ),
+            Stmt::Assign(wide_len, cast(f(pkt_len), 32)),
+            // Port telemetry.
+            exec(port_epoch_swap, f(port_index), Some(port_old_epoch)),
+            Stmt::Assign(port_fresh, c(0, 1)),
+            Stmt::If(
+                ne(f(port_old_epoch), f(epoch_id)),
+                vec![Stmt::Assign(port_fresh, c(1, 1))],
+                vec![],
+            ),
+            exec(port_packets_add, f(port_index), None),
+            exec(port_paused_add, f(port_index), None),
+            exec(port_qdepth_add, f(port_index), None),
+            exec(port_unpaused_add, f(port_index), None),
+            // Causality meter.
+            exec(meter_epoch_swap, f(meter_index), Some(meter_old_epoch)),
+            Stmt::Assign(meter_fresh, c(0, 1)),
+            Stmt::If(
+                ne(f(meter_old_epoch), f(epoch_id)),
+                vec![Stmt::Assign(meter_fresh, c(1, 1))],
+                vec![],
+            ),
+            exec(meter_add, f(meter_index), None),
+            // Flow telemetry: slot = hash(5-tuple), key check, eviction.
+            Stmt::Hash(flow_hash, flow_slot),
+            Stmt::Assign(
+                flow_index,
+                concat(f(epoch_index), epoch_bits, f(flow_slot), flow_bits),
+            ),
+            Stmt::Assign(key_ports, concat(f(udp_sport), 16, f(udp_dport), 16)),
+            exec(flow_epoch_swap, f(flow_index), Some(old_epoch)),
+            exec(flow_src_swap, f(flow_index), Some(old_src)),
+            exec(flow_dst_swap, f(flow_index), Some(old_dst)),
+            exec(flow_ports_swap, f(flow_index), Some(old_ports)),
+            Stmt::Assign(flow_continue, c(0, 1)),
+            Stmt::If(
+                all(
+                    all(eq(f(old_epoch), f(epoch_id)), eq(f(old_src), f(ip_src))),
+                    all(eq(f(old_dst), f(ip_dst)), eq(f(old_ports), f(key_ports))),
+                ),
+                vec![Stmt::Assign(flow_continue, c(1, 1))],
+                vec![],
+            ),
+            Stmt::Assign(flow_evict, c(0, 1)),
+            Stmt::If(
+                all(
+                    eq(f(flow_continue), c(0, 1)),
+                    all(eq(f(old_epoch), f(epoch_id)), ne(f(old_src), c(0, 32))),
+                ),
+                vec![Stmt::Assign(flow_evict, c(1, 1))],
+                vec![],
+            ),
+            exec(flow_packets_add, f(flow_index), Some(old_pkts)),
+            exec(flow_paused_add, f(flow_index), Some(old_paused)),
+            exec(flow_qdepth_add, f(flow_index), Some(old_qsum)),
+            exec(flow_first_set, f(flow_index), Some(old_first)),
+            exec(flow_last_swap, f(flow_index), Some(old_last)),
+            exec(flow_port_swap, f(flow_index), Some(old_port)),
+            Stmt::Assign(old_epoch_index, cast(f(epoch_index), 8)),
+            // The evicted flow's counters reach the CPU (an egress clone carrying them).
+            Stmt::If(eq(f(flow_evict), c(1, 1)), vec![Stmt::CloneToCpu], vec![]),
+        ]);
+        v
+    };
+
+    // ---- egress: polling (HAWKEYE §3.4, Fig. 6) ------------------------------------
+    let paused_now = b.meta("port_paused_now", 1);
+    let meter_now = b.meta("meter_now", 1);
+    let reason_victim = b.meta("reason_victim", 1);
+    let reason_pfc = b.meta("reason_pfc", 1);
+    let new_flag = b.meta("new_flag", 2);
+    let polling_egress = {
+        let mut v = epoch_prologue;
+        v.extend([
+            exec(port_epoch_read, f(port_index), Some(port_old_epoch)),
+            exec(port_paused_read, f(port_index), Some(port_paused_seen)),
+            exec(meter_epoch_read, f(meter_index), Some(meter_old_epoch)),
+            exec(meter_read, f(meter_index), Some(meter_bytes_seen)),
+            Stmt::Assign(paused_now, c(0, 1)),
+            Stmt::If(
+                all(
+                    eq(f(port_old_epoch), f(epoch_id)),
+                    ne(f(port_paused_seen), c(0, 32)),
+                ),
+                vec![Stmt::Assign(paused_now, c(1, 1))],
+                vec![],
+            ),
+            Stmt::Assign(meter_now, c(0, 1)),
+            Stmt::If(
+                all(
+                    eq(f(meter_old_epoch), f(epoch_id)),
+                    ne(f(meter_bytes_seen), c(0, 32)),
+                ),
+                vec![Stmt::Assign(meter_now, c(1, 1))],
+                vec![],
+            ),
+            Stmt::Assign(reason_victim, c(0, 1)),
+            Stmt::If(
+                all(
+                    ne(and(f(po_flag), c(1, 2)), c(0, 2)),
+                    eq(f(eg_port), f(victim_port)),
+                ),
+                vec![Stmt::Assign(reason_victim, c(1, 1))],
+                vec![],
+            ),
+            Stmt::Assign(reason_pfc, c(0, 1)),
+            Stmt::If(
+                all(
+                    all(
+                        ne(and(f(po_flag), c(2, 2)), c(0, 2)),
+                        ne(f(eg_port), f(eg_in_port)),
+                    ),
+                    all(eq(f(paused_now), c(1, 1)), eq(f(meter_now), c(1, 1))),
+                ),
+                vec![Stmt::Assign(reason_pfc, c(1, 1))],
+                vec![],
+            ),
+            Stmt::If(
+                all(eq(f(reason_victim), c(0, 1)), eq(f(reason_pfc), c(0, 1))),
+                vec![Stmt::Drop],
+                vec![
+                    Stmt::Assign(new_flag, c(0, 2)),
+                    Stmt::If(
+                        eq(f(reason_victim), c(1, 1)),
+                        vec![
+                            Stmt::Assign(new_flag, c(1, 2)),
+                            // The victim is paused here: the next switch (where the PFC
+                            // came from) traces the causality (HAWKEYE §3.4).
+                            Stmt::If(
+                                eq(f(paused_now), c(1, 1)),
+                                vec![Stmt::Assign(new_flag, c(3, 2))],
+                                vec![],
+                            ),
+                        ],
+                        vec![],
+                    ),
+                    Stmt::If(
+                        eq(f(reason_pfc), c(1, 1)),
+                        vec![Stmt::Assign(new_flag, or(f(new_flag), c(2, 2)))],
+                        vec![],
+                    ),
+                    Stmt::Assign(po_flag, f(new_flag)),
+                    Stmt::Assign(po_hop, sub(f(po_hop), c(1, 8))),
+                    Stmt::Assign(po_kind, c(0, 8)),
+                    Stmt::Assign(po_arrival, c(0, 8)),
+                    Stmt::Assign(po_ctx_in, c(0, 16)),
+                    Stmt::Assign(po_ctx_out, c(0, 16)),
+                ],
+            ),
+        ]);
+        v
+    };
+
+    let clone_egress = vec![Stmt::If(
+        eq(f(clone_kind), c(CLONE_INGRESS, 8)),
+        vec![Stmt::If(
+            valid(polling),
+            vec![
+                // The CPU copy carries the port context (HAWKEYE §3.4).
+                Stmt::Assign(po_kind, c(ctx_cpu, 8)),
+                Stmt::Assign(po_arrival, f(arrival_flags)),
+                Stmt::Assign(po_ctx_in, f(arrival_port)),
+                Stmt::Assign(po_ctx_out, c(no_port, 16)),
+            ],
+            vec![],
+        )],
+        vec![
+            Stmt::SetValid(eviction),
+            Stmt::Assign(ev_epoch_id, f(epoch_id)),
+            Stmt::Assign(ev_epoch_index, f(old_epoch_index)),
+            Stmt::Assign(ev_port, f(old_port)),
+            Stmt::Assign(ev_src, f(old_src)),
+            Stmt::Assign(ev_dst, f(old_dst)),
+            Stmt::Assign(ev_sport, slice(f(old_ports), 31, 16)),
+            Stmt::Assign(ev_dport, slice(f(old_ports), 15, 0)),
+            Stmt::Assign(ev_pkts, f(old_pkts)),
+            Stmt::Assign(ev_paused, f(old_paused)),
+            Stmt::Assign(ev_qsum, f(old_qsum)),
+            Stmt::Assign(ev_first, f(old_first)),
+            Stmt::Assign(ev_last, f(old_last)),
+        ],
+    )];
+    let _ = old_epoch;
+
+    b.egress(vec![Stmt::If(
+        ne(f(clone_kind), c(0, 8)),
+        clone_egress,
+        vec![Stmt::If(
+            eq(f(is_pfc), c(1, 1)),
+            {
+                let mut v = vec![Stmt::Assign(now, slice(f(enq_tstamp), 31, 0))];
+                v.extend(pfc_egress);
+                v
+            },
+            vec![Stmt::If(
+                valid(polling),
+                polling_egress,
+                vec![Stmt::If(valid(bth), data_egress, vec![])],
+            )],
+        )],
+    )]);
+    b.build()
+}

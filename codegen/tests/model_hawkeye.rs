@@ -1,0 +1,650 @@
+//! Packet-sequence tests of the hawkmesh program on the executable model, one group per
+//! module: PFC status, epoch ring, port / flow telemetry, causality meter, polling, Elastic
+//! Sketch.
+
+use std::sync::Arc;
+
+use hawkmesh_codegen::hawkeye::{program, HawkeyeParams, SketchParams};
+use hawkmesh_codegen::ir::Program;
+use hawkmesh_codegen::model::{
+    Carried, DataPlane, EgressInput, Forward, IngressInput, Model, PassOutput, Routing,
+};
+use hawkmesh_codegen::packets::{self, Polling};
+use hawkmesh_codegen::sketch::{fingerprint, ElasticReference, SketchDump, SketchGeometry};
+use hawkmesh_wire::telemetry::FiveTuple;
+
+const PORTS: u64 = 8;
+const EPOCH_LOG2: u8 = 10; // 1024 ns epochs: easy to cross in tests
+
+fn params() -> HawkeyeParams {
+    HawkeyeParams {
+        ports: PORTS as u32,
+        epochs: 2,
+        epoch_log2_ns: EPOCH_LOG2,
+        flow_slots: 16,
+        dedupe_slots: 64,
+        dedupe_interval_units: 100, // ≈ 102 µs
+        cpu_port: 100,
+        sketch: Some(SketchParams {
+            heavy_buckets: 16,
+            light_counters: 64,
+            lambda: 8,
+        }),
+    }
+}
+
+struct Switch {
+    model: Model,
+    program: Arc<Program>,
+}
+
+impl Switch {
+    fn new() -> Self {
+        let program = Arc::new(program(&params()).expect("program builds"));
+        let mut model = Model::new(program.clone(), Routing::FromInput, 100).expect("model");
+        model.multicast_group_set(1, (0..PORTS as u16).collect());
+        Switch { model, program }
+    }
+
+    fn pfc(&mut self, port: u16, t: u64, vector: u8, quanta: [u16; 8]) {
+        let frame = packets::pfc_frame(vector, quanta);
+        let mut out = PassOutput::default();
+        let input = IngressInput {
+            ingress_port: port,
+            tstamp_ns: t,
+            routed_egress_port: None,
+        };
+        self.model
+            .ingress(&frame, &input, &mut out)
+            .expect("ingress");
+        assert_eq!(
+            out.forward,
+            Forward::Unicast(port),
+            "PFC frames go to their own port's egress"
+        );
+        let mut eg = PassOutput::default();
+        let e = EgressInput {
+            ingress_port: port,
+            egress_port: port,
+            queue: 7,
+            enq_tstamp_ns: t,
+            enq_qdepth: 0,
+            packet_length: 64,
+        };
+        self.model
+            .egress(&out.bytes, &e, &out.bridged, &mut eg)
+            .expect("egress");
+        assert!(eg.dropped, "PFC frames are consumed");
+    }
+
+    /// A data packet enqueued at `out_port`/`queue` at time `t`; returns the egress output.
+    #[allow(clippy::too_many_arguments)]
+    fn data(
+        &mut self,
+        tuple: &FiveTuple,
+        in_port: u16,
+        out_port: u16,
+        queue: u8,
+        t: u64,
+        qdepth: u32,
+        len: u16,
+    ) -> PassOutput {
+        let bytes = packets::rocev2_data(&self.program, tuple, 0, 2, 64, 1, len as usize);
+        let mut ing = PassOutput::default();
+        self.model
+            .ingress(
+                &bytes,
+                &IngressInput {
+                    ingress_port: in_port,
+                    tstamp_ns: t,
+                    routed_egress_port: Some(out_port),
+                },
+                &mut ing,
+            )
+            .expect("ingress");
+        assert_eq!(ing.forward, Forward::Unicast(out_port));
+        let mut eg = PassOutput::default();
+        let e = EgressInput {
+            ingress_port: in_port,
+            egress_port: out_port,
+            queue,
+            enq_tstamp_ns: t,
+            enq_qdepth: qdepth,
+            packet_length: len,
+        };
+        self.model
+            .egress(&ing.bytes, &e, &ing.bridged, &mut eg)
+            .expect("egress");
+        eg
+    }
+
+    fn reg(&self, name: &str, index: u64) -> u64 {
+        self.model.register_read(name, index).expect("register")
+    }
+
+    fn epoch_index(t: u64) -> u64 {
+        (t >> EPOCH_LOG2) & 1
+    }
+
+    fn port_cell(t: u64, port: u64) -> u64 {
+        Self::epoch_index(t) * PORTS + port
+    }
+}
+
+fn tuple(src: u8, sport: u16) -> FiveTuple {
+    FiveTuple::rocev2([10, 0, 0, src], sport, [10, 0, 1, 1])
+}
+
+#[test]
+fn pfc_quanta_expire_and_xon_resumes_per_priority() {
+    let mut sw = Switch::new();
+    // Priority 3 paused for 100 quanta at 100G = 512 ns (1.28125 approximation: 512 ns).
+    sw.pfc(2, 10_000, 1 << 3, [0, 0, 0, 100, 0, 0, 0, 0]);
+    assert_eq!(sw.reg("pause_end_p3", 2), 10_512);
+    let flow = tuple(1, 49152);
+    let t0 = 10_100;
+    sw.data(&flow, 0, 2, 3, t0, 5, 1000); // paused (priority 3)
+    sw.data(&flow, 0, 2, 2, t0 + 10, 5, 1000); // priority 2 is not paused
+    sw.data(&flow, 0, 2, 3, 10_600, 5, 1000); // after expiry (same epoch? 10_600>>10 = 10 vs 9)
+    let cell = Switch::port_cell(t0, 2);
+    assert_eq!(sw.reg("port_packets", cell), 2);
+    assert_eq!(
+        sw.reg("port_paused_packets", cell),
+        1,
+        "only the priority-3 packet before expiry is paused"
+    );
+    let later = Switch::port_cell(10_600, 2);
+    assert_ne!(later, cell);
+    assert_eq!(sw.reg("port_packets", later), 1);
+    assert_eq!(
+        sw.reg("port_paused_packets", later),
+        0,
+        "the pause expired at 10_512 ns"
+    );
+    // XON (quanta 0) ends a long pause at once.
+    sw.pfc(5, 20_000, 1 << 1, [0, 0xFFFF, 0, 0, 0, 0, 0, 0]);
+    sw.data(&flow, 0, 5, 1, 20_100, 0, 1000);
+    sw.pfc(5, 20_200, 1 << 1, [0; 8]);
+    sw.data(&flow, 0, 5, 1, 20_300, 0, 1000);
+    let cell = Switch::port_cell(20_100, 5);
+    assert_eq!(sw.reg("port_packets", cell), 2);
+    assert_eq!(
+        sw.reg("port_paused_packets", cell),
+        1,
+        "XON resumes: the second packet is not paused"
+    );
+    // A frame with the class disabled changes nothing.
+    sw.pfc(6, 30_000, 0, [500; 8]);
+    assert_eq!(sw.reg("pause_end_p0", 6), 0);
+}
+
+#[test]
+fn port_telemetry_sums_and_epoch_wrap_resets_stale_slots() {
+    let mut sw = Switch::new();
+    let flow = tuple(1, 49152);
+    // Epoch 0 (t in 0..1024): two packets with queue depths 10 and 30.
+    sw.data(&flow, 1, 3, 0, 100, 10, 500);
+    sw.data(&flow, 1, 3, 0, 200, 30, 700);
+    let cell = Switch::port_cell(100, 3);
+    assert_eq!(sw.reg("port_packets", cell), 2);
+    assert_eq!(sw.reg("port_qdepth_sum", cell), 40);
+    assert_eq!(sw.reg("port_unpaused_qdepth_sum", cell), 40);
+    assert_eq!(
+        sw.reg(
+            "meter_bytes",
+            Switch::epoch_index(100) * PORTS * PORTS + PORTS + 3
+        ),
+        1200
+    );
+    // Two epochs later the ring slot is reused: the first touch resets it.
+    let t2 = 100 + 2 * 1024;
+    assert_eq!(Switch::port_cell(t2, 3), cell);
+    sw.data(&flow, 1, 3, 0, t2, 7, 300);
+    assert_eq!(
+        sw.reg("port_packets", cell),
+        1,
+        "stale slot reset on first touch"
+    );
+    assert_eq!(sw.reg("port_qdepth_sum", cell), 7);
+    assert_eq!(
+        sw.reg("port_epoch", cell),
+        (t2 >> (EPOCH_LOG2 + 1)) & 0xFFFF
+    );
+    assert_eq!(
+        sw.reg(
+            "meter_bytes",
+            Switch::epoch_index(t2) * PORTS * PORTS + PORTS + 3
+        ),
+        300
+    );
+    // The other epoch slot was never touched.
+    assert_eq!(sw.reg("port_packets", Switch::port_cell(1100, 3)), 0);
+}
+
+#[test]
+fn causality_meter_counts_bytes_per_port_pair() {
+    let mut sw = Switch::new();
+    sw.data(&tuple(1, 1), 1, 3, 0, 100, 0, 1000);
+    sw.data(&tuple(2, 2), 1, 3, 0, 110, 0, 500);
+    sw.data(&tuple(3, 3), 2, 3, 0, 120, 0, 64);
+    sw.data(&tuple(4, 4), 1, 4, 0, 130, 0, 100);
+    let base = Switch::epoch_index(100) * PORTS * PORTS;
+    assert_eq!(sw.reg("meter_bytes", base + PORTS + 3), 1500);
+    assert_eq!(sw.reg("meter_bytes", base + 2 * PORTS + 3), 64);
+    assert_eq!(sw.reg("meter_bytes", base + PORTS + 4), 100);
+    assert_eq!(sw.reg("meter_bytes", base + 3 * PORTS + 1), 0);
+}
+
+fn flow_slot(sw: &Switch, t: &FiveTuple) -> u64 {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&t.src_ip);
+    bytes.extend_from_slice(&t.dst_ip);
+    bytes.extend_from_slice(&t.src_port.to_be_bytes());
+    bytes.extend_from_slice(&t.dst_port.to_be_bytes());
+    let _ = sw;
+    (hawkmesh_codegen::hash::crc32(&bytes) & 15) as u64
+}
+
+#[test]
+fn flow_telemetry_counts_and_collision_evicts_to_cpu() {
+    let mut sw = Switch::new();
+    let a = tuple(1, 49152);
+    let slot = flow_slot(&sw, &a);
+    // Find another flow hashing to the same slot.
+    let b = (1u16..u16::MAX)
+        .map(|p| tuple(2, p))
+        .find(|t| flow_slot(&sw, t) == slot)
+        .expect("a colliding flow exists among 65535 ports");
+    sw.pfc(3, 0, 1, [1000, 0, 0, 0, 0, 0, 0, 0]);
+    let e1 = sw.data(&a, 0, 3, 0, 100, 50, 1000); // paused
+    assert!(e1.clone.is_none());
+    sw.pfc(3, 150, 1, [0; 8]);
+    sw.data(&a, 0, 3, 0, 200, 20, 1000);
+    sw.data(&a, 0, 3, 0, 300, 30, 1000);
+    let idx = Switch::epoch_index(100) * 16 + slot;
+    assert_eq!(sw.reg("flow_packets", idx), 3);
+    assert_eq!(sw.reg("flow_paused_packets", idx), 1);
+    assert_eq!(sw.reg("flow_unpaused_qdepth_sum", idx), 50);
+    assert_eq!(sw.reg("flow_first_offset", idx), 100);
+    assert_eq!(sw.reg("flow_last_offset", idx), 300);
+    assert_eq!(sw.reg("flow_egress_port", idx), 3);
+    // The colliding flow takes the slot; the old one leaves as an egress clone.
+    let out = sw.data(&b, 0, 3, 0, 400, 0, 1000);
+    let carried = out.clone.expect("eviction clones to the CPU");
+    let mut cpu = PassOutput::default();
+    let e = EgressInput {
+        ingress_port: 0,
+        egress_port: 100,
+        queue: 0,
+        enq_tstamp_ns: 400,
+        enq_qdepth: 0,
+        packet_length: 0,
+    };
+    sw.model
+        .egress(&out.clone_bytes, &e, &carried, &mut cpu)
+        .expect("clone egress");
+    let p = &sw.program;
+    let r = |f: &str| packets::read_field(p, &cpu.bytes, 0, "eviction", f).expect("field");
+    assert_eq!(r("packets"), 3);
+    assert_eq!(r("paused_packets"), 1);
+    assert_eq!(r("unpaused_qdepth_sum"), 50);
+    assert_eq!(r("first_offset_ns"), 100);
+    assert_eq!(r("last_offset_ns"), 300);
+    assert_eq!(r("src_port"), 49152);
+    assert_eq!(r("dst_port"), 4791);
+    assert_eq!(r("src_addr"), u32::from_be_bytes([10, 0, 0, 1]) as u64);
+    assert_eq!(r("egress_port"), 3);
+    assert_eq!(sw.reg("flow_packets", idx), 1);
+    assert_eq!(
+        sw.reg("flow_key_src", idx),
+        u32::from_be_bytes([10, 0, 0, 2]) as u64
+    );
+    // A flow in a stale slot of an older epoch is not reported (it was collectable then).
+    let later = sw.data(&a, 0, 3, 0, 400 + 2 * 1024, 0, 1000);
+    assert!(later.clone.is_none(), "stale slots are reset, not evicted");
+}
+
+fn polling_in(
+    sw: &mut Switch,
+    p: &Polling,
+    in_port: u16,
+    t: u64,
+    routed: Option<u16>,
+) -> hawkmesh_codegen::model::SwitchOutput {
+    let bytes = packets::polling_packet(&sw.program, p);
+    sw.model
+        .process(
+            &bytes,
+            &IngressInput {
+                ingress_port: in_port,
+                tstamp_ns: t,
+                routed_egress_port: routed,
+            },
+            7,
+        )
+        .expect("process")
+}
+
+fn parse_polling(sw: &Switch, bytes: &[u8]) -> Polling {
+    Polling::parse(&sw.program, &bytes[packets::polling_offset(&sw.program)..])
+        .expect("polling header")
+}
+
+#[test]
+fn polling_follows_victim_and_reports_to_cpu() {
+    let mut sw = Switch::new();
+    let victim = tuple(1, 49152);
+    let out = polling_in(&mut sw, &Polling::new(7, victim, 8), 0, 1000, Some(4));
+    assert_eq!(out.ports.len(), 1);
+    assert_eq!(
+        out.ports[0].0, 4,
+        "flag 01 follows the victim's forwarding choice"
+    );
+    let fwd = parse_polling(&sw, &out.ports[0].1);
+    assert_eq!(
+        fwd.trace_flag, 1,
+        "no pause at the victim's egress: flag stays 01"
+    );
+    assert_eq!(fwd.hop_limit, 7);
+    assert_eq!(fwd.context_kind, 0);
+    assert_eq!(out.cpu.len(), 1);
+    let cpu = parse_polling(&sw, &out.cpu[0]);
+    assert_eq!(cpu.context_kind, 1);
+    assert_eq!(cpu.context_ingress_port, 0);
+    assert_eq!(cpu.arrival_flags, 1);
+    assert_eq!(cpu.event_id, 7);
+    assert_eq!(cpu.victim, victim);
+}
+
+#[test]
+fn polling_gains_pfc_bit_when_victim_port_paused() {
+    let mut sw = Switch::new();
+    let victim = tuple(1, 49152);
+    sw.pfc(4, 900, 1, [2000, 0, 0, 0, 0, 0, 0, 0]);
+    sw.data(&victim, 0, 4, 0, 950, 100, 1000); // a paused packet at port 4 this epoch
+    let out = polling_in(&mut sw, &Polling::new(8, victim, 8), 0, 1000, Some(4));
+    assert_eq!(out.ports.len(), 1);
+    assert_eq!(
+        parse_polling(&sw, &out.ports[0].1).trace_flag,
+        3,
+        "01 + PFC bit"
+    );
+}
+
+#[test]
+fn polling_pfc_branch_keeps_only_causal_ports() {
+    let mut sw = Switch::new();
+    // Traffic from port 1 to ports 3 (paused) and 5 (paused, but no traffic from 1) and 6
+    // (traffic from 1, not paused).
+    sw.pfc(3, 100, 1, [3000, 0, 0, 0, 0, 0, 0, 0]);
+    sw.pfc(5, 100, 1, [3000, 0, 0, 0, 0, 0, 0, 0]);
+    sw.data(&tuple(1, 1), 1, 3, 0, 200, 10, 1000);
+    sw.data(&tuple(2, 2), 2, 5, 0, 210, 10, 1000);
+    sw.data(&tuple(3, 3), 1, 6, 0, 220, 10, 1000);
+    let mut p = Polling::new(9, tuple(9, 9), 8);
+    p.trace_flag = 2; // PFC-only branch arriving on port 1 (the port the PFC came from)
+    let out = polling_in(&mut sw, &p, 1, 300, Some(6));
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(
+        ports,
+        vec![3],
+        "only the paused port with traffic from port 1"
+    );
+    assert_eq!(parse_polling(&sw, &out.ports[0].1).trace_flag, 2);
+    assert_eq!(out.cpu.len(), 1);
+    // Flag 11: victim port 6 is kept for the victim, port 3 for causality.
+    let mut p = Polling::new(10, tuple(9, 9), 8);
+    p.trace_flag = 3;
+    let out = polling_in(&mut sw, &p, 1, 310, Some(6));
+    let kept: Vec<(u16, u8)> = out
+        .ports
+        .iter()
+        .map(|(port, b)| (*port, parse_polling(&sw, b).trace_flag))
+        .collect();
+    assert_eq!(kept, vec![(3, 2), (6, 1)]);
+}
+
+#[test]
+fn polling_pfc_only_branch_without_paused_port_still_reports() {
+    let mut sw = Switch::new();
+    let mut p = Polling::new(11, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, 300, None);
+    assert!(out.ports.is_empty(), "end of the PFC spreading path");
+    assert_eq!(
+        out.cpu.len(),
+        1,
+        "the switch still reports (the artifact dropped it silently)"
+    );
+    assert_eq!(parse_polling(&sw, &out.cpu[0]).arrival_flags, 2);
+}
+
+#[test]
+fn polling_duplicates_suppressed_within_interval_and_hop_limit() {
+    let mut sw = Switch::new();
+    let p = Polling::new(12, tuple(1, 1), 8);
+    assert_eq!(polling_in(&mut sw, &p, 0, 10_000, Some(2)).cpu.len(), 1);
+    let dup = polling_in(&mut sw, &p, 1, 20_000, Some(2));
+    assert!(
+        dup.cpu.is_empty() && dup.ports.is_empty(),
+        "same event within the interval"
+    );
+    // 100 units × 1024 ns later it is accepted again.
+    let again = polling_in(&mut sw, &p, 1, 10_000 + 101 * 1024, Some(2));
+    assert_eq!(again.cpu.len(), 1);
+    // Another event is independent.
+    assert_eq!(
+        polling_in(
+            &mut sw,
+            &Polling::new(13, tuple(1, 1), 8),
+            0,
+            20_000,
+            Some(2)
+        )
+        .cpu
+        .len(),
+        1
+    );
+    // Hop limit 0 is dropped without a report; 1 is reported and forwarded with 0.
+    let zero = polling_in(
+        &mut sw,
+        &Polling::new(14, tuple(1, 1), 0),
+        0,
+        30_000,
+        Some(2),
+    );
+    assert!(zero.cpu.is_empty() && zero.ports.is_empty());
+    let one = polling_in(
+        &mut sw,
+        &Polling::new(15, tuple(1, 1), 1),
+        0,
+        30_000,
+        Some(2),
+    );
+    assert_eq!(one.cpu.len(), 1);
+    assert_eq!(parse_polling(&sw, &one.ports[0].1).hop_limit, 0);
+}
+
+#[test]
+fn elastic_sketch_matches_reference_and_marks_once() {
+    let mut sw = Switch::new();
+    let geometry = SketchGeometry {
+        heavy_bits: 4,
+        light_bits: 6,
+        lambda: 8,
+    };
+    let mut reference = ElasticReference::new(geometry);
+    // A skewed stream: a few elephants and many mice over 16 buckets.
+    let mut flows = Vec::new();
+    for i in 0..60u16 {
+        flows.push(tuple((i % 7) as u8 + 1, 1000 + i));
+    }
+    let mut state = 0x1234_5678u32;
+    for n in 0..3000u32 {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let pick = if state >> 28 < 10 {
+            (state >> 8) as usize % 4
+        } else {
+            (state >> 8) as usize % flows.len()
+        };
+        let t = flows[pick];
+        let bytes = packets::rocev2_data(&sw.program, &t, 0, 2, 64, n, 100);
+        let mut out = PassOutput::default();
+        sw.model
+            .ingress(
+                &bytes,
+                &IngressInput {
+                    ingress_port: 0,
+                    tstamp_ns: n as u64 * 10,
+                    routed_egress_port: Some(1),
+                },
+                &mut out,
+            )
+            .expect("ingress");
+        let dscp = packets::read_field(&sw.program, &out.bytes, 14, "ipv4", "dscp").expect("dscp");
+        assert_eq!(dscp & 1, 1, "inserted packets carry the mark");
+        // A marked packet at the next switch is not inserted again.
+        let mut again = PassOutput::default();
+        let before = sw
+            .model
+            .register_read_all("sketch_total")
+            .expect("reg")
+            .to_vec();
+        sw.model
+            .ingress(
+                &out.bytes,
+                &IngressInput {
+                    ingress_port: 0,
+                    tstamp_ns: n as u64 * 10 + 1,
+                    routed_egress_port: Some(1),
+                },
+                &mut again,
+            )
+            .expect("ingress");
+        assert_eq!(
+            sw.model.register_read_all("sketch_total").expect("reg"),
+            &before[..]
+        );
+        reference.insert(fingerprint(t.src_ip, t.dst_ip, t.src_port, t.dst_port));
+    }
+    let dump = SketchDump {
+        geometry,
+        key: sw.model.register_read_all("sketch_key").expect("reg"),
+        votes: sw.model.register_read_all("sketch_votes").expect("reg"),
+        light: sw.model.register_read_all("sketch_light").expect("reg"),
+    };
+    assert_eq!(dump.heavy_flows(), reference.heavy_flows());
+    for t in &flows {
+        let fp = fingerprint(t.src_ip, t.dst_ip, t.src_port, t.dst_port);
+        assert_eq!(dump.query(fp), reference.query(fp), "flow {t:?}");
+    }
+    assert!(
+        reference.heavy_flows().values().any(|v| *v > 100),
+        "the stream has elephants"
+    );
+    // Control-plane reset every monitor interval.
+    for r in ["sketch_total", "sketch_key", "sketch_votes", "sketch_light"] {
+        sw.model.register_reset(r).expect("reset");
+    }
+    assert!(sw
+        .model
+        .register_read_all("sketch_key")
+        .expect("reg")
+        .iter()
+        .all(|v| *v == 0));
+}
+
+#[test]
+fn control_plane_errors_are_reported_not_panics() {
+    let mut sw = Switch::new();
+    assert!(sw.model.register_read("nope", 0).is_err());
+    assert!(sw.model.register_read("port_packets", 1 << 20).is_err());
+    assert!(sw.model.register_write("port_epoch", 0, 1 << 20).is_err());
+    assert!(sw.model.register_write("port_epoch", 1, 5).is_ok());
+    assert_eq!(sw.reg("port_epoch", 1), 5);
+    let entry = |action: &str, params: Vec<u64>| hawkmesh_codegen::model::TableEntry {
+        key: vec![3],
+        mask: vec![],
+        priority: 0,
+        action: action.into(),
+        params,
+    };
+    assert!(sw
+        .model
+        .table_add("forward", entry("explode", vec![]))
+        .is_err());
+    assert!(sw
+        .model
+        .table_add("forward", entry("set_route", vec![]))
+        .is_err());
+    assert!(sw
+        .model
+        .table_add("forward", entry("set_route", vec![1 << 20]))
+        .is_err());
+    assert!(sw
+        .model
+        .table_add("forward", entry("set_route", vec![2]))
+        .is_ok());
+    assert!(sw
+        .model
+        .table_add("nope", entry("set_route", vec![2]))
+        .is_err());
+    // Garbage packets are processed without panicking.
+    for len in [0usize, 1, 13, 14, 20, 40, 60, 100] {
+        let junk: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+        let mut out = PassOutput::default();
+        sw.model
+            .ingress(&junk, &IngressInput::default(), &mut out)
+            .expect("junk ingress");
+        let mut eg = PassOutput::default();
+        sw.model
+            .egress(&junk, &EgressInput::default(), &Carried::default(), &mut eg)
+            .expect("junk egress");
+    }
+}
+
+#[test]
+fn table_routing_mode_uses_installed_entries() {
+    let program = Arc::new(program(&params()).expect("program"));
+    let mut model = Model::new(program.clone(), Routing::FromTable, 100).expect("model");
+    let t = tuple(1, 1);
+    let bytes = packets::rocev2_data(&program, &t, 0, 2, 64, 1, 100);
+    let mut out = PassOutput::default();
+    model
+        .ingress(
+            &bytes,
+            &IngressInput {
+                ingress_port: 0,
+                tstamp_ns: 5,
+                routed_egress_port: Some(3),
+            },
+            &mut out,
+        )
+        .expect("ingress");
+    assert!(out.dropped, "no route installed");
+    model
+        .table_add(
+            "forward",
+            hawkmesh_codegen::model::TableEntry {
+                key: vec![u32::from_be_bytes(t.dst_ip) as u64],
+                mask: vec![],
+                priority: 0,
+                action: "set_route".into(),
+                params: vec![5],
+            },
+        )
+        .expect("add");
+    model
+        .ingress(
+            &bytes,
+            &IngressInput {
+                ingress_port: 0,
+                tstamp_ns: 5,
+                routed_egress_port: Some(3),
+            },
+            &mut out,
+        )
+        .expect("ingress");
+    assert_eq!(out.forward, Forward::Unicast(5));
+    assert!(!out.dropped);
+}

@@ -1,0 +1,12 @@
+//! The host side of HAWKEYE (§3.2 "anomaly detection at end hosts"): watch every RDMA flow's
+//! RTT from its ACK timestamps and, when it exceeds a threshold relative to the flow's base
+//! RTT, send a polling packet that carries the victim's 5-tuple, at most once per flow per
+//! suppression interval.
+//!
+//! [`RttDetector`] is the decision logic, shared by the host-agent daemon (RTT samples from
+//! CQE timestamps) and by netsim (samples from its host hook). It is pure and deterministic:
+//! time is passed in, nothing is read from a clock.
+
+pub mod detector;
+
+pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
