@@ -1,0 +1,325 @@
+//! The switch agent's control loop body: CPU-port packets in, telemetry reports out.
+//!
+//! - A polling CPU copy (HAWKEYE §3.4) triggers a collection: the telemetry registers of the
+//!   last `epochs` epochs are read and turned into a [`TelemetryReport`] for that polling
+//!   event. One register read per guard interval (the artifact's 500 µs): a polling event
+//!   arriving within the guard of the previous read reuses that read, so a burst of victims
+//!   polling at once costs the switch CPU one collection. An event id already reported is
+//!   ignored.
+//! - An eviction CPU copy is kept until the next collection that covers its epoch and is
+//!   reported there as an evicted flow record; if more evictions arrive than the agent keeps,
+//!   the overflow is counted in the epoch's `lost_evictions` instead of vanishing.
+//! - Reports are cut into chunks of at most `chunk_bytes` (an MTU) for streaming.
+
+use crate::backend::{CpuFrame, CpuFrameKind, SwitchBackend};
+use crate::collect::{CollectError, Eviction, Geometry, ReadCost, RegisterSnapshot};
+use hawkmesh_codegen::ir::Program;
+use hawkmesh_codegen::packets::{polling_offset, Polling};
+use hawkmesh_wire::dataplane;
+use hawkmesh_wire::telemetry::{
+    EpochTelemetry, PollingContext, PollingEgress, TelemetryReport, TelemetryWireError, TraceFlags,
+    TELEMETRY_FORMAT_VERSION,
+};
+use hawkmesh_wire::topology::NodeId;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Agent settings.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// This switch's node id (in reports).
+    pub switch: NodeId,
+    /// The program variant's sizes.
+    pub geometry: Geometry,
+    /// At most one register read per this many ns of switch time.
+    pub guard_ns: u64,
+    /// Largest report chunk, bytes.
+    pub chunk_bytes: usize,
+    /// Eviction reports kept between collections.
+    pub max_pending_evictions: usize,
+}
+
+impl AgentConfig {
+    /// Defaults for `switch`: default variant, 500 µs guard, 1500-byte chunks.
+    pub fn new(switch: NodeId) -> Self {
+        AgentConfig {
+            switch,
+            geometry: Geometry::default_variant(),
+            guard_ns: 500_000,
+            chunk_bytes: 1500,
+            max_pending_evictions: 65_536,
+        }
+    }
+}
+
+/// What one polling event produced.
+#[derive(Clone, Debug)]
+pub struct Collection {
+    /// Polling event id.
+    pub event_id: u64,
+    /// Switch time of the polling copy, ns.
+    pub time_ns: u64,
+    /// Whether the registers were read for it (false: reused a read within the guard).
+    pub read_registers: bool,
+    /// Register read cost (zero when reused).
+    pub cost: ReadCost,
+    /// Wall time spent reading and encoding.
+    pub took: Duration,
+    /// The report.
+    pub report: TelemetryReport,
+    /// The report's chunks.
+    pub chunks: Vec<Vec<u8>>,
+}
+
+/// Why the agent could not produce a report.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Reading the switch failed.
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+    /// Encoding failed.
+    #[error(transparent)]
+    Encode(#[from] TelemetryWireError),
+}
+
+/// Counters of the agent's work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// Polling copies received.
+    pub polling_copies: u64,
+    /// Polling copies ignored as repeats of an event already reported.
+    pub duplicate_events: u64,
+    /// Malformed CPU frames.
+    pub malformed: u64,
+    /// Register reads.
+    pub register_reads: u64,
+    /// Reports produced.
+    pub reports: u64,
+    /// Report bytes produced.
+    pub report_bytes: u64,
+    /// Evictions received.
+    pub evictions: u64,
+    /// Evictions that did not fit and were counted as lost.
+    pub lost_evictions: u64,
+}
+
+/// One switch's agent.
+#[derive(Debug)]
+pub struct SwitchAgent<B: SwitchBackend> {
+    config: AgentConfig,
+    backend: B,
+    program: Arc<Program>,
+    last_read: Option<(u64, Vec<EpochTelemetry>)>,
+    reported: BTreeSet<u64>,
+    evictions: Vec<Eviction>,
+    lost_evictions: u32,
+    stats: AgentStats,
+}
+
+impl<B: SwitchBackend> SwitchAgent<B> {
+    /// An agent for the switch behind `backend`, running `program`.
+    pub fn new(config: AgentConfig, backend: B, program: Arc<Program>) -> Self {
+        SwitchAgent {
+            config,
+            backend,
+            program,
+            last_read: None,
+            reported: BTreeSet::new(),
+            evictions: Vec::new(),
+            lost_evictions: 0,
+            stats: AgentStats::default(),
+        }
+    }
+
+    /// The backend (e.g. to deliver CPU frames in simulation).
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> AgentStats {
+        self.stats
+    }
+
+    /// Handles every CPU-port packet waiting in the backend.
+    pub fn poll(&mut self) -> Result<Vec<Collection>, AgentError> {
+        let frames = self
+            .backend
+            .poll_cpu()
+            .map_err(|e| AgentError::Collect(CollectError::Backend(e)))?;
+        let mut out = Vec::new();
+        for frame in frames {
+            if let Some(collection) = self.handle(frame)? {
+                out.push(collection);
+            }
+        }
+        Ok(out)
+    }
+
+    fn handle(&mut self, frame: CpuFrame) -> Result<Option<Collection>, AgentError> {
+        match frame.kind {
+            CpuFrameKind::Eviction => {
+                self.stats.evictions += 1;
+                match Eviction::parse(&frame.bytes, self.config.geometry.qdepth_unit_bytes) {
+                    Some(eviction) if self.evictions.len() < self.config.max_pending_evictions => {
+                        self.evictions.push(eviction)
+                    }
+                    Some(_) => {
+                        self.stats.lost_evictions += 1;
+                        self.lost_evictions = self.lost_evictions.saturating_add(1);
+                    }
+                    None => self.stats.malformed += 1,
+                }
+                Ok(None)
+            }
+            CpuFrameKind::Other => Ok(None),
+            CpuFrameKind::Polling => {
+                self.stats.polling_copies += 1;
+                let offset = polling_offset(&self.program);
+                let Some(polling) = frame
+                    .bytes
+                    .get(offset..)
+                    .and_then(|header| Polling::parse(&self.program, header))
+                else {
+                    self.stats.malformed += 1;
+                    return Ok(None);
+                };
+                if !self.reported.insert(polling.event_id) {
+                    self.stats.duplicate_events += 1;
+                    return Ok(None);
+                }
+                self.collect(frame.time_ns, &polling).map(Some)
+            }
+        }
+    }
+
+    fn collect(&mut self, now_ns: u64, polling: &Polling) -> Result<Collection, AgentError> {
+        let started = Instant::now();
+        let geometry = self.config.geometry;
+        let reuse = self
+            .last_read
+            .as_ref()
+            .is_some_and(|(at, _)| now_ns.saturating_sub(*at) < self.config.guard_ns);
+        let mut cost = ReadCost::default();
+        if !reuse {
+            let (snapshot, read_cost) = RegisterSnapshot::read(&mut self.backend, &geometry)?;
+            cost = read_cost;
+            self.stats.register_reads += 1;
+            let current = now_ns >> geometry.epoch_log2_ns;
+            let first = current.saturating_sub(u64::from(geometry.epochs) - 1);
+            let mut epochs: Vec<EpochTelemetry> = (first..=current)
+                .map(|epoch| snapshot.epoch(&geometry, epoch))
+                .collect();
+            // Evicted flows join the epoch they were counted in; the rest stay pending
+            // (their epoch may be read again) unless their slot has been overwritten.
+            let mut keep = Vec::new();
+            for eviction in self.evictions.drain(..) {
+                match epochs
+                    .iter_mut()
+                    .find(|e| eviction.belongs_to(&geometry, e.epoch_id))
+                {
+                    Some(epoch) => epoch.flows.push(eviction.record),
+                    None => keep.push(eviction),
+                }
+            }
+            self.evictions = keep;
+            if let Some(last) = epochs.last_mut() {
+                last.lost_evictions = std::mem::take(&mut self.lost_evictions);
+            }
+            epochs.retain(|e| {
+                !(e.ports.is_empty()
+                    && e.meters.is_empty()
+                    && e.flows.is_empty()
+                    && e.lost_evictions == 0)
+            });
+            self.last_read = Some((now_ns, epochs));
+        }
+        let epochs = self
+            .last_read
+            .as_ref()
+            .map(|(_, epochs)| epochs.clone())
+            .unwrap_or_default();
+        let context = polling_context(polling, &epochs);
+        let report = TelemetryReport {
+            version: TELEMETRY_FORMAT_VERSION,
+            switch: self.config.switch,
+            event_id: polling.event_id,
+            epoch_ns: geometry.epoch_ns(),
+            polling: context,
+            epochs,
+        };
+        let chunks = report.to_chunks(self.config.chunk_bytes)?;
+        self.stats.reports += 1;
+        self.stats.report_bytes += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
+        Ok(Collection {
+            event_id: polling.event_id,
+            time_ns: now_ns,
+            read_registers: !reuse,
+            cost,
+            took: started.elapsed(),
+            report,
+            chunks,
+        })
+    }
+}
+
+/// Where the polling packet went from this switch, reconstructed from its arrival context
+/// and the registers (the data plane keeps one CPU copy per switch, taken at ingress):
+/// along the victim path the victim's egress port (plus the PFC bit when that port had
+/// paused packets); on a PFC branch every port with paused packets that received traffic
+/// from the polling packet's ingress port (HAWKEYE §3.4).
+fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingContext {
+    let arrival = TraceFlags(polling.arrival_flags & 0b11);
+    let ingress = polling.context_ingress_port;
+    let mut egress: Vec<PollingEgress> = Vec::new();
+    let mut add = |port: u16, reason: u8| match egress.iter_mut().find(|e| e.port == port) {
+        Some(existing) => existing.reason = TraceFlags(existing.reason.0 | reason),
+        None => egress.push(PollingEgress {
+            port,
+            reason: TraceFlags(reason),
+        }),
+    };
+    let current = epochs.last();
+    let paused = |port: u16| {
+        current.is_some_and(|e| {
+            e.ports
+                .iter()
+                .any(|p| p.port == port && p.paused_packet_count > 0)
+        })
+    };
+    if arrival.victim_path() {
+        let victim_port = epochs
+            .iter()
+            .rev()
+            .flat_map(|e| e.flows.iter())
+            .find(|f| f.flow == polling.victim)
+            .map(|f| f.egress_port)
+            .or((polling.context_egress_port != dataplane::NO_PORT)
+                .then_some(polling.context_egress_port));
+        if let Some(port) = victim_port {
+            let pfc = if paused(port) {
+                TraceFlags::PFC_CAUSALITY.0
+            } else {
+                0
+            };
+            add(port, TraceFlags::VICTIM_PATH.0 | pfc);
+        }
+    }
+    if arrival.pfc_causality() {
+        if let Some(epoch) = current {
+            for meter in epoch.meters.iter().filter(|m| m.ingress_port == ingress) {
+                if paused(meter.egress_port) {
+                    add(meter.egress_port, TraceFlags::PFC_CAUSALITY.0);
+                }
+            }
+        }
+    }
+    egress.sort();
+    PollingContext {
+        ingress_port: ingress,
+        flags: arrival,
+        victim: polling.victim,
+        egress,
+    }
+}

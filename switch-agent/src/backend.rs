@@ -1,0 +1,111 @@
+//! The switch behind one trait (dendrite's ASIC-trait pattern): the in-process executable
+//! model now, BF Runtime (Tofino) and BMv2 Thrift later. The operations are the ones BF
+//! Runtime offers the control plane: register sync + bulk read of a whole register array,
+//! register reset, table entry writes, multicast group configuration, and a packet channel
+//! from the CPU port.
+
+use hawkmesh_codegen::model::{DataPlane, TableEntry};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// Why a backend operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The data plane refused the operation (unknown register/table, bad entry...).
+    #[error("data plane: {0}")]
+    DataPlane(String),
+    /// The switch could not be reached.
+    #[error("switch unreachable: {0}")]
+    Unreachable(String),
+}
+
+/// What kind of packet reached the CPU port (Tofino: told by the mirror session or CPU
+/// header; the model backend is told by whoever delivers the copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuFrameKind {
+    /// A copy of a polling packet with its port context.
+    Polling,
+    /// A flow eviction report (eviction header in front of the evicting packet).
+    Eviction,
+    /// Anything else.
+    Other,
+}
+
+/// A packet from the CPU port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuFrame {
+    /// Switch time when it reached the CPU port, ns (the data plane's 48-bit clock).
+    pub time_ns: u64,
+    /// Kind.
+    pub kind: CpuFrameKind,
+    /// Bytes as delivered (from the Ethernet header, or the eviction header before it).
+    pub bytes: Vec<u8>,
+}
+
+/// One switch, as the control plane sees it.
+pub trait SwitchBackend {
+    /// Makes the data-plane values of `register` visible (BF Runtime `REGISTER_SYNC`) and
+    /// reads every cell (pairs as `hi << 32 | lo`).
+    fn read_register(&mut self, register: &str) -> Result<Vec<u64>, BackendError>;
+    /// Clears a register.
+    fn reset_register(&mut self, register: &str) -> Result<(), BackendError>;
+    /// Adds a table entry.
+    fn add_table_entry(&mut self, table: &str, entry: TableEntry) -> Result<(), BackendError>;
+    /// Sets a multicast group's member ports.
+    fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError>;
+    /// Packets that reached the CPU port since the last call.
+    fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError>;
+}
+
+/// The executable model, shared with whoever runs packets through it (netsim's pipeline
+/// adapter): the agent reads the very registers the simulated switch updates.
+#[derive(Debug)]
+pub struct ModelBackend<M: DataPlane> {
+    model: Rc<RefCell<M>>,
+    cpu: VecDeque<CpuFrame>,
+}
+
+impl<M: DataPlane> ModelBackend<M> {
+    /// A backend over a shared model.
+    pub fn new(model: Rc<RefCell<M>>) -> Self {
+        ModelBackend {
+            model,
+            cpu: VecDeque::new(),
+        }
+    }
+
+    /// Delivers a CPU-port packet (called by the simulator glue).
+    pub fn deliver_cpu(&mut self, frame: CpuFrame) {
+        self.cpu.push_back(frame);
+    }
+}
+
+fn dp<E: std::fmt::Display>(error: E) -> BackendError {
+    BackendError::DataPlane(error.to_string())
+}
+
+impl<M: DataPlane> SwitchBackend for ModelBackend<M> {
+    fn read_register(&mut self, register: &str) -> Result<Vec<u64>, BackendError> {
+        let mut model = self.model.borrow_mut();
+        model.register_sync(register).map_err(dp)?;
+        Ok(model.register_read_all(register).map_err(dp)?.to_vec())
+    }
+
+    fn reset_register(&mut self, register: &str) -> Result<(), BackendError> {
+        self.model.borrow_mut().register_reset(register).map_err(dp)
+    }
+
+    fn add_table_entry(&mut self, table: &str, entry: TableEntry) -> Result<(), BackendError> {
+        self.model.borrow_mut().table_add(table, entry).map_err(dp)
+    }
+
+    fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError> {
+        self.model.borrow_mut().multicast_group_set(group, ports);
+        Ok(())
+    }
+
+    fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
+        Ok(self.cpu.drain(..).collect())
+    }
+}

@@ -1,0 +1,301 @@
+//! From register arrays to a telemetry report (HAWKEYE §3.4: the switch CPU reads the
+//! relevant epochs' registers when a polling packet arrives).
+//!
+//! The ring layout is the program's (codegen/src/hawkeye.rs): with E the absolute epoch
+//! number (48-bit timestamp >> epoch_log2), the slot is `E mod epochs` and the stored epoch
+//! id is the 16 timestamp bits above the slot index. Port registers are indexed
+//! `slot·ports + port`, meter registers `slot·ports² + ingress·ports + egress`, flow
+//! registers `slot·flow_slots + hash slot`. A cell counts only if its stored epoch id is the
+//! one of the epoch being read: stale slots from an earlier lap of the ring are skipped, and
+//! so are empty ones.
+
+use crate::backend::{BackendError, SwitchBackend};
+use hawkmesh_wire::dataplane;
+use hawkmesh_wire::telemetry::{
+    EpochTelemetry, FiveTuple, FlowRecord, MeterRecord, PortRecord, IP_PROTOCOL_UDP,
+};
+use std::collections::BTreeMap;
+
+/// Sizes of a program variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Front-panel ports covered by the registers.
+    pub ports: u32,
+    /// Epochs in the ring.
+    pub epochs: u32,
+    /// Epoch length 2^epoch_log2_ns ns.
+    pub epoch_log2_ns: u8,
+    /// Flow slots per epoch.
+    pub flow_slots: u32,
+    /// Bytes per queue-depth unit (Tofino: 80-byte cells).
+    pub qdepth_unit_bytes: u64,
+}
+
+impl Geometry {
+    /// The default (committed) variant, from the generated constants.
+    pub fn default_variant() -> Self {
+        Geometry {
+            ports: dataplane::PORTS as u32,
+            epochs: dataplane::EPOCHS as u32,
+            epoch_log2_ns: dataplane::EPOCH_LOG2_NS,
+            flow_slots: dataplane::FLOW_SLOTS,
+            qdepth_unit_bytes: dataplane::QDEPTH_UNIT_BYTES_TOFINO as u64,
+        }
+    }
+
+    /// The variant built from these program parameters.
+    pub fn from_params(
+        params: &hawkmesh_codegen::hawkeye::HawkeyeParams,
+        qdepth_unit_bytes: u64,
+    ) -> Self {
+        Geometry {
+            ports: params.ports,
+            epochs: params.epochs,
+            epoch_log2_ns: params.epoch_log2_ns,
+            flow_slots: params.flow_slots,
+            qdepth_unit_bytes,
+        }
+    }
+
+    /// Epoch length, ns.
+    pub fn epoch_ns(&self) -> u64 {
+        1 << self.epoch_log2_ns
+    }
+
+    fn epoch_bits(&self) -> u32 {
+        self.epochs.trailing_zeros()
+    }
+
+    /// (ring slot, stored epoch id) of absolute epoch `epoch`.
+    pub fn slot_and_id(&self, epoch: u64) -> (u64, u64) {
+        let slot = epoch & (self.epochs as u64 - 1);
+        let id = (epoch >> self.epoch_bits()) & 0xFFFF;
+        (slot, id)
+    }
+}
+
+/// What one register read pass cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadCost {
+    /// Registers read.
+    pub registers: usize,
+    /// Cells read.
+    pub cells: usize,
+}
+
+/// The telemetry registers of one switch, read once.
+#[derive(Debug, Default)]
+pub struct RegisterSnapshot {
+    arrays: BTreeMap<&'static str, Vec<u64>>,
+}
+
+/// Registers the report is built from.
+pub const TELEMETRY_REGISTERS: &[&str] = &[
+    "port_epoch",
+    "port_packets",
+    "port_paused_packets",
+    "port_qdepth_sum",
+    "port_unpaused_qdepth_sum",
+    "meter_epoch",
+    "meter_bytes",
+    "flow_epoch",
+    "flow_key_src",
+    "flow_key_dst",
+    "flow_key_ports",
+    "flow_packets",
+    "flow_paused_packets",
+    "flow_unpaused_qdepth_sum",
+    "flow_first_offset",
+    "flow_last_offset",
+    "flow_egress_port",
+];
+
+/// Why a snapshot could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CollectError {
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A register is shorter than the geometry says.
+    #[error("register {register} has {found} cells, the program variant needs {needed}")]
+    Geometry {
+        /// Register.
+        register: &'static str,
+        /// Cells found.
+        found: usize,
+        /// Cells needed.
+        needed: usize,
+    },
+}
+
+impl RegisterSnapshot {
+    /// Reads every telemetry register (sync + bulk read each).
+    pub fn read(
+        backend: &mut dyn SwitchBackend,
+        geometry: &Geometry,
+    ) -> Result<(Self, ReadCost), CollectError> {
+        let mut snapshot = RegisterSnapshot::default();
+        let mut cost = ReadCost::default();
+        let ports = geometry.ports as usize;
+        let epochs = geometry.epochs as usize;
+        for name in TELEMETRY_REGISTERS {
+            let cells = backend.read_register(name)?;
+            let needed = if name.starts_with("port_") {
+                epochs * ports
+            } else if name.starts_with("meter_") {
+                epochs * ports * ports
+            } else {
+                epochs * geometry.flow_slots as usize
+            };
+            if cells.len() < needed {
+                return Err(CollectError::Geometry {
+                    register: name,
+                    found: cells.len(),
+                    needed,
+                });
+            }
+            cost.registers += 1;
+            cost.cells += cells.len();
+            snapshot.arrays.insert(name, cells);
+        }
+        Ok((snapshot, cost))
+    }
+
+    fn get(&self, name: &str, index: usize) -> u64 {
+        self.arrays
+            .get(name)
+            .and_then(|cells| cells.get(index))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The epoch `epoch` (absolute number) as telemetry, empty slots dropped.
+    pub fn epoch(&self, geometry: &Geometry, epoch: u64) -> EpochTelemetry {
+        let (slot, id) = geometry.slot_and_id(epoch);
+        let ports = geometry.ports as usize;
+        let unit = geometry.qdepth_unit_bytes;
+        let slot = slot as usize;
+        let mut telemetry = EpochTelemetry {
+            epoch_id: epoch,
+            start_ns: epoch << geometry.epoch_log2_ns,
+            lost_evictions: 0,
+            ports: Vec::new(),
+            meters: Vec::new(),
+            flows: Vec::new(),
+        };
+        for port in 0..ports {
+            let index = slot * ports + port;
+            if self.get("port_epoch", index) != id || self.get("port_packets", index) == 0 {
+                continue;
+            }
+            telemetry.ports.push(PortRecord {
+                port: port as u16,
+                packet_count: self.get("port_packets", index) as u32,
+                paused_packet_count: self.get("port_paused_packets", index) as u32,
+                queue_depth_sum_bytes: self.get("port_qdepth_sum", index) * unit,
+                unpaused_queue_depth_sum_bytes: self.get("port_unpaused_qdepth_sum", index) * unit,
+            });
+        }
+        for ingress in 0..ports {
+            for egress in 0..ports {
+                let index = slot * ports * ports + ingress * ports + egress;
+                let bytes = self.get("meter_bytes", index);
+                if self.get("meter_epoch", index) != id || bytes == 0 {
+                    continue;
+                }
+                telemetry.meters.push(MeterRecord {
+                    ingress_port: ingress as u16,
+                    egress_port: egress as u16,
+                    bytes,
+                });
+            }
+        }
+        let slots = geometry.flow_slots as usize;
+        for flow_slot in 0..slots {
+            let index = slot * slots + flow_slot;
+            let packets = self.get("flow_packets", index);
+            let src = self.get("flow_key_src", index) as u32;
+            if self.get("flow_epoch", index) != id || packets == 0 || src == 0 {
+                continue;
+            }
+            let ports_word = self.get("flow_key_ports", index) as u32;
+            telemetry.flows.push(FlowRecord {
+                flow: FiveTuple {
+                    src_ip: src.to_be_bytes(),
+                    dst_ip: (self.get("flow_key_dst", index) as u32).to_be_bytes(),
+                    src_port: (ports_word >> 16) as u16,
+                    dst_port: ports_word as u16,
+                    protocol: IP_PROTOCOL_UDP,
+                },
+                egress_port: self.get("flow_egress_port", index) as u16,
+                packet_count: packets as u32,
+                paused_packet_count: self.get("flow_paused_packets", index) as u32,
+                queue_depth_sum_bytes: self.get("flow_unpaused_qdepth_sum", index) * unit,
+                first_enqueue_offset_ns: self.get("flow_first_offset", index) as u32,
+                last_enqueue_offset_ns: self.get("flow_last_offset", index) as u32,
+                evicted: false,
+            });
+        }
+        telemetry
+    }
+}
+
+/// A flow the data plane evicted from its slot (HAWKEYE §3.3), from an eviction CPU copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    /// Stored epoch id of the evicted entry.
+    pub epoch_id: u16,
+    /// Ring slot of the evicted entry.
+    pub epoch_index: u8,
+    /// The evicted record.
+    pub record: FlowRecord,
+}
+
+fn bits(bytes: &[u8], (offset, width): (usize, u8)) -> Option<u64> {
+    let end = offset + width as usize;
+    if end > bytes.len() * 8 || width > 64 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for bit in offset..end {
+        value = (value << 1) | u64::from((bytes[bit / 8] >> (7 - bit % 8)) & 1);
+    }
+    Some(value)
+}
+
+impl Eviction {
+    /// Parses the eviction header at the front of an eviction CPU copy.
+    pub fn parse(bytes: &[u8], unit: u64) -> Option<Eviction> {
+        use dataplane::eviction_layout as l;
+        if bytes.len() < dataplane::EVICTION_REPORT_BYTES as usize {
+            return None;
+        }
+        let src = bits(bytes, l::SRC_ADDR)? as u32;
+        Some(Eviction {
+            epoch_id: bits(bytes, l::EPOCH_ID)? as u16,
+            epoch_index: bits(bytes, l::EPOCH_INDEX)? as u8,
+            record: FlowRecord {
+                flow: FiveTuple {
+                    src_ip: src.to_be_bytes(),
+                    dst_ip: (bits(bytes, l::DST_ADDR)? as u32).to_be_bytes(),
+                    src_port: bits(bytes, l::SRC_PORT)? as u16,
+                    dst_port: bits(bytes, l::DST_PORT)? as u16,
+                    protocol: IP_PROTOCOL_UDP,
+                },
+                egress_port: bits(bytes, l::EGRESS_PORT)? as u16,
+                packet_count: bits(bytes, l::PACKETS)? as u32,
+                paused_packet_count: bits(bytes, l::PAUSED_PACKETS)? as u32,
+                queue_depth_sum_bytes: bits(bytes, l::UNPAUSED_QDEPTH_SUM)? * unit,
+                first_enqueue_offset_ns: bits(bytes, l::FIRST_OFFSET_NS)? as u32,
+                last_enqueue_offset_ns: bits(bytes, l::LAST_OFFSET_NS)? as u32,
+                evicted: true,
+            },
+        })
+    }
+
+    /// Whether it belongs to absolute epoch `epoch`.
+    pub fn belongs_to(&self, geometry: &Geometry, epoch: u64) -> bool {
+        let (slot, id) = geometry.slot_and_id(epoch);
+        u64::from(self.epoch_index) == slot && u64::from(self.epoch_id) == id
+    }
+}

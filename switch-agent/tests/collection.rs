@@ -1,0 +1,234 @@
+//! The agent on the executable model: packets go through the model, the agent reads its
+//! registers when a polling copy reaches the CPU port.
+
+use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
+use hawkmesh_codegen::ir::Program;
+use hawkmesh_codegen::model::{DataPlane, IngressInput, Model, Routing};
+use hawkmesh_codegen::packets::{self, Polling};
+use hawkmesh_switch_agent::{
+    AgentConfig, CpuFrame, CpuFrameKind, Geometry, ModelBackend, SwitchAgent,
+};
+use hawkmesh_wire::telemetry::{decode_reports, FiveTuple, TraceFlags};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+const PORTS: u32 = 8;
+const EPOCH_LOG2: u8 = 12; // 4096 ns epochs
+const CPU_PORT: u16 = 100;
+
+fn params(flow_slots: u32) -> HawkeyeParams {
+    HawkeyeParams {
+        ports: PORTS,
+        epochs: 4,
+        epoch_log2_ns: EPOCH_LOG2,
+        flow_slots,
+        dedupe_slots: 64,
+        dedupe_interval_units: 100,
+        cpu_port: CPU_PORT,
+        sketch: None,
+    }
+}
+
+struct Bench {
+    program: Arc<Program>,
+    model: Rc<RefCell<Model>>,
+    agent: SwitchAgent<ModelBackend<Model>>,
+}
+
+impl Bench {
+    fn new(flow_slots: u32) -> Self {
+        let params = params(flow_slots);
+        let program = Arc::new(program(&params).unwrap());
+        let mut model = Model::new(program.clone(), Routing::FromInput, CPU_PORT).unwrap();
+        model.multicast_group_set(1, (0..PORTS as u16).collect());
+        let model = Rc::new(RefCell::new(model));
+        let mut config = AgentConfig::new(7);
+        config.geometry = Geometry::from_params(&params, 80);
+        config.chunk_bytes = 256;
+        let agent = SwitchAgent::new(config, ModelBackend::new(model.clone()), program.clone());
+        Bench {
+            program,
+            model,
+            agent,
+        }
+    }
+
+    /// Runs a packet through the whole switch; CPU copies go to the agent.
+    fn send(&mut self, bytes: &[u8], port: u16, to: Option<u16>, queue: u8, t: u64) -> usize {
+        let out = self
+            .model
+            .borrow_mut()
+            .process(
+                bytes,
+                &IngressInput {
+                    ingress_port: port,
+                    tstamp_ns: t,
+                    routed_egress_port: to,
+                },
+                queue,
+            )
+            .unwrap();
+        for copy in &out.cpu {
+            let kind = if packets::Polling::parse(
+                &self.program,
+                copy.get(packets::polling_offset(&self.program)..)
+                    .unwrap_or(&[]),
+            )
+            .is_some()
+                && copy.len() >= packets::polling_offset(&self.program) + 32
+                && copy.get(12..14) == Some(&[0x08, 0x00])
+            {
+                CpuFrameKind::Polling
+            } else {
+                CpuFrameKind::Eviction
+            };
+            self.agent.backend_mut().deliver_cpu(CpuFrame {
+                time_ns: t,
+                kind,
+                bytes: copy.clone(),
+            });
+        }
+        out.cpu.len()
+    }
+
+    fn data(&mut self, flow: &FiveTuple, from: u16, to: u16, t: u64) {
+        let bytes = packets::rocev2_data(&self.program, flow, 0, 3, 64, 1, 1062);
+        self.send(&bytes, from, Some(to), 3, t);
+    }
+
+    fn pause(&mut self, port: u16, t: u64) {
+        let frame = packets::pfc_frame(1 << 3, [0, 0, 0, 0xFFFF, 0, 0, 0, 0]);
+        self.send(&frame, port, None, 7, t);
+    }
+
+    fn poll(&mut self, event: u64, victim: FiveTuple, from: u16, to: u16, t: u64) {
+        let polling = Polling::new(event, victim, 8);
+        let bytes = packets::polling_packet(&self.program, &polling);
+        self.send(&bytes, from, Some(to), 7, t);
+    }
+}
+
+fn flow(n: u8, port: u16) -> FiveTuple {
+    FiveTuple::rocev2([10, 0, 0, n], port, [10, 0, 1, 1])
+}
+
+#[test]
+fn a_polling_copy_yields_the_epochs_ports_meters_and_flows_of_the_switch() {
+    let mut bench = Bench::new(64);
+    let victim = flow(1, 49152);
+    let other = flow(2, 49153);
+    // Port 5 is paused on priority 3 from t = 100 ns; both flows enter on ports 1 and 2.
+    bench.pause(5, 100);
+    for i in 0..10 {
+        bench.data(&victim, 1, 5, 200 + i * 100);
+        bench.data(&other, 2, 5, 250 + i * 100);
+    }
+    bench.poll(0xABCDEF, victim, 1, 5, 3_000);
+    let collections = bench.agent.poll().unwrap();
+    assert_eq!(collections.len(), 1);
+    let c = &collections[0];
+    assert!(c.read_registers && c.cost.registers >= 17);
+    assert!(c.chunks.len() > 1, "chunks are cut at 256 bytes");
+    // The chunks decode to the same report.
+    let joined: Vec<u8> = c.chunks.concat();
+    let decoded = decode_reports(&joined).unwrap();
+    assert_eq!(decoded, vec![c.report.clone()]);
+    let report = &c.report;
+    assert_eq!(
+        (report.switch, report.event_id, report.epoch_ns),
+        (7, 0xABCDEF, 4096)
+    );
+    assert_eq!(report.epochs.len(), 1, "only the epoch with traffic");
+    let epoch = &report.epochs[0];
+    assert_eq!(epoch.start_ns, 0);
+    let port5 = epoch.ports.iter().find(|p| p.port == 5).unwrap();
+    assert_eq!((port5.packet_count, port5.paused_packet_count), (20, 20));
+    let meter = |i| {
+        epoch
+            .meters
+            .iter()
+            .find(|m| m.ingress_port == i && m.egress_port == 5)
+            .map(|m| m.bytes)
+    };
+    assert_eq!((meter(1), meter(2)), (Some(10 * 1062), Some(10 * 1062)));
+    let v = epoch.flows.iter().find(|f| f.flow == victim).unwrap();
+    assert_eq!(
+        (v.egress_port, v.packet_count, v.paused_packet_count),
+        (5, 10, 10)
+    );
+    assert!(v.last_enqueue_offset_ns > v.first_enqueue_offset_ns);
+    assert!(epoch.flows.iter().any(|f| f.flow == other));
+    // Polling context: arrived on port 1 along the victim path, which leaves by the paused
+    // port 5, so the PFC bit is added there.
+    assert_eq!(report.polling.ingress_port, 1);
+    assert_eq!(report.polling.victim, victim);
+    assert_eq!(report.polling.egress.len(), 1);
+    assert_eq!(report.polling.egress[0].port, 5);
+    assert_eq!(report.polling.egress[0].reason, TraceFlags::BOTH);
+}
+
+#[test]
+fn one_register_read_per_guard_interval_and_each_event_once() {
+    let mut bench = Bench::new(64);
+    let victim = flow(1, 49152);
+    bench.data(&victim, 1, 5, 100);
+    bench.poll(1, victim, 1, 5, 1_000);
+    bench.poll(2, flow(9, 7), 2, 5, 2_000);
+    bench.poll(1, victim, 1, 5, 3_000);
+    let collections = bench.agent.poll().unwrap();
+    assert_eq!(collections.len(), 2, "event 1 is reported once");
+    assert!(collections[0].read_registers);
+    assert!(
+        !collections[1].read_registers,
+        "within the 500 µs guard the read is reused"
+    );
+    assert_eq!(collections[1].report.epochs, collections[0].report.epochs);
+    // After the guard a new read happens.
+    bench.poll(3, victim, 1, 5, 600_000);
+    let later = bench.agent.poll().unwrap();
+    assert!(later[0].read_registers);
+    let stats = bench.agent.stats();
+    assert_eq!((stats.register_reads, stats.reports), (2, 3));
+}
+
+#[test]
+fn stale_slots_from_an_earlier_lap_of_the_ring_are_not_reported() {
+    let mut bench = Bench::new(64);
+    let old = flow(1, 1000);
+    let new = flow(2, 2000);
+    bench.data(&old, 1, 5, 100); // epoch 0, slot 0
+                                 // Four epochs later (one lap): epoch 4 uses slot 0 again, untouched by traffic so far.
+    bench.data(&new, 2, 6, 4 * 4096 + 1_000); // epoch 4, slot 0 for port 6 only
+    bench.poll(9, new, 2, 6, 4 * 4096 + 2_000);
+    let report = bench.agent.poll().unwrap().remove(0).report;
+    let flows: Vec<FiveTuple> = report
+        .epochs
+        .iter()
+        .flat_map(|e| e.flows.iter().map(|f| f.flow))
+        .collect();
+    assert!(flows.contains(&new));
+    assert!(!flows.contains(&old), "epoch 0 is older than the ring");
+    assert!(report.epochs.iter().all(|e| e.epoch_id >= 1));
+}
+
+#[test]
+fn evicted_flows_reach_the_report_flagged() {
+    // Two flow slots per epoch: three flows must collide.
+    let mut bench = Bench::new(2);
+    let flows: Vec<FiveTuple> = (0..6).map(|i| flow(10 + i, 3000 + u16::from(i))).collect();
+    for (i, f) in flows.iter().enumerate() {
+        bench.data(f, 1, 5, 100 + i as u64 * 10);
+        bench.data(f, 1, 5, 105 + i as u64 * 10);
+    }
+    bench.poll(5, flows[0], 1, 5, 2_000);
+    let report = bench.agent.poll().unwrap().remove(0).report;
+    let records: Vec<_> = report.epochs.iter().flat_map(|e| e.flows.iter()).collect();
+    let total: u32 = records.iter().map(|r| r.packet_count).sum();
+    assert_eq!(
+        total, 12,
+        "every packet is in a live or evicted record: {records:?}"
+    );
+    assert!(records.iter().any(|r| r.evicted));
+    assert!(bench.agent.stats().evictions > 0);
+}
