@@ -8,5 +8,7 @@
 //! time is passed in, nothing is read from a clock.
 
 pub mod detector;
+pub mod netsim_hook;
 
 pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
+pub use netsim_hook::NetsimHostAgents;

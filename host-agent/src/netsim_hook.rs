@@ -1,0 +1,72 @@
+//! The detector on netsim hosts: every ACK's RTT sample feeds the sending host's
+//! [`RttDetector`]; a trigger sends a polling packet from that host toward the victim's
+//! destination with the victim's 5-tuple in its headers (so ECMP walks the victim's path)
+//! and the polling header — built from the switch program's own layout — in its payload.
+
+use crate::detector::{DetectorConfig, PollingTrigger, RttDetector};
+use hawkmesh_codegen::ir::Program;
+use hawkmesh_codegen::packets::Polling;
+use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
+use hawkmesh_netsim::time::NS;
+use hawkmesh_wire::topology::NodeId;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Hop limit written into polling packets (enough for any Clos path and PFC branch).
+pub const POLLING_HOP_LIMIT: u8 = 16;
+
+/// Host agents of every simulated host.
+#[derive(Debug)]
+pub struct NetsimHostAgents {
+    config: DetectorConfig,
+    program: Arc<Program>,
+    control_priority: u8,
+    detectors: BTreeMap<NodeId, RttDetector>,
+    triggers: Vec<PollingTrigger>,
+}
+
+impl NetsimHostAgents {
+    /// Agents using `program`'s polling header, sending in `control_priority`.
+    pub fn new(config: DetectorConfig, program: Arc<Program>, control_priority: u8) -> Self {
+        NetsimHostAgents {
+            config,
+            program,
+            control_priority,
+            detectors: BTreeMap::new(),
+            triggers: Vec::new(),
+        }
+    }
+
+    /// Every polling trigger so far, in order.
+    pub fn triggers(&self) -> &[PollingTrigger] {
+        &self.triggers
+    }
+}
+
+impl HostHook for NetsimHostAgents {
+    fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+        let detector = self
+            .detectors
+            .entry(sample.host)
+            .or_insert_with(|| RttDetector::new(sample.host, self.config));
+        let rtt_ns = sample.now.saturating_sub(sample.sent_at) / NS;
+        let Some(trigger) = detector.observe(
+            sample.tuple,
+            rtt_ns,
+            Some(sample.base_rtt / NS),
+            sample.now / NS,
+        ) else {
+            return;
+        };
+        self.triggers.push(trigger);
+        let header =
+            Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT).emit(&self.program);
+        emit.push(HostEmit {
+            src_nic: sample.src_nic,
+            dst_nic: sample.dst_nic,
+            tuple: sample.tuple,
+            priority: self.control_priority,
+            custom: header,
+        });
+    }
+}
