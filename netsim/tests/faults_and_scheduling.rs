@@ -1,0 +1,186 @@
+//! Faults a network engineer injects to rehearse incidents, and the data-queue scheduler.
+
+use hawkmesh_netsim::{Scenario, SimResult};
+
+fn run(text: &str) -> SimResult {
+    let loaded = Scenario::parse(text, "test.toml", ".".into()).unwrap_or_else(|e| panic!("{e}"));
+    hawkmesh_netsim::run_loaded(&loaded).unwrap()
+}
+
+/// h0, h1 → s0 → h2 (100G, 2 µs).
+const DUMBBELL: &str = r#"
+version = 1
+duration_us = 3000
+[topology]
+kind = "graph"
+switches = ["s0"]
+hosts = ["h0", "h1", "h2"]
+links = [{ a = "h0", b = "s0" }, { a = "h1", b = "s0" }, { a = "s0", b = "h2" }]
+"#;
+
+#[test]
+fn dwrr_weights_split_a_congested_port() {
+    let text = format!(
+        r#"{DUMBBELL}
+[switch]
+scheduler = "dwrr"
+dwrr_weights = [1, 1, 3, 1, 1, 1, 1, 1]
+[[workload]]
+kind = "flows"
+flows = [
+  {{ src = "h0", dst = "h2", size_bytes = 100000000, priority = 2, congestion_control = false }},
+  {{ src = "h1", dst = "h2", size_bytes = 100000000, priority = 4, congestion_control = false }},
+]
+"#
+    );
+    let loaded = Scenario::parse(&text, "t.toml", ".".into()).unwrap();
+    let mut sim = hawkmesh_netsim::Simulation::new(&loaded).unwrap();
+    sim.run_until(1_000_000_000);
+    let before = [
+        sim.flow_delivered(0).unwrap(),
+        sim.flow_delivered(1).unwrap(),
+    ];
+    sim.run_until(3_000_000_000);
+    let heavy = (sim.flow_delivered(0).unwrap() - before[0]) as f64;
+    let light = (sim.flow_delivered(1).unwrap() - before[1]) as f64;
+    let ratio = heavy / light;
+    assert!((ratio - 3.0).abs() < 0.3, "DWRR 3:1 gave {ratio:.2}");
+    let result = sim.result("dwrr", 1, &[u64::MAX]);
+    assert_eq!(result.totals.drops_buffer, 0, "PFC keeps it lossless");
+}
+
+#[test]
+fn a_slow_receiver_pauses_its_tor_and_its_flows_finish_after_it_recovers() {
+    let text = format!(
+        r#"{DUMBBELL}
+[[workload]]
+kind = "flows"
+flows = [{{ src = "h0", dst = "h2", size_bytes = 10000000, start_us = 10 }}]
+[[fault]]
+kind = "slow_receiver"
+host = "h2"
+drain_gbps = 10
+start_us = 0
+duration_us = 1000
+"#
+    );
+    let result = run(&text);
+    let nic = result.ports.iter().find(|p| p.name == "h2").unwrap();
+    assert!(
+        nic.counters.pause_frames_sent[3] > 0,
+        "the NIC sends PAUSE when its buffer fills"
+    );
+    let tor = result
+        .ports
+        .iter()
+        .find(|p| p.name == "s0" && p.peer == "h2")
+        .unwrap();
+    assert!(
+        tor.counters.pause_duration_ns[3] > 100_000,
+        "the ToR port toward it is paused"
+    );
+    let flow = &result.flows[0];
+    let fct = flow
+        .fct_ns
+        .expect("finishes once the receiver drains at line rate again");
+    // 10 MB at 10 Gbit/s for the first ms, then line rate.
+    assert!(fct > 1_000_000, "slowed by the receiver: {fct} ns");
+    assert_eq!(result.totals.drops_buffer, 0);
+    assert_eq!(result.ground_truth[0].initial_ports.len(), 1);
+}
+
+#[test]
+fn a_link_flap_loses_packets_and_go_back_n_recovers_them() {
+    let text = format!(
+        r#"{DUMBBELL}
+[nic]
+retransmit_timeout_us = 100
+[[workload]]
+kind = "flows"
+flows = [{{ src = "h0", dst = "h2", size_bytes = 5000000, start_us = 10 }}]
+[[fault]]
+kind = "link_flap"
+a = "s0"
+b = "h2"
+down_us = 100
+up_us = 200
+"#
+    );
+    let result = run(&text);
+    assert!(result.totals.drops_link_down > 0);
+    let flow = &result.flows[0];
+    assert!(
+        flow.fct_ns.is_some(),
+        "the flow completes after the link returns"
+    );
+    assert!(flow.retransmitted_bytes > 0);
+    assert!(flow.timeouts > 0 || flow.retransmitted_bytes > 0);
+}
+
+#[test]
+fn random_loss_is_repaired_by_retransmission() {
+    let text = format!(
+        r#"{DUMBBELL}
+[[workload]]
+kind = "flows"
+flows = [{{ src = "h0", dst = "h2", size_bytes = 20000000, start_us = 10 }}]
+[[fault]]
+kind = "random_loss"
+a = "s0"
+b = "h2"
+rate = 0.001
+"#
+    )
+    .replacen("version = 1\n", "version = 1\nseed = 4\n", 1);
+    let result = run(&text.replacen("duration_us = 3000", "duration_us = 6000", 1));
+    assert!(result.totals.drops_random_loss > 0);
+    let flow = &result.flows[0];
+    assert!(
+        flow.fct_ns.is_some(),
+        "every lost packet is resent (go-back-N)"
+    );
+    assert!(flow.retransmitted_bytes > 0);
+    assert_eq!(result.totals.delivered_bytes, 20_000_000);
+}
+
+#[test]
+fn ecmp_imbalance_skews_the_uplinks() {
+    let text = r#"
+version = 1
+seed = 2
+duration_us = 500
+[topology]
+kind = "leaf_spine"
+leaves = 2
+spines = 2
+hosts_per_leaf = 8
+[[workload]]
+kind = "flows"
+flows = [
+  { src = "h0", dst = "h8", size_bytes = 200000 }, { src = "h1", dst = "h9", size_bytes = 200000 },
+  { src = "h2", dst = "h10", size_bytes = 200000 }, { src = "h3", dst = "h11", size_bytes = 200000 },
+  { src = "h4", dst = "h12", size_bytes = 200000 }, { src = "h5", dst = "h13", size_bytes = 200000 },
+  { src = "h6", dst = "h14", size_bytes = 200000 }, { src = "h7", dst = "h15", size_bytes = 200000 },
+  { src = "h0", dst = "h9", size_bytes = 200000, sport = 50000 }, { src = "h1", dst = "h10", size_bytes = 200000, sport = 50001 },
+  { src = "h2", dst = "h11", size_bytes = 200000, sport = 50002 }, { src = "h3", dst = "h12", size_bytes = 200000, sport = 50003 },
+]
+[[fault]]
+kind = "ecmp_imbalance"
+switch = "leaf0"
+toward = "spine0"
+fraction = 1.0
+"#;
+    let result = run(text);
+    let up = |spine: &str| {
+        result
+            .ports
+            .iter()
+            .find(|p| p.name == "leaf0" && p.peer == spine)
+            .unwrap()
+            .counters
+            .tx_bytes
+    };
+    assert!(up("spine0") > 0);
+    assert_eq!(up("spine1"), 0, "every flow pinned to spine0");
+    assert_eq!(result.totals.flows_completed, 12);
+}
