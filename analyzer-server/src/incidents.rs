@@ -3,8 +3,10 @@
 //!
 //! An incident is one polling event (HAWKEYE §3.4). A switch's report is complete when its
 //! chunks 0..=last (the one flagged last) are all present. The switches the polling packet
-//! reached follow from the reports themselves: every report lists the ports its switch sent
-//! the polling packet out of, and the topology says which switch is behind each. The
+//! reached follow from the reports themselves: every report names the port the polling
+//! packet arrived by and the ports its switch sent it out of, and the topology says which
+//! switch is behind each (so a report from the middle of the path also expects the switches
+//! before it). The
 //! incident is complete when every switch so named has a complete report; if some never
 //! answer, the incident is diagnosed after a timeout with what arrived, and the diagnosis
 //! says which switches are missing (finding `polled_switch_missing`) instead of guessing.
@@ -69,6 +71,7 @@ struct Incident {
     last_activity: Option<Instant>,
     diagnosis_json: Option<String>,
     diagnosis_html: Option<String>,
+    diagnosis_text: Option<String>,
     verdict: Option<String>,
 }
 
@@ -250,10 +253,14 @@ impl IncidentSet {
         let reported: BTreeSet<NodeId> = incident.reports.keys().copied().collect();
         let mut expected = reported.clone();
         for (switch, report) in &incident.reports {
-            for egress in &report.polling.egress {
+            // The switch the polling packet came from (upstream) and every switch it was
+            // sent on to.
+            let ports = std::iter::once(report.polling.ingress_port)
+                .chain(report.polling.egress.iter().map(|e| e.port));
+            for port in ports {
                 let peer = self.topology.peer(PortRef {
                     node: *switch,
-                    port: egress.port,
+                    port,
                 });
                 if let Some(peer) = peer {
                     let is_switch = self
@@ -295,7 +302,7 @@ impl IncidentSet {
         }
         let reports: Vec<TelemetryReport> = incident.reports.values().cloned().collect();
         let victim = reports.first().map(|r| r.polling.victim);
-        let (json, html, verdict) = match victim {
+        let (json, html, text, verdict) = match victim {
             Some(victim) => match diagnose_reports(
                 loaded(reports),
                 self.topology.clone(),
@@ -305,15 +312,18 @@ impl IncidentSet {
                 Ok(output) => {
                     let json = render::to_json(&output.diagnosis).ok();
                     let html = render::to_html(&output.diagnosis, &output.view).ok();
-                    (json, html, Some(output.diagnosis.verdict.clone()))
+                    let text = Some(render::to_text(&output.diagnosis));
+                    (json, html, text, Some(output.diagnosis.verdict.clone()))
                 }
                 Err(error) => (
+                    None,
                     None,
                     None,
                     Some(format!("telemetry could not be diagnosed: {error}")),
                 ),
             },
             None => (
+                None,
                 None,
                 None,
                 Some("no switch delivered a complete report".to_string()),
@@ -323,6 +333,7 @@ impl IncidentSet {
             incident.state = Some(state);
             incident.diagnosis_json = json;
             incident.diagnosis_html = html;
+            incident.diagnosis_text = text;
             incident.verdict = verdict;
         }
     }
@@ -374,6 +385,11 @@ impl IncidentSet {
     /// The diagnosis JSON of an incident, once diagnosed.
     pub fn diagnosis_json(&self, event_id: u64) -> Option<&str> {
         self.incidents.get(&event_id)?.diagnosis_json.as_deref()
+    }
+
+    /// The plain-text explanation of an incident, once diagnosed.
+    pub fn diagnosis_text(&self, event_id: u64) -> Option<&str> {
+        self.incidents.get(&event_id)?.diagnosis_text.as_deref()
     }
 
     /// The HTML report of an incident, once diagnosed.

@@ -8,8 +8,7 @@
 //! - [`p4`]: P4-16 emission for Tofino (TNA) and BMv2 (v1model); [`rust_consts`]: the
 //!   generated Rust constants; [`resources`]: SRAM estimate per module.
 //! - [`sketch`]: the reference Elastic Sketch and the control-plane query over register
-//!   dumps; [`netsim_adapter`]: the model as a netsim `SwitchPipeline`;
-//!   [`bmv2`]: packet traces and the BMv2 comparison harness.
+//!   dumps; [`netsim_adapter`]: the model as a netsim `SwitchPipeline`.
 
 pub mod check;
 pub mod error;
@@ -17,6 +16,7 @@ pub mod hash;
 pub mod hawkeye;
 pub mod ir;
 pub mod model;
+pub mod netsim_adapter;
 pub mod p4;
 pub mod packets;
 pub mod resources;

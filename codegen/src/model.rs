@@ -215,32 +215,1063 @@ struct TableState {
     entries: usize,
 }
 
+// ---------------------------------------------------------------------------------------
+// The compiled program: a flat instruction list with jumps, expressions in postfix form
+// with every width and mask precomputed, register actions / hash units / tables / header
+// layouts resolved to indices. Nothing is looked up by name or hashed per packet (except
+// exact-match tables installed by the control plane).
+// ---------------------------------------------------------------------------------------
+
+/// Deepest expression stack the compiler accepts.
+const STACK: usize = 8;
+/// Most header instances (validity is a 64-bit mask).
+const MAX_HEADERS: usize = 64;
+/// Most bytes a hash unit hashes.
+const MAX_HASH_BYTES: usize = 64;
+const NO_FIELD: u16 = u16::MAX;
+const NO_HEADER: u8 = u8::MAX;
+
+/// A postfix expression operation.
 #[derive(Clone, Copy, Debug)]
-struct FieldLayout {
-    field: FieldId,
-    bit_offset: u16,
+enum EOp {
+    Field(u16),
+    Const(u64),
+    Valid(u8),
+    /// `op` at a width whose mask is given.
+    Bin(BinOp, u64),
+    /// `(a << n) & mask`.
+    Shl(u8, u64),
+    Shr(u8),
+    /// `(a >> lo) & mask` (slices and casts).
+    Slice(u8, u64),
+    Cmp(CmpOp, u8),
+    /// Fused `field cmp constant`.
+    CmpFieldConst(u16, CmpOp, u64, u8),
+    And,
+    Or,
+    Not,
+}
+
+type Span = (u32, u32);
+
+#[derive(Clone, Debug)]
+enum Ins {
+    Assign {
+        dst: u16,
+        mask: u64,
+        expr: Span,
+        header: u8,
+    },
+    AssignField {
+        dst: u16,
+        src: u16,
+        mask: u64,
+        header: u8,
+    },
+    AssignConst {
+        dst: u16,
+        value: u64,
+        header: u8,
+    },
+    JumpUnless(Span, u32),
+    /// Fused `if (field cmp constant)`: jump when false.
+    JumpUnlessCmp(u16, CmpOp, u64, u8, u32),
+    /// Fused `if (h.isValid())`: jump when false.
+    JumpUnlessValid(u8, u32),
+    Jump(u32),
+    Execute {
+        ra: u16,
+        index: Span,
+        out: u16,
+        out_mask: u64,
+    },
+    Hash {
+        unit: u16,
+        dst: u16,
+    },
+    SetValid(u8),
+    SetInvalid(u8),
+    Unicast(Span),
+    Multicast(u16),
+    Drop,
+    Clone,
+    Digest(u16),
+    Apply(u16),
+    Return,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum COperand {
+    Lo,
+    Hi,
+    Phv(u16),
+    Const(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CCond {
+    left: COperand,
+    right: Option<(bool, COperand)>,
+    cmp: CmpOp,
+    constant: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CUpdate {
+    when: Pred,
+    hi: bool,
+    op: SaluOp,
+    a: COperand,
+    b: COperand,
+}
+
+#[derive(Clone, Debug)]
+struct CRegisterAction {
+    register: usize,
+    size_mask: usize,
+    pair: bool,
+    word_width: u8,
+    word_mask: u64,
+    conditions: Vec<CCond>,
+    updates: Vec<CUpdate>,
+    outputs: Vec<(Pred, SaluOutputValue)>,
+}
+
+#[derive(Clone, Debug)]
+struct CHash {
+    inputs: Vec<(u16, u8)>,
+    mask: u64,
+}
+
+#[derive(Clone, Debug)]
+struct CTable {
+    forwarding: bool,
+    first_action: Option<u16>,
+    default_action: u16,
+    default_params: Vec<u64>,
+    keys: Vec<(u16, u8)>,
+    all_exact: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CField {
+    phv: u16,
+    bit: u16,
     width: u8,
 }
 
-/// The interpreter.
+#[derive(Clone, Debug)]
+struct CHeader {
+    bytes: usize,
+    fields: Vec<CField>,
+}
+
+#[derive(Clone, Debug)]
+enum CTransition {
+    Accept,
+    Goto(usize),
+    Select(u16, Vec<(u64, Option<usize>)>),
+}
+
+#[derive(Clone, Debug)]
+struct CState {
+    extract: u8,
+    transition: CTransition,
+}
+
+#[derive(Debug)]
+struct Code {
+    eops: Vec<EOp>,
+    ins: Vec<Ins>,
+    ingress: u32,
+    egress: u32,
+    action_start: Vec<u32>,
+    action_params: Vec<Vec<(u16, u64)>>,
+    tables: Vec<CTable>,
+    register_actions: Vec<CRegisterAction>,
+    hashes: Vec<CHash>,
+    headers: Vec<CHeader>,
+    parser: Vec<CState>,
+    /// PHV index ranges of metadata and action parameters (zeroed at each pass start).
+    meta_ranges: Vec<(usize, usize)>,
+    masks: Vec<u64>,
+    digests: Vec<Vec<u16>>,
+    bridged: Vec<u16>,
+    cloned: Vec<u16>,
+    intrinsics: [u16; Intrinsic::ALL.len()],
+}
+
+fn program_error(message: String) -> ModelError {
+    ModelError::TableEntry {
+        table: "(program)".into(),
+        message,
+    }
+}
+
+struct Compiler<'p> {
+    program: &'p Program,
+    field_header: Vec<u8>,
+    eops: Vec<EOp>,
+    ins: Vec<Ins>,
+}
+
+impl Compiler<'_> {
+    fn width(&self, e: &Expr) -> u8 {
+        match e {
+            Expr::Field(f) => self.program.fields[f.0 as usize].width,
+            Expr::Const { width, .. } => *width,
+            Expr::Bin(_, a, b) => self.width(a).max(self.width(b)),
+            Expr::Shl(a, _) | Expr::Shr(a, _) => self.width(a),
+            Expr::Slice(_, hi, lo) => hi - lo + 1,
+            Expr::Cast(_, w) => *w,
+            _ => 1,
+        }
+    }
+
+    /// Appends `e` in postfix form; returns the stack depth it needs.
+    fn expr(&mut self, e: &Expr) -> usize {
+        match e {
+            Expr::Field(f) => {
+                self.eops.push(EOp::Field(f.0));
+                1
+            }
+            Expr::Const { value, .. } => {
+                self.eops.push(EOp::Const(*value));
+                1
+            }
+            Expr::IsValid(h) => {
+                self.eops.push(EOp::Valid(h.0 as u8));
+                1
+            }
+            Expr::Bin(op, a, b) => {
+                let w = self.width(e);
+                let da = self.expr(a);
+                let db = self.expr(b);
+                self.eops.push(EOp::Bin(*op, mask(w)));
+                da.max(db + 1)
+            }
+            Expr::Shl(a, n) => {
+                let w = self.width(a);
+                let d = self.expr(a);
+                self.eops.push(EOp::Shl(*n, mask(w)));
+                d
+            }
+            Expr::Shr(a, n) => {
+                let d = self.expr(a);
+                self.eops.push(EOp::Shr(*n));
+                d
+            }
+            Expr::Slice(a, hi, lo) => {
+                let d = self.expr(a);
+                self.eops.push(EOp::Slice(*lo, mask(hi - lo + 1)));
+                d
+            }
+            Expr::Cast(a, w) => {
+                let d = self.expr(a);
+                self.eops.push(EOp::Slice(0, mask(*w)));
+                d
+            }
+            Expr::Cmp(op, a, b) => {
+                let w = self.width(a).max(self.width(b));
+                if let (Expr::Field(f), Expr::Const { value, .. }) = (&**a, &**b) {
+                    self.eops.push(EOp::CmpFieldConst(f.0, *op, *value, w));
+                    return 1;
+                }
+                let da = self.expr(a);
+                let db = self.expr(b);
+                self.eops.push(EOp::Cmp(*op, w));
+                da.max(db + 1)
+            }
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                let da = self.expr(a);
+                let db = self.expr(b);
+                self.eops.push(if matches!(e, Expr::And(..)) {
+                    EOp::And
+                } else {
+                    EOp::Or
+                });
+                da.max(db + 1)
+            }
+            Expr::Not(a) => {
+                let d = self.expr(a);
+                self.eops.push(EOp::Not);
+                d
+            }
+        }
+    }
+
+    fn span(&mut self, e: &Expr) -> Result<Span, ModelError> {
+        let start = self.eops.len() as u32;
+        let depth = self.expr(e);
+        if depth > STACK {
+            return Err(program_error(format!(
+                "an expression needs a stack of {depth} (the model allows {STACK})"
+            )));
+        }
+        Ok((start, self.eops.len() as u32))
+    }
+
+    fn body(&mut self, body: &[Stmt]) -> Result<(), ModelError> {
+        for s in body {
+            match s {
+                Stmt::Assign(dst, e) => {
+                    let header = self.field_header[dst.0 as usize];
+                    let m = mask(self.program.fields[dst.0 as usize].width);
+                    match e {
+                        Expr::Field(src) => self.ins.push(Ins::AssignField {
+                            dst: dst.0,
+                            src: src.0,
+                            mask: m,
+                            header,
+                        }),
+                        Expr::Const { value, .. } => self.ins.push(Ins::AssignConst {
+                            dst: dst.0,
+                            value: value & m,
+                            header,
+                        }),
+                        _ => {
+                            let expr = self.span(e)?;
+                            self.ins.push(Ins::Assign {
+                                dst: dst.0,
+                                mask: m,
+                                expr,
+                                header,
+                            });
+                        }
+                    }
+                }
+                Stmt::If(c, then, otherwise) => {
+                    let cond = self.span(c)?;
+                    // One-op conditions become fused jumps.
+                    let fused = if cond.1 - cond.0 == 1 {
+                        match self.eops[cond.0 as usize] {
+                            EOp::CmpFieldConst(f, op, k, w) => Some(Err((f, op, k, w))),
+                            EOp::Valid(h) => Some(Ok(h)),
+                            _ => None,
+                        }
+                    } else {
+                        None
+                    };
+                    let jump_to = move |target: u32| match fused {
+                        Some(Err((f, op, k, w))) => Ins::JumpUnlessCmp(f, op, k, w, target),
+                        Some(Ok(h)) => Ins::JumpUnlessValid(h, target),
+                        None => Ins::JumpUnless(cond, target),
+                    };
+                    let jump_unless = self.ins.len();
+                    self.ins.push(jump_to(0));
+                    self.body(then)?;
+                    if otherwise.is_empty() {
+                        let end = self.ins.len() as u32;
+                        self.ins[jump_unless] = jump_to(end);
+                    } else {
+                        let jump = self.ins.len();
+                        self.ins.push(Ins::Jump(0));
+                        let else_start = self.ins.len() as u32;
+                        self.ins[jump_unless] = jump_to(else_start);
+                        self.body(otherwise)?;
+                        self.ins[jump] = Ins::Jump(self.ins.len() as u32);
+                    }
+                }
+                Stmt::Apply(t) => self.ins.push(Ins::Apply(t.0)),
+                Stmt::Execute {
+                    action,
+                    index,
+                    output,
+                } => {
+                    let index = self.span(index)?;
+                    let (out, out_mask) = match output {
+                        Some(o) => (o.0, mask(self.program.fields[o.0 as usize].width)),
+                        None => (NO_FIELD, 0),
+                    };
+                    self.ins.push(Ins::Execute {
+                        ra: action.0,
+                        index,
+                        out,
+                        out_mask,
+                    });
+                }
+                Stmt::Hash(h, dst) => self.ins.push(Ins::Hash {
+                    unit: h.0,
+                    dst: dst.0,
+                }),
+                Stmt::SetValid(h) => self.ins.push(Ins::SetValid(h.0 as u8)),
+                Stmt::SetInvalid(h) => self.ins.push(Ins::SetInvalid(h.0 as u8)),
+                Stmt::SetEgressPort(e) => {
+                    let span = self.span(e)?;
+                    self.ins.push(Ins::Unicast(span));
+                }
+                Stmt::SetMulticastGroup(g) => self.ins.push(Ins::Multicast(*g)),
+                Stmt::Drop => self.ins.push(Ins::Drop),
+                Stmt::CloneToCpu => self.ins.push(Ins::Clone),
+                Stmt::Digest(d) => self.ins.push(Ins::Digest(d.0)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn operand(o: SaluOperand) -> COperand {
+    match o {
+        SaluOperand::Reg(Word::Lo) => COperand::Lo,
+        SaluOperand::Reg(Word::Hi) => COperand::Hi,
+        SaluOperand::Phv(f) => COperand::Phv(f.0),
+        SaluOperand::Const(c) => COperand::Const(c),
+    }
+}
+
+impl Code {
+    fn compile(program: &Program) -> Result<Code, ModelError> {
+        if program.headers.len() > MAX_HEADERS {
+            return Err(program_error(format!(
+                "{} headers; the model tracks at most {MAX_HEADERS}",
+                program.headers.len()
+            )));
+        }
+        let mut field_header = vec![NO_HEADER; program.fields.len()];
+        let mut headers = Vec::new();
+        for (h, header) in program.headers.iter().enumerate() {
+            let mut bit = 0u16;
+            let mut fields = Vec::new();
+            for f in &header.fields {
+                let width = program.field(*f).width;
+                field_header[f.0 as usize] = h as u8;
+                fields.push(CField {
+                    phv: f.0,
+                    bit,
+                    width,
+                });
+                bit += width as u16;
+            }
+            headers.push(CHeader {
+                bytes: bit as usize / 8,
+                fields,
+            });
+        }
+        let mut c = Compiler {
+            program,
+            field_header,
+            eops: Vec::new(),
+            ins: Vec::new(),
+        };
+        let ingress = c.ins.len() as u32;
+        c.body(&program.ingress)?;
+        c.ins.push(Ins::Return);
+        let egress = c.ins.len() as u32;
+        c.body(&program.egress)?;
+        c.ins.push(Ins::Return);
+        let mut action_start = Vec::new();
+        let mut action_params = Vec::new();
+        for a in &program.actions {
+            action_start.push(c.ins.len() as u32);
+            c.body(&a.body)?;
+            c.ins.push(Ins::Return);
+            action_params.push(
+                a.params
+                    .iter()
+                    .map(|p| (p.0, mask(program.field(*p).width)))
+                    .collect(),
+            );
+        }
+        let tables = program
+            .tables
+            .iter()
+            .map(|t| CTable {
+                forwarding: t.forwarding,
+                first_action: t.actions.first().map(|a| a.0),
+                default_action: t.default_action.0 .0,
+                default_params: t.default_action.1.clone(),
+                keys: t
+                    .keys
+                    .iter()
+                    .map(|(f, _)| (f.0, program.field(*f).width))
+                    .collect(),
+                all_exact: t.keys.iter().all(|(_, k)| *k == MatchKind::Exact),
+            })
+            .collect();
+        let register_actions = program
+            .register_actions
+            .iter()
+            .map(|ra| {
+                let reg = &program.registers[ra.register.0 as usize];
+                CRegisterAction {
+                    register: ra.register.0 as usize,
+                    size_mask: reg.size as usize - 1,
+                    pair: reg.is_pair(),
+                    word_width: reg.word_width(),
+                    word_mask: mask(reg.word_width()),
+                    conditions: ra
+                        .conditions
+                        .iter()
+                        .map(|k| CCond {
+                            left: operand(k.left),
+                            right: k.right.map(|(sub, r)| (sub, operand(r))),
+                            cmp: k.cmp,
+                            constant: (k.constant as u64) & mask(reg.word_width()),
+                        })
+                        .collect(),
+                    updates: ra
+                        .updates
+                        .iter()
+                        .map(|u| CUpdate {
+                            when: u.when,
+                            hi: u.word == Word::Hi,
+                            op: u.op,
+                            a: operand(u.a),
+                            b: operand(u.b),
+                        })
+                        .collect(),
+                    outputs: ra.outputs.iter().map(|o| (o.when, o.value)).collect(),
+                }
+            })
+            .collect();
+        let mut hashes = Vec::new();
+        for h in &program.hashes {
+            let inputs: Vec<(u16, u8)> = h
+                .inputs
+                .iter()
+                .map(|f| (f.0, program.field(*f).width / 8))
+                .collect();
+            let bytes: usize = inputs.iter().map(|(_, b)| *b as usize).sum();
+            if bytes > MAX_HASH_BYTES {
+                return Err(program_error(format!(
+                    "hash `{}` hashes {bytes} bytes; the model allows {MAX_HASH_BYTES}",
+                    h.name
+                )));
+            }
+            hashes.push(CHash {
+                inputs,
+                mask: mask(h.width),
+            });
+        }
+        let parser = program
+            .parser
+            .iter()
+            .map(|s| CState {
+                extract: s.extract.map_or(NO_HEADER, |h| h.0 as u8),
+                transition: match &s.transition {
+                    Transition::Accept => CTransition::Accept,
+                    Transition::Goto(t) => CTransition::Goto(*t),
+                    Transition::Select { field, cases } => {
+                        CTransition::Select(field.0, cases.clone())
+                    }
+                },
+            })
+            .collect();
+        let mut meta_ranges: Vec<(usize, usize)> = Vec::new();
+        for (i, f) in program.fields.iter().enumerate() {
+            if matches!(
+                f.owner,
+                FieldOwner::Metadata { .. } | FieldOwner::ActionParam(_)
+            ) {
+                match meta_ranges.last_mut() {
+                    Some((_, end)) if *end == i => *end = i + 1,
+                    _ => meta_ranges.push((i, i + 1)),
+                }
+            }
+        }
+        let mut intrinsics = [0u16; Intrinsic::ALL.len()];
+        for (i, which) in Intrinsic::ALL.iter().enumerate() {
+            if *which as usize != i {
+                return Err(program_error(
+                    "Intrinsic::ALL is not in declaration order".into(),
+                ));
+            }
+            intrinsics[i] = program.intrinsic(*which).0;
+        }
+        Ok(Code {
+            eops: c.eops,
+            ins: c.ins,
+            ingress,
+            egress,
+            action_start,
+            action_params,
+            tables,
+            register_actions,
+            hashes,
+            headers,
+            parser,
+            meta_ranges,
+            masks: program.fields.iter().map(|f| mask(f.width)).collect(),
+            digests: program
+                .digests
+                .iter()
+                .map(|d| d.fields.iter().map(|f| f.0).collect())
+                .collect(),
+            bridged: program.bridged_fields().iter().map(|f| f.0).collect(),
+            cloned: program.cloned_fields().iter().map(|f| f.0).collect(),
+            intrinsics,
+        })
+    }
+
+    fn intrinsic(&self, which: Intrinsic) -> usize {
+        self.intrinsics[which as usize] as usize
+    }
+}
+
+/// Per-pass and persistent state of the interpreter.
+#[derive(Debug)]
+struct State {
+    phv: Vec<u64>,
+    /// Header validity (bit per header).
+    valid: u64,
+    /// Headers the parser extracted this pass.
+    parsed: u64,
+    /// Headers whose fields were written (or made valid) this pass.
+    dirty: u64,
+    /// Headers whose PHV fields may be non-zero from an earlier pass.
+    stale: u64,
+    /// Byte offset of each extracted header in the input.
+    offsets: [u32; MAX_HEADERS],
+    /// Whether the parser extracted headers in deparse (declaration) order.
+    in_order: bool,
+    payload_offset: usize,
+    registers: Vec<Vec<u64>>,
+    tables: Vec<TableState>,
+    routing: Routing,
+    routed: Option<u16>,
+}
+
+struct PassCtx<'a> {
+    packet: &'a [u8],
+    clone_bytes: &'a mut Vec<u8>,
+    digests: &'a mut Vec<DigestMessage>,
+    forward: Forward,
+    dropped: bool,
+    clone: bool,
+}
+
+impl State {
+    fn reset(&mut self, code: &Code) {
+        self.stale |= self.dirty;
+        for (start, end) in &code.meta_ranges {
+            self.phv[*start..*end].fill(0);
+        }
+        self.valid = 0;
+        self.parsed = 0;
+        self.dirty = 0;
+        self.in_order = true;
+    }
+
+    fn parse(&mut self, code: &Code, packet: &[u8]) {
+        let mut state = 0usize;
+        let mut offset = 0usize;
+        let mut last: i32 = -1;
+        while let Some(s) = code.parser.get(state) {
+            if s.extract != NO_HEADER {
+                let h = s.extract as usize;
+                let header = &code.headers[h];
+                if offset + header.bytes > packet.len() {
+                    break;
+                }
+                let base = offset * 8;
+                for f in &header.fields {
+                    self.phv[f.phv as usize] = read_bits(packet, base + f.bit as usize, f.width);
+                }
+                self.valid |= 1 << h;
+                self.parsed |= 1 << h;
+                self.offsets[h] = offset as u32;
+                if (h as i32) < last {
+                    self.in_order = false;
+                }
+                last = h as i32;
+                offset += header.bytes;
+            }
+            match &s.transition {
+                CTransition::Accept => break,
+                CTransition::Goto(t) => state = *t,
+                CTransition::Select(field, cases) => {
+                    let v = self.phv[*field as usize];
+                    match cases.iter().find(|(c, _)| *c == v) {
+                        Some((_, Some(t))) => state = *t,
+                        _ => break,
+                    }
+                }
+            }
+        }
+        self.payload_offset = offset;
+        // Fields of headers not extracted now read as zero, as after a fresh reset.
+        let mut stale = self.stale & !self.parsed;
+        while stale != 0 {
+            let h = stale.trailing_zeros() as usize;
+            stale &= stale - 1;
+            for f in &code.headers[h].fields {
+                self.phv[f.phv as usize] = 0;
+            }
+        }
+        self.stale = self.parsed;
+    }
+
+    /// Writes the packet as the deparser emits it. When the valid headers are the parsed
+    /// ones (in order), only the headers written in this pass are re-emitted over a copy of
+    /// the input.
+    fn deparse(&self, code: &Code, packet: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        if self.valid == self.parsed && self.in_order {
+            out.extend_from_slice(packet);
+            let mut dirty = self.dirty & self.valid;
+            while dirty != 0 {
+                let h = dirty.trailing_zeros() as usize;
+                dirty &= dirty - 1;
+                let base = self.offsets[h] as usize * 8;
+                for f in &code.headers[h].fields {
+                    write_bits(
+                        out,
+                        base + f.bit as usize,
+                        f.width,
+                        self.phv[f.phv as usize],
+                    );
+                }
+            }
+            return;
+        }
+        for (h, header) in code.headers.iter().enumerate() {
+            if self.valid & (1 << h) == 0 {
+                continue;
+            }
+            let start = out.len();
+            out.resize(start + header.bytes, 0);
+            for f in &header.fields {
+                write_bits(
+                    &mut out[start..],
+                    f.bit as usize,
+                    f.width,
+                    self.phv[f.phv as usize],
+                );
+            }
+        }
+        if self.payload_offset < packet.len() {
+            out.extend_from_slice(&packet[self.payload_offset..]);
+        }
+    }
+
+    #[inline]
+    fn eval(&self, code: &Code, span: Span) -> u64 {
+        let mut stack = [0u64; STACK];
+        let mut sp = 0usize;
+        for op in &code.eops[span.0 as usize..span.1 as usize] {
+            match *op {
+                EOp::Field(f) => {
+                    stack[sp] = self.phv[f as usize];
+                    sp += 1;
+                }
+                EOp::Const(v) => {
+                    stack[sp] = v;
+                    sp += 1;
+                }
+                EOp::Valid(h) => {
+                    stack[sp] = (self.valid >> h) & 1;
+                    sp += 1;
+                }
+                EOp::CmpFieldConst(f, op, c, w) => {
+                    stack[sp] = op.eval(self.phv[f as usize], c, w) as u64;
+                    sp += 1;
+                }
+                EOp::Shl(n, m) => stack[sp - 1] = (stack[sp - 1] << n) & m,
+                EOp::Shr(n) => stack[sp - 1] >>= n,
+                EOp::Slice(lo, m) => stack[sp - 1] = (stack[sp - 1] >> lo) & m,
+                EOp::Not => stack[sp - 1] = (stack[sp - 1] == 0) as u64,
+                EOp::Bin(op, m) => {
+                    sp -= 1;
+                    let (x, y) = (stack[sp - 1], stack[sp]);
+                    stack[sp - 1] = match op {
+                        BinOp::Add => x.wrapping_add(y) & m,
+                        BinOp::Sub => x.wrapping_sub(y) & m,
+                        BinOp::SatAdd => x.saturating_add(y).min(m),
+                        BinOp::And => x & y,
+                        BinOp::Or => x | y,
+                        BinOp::Xor => x ^ y,
+                        BinOp::Min => x.min(y),
+                        BinOp::Max => x.max(y),
+                    };
+                }
+                EOp::Cmp(op, w) => {
+                    sp -= 1;
+                    stack[sp - 1] = op.eval(stack[sp - 1], stack[sp], w) as u64;
+                }
+                EOp::And => {
+                    sp -= 1;
+                    stack[sp - 1] = (stack[sp - 1] != 0 && stack[sp] != 0) as u64;
+                }
+                EOp::Or => {
+                    sp -= 1;
+                    stack[sp - 1] = (stack[sp - 1] != 0 || stack[sp] != 0) as u64;
+                }
+            }
+        }
+        if sp == 0 {
+            0
+        } else {
+            stack[sp - 1]
+        }
+    }
+
+    #[inline]
+    fn operand(&self, o: COperand, lo: u64, hi: u64) -> u64 {
+        match o {
+            COperand::Lo => lo,
+            COperand::Hi => hi,
+            COperand::Phv(f) => self.phv[f as usize],
+            COperand::Const(c) => c,
+        }
+    }
+
+    /// One TNA RegisterAction: conditions, predicated updates, one output.
+    fn execute(&mut self, code: &Code, ra: u16, index: u64) -> u64 {
+        let ra = &code.register_actions[ra as usize];
+        // Registers are powers of two; masking the index is the hardware's behaviour.
+        let idx = (index as usize) & ra.size_mask;
+        let cell = self.registers[ra.register][idx];
+        let m = ra.word_mask;
+        let (lo, hi) = if ra.pair {
+            (cell & 0xFFFF_FFFF, cell >> 32)
+        } else {
+            (cell, 0)
+        };
+        let mut outcome = 0u8;
+        for (i, c) in ra.conditions.iter().enumerate() {
+            let l = self.operand(c.left, lo, hi);
+            let v = match c.right {
+                None => l,
+                Some((true, r)) => l.wrapping_sub(self.operand(r, lo, hi)),
+                Some((false, r)) => l.wrapping_add(self.operand(r, lo, hi)),
+            } & m;
+            if c.cmp.eval(v, c.constant, ra.word_width) {
+                outcome |= 1 << i;
+            }
+        }
+        let (mut new_lo, mut new_hi) = (lo, hi);
+        for u in &ra.updates {
+            if !u.when.covers(outcome) {
+                continue;
+            }
+            let a = self.operand(u.a, lo, hi) & m;
+            let b = self.operand(u.b, lo, hi) & m;
+            let v = match u.op {
+                SaluOp::Set => a,
+                SaluOp::Add => a.wrapping_add(b) & m,
+                SaluOp::Sub => a.wrapping_sub(b) & m,
+                SaluOp::SatAdd => a.saturating_add(b).min(m),
+                SaluOp::SatSub => a.saturating_sub(b),
+                SaluOp::Min => a.min(b),
+                SaluOp::Max => a.max(b),
+                SaluOp::And => a & b,
+                SaluOp::Or => a | b,
+                SaluOp::Xor => a ^ b,
+                // Rejected by the rule checker; the model keeps the word unchanged.
+                SaluOp::Shl | SaluOp::Mul => a,
+            };
+            if u.hi {
+                new_hi = v;
+            } else {
+                new_lo = v;
+            }
+        }
+        self.registers[ra.register][idx] = if ra.pair {
+            (new_hi << 32) | new_lo
+        } else {
+            new_lo
+        };
+        for (when, value) in &ra.outputs {
+            if when.covers(outcome) {
+                return match *value {
+                    SaluOutputValue::Old(Word::Lo) => lo,
+                    SaluOutputValue::Old(Word::Hi) => hi,
+                    SaluOutputValue::New(Word::Lo) => new_lo,
+                    SaluOutputValue::New(Word::Hi) => new_hi,
+                    SaluOutputValue::Const(c) => c,
+                };
+            }
+        }
+        0
+    }
+
+    fn hash(&self, code: &Code, unit: u16) -> u64 {
+        let h = &code.hashes[unit as usize];
+        let mut buf = [0u8; MAX_HASH_BYTES];
+        let mut n = 0;
+        for (f, bytes) in &h.inputs {
+            let v = self.phv[*f as usize];
+            for i in (0..*bytes as usize).rev() {
+                buf[n] = (v >> (8 * i)) as u8;
+                n += 1;
+            }
+        }
+        (crc32(&buf[..n]) as u64) & h.mask
+    }
+
+    fn set_params(&mut self, code: &Code, action: u16, args: &[u64]) {
+        for ((p, m), v) in code.action_params[action as usize].iter().zip(args) {
+            self.phv[*p as usize] = v & m;
+        }
+    }
+
+    fn apply(&mut self, code: &Code, t: u16, ctx: &mut PassCtx) {
+        let table = &code.tables[t as usize];
+        if table.forwarding && self.routing == Routing::FromInput {
+            if let (Some(port), Some(action)) = (self.routed, table.first_action) {
+                if let Some((p, m)) = code.action_params[action as usize].first() {
+                    self.phv[*p as usize] = port as u64 & m;
+                }
+                self.run(code, code.action_start[action as usize], ctx);
+                return;
+            }
+            self.set_params(code, table.default_action, &table.default_params);
+            self.run(code, code.action_start[table.default_action as usize], ctx);
+            return;
+        }
+        let mut key: u128 = 0;
+        for (f, w) in &table.keys {
+            key = (key << w) | self.phv[*f as usize] as u128;
+        }
+        let state = &self.tables[t as usize];
+        let hit = if table.all_exact {
+            state.exact.get(&key).map(|(a, p)| (a.0, p))
+        } else {
+            state
+                .ternary
+                .iter()
+                .find(|(v, m, _, _, _)| key & m == *v & m)
+                .map(|(_, _, _, a, p)| (a.0, p))
+        };
+        let action = match hit {
+            Some((a, params)) => {
+                for ((p, m), v) in code.action_params[a as usize].iter().zip(params) {
+                    self.phv[*p as usize] = v & m;
+                }
+                a
+            }
+            None => {
+                self.set_params(code, table.default_action, &table.default_params);
+                table.default_action
+            }
+        };
+        self.run(code, code.action_start[action as usize], ctx);
+    }
+
+    fn run(&mut self, code: &Code, start: u32, ctx: &mut PassCtx) {
+        let mut pc = start as usize;
+        while let Some(ins) = code.ins.get(pc) {
+            pc += 1;
+            match *ins {
+                Ins::Assign {
+                    dst,
+                    mask,
+                    expr,
+                    header,
+                } => {
+                    self.phv[dst as usize] = self.eval(code, expr) & mask;
+                    if header != NO_HEADER {
+                        self.dirty |= 1 << header;
+                    }
+                }
+                Ins::AssignField {
+                    dst,
+                    src,
+                    mask,
+                    header,
+                } => {
+                    self.phv[dst as usize] = self.phv[src as usize] & mask;
+                    if header != NO_HEADER {
+                        self.dirty |= 1 << header;
+                    }
+                }
+                Ins::AssignConst { dst, value, header } => {
+                    self.phv[dst as usize] = value;
+                    if header != NO_HEADER {
+                        self.dirty |= 1 << header;
+                    }
+                }
+                Ins::JumpUnless(cond, target) => {
+                    if self.eval(code, cond) == 0 {
+                        pc = target as usize;
+                    }
+                }
+                Ins::JumpUnlessCmp(f, op, k, w, target) => {
+                    if !op.eval(self.phv[f as usize], k, w) {
+                        pc = target as usize;
+                    }
+                }
+                Ins::JumpUnlessValid(h, target) => {
+                    if self.valid & (1 << h) == 0 {
+                        pc = target as usize;
+                    }
+                }
+                Ins::Jump(target) => pc = target as usize,
+                Ins::Execute {
+                    ra,
+                    index,
+                    out,
+                    out_mask,
+                } => {
+                    let idx = self.eval(code, index);
+                    let v = self.execute(code, ra, idx);
+                    if out != NO_FIELD {
+                        self.phv[out as usize] = v & out_mask;
+                    }
+                }
+                Ins::Hash { unit, dst } => {
+                    self.phv[dst as usize] = self.hash(code, unit) & code.masks[dst as usize];
+                }
+                Ins::SetValid(h) => {
+                    if self.valid & (1 << h) == 0 {
+                        self.valid |= 1 << h;
+                        self.dirty |= 1 << h;
+                        self.stale |= 1 << h;
+                        for f in &code.headers[h as usize].fields {
+                            self.phv[f.phv as usize] = 0;
+                        }
+                    }
+                }
+                Ins::SetInvalid(h) => self.valid &= !(1 << h),
+                Ins::Unicast(e) => ctx.forward = Forward::Unicast(self.eval(code, e) as u16),
+                Ins::Multicast(g) => ctx.forward = Forward::Multicast(g),
+                Ins::Drop => ctx.dropped = true,
+                Ins::Clone => {
+                    // The copy is taken here; in ingress the rule checker guarantees that no
+                    // header was rewritten before this point.
+                    ctx.clone = true;
+                    self.deparse(code, ctx.packet, ctx.clone_bytes);
+                }
+                // The values are filled in at the end of the pass (the deparser sends
+                // the digest with the fields' final values).
+                Ins::Digest(d) => ctx.digests.push(DigestMessage {
+                    digest: DigestId(d),
+                    values: Vec::new(),
+                }),
+                Ins::Apply(t) => self.apply(code, t, ctx),
+                Ins::Return => return,
+            }
+        }
+    }
+
+    fn carry(&self, fields: &[u16]) -> Carried {
+        let mut c = Carried::default();
+        for (i, f) in fields.iter().enumerate() {
+            c.values[i] = self.phv[*f as usize];
+        }
+        c
+    }
+
+    fn restore(&mut self, code: &Code, fields: &[u16], carried: &Carried) {
+        for (i, f) in fields.iter().enumerate() {
+            self.phv[*f as usize] = carried.values[i] & code.masks[*f as usize];
+        }
+    }
+
+    fn set_intrinsic(&mut self, code: &Code, which: Intrinsic, value: u64) {
+        let f = code.intrinsic(which);
+        self.phv[f] = value & code.masks[f];
+    }
+}
+
+/// The interpreter: the program compiled once (see the module docs), then run per packet
+/// without allocation.
 #[derive(Debug)]
 pub struct Model {
     program: Arc<Program>,
-    masks: Vec<u64>,
-    layouts: Vec<Vec<FieldLayout>>,
-    header_bytes: Vec<usize>,
-    bridged: Vec<FieldId>,
-    cloned: Vec<FieldId>,
-    meta_fields: Vec<FieldId>,
-    phv: Vec<u64>,
-    valid: Vec<bool>,
-    registers: Vec<Vec<u64>>,
-    tables: Vec<TableState>,
+    code: Arc<Code>,
+    st: State,
     groups: HashMap<u16, Vec<u16>>,
-    routing: Routing,
-    routed: Option<u16>,
-    payload_offset: usize,
-    hash_buf: Vec<u8>,
     cpu_port: u16,
     scratch: [PassOutput; 2],
 }
@@ -254,15 +1285,14 @@ fn mask(width: u8) -> u64 {
 }
 
 #[inline]
-fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
+pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
     if bit_offset % 8 == 0 && width % 8 == 0 {
         // Byte-aligned fields (most of them): a plain big-endian read.
         let start = bit_offset / 8;
-        let mut v = 0u64;
-        for b in &buf[start..start + width as usize / 8] {
-            v = (v << 8) | *b as u64;
-        }
-        return v;
+        let n = width as usize / 8;
+        let mut word = [0u8; 8];
+        word[8 - n..].copy_from_slice(&buf[start..start + n]);
+        return u64::from_be_bytes(word);
     }
     let mut v: u128 = 0;
     let first = bit_offset / 8;
@@ -275,7 +1305,7 @@ fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
 }
 
 #[inline]
-fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
+pub(crate) fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
     if bit_offset % 8 == 0 && width % 8 == 0 {
         let start = bit_offset / 8;
         let n = width as usize / 8;
@@ -299,60 +1329,39 @@ fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
 }
 
 impl Model {
-    /// A model of `program` with empty registers and tables.
+    /// A model of `program` with empty registers and tables. The program is compiled into
+    /// a flat instruction list here; a program the model cannot run (more than
+    /// [`MAX_CARRIED`] bridged fields, 64 headers, deep expressions) is an error.
     pub fn new(program: Arc<Program>, routing: Routing, cpu_port: u16) -> Result<Self, ModelError> {
-        let masks = program.fields.iter().map(|f| mask(f.width)).collect();
-        let mut layouts = Vec::new();
-        let mut header_bytes = Vec::new();
-        for h in &program.headers {
-            let mut off = 0u16;
-            let mut l = Vec::new();
-            for f in &h.fields {
-                let w = program.field(*f).width;
-                l.push(FieldLayout {
-                    field: *f,
-                    bit_offset: off,
-                    width: w,
-                });
-                off += w as u16;
-            }
-            header_bytes.push(off as usize / 8);
-            layouts.push(l);
+        let code = Code::compile(&program)?;
+        if code.bridged.len() > MAX_CARRIED || code.cloned.len() > MAX_CARRIED {
+            return Err(program_error(format!(
+                "more than {MAX_CARRIED} bridged or cloned fields"
+            )));
         }
-        let bridged = program.bridged_fields();
-        let cloned = program.cloned_fields();
-        if bridged.len() > MAX_CARRIED || cloned.len() > MAX_CARRIED {
-            return Err(ModelError::TableEntry {
-                table: "(program)".into(),
-                message: format!("more than {MAX_CARRIED} bridged or cloned fields"),
-            });
-        }
-        let meta_fields = (0..program.fields.len())
-            .map(|i| FieldId(i as u16))
-            .filter(|f| !matches!(program.field(*f).owner, FieldOwner::Intrinsic(_)))
-            .collect();
         let registers = program
             .registers
             .iter()
             .map(|r| vec![0u64; r.size as usize])
             .collect();
-        let tables = vec![TableState::default(); program.tables.len()];
-        Ok(Model {
+        let st = State {
             phv: vec![0; program.fields.len()],
-            valid: vec![false; program.headers.len()],
-            masks,
-            layouts,
-            header_bytes,
-            bridged,
-            cloned,
-            meta_fields,
+            valid: 0,
+            parsed: 0,
+            dirty: 0,
+            stale: 0,
+            offsets: [0; MAX_HEADERS],
+            in_order: true,
+            payload_offset: 0,
             registers,
-            tables,
-            groups: HashMap::new(),
+            tables: vec![TableState::default(); program.tables.len()],
             routing,
             routed: None,
-            payload_offset: 0,
-            hash_buf: Vec::with_capacity(64),
+        };
+        Ok(Model {
+            code: Arc::new(code),
+            st,
+            groups: HashMap::new(),
             cpu_port,
             scratch: [PassOutput::default(), PassOutput::default()],
             program,
@@ -369,344 +1378,16 @@ impl Model {
         self.cpu_port
     }
 
+    /// The member ports of a multicast group (`None` when it was never configured).
+    pub fn multicast_group(&self, group: u16) -> Option<&[u16]> {
+        self.groups.get(&group).map(|ports| ports.as_slice())
+    }
+
     fn register_id(&self, name: &str) -> Result<usize, ModelError> {
         self.program
             .register_by_name(name)
             .map(|r| r.0 as usize)
             .ok_or_else(|| ModelError::UnknownRegister(name.to_string()))
-    }
-
-    fn reset_phv(&mut self) {
-        for f in &self.meta_fields {
-            self.phv[f.0 as usize] = 0;
-        }
-        for v in self.valid.iter_mut() {
-            *v = false;
-        }
-    }
-
-    fn parse(&mut self, packet: &[u8]) {
-        let mut state = 0usize;
-        let mut offset = 0usize;
-        let program = Arc::clone(&self.program);
-        while let Some(s) = program.parser.get(state) {
-            if let Some(h) = s.extract {
-                let len = self.header_bytes[h.0 as usize];
-                if offset + len > packet.len() {
-                    break;
-                }
-                let base = offset * 8;
-                for l in &self.layouts[h.0 as usize] {
-                    self.phv[l.field.0 as usize] =
-                        read_bits(packet, base + l.bit_offset as usize, l.width);
-                }
-                self.valid[h.0 as usize] = true;
-                offset += len;
-            }
-            match &s.transition {
-                Transition::Accept => break,
-                Transition::Goto(t) => state = *t,
-                Transition::Select { field, cases } => {
-                    let v = self.phv[field.0 as usize];
-                    match cases.iter().find(|(c, _)| *c == v) {
-                        Some((_, Some(t))) => state = *t,
-                        _ => break,
-                    }
-                }
-            }
-        }
-        self.payload_offset = offset;
-    }
-
-    fn deparse(&self, packet: &[u8], out: &mut Vec<u8>) {
-        out.clear();
-        for (h, header) in self.program.headers.iter().enumerate() {
-            if !self.valid[h] {
-                continue;
-            }
-            let start = out.len();
-            out.resize(start + self.header_bytes[h], 0);
-            let _ = header;
-            for l in &self.layouts[h] {
-                write_bits(
-                    &mut out[start..],
-                    l.bit_offset as usize,
-                    l.width,
-                    self.phv[l.field.0 as usize],
-                );
-            }
-        }
-        if self.payload_offset < packet.len() {
-            out.extend_from_slice(&packet[self.payload_offset..]);
-        }
-    }
-
-    #[inline]
-    fn eval(&self, e: &Expr) -> u64 {
-        match e {
-            Expr::Field(f) => self.phv[f.0 as usize],
-            Expr::Const { value, .. } => *value,
-            Expr::Bin(op, a, b) => {
-                let w = self.width(e);
-                let (x, y) = (self.eval(a), self.eval(b));
-                let m = mask(w);
-                match op {
-                    BinOp::Add => x.wrapping_add(y) & m,
-                    BinOp::Sub => x.wrapping_sub(y) & m,
-                    BinOp::SatAdd => x.saturating_add(y).min(m),
-                    BinOp::And => x & y,
-                    BinOp::Or => x | y,
-                    BinOp::Xor => x ^ y,
-                    BinOp::Min => x.min(y),
-                    BinOp::Max => x.max(y),
-                }
-            }
-            Expr::Shl(a, n) => (self.eval(a) << n) & mask(self.width(a)),
-            Expr::Shr(a, n) => self.eval(a) >> n,
-            Expr::Slice(a, hi, lo) => (self.eval(a) >> lo) & mask(hi - lo + 1),
-            Expr::Cast(a, w) => self.eval(a) & mask(*w),
-            _ => self.test(e) as u64,
-        }
-    }
-
-    fn width(&self, e: &Expr) -> u8 {
-        match e {
-            Expr::Field(f) => self.program.fields[f.0 as usize].width,
-            Expr::Const { width, .. } => *width,
-            Expr::Bin(_, a, b) => self.width(a).max(self.width(b)),
-            Expr::Shl(a, _) | Expr::Shr(a, _) => self.width(a),
-            Expr::Slice(_, hi, lo) => hi - lo + 1,
-            Expr::Cast(_, w) => *w,
-            _ => 1,
-        }
-    }
-
-    #[inline]
-    fn test(&self, e: &Expr) -> bool {
-        match e {
-            Expr::Cmp(op, a, b) => {
-                let w = self.width(a).max(self.width(b));
-                op.eval(self.eval(a), self.eval(b), w)
-            }
-            Expr::And(a, b) => self.test(a) && self.test(b),
-            Expr::Or(a, b) => self.test(a) || self.test(b),
-            Expr::Not(a) => !self.test(a),
-            Expr::IsValid(h) => self.valid[h.0 as usize],
-            _ => self.eval(e) != 0,
-        }
-    }
-
-    fn salu_operand(&self, o: SaluOperand, lo: u64, hi: u64) -> u64 {
-        match o {
-            SaluOperand::Reg(Word::Lo) => lo,
-            SaluOperand::Reg(Word::Hi) => hi,
-            SaluOperand::Phv(f) => self.phv[f.0 as usize],
-            SaluOperand::Const(c) => c,
-        }
-    }
-
-    fn execute(&mut self, program: &Program, ra: RegisterActionId, index: u64) -> u64 {
-        let ra = &program.register_actions[ra.0 as usize];
-        let reg = &program.registers[ra.register.0 as usize];
-        // The index is at most the register's index width (checked at build); registers
-        // are powers of two, so masking is the hardware's behaviour.
-        let idx = (index as usize) & (reg.size as usize - 1);
-        let cell = self.registers[ra.register.0 as usize][idx];
-        let ww = reg.word_width();
-        let m = mask(ww);
-        let (lo, hi) = if reg.is_pair() {
-            (cell & 0xFFFF_FFFF, cell >> 32)
-        } else {
-            (cell, 0)
-        };
-        let mut outcome = 0u8;
-        for (i, c) in ra.conditions.iter().enumerate() {
-            let l = self.salu_operand(c.left, lo, hi);
-            let v = match c.right {
-                None => l,
-                Some((true, r)) => l.wrapping_sub(self.salu_operand(r, lo, hi)),
-                Some((false, r)) => l.wrapping_add(self.salu_operand(r, lo, hi)),
-            } & m;
-            if c.cmp.eval(v, (c.constant as u64) & m, ww) {
-                outcome |= 1 << i;
-            }
-        }
-        let (mut new_lo, mut new_hi) = (lo, hi);
-        for u in &ra.updates {
-            if !u.when.covers(outcome) {
-                continue;
-            }
-            let a = self.salu_operand(u.a, lo, hi) & m;
-            let b = self.salu_operand(u.b, lo, hi) & m;
-            let v = match u.op {
-                SaluOp::Set => a,
-                SaluOp::Add => a.wrapping_add(b) & m,
-                SaluOp::Sub => a.wrapping_sub(b) & m,
-                SaluOp::SatAdd => a.saturating_add(b).min(m),
-                SaluOp::SatSub => a.saturating_sub(b),
-                SaluOp::Min => a.min(b),
-                SaluOp::Max => a.max(b),
-                SaluOp::And => a & b,
-                SaluOp::Or => a | b,
-                SaluOp::Xor => a ^ b,
-                // Rejected by the rule checker; the model keeps the word unchanged.
-                SaluOp::Shl | SaluOp::Mul => a,
-            };
-            match u.word {
-                Word::Lo => new_lo = v,
-                Word::Hi => new_hi = v,
-            }
-        }
-        self.registers[ra.register.0 as usize][idx] = if reg.is_pair() {
-            (new_hi << 32) | new_lo
-        } else {
-            new_lo
-        };
-        for o in &ra.outputs {
-            if o.when.covers(outcome) {
-                return match o.value {
-                    SaluOutputValue::Old(Word::Lo) => lo,
-                    SaluOutputValue::Old(Word::Hi) => hi,
-                    SaluOutputValue::New(Word::Lo) => new_lo,
-                    SaluOutputValue::New(Word::Hi) => new_hi,
-                    SaluOutputValue::Const(c) => c,
-                };
-            }
-        }
-        0
-    }
-
-    fn hash(&mut self, program: &Program, h: HashId) -> u64 {
-        let unit = &program.hashes[h.0 as usize];
-        self.hash_buf.clear();
-        for f in &unit.inputs {
-            let w = program.field(*f).width as usize / 8;
-            let v = self.phv[f.0 as usize];
-            for i in (0..w).rev() {
-                self.hash_buf.push((v >> (8 * i)) as u8);
-            }
-        }
-        (crc32(&self.hash_buf) as u64) & mask(unit.width)
-    }
-
-    fn apply_table(&mut self, program: &Program, t: TableId, ctx: &mut PassCtx) {
-        let table = &program.tables[t.0 as usize];
-        if table.forwarding && self.routing == Routing::FromInput {
-            if let (Some(port), Some(action)) = (self.routed, table.actions.first()) {
-                let a = &program.actions[action.0 as usize];
-                if let Some(p) = a.params.first() {
-                    self.phv[p.0 as usize] = port as u64 & self.masks[p.0 as usize];
-                }
-                self.run(program, &a.body, ctx);
-                return;
-            }
-            let (a, args) = &table.default_action;
-            self.run_action(program, *a, args, ctx);
-            return;
-        }
-        let mut key: u128 = 0;
-        for (f, _) in &table.keys {
-            key = (key << program.field(*f).width) | self.phv[f.0 as usize] as u128;
-        }
-        let state = &self.tables[t.0 as usize];
-        let hit = if table.keys.iter().all(|(_, k)| *k == MatchKind::Exact) {
-            state.exact.get(&key).cloned()
-        } else {
-            state
-                .ternary
-                .iter()
-                .find(|(v, m, _, _, _)| key & m == *v & m)
-                .map(|(_, _, _, a, p)| (*a, p.clone()))
-        };
-        match hit {
-            Some((a, params)) => self.run_action(program, a, &params, ctx),
-            None => {
-                let (a, args) = &table.default_action;
-                self.run_action(program, *a, args, ctx);
-            }
-        }
-    }
-
-    fn run_action(&mut self, program: &Program, a: ActionId, args: &[u64], ctx: &mut PassCtx) {
-        let action = &program.actions[a.0 as usize];
-        for (p, v) in action.params.iter().zip(args) {
-            self.phv[p.0 as usize] = *v & self.masks[p.0 as usize];
-        }
-        self.run(program, &action.body, ctx);
-    }
-
-    fn run(&mut self, program: &Program, body: &[Stmt], ctx: &mut PassCtx) {
-        for s in body {
-            match s {
-                Stmt::Assign(f, e) => {
-                    let v = self.eval(e) & self.masks[f.0 as usize];
-                    self.phv[f.0 as usize] = v;
-                }
-                Stmt::If(c, a, b) => {
-                    if self.test(c) {
-                        self.run(program, a, ctx);
-                    } else {
-                        self.run(program, b, ctx);
-                    }
-                }
-                Stmt::Apply(t) => self.apply_table(program, *t, ctx),
-                Stmt::Execute {
-                    action,
-                    index,
-                    output,
-                } => {
-                    let idx = self.eval(index);
-                    let v = self.execute(program, *action, idx);
-                    if let Some(o) = output {
-                        self.phv[o.0 as usize] = v & self.masks[o.0 as usize];
-                    }
-                }
-                Stmt::Hash(h, out) => {
-                    let v = self.hash(program, *h);
-                    self.phv[out.0 as usize] = v & self.masks[out.0 as usize];
-                }
-                Stmt::SetValid(h) => {
-                    if !self.valid[h.0 as usize] {
-                        self.valid[h.0 as usize] = true;
-                        for l in &self.layouts[h.0 as usize] {
-                            self.phv[l.field.0 as usize] = 0;
-                        }
-                    }
-                }
-                Stmt::SetInvalid(h) => self.valid[h.0 as usize] = false,
-                Stmt::SetEgressPort(e) => {
-                    ctx.forward = Forward::Unicast(self.eval(e) as u16);
-                }
-                Stmt::SetMulticastGroup(g) => ctx.forward = Forward::Multicast(*g),
-                Stmt::Drop => ctx.dropped = true,
-                Stmt::CloneToCpu => {
-                    // The copy is taken here; in ingress the rule checker guarantees that no
-                    // header was rewritten before this point.
-                    ctx.clone = true;
-                    self.deparse(ctx.packet, ctx.clone_bytes);
-                }
-                Stmt::Digest(d) => ctx.digests.push(*d),
-            }
-        }
-    }
-
-    fn carry(&self, fields: &[FieldId]) -> Carried {
-        let mut c = Carried::default();
-        for (i, f) in fields.iter().enumerate() {
-            c.values[i] = self.phv[f.0 as usize];
-        }
-        c
-    }
-
-    fn restore(&mut self, fields: &[FieldId], carried: &Carried) {
-        for (i, f) in fields.iter().enumerate() {
-            self.phv[f.0 as usize] = carried.values[i] & self.masks[f.0 as usize];
-        }
-    }
-
-    fn set_intrinsic(&mut self, which: Intrinsic, value: u64) {
-        let f = self.program.intrinsic(which);
-        self.phv[f.0 as usize] = value & self.masks[f.0 as usize];
     }
 
     /// Number of entries in a table.
@@ -715,29 +1396,7 @@ impl Model {
             .program
             .table_by_name(table)
             .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
-        Ok(self.tables[t.0 as usize].entries)
-    }
-}
-
-struct PassCtx<'a> {
-    packet: &'a [u8],
-    clone_bytes: &'a mut Vec<u8>,
-    forward: Forward,
-    dropped: bool,
-    clone: bool,
-    digests: Vec<DigestId>,
-}
-
-impl<'a> PassCtx<'a> {
-    fn new(packet: &'a [u8], clone_bytes: &'a mut Vec<u8>) -> Self {
-        PassCtx {
-            packet,
-            clone_bytes,
-            forward: Forward::None,
-            dropped: false,
-            clone: false,
-            digests: Vec::new(),
-        }
+        Ok(self.st.tables[t.0 as usize].entries)
     }
 }
 
@@ -755,31 +1414,37 @@ impl DataPlane for Model {
             });
         }
         out.reset();
-        self.reset_phv();
-        self.set_intrinsic(Intrinsic::IngressPort, input.ingress_port as u64);
-        self.set_intrinsic(Intrinsic::IngressTstamp, input.tstamp_ns);
-        self.routed = input.routed_egress_port;
-        self.parse(packet);
-        let program = Arc::clone(&self.program);
-        let mut ctx = PassCtx::new(packet, &mut out.clone_bytes);
-        self.run(&program, &program.ingress, &mut ctx);
-        let (dropped, forward, clone, digests) = (ctx.dropped, ctx.forward, ctx.clone, ctx.digests);
-        self.deparse(packet, &mut out.bytes);
+        let code = &*self.code;
+        let st = &mut self.st;
+        st.reset(code);
+        st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
+        st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
+        st.routed = input.routed_egress_port;
+        st.parse(code, packet);
+        let mut ctx = PassCtx {
+            packet,
+            clone_bytes: &mut out.clone_bytes,
+            digests: &mut out.digests,
+            forward: Forward::None,
+            dropped: false,
+            clone: false,
+        };
+        st.run(code, code.ingress, &mut ctx);
+        let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
+        st.deparse(code, packet, &mut out.bytes);
         out.dropped = dropped;
         out.forward = forward;
-        out.bridged = self.carry(&self.bridged);
+        out.bridged = st.carry(&code.bridged);
+        for d in out.digests.iter_mut() {
+            d.values = code.digests[d.digest.0 as usize]
+                .iter()
+                .map(|f| st.phv[*f as usize])
+                .collect();
+        }
         if clone {
-            let mut c = self.carry(&self.cloned);
+            let mut c = st.carry(&code.cloned);
             c.clone_kind = CLONE_INGRESS as u8;
             out.clone = Some(c);
-        }
-        for d in digests {
-            let values = program.digests[d.0 as usize]
-                .fields
-                .iter()
-                .map(|f| self.phv[f.0 as usize])
-                .collect();
-            out.digests.push(DigestMessage { digest: d, values });
         }
         Ok(())
     }
@@ -798,33 +1463,41 @@ impl DataPlane for Model {
             });
         }
         out.reset();
-        self.reset_phv();
-        self.set_intrinsic(Intrinsic::EgressIngressPort, input.ingress_port as u64);
-        self.set_intrinsic(Intrinsic::EgressPort, input.egress_port as u64);
-        self.set_intrinsic(Intrinsic::EgressQueue, input.queue as u64);
-        self.set_intrinsic(Intrinsic::EnqTstamp, input.enq_tstamp_ns);
-        self.set_intrinsic(Intrinsic::EnqQdepth, input.enq_qdepth as u64);
-        self.set_intrinsic(Intrinsic::PacketLength, input.packet_length as u64);
-        self.set_intrinsic(Intrinsic::CloneKind, carried.clone_kind as u64);
+        let code = &*self.code;
+        let st = &mut self.st;
+        st.reset(code);
+        st.set_intrinsic(
+            code,
+            Intrinsic::EgressIngressPort,
+            input.ingress_port as u64,
+        );
+        st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
+        st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
+        st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
+        st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
+        st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
+        st.set_intrinsic(code, Intrinsic::CloneKind, carried.clone_kind as u64);
         if carried.clone_kind == 0 {
-            let fields = std::mem::take(&mut self.bridged);
-            self.restore(&fields, carried);
-            self.bridged = fields;
+            st.restore(code, &code.bridged, carried);
         } else {
-            let fields = std::mem::take(&mut self.cloned);
-            self.restore(&fields, carried);
-            self.cloned = fields;
+            st.restore(code, &code.cloned, carried);
         }
-        self.parse(packet);
-        let program = Arc::clone(&self.program);
+        st.parse(code, packet);
         let mut unused = Vec::new();
-        let mut ctx = PassCtx::new(packet, &mut unused);
-        self.run(&program, &program.egress, &mut ctx);
+        let mut ctx = PassCtx {
+            packet,
+            clone_bytes: &mut unused,
+            digests: &mut out.digests,
+            forward: Forward::None,
+            dropped: false,
+            clone: false,
+        };
+        st.run(code, code.egress, &mut ctx);
         let (dropped, clone) = (ctx.dropped, ctx.clone);
-        self.deparse(packet, &mut out.bytes);
+        st.deparse(code, packet, &mut out.bytes);
         out.dropped = dropped;
         if clone {
-            let mut c = self.carry(&self.cloned);
+            let mut c = st.carry(&code.cloned);
             c.clone_kind = CLONE_EGRESS as u8;
             out.clone = Some(c);
             out.clone_bytes.clear();
@@ -910,7 +1583,7 @@ impl DataPlane for Model {
 
     fn register_read(&self, register: &str, index: u64) -> Result<u64, ModelError> {
         let r = self.register_id(register)?;
-        self.registers[r]
+        self.st.registers[r]
             .get(index as usize)
             .copied()
             .ok_or(ModelError::RegisterIndex {
@@ -931,20 +1604,21 @@ impl DataPlane for Model {
             });
         }
         let size = def.size;
-        let cell = self.registers[r]
-            .get_mut(index as usize)
-            .ok_or(ModelError::RegisterIndex {
-                register: register.to_string(),
-                index,
-                size,
-            })?;
+        let cell =
+            self.st.registers[r]
+                .get_mut(index as usize)
+                .ok_or(ModelError::RegisterIndex {
+                    register: register.to_string(),
+                    index,
+                    size,
+                })?;
         *cell = value;
         Ok(())
     }
 
     fn register_read_all(&self, register: &str) -> Result<&[u64], ModelError> {
         let r = self.register_id(register)?;
-        Ok(&self.registers[r])
+        Ok(&self.st.registers[r])
     }
 
     fn register_sync(&mut self, register: &str) -> Result<(), ModelError> {
@@ -953,7 +1627,7 @@ impl DataPlane for Model {
 
     fn register_reset(&mut self, register: &str) -> Result<(), ModelError> {
         let r = self.register_id(register)?;
-        self.registers[r].iter_mut().for_each(|c| *c = 0);
+        self.st.registers[r].iter_mut().for_each(|c| *c = 0);
         Ok(())
     }
 
@@ -1018,7 +1692,7 @@ impl DataPlane for Model {
             key = (key << w) | v as u128;
             m = (m << w) | km as u128;
         }
-        let state = &mut self.tables[t.0 as usize];
+        let state = &mut self.st.tables[t.0 as usize];
         let size = def.size;
         if exact {
             if !state.exact.contains_key(&key) && state.entries >= size as usize {

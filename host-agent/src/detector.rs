@@ -30,7 +30,9 @@ impl Default for DetectorConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PollingTrigger {
     /// Polling event id: host id in the top 24 bits, a per-host sequence in the low 40
-    /// (a trillion events per host before it could wrap).
+    /// (a trillion events per host before it could wrap). The low 32 bits are never zero:
+    /// the switches' duplicate-suppression register compares them, and an empty cell holds
+    /// zero.
     pub event_id: u64,
     /// The slow flow.
     pub victim: FiveTuple,
@@ -57,6 +59,7 @@ pub struct RttDetector {
     flows: BTreeMap<FiveTuple, FlowState>,
     samples: u64,
     suppressed: u64,
+    polls: u64,
 }
 
 impl RttDetector {
@@ -65,10 +68,11 @@ impl RttDetector {
         RttDetector {
             config,
             host_id: host_id & 0xFF_FFFF,
-            next_sequence: 0,
+            next_sequence: 1,
             flows: BTreeMap::new(),
             samples: 0,
             suppressed: 0,
+            polls: 0,
         }
     }
 
@@ -102,8 +106,12 @@ impl RttDetector {
             }
         }
         state.last_poll_ns = Some(now_ns);
+        if self.next_sequence & 0xFFFF_FFFF == 0 {
+            self.next_sequence += 1;
+        }
         let event_id = (u64::from(self.host_id) << 40) | (self.next_sequence & 0xFF_FFFF_FFFF);
         self.next_sequence += 1;
+        self.polls += 1;
         Some(PollingTrigger {
             event_id,
             victim,
@@ -120,7 +128,7 @@ impl RttDetector {
 
     /// Polling packets sent.
     pub fn polls(&self) -> u64 {
-        self.next_sequence
+        self.polls
     }
 
     /// Threshold crossings that were suppressed.
@@ -153,7 +161,8 @@ mod tests {
         );
         let first = detector.observe(flow(1), 20_001, base, 10).unwrap();
         assert_eq!(first.victim, flow(1));
-        assert_eq!(first.event_id, 7 << 40);
+        assert_eq!(first.event_id, (7 << 40) | 1);
+        assert_ne!(first.event_id & 0xFFFF_FFFF, 0);
         assert_eq!(
             detector.observe(flow(1), 50_000, base, 999_999),
             None,
@@ -162,9 +171,9 @@ mod tests {
         assert_eq!(detector.suppressed(), 1);
         // Another flow is not suppressed by the first one's poll.
         let other = detector.observe(flow(2), 50_000, base, 20).unwrap();
-        assert_eq!(other.event_id, (7 << 40) | 1);
+        assert_eq!(other.event_id, (7 << 40) | 2);
         let again = detector.observe(flow(1), 50_000, base, 1_000_010).unwrap();
-        assert_eq!(again.event_id, (7 << 40) | 2);
+        assert_eq!(again.event_id, (7 << 40) | 3);
         assert_eq!((detector.samples(), detector.polls()), (5, 3));
     }
 

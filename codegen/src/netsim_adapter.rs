@@ -1,0 +1,836 @@
+//! The executable model as a netsim [`SwitchPipeline`]: every packet a netsim switch sees
+//! is turned into real header bytes, run through the [`Model`] (the same interpreter the
+//! packet tests and the BMv2 harness use) and the model's decision is mapped back.
+//!
+//! # Per packet
+//!
+//! ```text
+//! netsim Packet ──serialise──► Ethernet | IPv4 (TOS = dscp<<2 | ecn, TTL) | UDP | BTH
+//!   (fields)                   Ethernet | IEEE 802.1Qbb PFC frame (class vector, quanta)
+//!                              Ethernet | IPv4 | UDP dport 0x6888 | 32-byte polling header
+//!          ingress hook ──► Model::ingress ──► drop / egress override / multicast (PortSet)
+//!                                         ├──► ingress clone → clone egress pass → CPU copy
+//!                                         │     (polling copy with its port context)
+//!                                         ├──► PFC frame → its own port's egress pass now
+//!                                         └──► bridged metadata → Packet.bridge
+//!          egress hook ───► Model::egress (bridged metadata from Packet.bridge) ──► drop,
+//!                           egress clone → clone egress pass → CPU copy (eviction report)
+//!          both hooks ────► rewritten DSCP / ECN / TTL / polling header back into the Packet
+//! ```
+//!
+//! Only headers are built; the wire length travels as metadata (`packet_length`), so the
+//! model never touches payload bytes. The IPv4 header checksum is left zero: neither the
+//! program nor netsim reads it (the BMv2 harness recomputes it where bytes are compared).
+//!
+//! # Target units
+//!
+//! - Timestamps: netsim gives ns truncated to 48 bits, like Tofino's global timestamp.
+//! - Queue depth: netsim gives the enqueue depth in bytes; the program (like Tofino's
+//!   `eg_intr_md.enq_qdepth`) counts 80-byte cells, so the adapter passes
+//!   `ceil(bytes / 80)`. Tofino rounds every packet up to whole cells, so a real switch
+//!   reports a slightly larger figure for a queue of many small packets (at most one cell
+//!   per queued packet).
+//! - PFC frames are consumed by netsim's MAC (the pause is already applied); the program
+//!   sends them to the egress pipeline of the port they arrived on (HAWKEYE §3.3, footnote
+//!   2), which the adapter runs at once with zero queueing time.
+//!
+//! # Sharing the model with a switch agent
+//!
+//! The model lives in a [`SharedModel`] (`Rc<RefCell<Model>>`). The adapter borrows it only
+//! inside a hook call, so an agent holding another handle reads registers between
+//! `Simulation::run_until` slices (or inside a host hook callback) with
+//! `model.borrow().register_read_all("port_packets")`. If a hook ever finds the model
+//! borrowed, the packet passes unobserved and [`AdapterStats::busy`] counts it (never a
+//! panic).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use hawkmesh_netsim::hooks::{
+    EgressActions, EgressMeta, IngressActions, IngressMeta, PortSet, SwitchPipeline,
+};
+use hawkmesh_netsim::packet::{Packet, PacketKind};
+use hawkmesh_netsim::Simulation;
+use hawkmesh_wire::pfc::{PfcRepr, PFC_FRAME_BYTES};
+use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
+use thiserror::Error;
+
+use crate::error::{BuildError, ModelError};
+use crate::hawkeye::{program, HawkeyeParams};
+use crate::ir::{FieldOwner, Program};
+use crate::model::{
+    read_bits, write_bits, Carried, DataPlane, EgressInput, Forward, IngressInput, Model,
+    PassOutput, Routing, TableEntry, MAX_CARRIED,
+};
+use crate::packets::field_layout;
+
+/// A model shared between the netsim adapter and a switch agent.
+pub type SharedModel = Rc<RefCell<Model>>;
+
+/// Bytes per Tofino queue cell (`eg_intr_md.enq_qdepth` unit).
+pub const TOFINO_CELL_BYTES: u32 = 80;
+
+/// Converts a netsim queue depth in bytes to Tofino cells (rounded up).
+pub fn qdepth_cells(bytes: u32) -> u32 {
+    bytes.div_ceil(TOFINO_CELL_BYTES)
+}
+
+/// Errors setting up the adapter.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum AdapterError {
+    /// The program does not build.
+    #[error("the switch program does not build: {0}")]
+    Build(#[from] BuildError),
+    /// A control-plane request to the model failed.
+    #[error("model: {0}")]
+    Model(#[from] ModelError),
+    /// The program lacks a header or field the adapter serialises.
+    #[error("the program has no `{header}.{field}`; the netsim adapter needs it to build packets")]
+    MissingField {
+        /// Header.
+        header: &'static str,
+        /// Field.
+        field: &'static str,
+    },
+    /// The bridged metadata does not fit `Packet.bridge` (128 bits).
+    #[error("bridged metadata needs {bits} bits; netsim's Packet.bridge carries 128")]
+    BridgeTooWide {
+        /// Bits needed.
+        bits: u32,
+    },
+    /// A switch has more ports than the program's registers cover.
+    #[error("switch `{switch}` has {ports} ports; the program covers {limit} (raise HawkeyeParams::ports)")]
+    TooManyPorts {
+        /// Switch name.
+        switch: String,
+        /// Its ports.
+        ports: u32,
+        /// The program's port count.
+        limit: u32,
+    },
+    /// A port speed the PFC quanta table has no action for.
+    #[error("switch `{switch}` port {port}: {gbps} Gbit/s has no PFC quanta conversion in table `pfc_port_speed`")]
+    UnsupportedSpeed {
+        /// Switch name.
+        switch: String,
+        /// Port.
+        port: PortNo,
+        /// Speed.
+        gbps: f64,
+    },
+    /// netsim refused to install the pipeline.
+    #[error("netsim has no switch with node id {0}")]
+    NotASwitch(NodeId),
+}
+
+/// Counters of one adapter (shared so tests and agents can read them while netsim owns the
+/// adapter).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdapterStats {
+    /// Ingress passes run.
+    pub ingress: u64,
+    /// Egress passes run.
+    pub egress: u64,
+    /// Copies handed to the CPU port.
+    pub cpu_copies: u64,
+    /// Packets the model dropped (ingress or egress).
+    pub dropped: u64,
+    /// Passes that returned a model error (the packet passed unobserved).
+    pub errors: u64,
+    /// Packets that passed unobserved because the model was borrowed elsewhere.
+    pub busy: u64,
+}
+
+/// Absolute bit offsets of the fields the adapter writes and reads.
+#[derive(Clone, Copy, Debug)]
+struct Pos {
+    bit: usize,
+    width: u8,
+}
+
+#[derive(Clone, Debug)]
+struct Layout {
+    eth_bytes: usize,
+    ip_bytes: usize,
+    udp_bytes: usize,
+    bth_bytes: usize,
+    polling_bytes: usize,
+    eth_dst: Pos,
+    eth_src: Pos,
+    eth_type: Pos,
+    ip_version: Pos,
+    ip_ihl: Pos,
+    ip_dscp: Pos,
+    ip_ecn: Pos,
+    ip_total_len: Pos,
+    ip_ttl: Pos,
+    ip_protocol: Pos,
+    ip_src: Pos,
+    ip_dst: Pos,
+    udp_sport: Pos,
+    udp_dport: Pos,
+    udp_len: Pos,
+    bth_opcode: Pos,
+    bth_pkey: Pos,
+    bth_qp: Pos,
+    bth_psn: Pos,
+    polling_port: u16,
+    ethertype_ipv4: u16,
+}
+
+impl Layout {
+    fn new(p: &Program) -> Result<Self, AdapterError> {
+        let pos = |header: &'static str, field: &'static str, base: usize| {
+            field_layout(p, header, field)
+                .map(|(bit, width)| Pos {
+                    bit: base * 8 + bit,
+                    width,
+                })
+                .ok_or(AdapterError::MissingField { header, field })
+        };
+        let len = |header: &'static str| {
+            p.header_by_name(header)
+                .map(|h| p.headers[h.0 as usize].bits(p) as usize / 8)
+                .ok_or(AdapterError::MissingField { header, field: "*" })
+        };
+        let eth_bytes = len("ethernet")?;
+        let ip_bytes = len("ipv4")?;
+        let udp_bytes = len("udp")?;
+        let ip = eth_bytes;
+        let udp = ip + ip_bytes;
+        let l4 = udp + udp_bytes;
+        let constant = |name: &'static str| {
+            p.constant(name).ok_or(AdapterError::MissingField {
+                header: "constant",
+                field: name,
+            })
+        };
+        Ok(Layout {
+            eth_bytes,
+            ip_bytes,
+            udp_bytes,
+            bth_bytes: len("bth")?,
+            polling_bytes: len("polling")?,
+            eth_dst: pos("ethernet", "dst_addr", 0)?,
+            eth_src: pos("ethernet", "src_addr", 0)?,
+            eth_type: pos("ethernet", "ether_type", 0)?,
+            ip_version: pos("ipv4", "version", ip)?,
+            ip_ihl: pos("ipv4", "ihl", ip)?,
+            ip_dscp: pos("ipv4", "dscp", ip)?,
+            ip_ecn: pos("ipv4", "ecn", ip)?,
+            ip_total_len: pos("ipv4", "total_len", ip)?,
+            ip_ttl: pos("ipv4", "ttl", ip)?,
+            ip_protocol: pos("ipv4", "protocol", ip)?,
+            ip_src: pos("ipv4", "src_addr", ip)?,
+            ip_dst: pos("ipv4", "dst_addr", ip)?,
+            udp_sport: pos("udp", "src_port", udp)?,
+            udp_dport: pos("udp", "dst_port", udp)?,
+            udp_len: pos("udp", "length", udp)?,
+            bth_opcode: pos("bth", "opcode", l4)?,
+            bth_pkey: pos("bth", "partition_key", l4)?,
+            bth_qp: pos("bth", "dest_qp", l4)?,
+            bth_psn: pos("bth", "psn", l4)?,
+            polling_port: constant("POLLING_UDP_PORT")? as u16,
+            ethertype_ipv4: constant("ETHERTYPE_IPV4")? as u16,
+        })
+    }
+
+    fn l4_offset(&self) -> usize {
+        self.eth_bytes + self.ip_bytes + self.udp_bytes
+    }
+}
+
+#[inline]
+fn put(buf: &mut [u8], pos: Pos, value: u64) {
+    write_bits(buf, pos.bit, pos.width, value);
+}
+
+#[inline]
+fn get(buf: &[u8], pos: Pos) -> u64 {
+    read_bits(buf, pos.bit, pos.width)
+}
+
+/// InfiniBand BTH opcodes (IBTA vol. 1 §9.2, Table 38): RC RDMA WRITE Only, RC Acknowledge;
+/// the CNP opcode is from IBTA Annex A17 (RoCEv2).
+const BTH_OPCODE_RC_WRITE_ONLY: u64 = 0x0A;
+const BTH_OPCODE_RC_ACK: u64 = 0x11;
+const BTH_OPCODE_CNP: u64 = 0x81;
+
+/// Which headers a serialised packet has (to map rewrites back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Pfc,
+    Ipv4,
+    Polling,
+}
+
+/// The model as a netsim switch pipeline.
+#[derive(Debug)]
+pub struct NetsimAdapter {
+    model: SharedModel,
+    stats: Rc<Cell<AdapterStats>>,
+    layout: Layout,
+    bridged_widths: Vec<u8>,
+    buf: Vec<u8>,
+    ing: PassOutput,
+    eg: PassOutput,
+    cpu: PassOutput,
+}
+
+impl NetsimAdapter {
+    /// An adapter over a model shared with a switch agent. The model must use
+    /// [`Routing::FromInput`] (netsim computes L3/ECMP) and have its multicast groups set
+    /// (see [`configure_model`]).
+    pub fn new(model: SharedModel) -> Result<Self, AdapterError> {
+        let (layout, bridged_widths) = {
+            let m = model.borrow();
+            let p = m.program();
+            let layout = Layout::new(p)?;
+            let widths: Vec<u8> = p
+                .bridged_fields()
+                .iter()
+                .map(|f| p.field(*f).width)
+                .collect();
+            let bits: u32 = widths.iter().map(|w| *w as u32).sum();
+            if bits > 128 || widths.len() > MAX_CARRIED {
+                return Err(AdapterError::BridgeTooWide { bits });
+            }
+            (layout, widths)
+        };
+        Ok(NetsimAdapter {
+            model,
+            stats: Rc::new(Cell::new(AdapterStats::default())),
+            layout,
+            bridged_widths,
+            buf: Vec::with_capacity(128),
+            ing: PassOutput::default(),
+            eg: PassOutput::default(),
+            cpu: PassOutput::default(),
+        })
+    }
+
+    /// The shared model (clone the `Rc` to keep a handle).
+    pub fn model(&self) -> SharedModel {
+        Rc::clone(&self.model)
+    }
+
+    /// The shared counters.
+    pub fn stats(&self) -> Rc<Cell<AdapterStats>> {
+        Rc::clone(&self.stats)
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut AdapterStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// Serialises the headers of `packet` into `self.buf`.
+    fn serialise(&mut self, packet: &Packet) -> Shape {
+        let l = &self.layout;
+        let buf = &mut self.buf;
+        buf.clear();
+        if packet.kind == PacketKind::Pfc {
+            // IEEE 802.1Qbb clause 36.1.3.2: MAC control frame with the PFC opcode, the
+            // class-enable vector and eight pause times (quanta).
+            let repr = PfcRepr {
+                source: [0x02, 0, 0, 0, 0, 0x01],
+                class_enable_vector: packet.pfc_vector,
+                quanta: packet.pfc_quanta,
+            };
+            buf.resize(PFC_FRAME_BYTES, 0);
+            if repr.emit(buf).is_err() {
+                buf.clear();
+            }
+            return Shape::Pfc;
+        }
+        let polling =
+            packet.kind == PacketKind::Custom && packet.custom_len as usize == l.polling_bytes;
+        let l4 = match packet.kind {
+            PacketKind::Data | PacketKind::Ack | PacketKind::Nack | PacketKind::Cnp => l.bth_bytes,
+            PacketKind::Custom if polling => l.polling_bytes,
+            _ => packet.custom_len as usize,
+        };
+        let total = l.l4_offset() + l4;
+        buf.resize(total, 0);
+        let t = &packet.tuple;
+        let ip4 = |a: [u8; 4]| u32::from_be_bytes(a) as u64;
+        put(buf, l.eth_dst, 0x02_00_00_00_00_02);
+        put(buf, l.eth_src, 0x02_00_00_00_00_01);
+        put(buf, l.eth_type, l.ethertype_ipv4 as u64);
+        put(buf, l.ip_version, 4);
+        put(buf, l.ip_ihl, (l.ip_bytes / 4) as u64);
+        put(buf, l.ip_dscp, packet.dscp as u64);
+        put(buf, l.ip_ecn, packet.ecn as u64);
+        // Lengths describe the wire packet (netsim's size covers Ethernet and FCS).
+        let ip_len = packet.size.saturating_sub((l.eth_bytes + 4) as u32) as u64;
+        put(buf, l.ip_total_len, ip_len.min(0xFFFF));
+        put(buf, l.ip_ttl, packet.ttl as u64);
+        put(buf, l.ip_protocol, t.protocol as u64);
+        put(buf, l.ip_src, ip4(t.src_ip));
+        put(buf, l.ip_dst, ip4(t.dst_ip));
+        put(buf, l.udp_sport, t.src_port as u64);
+        let dport = if polling { l.polling_port } else { t.dst_port };
+        put(buf, l.udp_dport, dport as u64);
+        put(
+            buf,
+            l.udp_len,
+            ip_len.saturating_sub(l.ip_bytes as u64).min(0xFFFF),
+        );
+        let l4_start = l.l4_offset();
+        match packet.kind {
+            PacketKind::Data | PacketKind::Ack | PacketKind::Nack | PacketKind::Cnp => {
+                let opcode = match packet.kind {
+                    PacketKind::Data => BTH_OPCODE_RC_WRITE_ONLY,
+                    PacketKind::Cnp => BTH_OPCODE_CNP,
+                    _ => BTH_OPCODE_RC_ACK,
+                };
+                put(buf, l.bth_opcode, opcode);
+                put(buf, l.bth_pkey, 0xFFFF);
+                put(buf, l.bth_qp, (packet.flow as u64) & 0xFF_FFFF);
+                put(buf, l.bth_psn, packet.seq & 0xFF_FFFF);
+            }
+            _ => {
+                let n = l4.min(packet.custom_len as usize);
+                buf[l4_start..l4_start + n].copy_from_slice(&packet.custom[..n]);
+            }
+        }
+        if polling {
+            Shape::Polling
+        } else {
+            Shape::Ipv4
+        }
+    }
+
+    /// Copies header rewrites of a pass back into the packet.
+    fn write_back(
+        layout: &Layout,
+        shape: Shape,
+        input_len: usize,
+        out: &[u8],
+        packet: &mut Packet,
+    ) {
+        if shape == Shape::Pfc || out.len() != input_len {
+            return;
+        }
+        packet.dscp = get(out, layout.ip_dscp) as u8;
+        packet.ecn = get(out, layout.ip_ecn) as u8;
+        packet.ttl = get(out, layout.ip_ttl) as u8;
+        if shape == Shape::Polling {
+            let start = layout.l4_offset();
+            let n = layout.polling_bytes;
+            packet.custom[..n].copy_from_slice(&out[start..start + n]);
+        }
+    }
+
+    fn pack_bridge(&self, carried: &Carried) -> [u64; 2] {
+        let mut acc: u128 = 0;
+        let mut shift = 0u32;
+        for (i, w) in self.bridged_widths.iter().enumerate() {
+            let m = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
+            acc |= ((carried.values[i] & m) as u128) << shift;
+            shift += *w as u32;
+        }
+        [acc as u64, (acc >> 64) as u64]
+    }
+
+    fn unpack_bridge(&self, bridge: [u64; 2]) -> Carried {
+        let acc = bridge[0] as u128 | (bridge[1] as u128) << 64;
+        let mut c = Carried::default();
+        let mut shift = 0u32;
+        for (i, w) in self.bridged_widths.iter().enumerate() {
+            let m = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
+            c.values[i] = (acc >> shift) as u64 & m;
+            shift += *w as u32;
+        }
+        c
+    }
+}
+
+impl SwitchPipeline for NetsimAdapter {
+    fn ingress(&mut self, meta: &IngressMeta, packet: &mut Packet, actions: &mut IngressActions) {
+        let shape = self.serialise(packet);
+        if self.buf.is_empty() {
+            self.bump(|s| s.errors += 1);
+            return;
+        }
+        let model = Rc::clone(&self.model);
+        let Ok(mut model) = model.try_borrow_mut() else {
+            self.bump(|s| s.busy += 1);
+            return;
+        };
+        let input = IngressInput {
+            ingress_port: meta.ingress_port,
+            tstamp_ns: meta.ingress_tstamp_ns,
+            routed_egress_port: meta.routed_egress_port,
+        };
+        if model.ingress(&self.buf, &input, &mut self.ing).is_err() {
+            drop(model);
+            self.bump(|s| s.errors += 1);
+            return;
+        }
+        let mut stats = self.stats.get();
+        stats.ingress += 1;
+        let wire_len = packet.size.min(u16::MAX as u32) as u16;
+        // Ingress clone (polling copy for the CPU): run the clone's egress pass now.
+        if let Some(carried) = self.ing.clone {
+            let cpu_port = model.cpu_port();
+            let e = EgressInput {
+                ingress_port: meta.ingress_port,
+                egress_port: cpu_port,
+                queue: packet.priority,
+                enq_tstamp_ns: meta.ingress_tstamp_ns,
+                enq_qdepth: 0,
+                packet_length: wire_len,
+            };
+            match model.egress(&self.ing.clone_bytes, &e, &carried, &mut self.cpu) {
+                Ok(()) if !self.cpu.dropped => {
+                    actions.to_cpu = true;
+                    actions.cpu_payload = Some(self.cpu.bytes.clone());
+                    stats.cpu_copies += 1;
+                }
+                Ok(()) => {}
+                Err(_) => stats.errors += 1,
+            }
+        }
+        if shape == Shape::Pfc {
+            // The frame goes to the egress pipeline of its own port (HAWKEYE §3.3 fn. 2);
+            // netsim consumes it, so that pass runs here with zero queueing.
+            if let (false, Forward::Unicast(port)) = (self.ing.dropped, self.ing.forward) {
+                let e = EgressInput {
+                    ingress_port: meta.ingress_port,
+                    egress_port: port,
+                    queue: packet.priority,
+                    enq_tstamp_ns: meta.ingress_tstamp_ns,
+                    enq_qdepth: 0,
+                    packet_length: wire_len,
+                };
+                let bridged = self.ing.bridged;
+                if model
+                    .egress(&self.ing.bytes, &e, &bridged, &mut self.eg)
+                    .is_err()
+                {
+                    stats.errors += 1;
+                } else {
+                    stats.egress += 1;
+                }
+            }
+            drop(model);
+            self.stats.set(stats);
+            return;
+        }
+        if self.ing.dropped {
+            actions.drop = true;
+            stats.dropped += 1;
+        } else {
+            match self.ing.forward {
+                Forward::None => {
+                    actions.drop = true;
+                    stats.dropped += 1;
+                }
+                Forward::Unicast(port) => {
+                    if Some(port) != meta.routed_egress_port {
+                        actions.egress_override = Some(port);
+                    }
+                }
+                Forward::Multicast(group) => {
+                    let mut set = PortSet::default();
+                    for p in model.multicast_group(group).unwrap_or(&[]) {
+                        set.insert(*p);
+                    }
+                    if set.is_empty() {
+                        actions.drop = true;
+                    } else {
+                        actions.multicast = set;
+                    }
+                }
+            }
+        }
+        drop(model);
+        Self::write_back(&self.layout, shape, self.buf.len(), &self.ing.bytes, packet);
+        packet.bridge = self.pack_bridge(&self.ing.bridged);
+        self.stats.set(stats);
+    }
+
+    fn egress(&mut self, meta: &EgressMeta, packet: &mut Packet, actions: &mut EgressActions) {
+        let shape = self.serialise(packet);
+        if self.buf.is_empty() || shape == Shape::Pfc {
+            return;
+        }
+        let carried = self.unpack_bridge(packet.bridge);
+        let model = Rc::clone(&self.model);
+        let Ok(mut model) = model.try_borrow_mut() else {
+            self.bump(|s| s.busy += 1);
+            return;
+        };
+        let input = EgressInput {
+            ingress_port: meta.ingress_port,
+            egress_port: meta.egress_port,
+            queue: meta.priority,
+            enq_tstamp_ns: meta.enq_tstamp_ns,
+            enq_qdepth: qdepth_cells(meta.enq_qdepth_bytes),
+            packet_length: packet.size.min(u16::MAX as u32) as u16,
+        };
+        if model
+            .egress(&self.buf, &input, &carried, &mut self.eg)
+            .is_err()
+        {
+            drop(model);
+            self.bump(|s| s.errors += 1);
+            return;
+        }
+        let mut stats = self.stats.get();
+        stats.egress += 1;
+        if let Some(c) = self.eg.clone {
+            // Egress clone (flow eviction report): the copy's own egress pass at the CPU
+            // port prepends the report header.
+            let e = EgressInput {
+                egress_port: model.cpu_port(),
+                enq_qdepth: 0,
+                ..input
+            };
+            match model.egress(&self.eg.clone_bytes, &e, &c, &mut self.cpu) {
+                Ok(()) if !self.cpu.dropped => {
+                    actions.to_cpu = true;
+                    actions.cpu_payload = Some(self.cpu.bytes.clone());
+                    stats.cpu_copies += 1;
+                }
+                Ok(()) => {}
+                Err(_) => stats.errors += 1,
+            }
+        }
+        drop(model);
+        if self.eg.dropped {
+            actions.drop = true;
+            stats.dropped += 1;
+        }
+        Self::write_back(&self.layout, shape, self.buf.len(), &self.eg.bytes, packet);
+        self.stats.set(stats);
+    }
+}
+
+/// Prepares a fresh model for a netsim switch with `ports` front-panel ports whose speeds
+/// are `gbps[port]`: the all-ports multicast group (polling PFC branch) and the
+/// `pfc_port_speed` entries (PFC quanta → time, IEEE 802.1Qbb: one quantum is 512 bit
+/// times).
+pub fn configure_model(model: &mut Model, switch: &str, gbps: &[f64]) -> Result<(), AdapterError> {
+    let p = model.program();
+    let limit = p.constant("PORTS").unwrap_or(0) as u32;
+    if gbps.len() as u32 > limit {
+        return Err(AdapterError::TooManyPorts {
+            switch: switch.to_string(),
+            ports: gbps.len() as u32,
+            limit,
+        });
+    }
+    // The speed actions are named `pfc_quanta_<N>g` by the program; read them from it.
+    let mut speeds: Vec<(f64, String)> = Vec::new();
+    if let Some(t) = p.table_by_name("pfc_port_speed") {
+        for a in &p.tables[t.0 as usize].actions {
+            let name = &p.actions[a.0 as usize].name;
+            if let Some(n) = name
+                .strip_prefix("pfc_quanta_")
+                .and_then(|s| s.strip_suffix('g'))
+                .and_then(|s| s.parse::<f64>().ok())
+            {
+                speeds.push((n, name.clone()));
+            }
+        }
+    }
+    let group = p.constant("MCAST_GROUP_ALL_PORTS").map(|g| g as u16);
+    let mut entries = Vec::new();
+    for (port, g) in gbps.iter().enumerate() {
+        let action = speeds
+            .iter()
+            .find(|(s, _)| (s - g).abs() < 1e-9)
+            .map(|(_, a)| a.clone())
+            .ok_or_else(|| AdapterError::UnsupportedSpeed {
+                switch: switch.to_string(),
+                port: port as PortNo,
+                gbps: *g,
+            })?;
+        entries.push(TableEntry {
+            key: vec![port as u64],
+            mask: vec![],
+            priority: 0,
+            action,
+            params: vec![],
+        });
+    }
+    for e in entries {
+        model.table_add("pfc_port_speed", e)?;
+    }
+    if let Some(g) = group {
+        model.multicast_group_set(g, (0..gbps.len() as u16).collect());
+    }
+    Ok(())
+}
+
+/// Port speeds (Gbit/s) of `switch` indexed by local port number (ports without a link
+/// get the speed of the switch's first link).
+fn port_speeds(topo: &FabricTopology, switch: NodeId) -> Vec<f64> {
+    let mut speeds: BTreeMap<PortNo, f64> = BTreeMap::new();
+    for l in &topo.links {
+        if l.a.node == switch {
+            speeds.insert(l.a.port, l.gbps);
+        }
+        if l.b.node == switch {
+            speeds.insert(l.b.port, l.gbps);
+        }
+    }
+    let n = speeds.keys().next_back().map_or(0, |p| *p as usize + 1);
+    let fill = speeds.values().next().copied().unwrap_or(100.0);
+    (0..n)
+        .map(|p| speeds.get(&(p as PortNo)).copied().unwrap_or(fill))
+        .collect()
+}
+
+/// Whether `switch` has a host behind one of its ports (a ToR / leaf).
+fn is_tor(topo: &FabricTopology, switch: NodeId) -> bool {
+    let host = |n: NodeId| {
+        topo.nodes
+            .get(n as usize)
+            .is_some_and(|d| d.kind == NodeKind::Host)
+    };
+    topo.links
+        .iter()
+        .any(|l| (l.a.node == switch && host(l.b.node)) || (l.b.node == switch && host(l.a.node)))
+}
+
+/// One installed switch: its shared model and the adapter's counters.
+#[derive(Clone, Debug)]
+pub struct InstalledSwitch {
+    /// The model (read registers with `model.borrow()` between `run_until` slices).
+    pub model: SharedModel,
+    /// The adapter's counters.
+    pub stats: Rc<Cell<AdapterStats>>,
+    /// Whether it runs the ToR variant (with PARALEON's Elastic Sketch).
+    pub tor: bool,
+}
+
+/// Installs the model on every switch of `sim`: ToRs (switches with a host link) run the
+/// variant of `params` (with the Elastic Sketch when `params.sketch` is set, PARALEON
+/// inserts at ToR ingress only); other switches run it without the sketch. Returns the
+/// shared handles by switch node id.
+pub fn install_on_all_switches(
+    sim: &mut Simulation,
+    params: &HawkeyeParams,
+) -> Result<BTreeMap<NodeId, InstalledSwitch>, AdapterError> {
+    let tor_program = Arc::new(program(params)?);
+    let fabric_program = Arc::new(program(&HawkeyeParams {
+        sketch: None,
+        ..params.clone()
+    })?);
+    let switches: Vec<(NodeId, String, bool, Vec<f64>)> = sim
+        .topology()
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Switch)
+        .map(|n| {
+            (
+                n.id,
+                n.name.clone(),
+                is_tor(sim.topology(), n.id),
+                port_speeds(sim.topology(), n.id),
+            )
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for (id, name, tor, speeds) in switches {
+        let p = if tor { &tor_program } else { &fabric_program };
+        let mut model = Model::new(Arc::clone(p), Routing::FromInput, params.cpu_port)?;
+        configure_model(&mut model, &name, &speeds)?;
+        let shared = Rc::new(RefCell::new(model));
+        let adapter = NetsimAdapter::new(Rc::clone(&shared))?;
+        let stats = adapter.stats();
+        if !sim.set_pipeline(id, Box::new(adapter)) {
+            return Err(AdapterError::NotASwitch(id));
+        }
+        out.insert(
+            id,
+            InstalledSwitch {
+                model: shared,
+                stats,
+                tor,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Bits of bridged metadata the program carries from ingress to egress (must fit the 128
+/// bits of netsim's `Packet.bridge`).
+pub fn bridged_bits(program: &Program) -> u32 {
+    program
+        .fields
+        .iter()
+        .filter(|f| matches!(f.owner, FieldOwner::Metadata { bridged: true, .. }))
+        .map(|f| f.width as u32)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter() -> NetsimAdapter {
+        let p = Arc::new(program(&HawkeyeParams::default()).expect("program"));
+        let mut model = Model::new(p, Routing::FromInput, 192).expect("model");
+        configure_model(&mut model, "s", &[100.0, 400.0]).expect("configure");
+        NetsimAdapter::new(Rc::new(RefCell::new(model))).expect("adapter")
+    }
+
+    #[test]
+    fn queue_depth_bytes_become_80_byte_cells_rounded_up() {
+        assert_eq!(qdepth_cells(0), 0);
+        assert_eq!(qdepth_cells(1), 1);
+        assert_eq!(qdepth_cells(80), 1);
+        assert_eq!(qdepth_cells(81), 2);
+        assert_eq!(qdepth_cells(1062), 14);
+    }
+
+    #[test]
+    fn bridged_metadata_round_trips_through_packet_bridge() {
+        let a = adapter();
+        let mut c = Carried::default();
+        for (i, w) in a.bridged_widths.iter().enumerate() {
+            c.values[i] = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 } ^ (i as u64);
+        }
+        let back = a.unpack_bridge(a.pack_bridge(&c));
+        assert_eq!(back.values, c.values);
+        assert!(bridged_bits(a.model.borrow().program()) <= 128);
+    }
+
+    #[test]
+    fn serialised_headers_carry_tos_ttl_ports_and_polling_port() {
+        let mut a = adapter();
+        let mut packet = Packet::new(PacketKind::Data);
+        packet.dscp = 26;
+        packet.ecn = 2;
+        packet.ttl = 61;
+        packet.size = 1062;
+        packet.tuple = "11.0.0.1:49152->11.0.1.1".parse().expect("tuple");
+        assert_eq!(a.serialise(&packet), Shape::Ipv4);
+        let l = a.layout.clone();
+        assert_eq!(a.buf.len(), l.l4_offset() + l.bth_bytes);
+        assert_eq!(a.buf[l.eth_bytes + 1], 26 << 2 | 2, "TOS = dscp << 2 | ecn");
+        assert_eq!(get(&a.buf, l.ip_ttl), 61);
+        assert_eq!(get(&a.buf, l.udp_sport), 49152);
+        assert_eq!(get(&a.buf, l.ip_total_len), 1062 - 18);
+        packet.kind = PacketKind::Custom;
+        packet.custom_len = l.polling_bytes as u8;
+        assert_eq!(a.serialise(&packet), Shape::Polling);
+        assert_eq!(get(&a.buf, l.udp_dport), l.polling_port as u64);
+        packet.kind = PacketKind::Pfc;
+        packet.pfc_vector = 0b1000;
+        packet.pfc_quanta[3] = 0xFFFF;
+        assert_eq!(a.serialise(&packet), Shape::Pfc);
+        assert_eq!(a.buf.len(), PFC_FRAME_BYTES);
+        assert!(
+            configure_model(&mut a.model.borrow_mut(), "s", &[10.0]).is_err(),
+            "10G has no quanta conversion"
+        );
+    }
+}
