@@ -484,7 +484,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
 
     // ---- metadata ------------------------------------------------------------------
     let is_pfc = b.meta_carried("is_pfc", 1, true, false);
-    let victim_port = b.meta_carried("victim_port", 16, true, false);
+    let victim_port = b.meta_carried("victim_port", 16, true, true);
     let arrival_flags = b.meta_carried("arrival_flags", 8, false, true);
     let arrival_port = b.meta_carried("arrival_port", 16, false, true);
     let lookup_src = b.meta("lookup_src_addr", 32);
@@ -1433,11 +1433,14 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         vec![Stmt::If(
             valid(polling),
             vec![
-                // The CPU copy carries the port context (HAWKEYE §3.4).
+                // The CPU copy carries the port context (HAWKEYE §3.4): where it came in
+                // and the port the victim's own forwarding chose (the mirror metadata holds
+                // the ingress pipeline's final values), so the agent and the analyzer know
+                // which switch comes next on the victim path.
                 Stmt::Assign(po_kind, c(ctx_cpu, 8)),
                 Stmt::Assign(po_arrival, f(arrival_flags)),
                 Stmt::Assign(po_ctx_in, f(arrival_port)),
-                Stmt::Assign(po_ctx_out, c(no_port, 16)),
+                Stmt::Assign(po_ctx_out, f(victim_port)),
             ],
             vec![],
         )],

@@ -194,7 +194,8 @@ fn polling_follows_the_victim_gains_the_pfc_bit_and_reaches_the_congested_switch
         assert_eq!(polling.victim, victim.tuple);
         assert_eq!(polling.context_ingress_port, *ingress);
         assert_eq!(Some(*ingress), in_port_at.get(&hop.node).copied());
-        assert_eq!(polling.context_egress_port, 0xFFFF);
+        // The copy records the victim's own forwarding choice at this switch.
+        assert_eq!(polling.context_egress_port, hop.port);
     }
     // Somewhere along the path the victim's egress port was paused: the next switch got
     // the polling packet with the PFC bit, and the PFC branch reached the congested ToR.

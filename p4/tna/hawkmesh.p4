@@ -182,6 +182,7 @@ header bridge_h {
 header mirror_h {
     bit<8> pkt_type;
     bit<16> ingress_port;
+    bit<16> victim_port;
     bit<8> arrival_flags;
     bit<16> arrival_port;
     bit<16> epoch_id;
@@ -594,7 +595,7 @@ control IngressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
     Checksum() ipv4_checksum;
     apply {
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_I2E) {
-            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_I2E, meta.intr_ingress_port, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index});
+            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_I2E, meta.intr_ingress_port, meta.victim_port, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index});
         }
         // RFC 791 header checksum (the sketch mark rewrites DSCP).
         if (hdr.ipv4.isValid()) {
@@ -627,6 +628,7 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         pkt.extract(hdr.mirror);
         meta.intr_clone_kind = hdr.mirror.pkt_type;
         meta.intr_eg_ingress_port = hdr.mirror.ingress_port;
+        meta.victim_port = hdr.mirror.victim_port;
         meta.arrival_flags = hdr.mirror.arrival_flags;
         meta.arrival_port = hdr.mirror.arrival_port;
         meta.epoch_id = hdr.mirror.epoch_id;
@@ -1197,7 +1199,7 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
                     hdr.polling.context_kind = 8w1;
                     hdr.polling.arrival_flags = meta.arrival_flags;
                     hdr.polling.context_ingress_port = meta.arrival_port;
-                    hdr.polling.context_egress_port = 16w0xffff;
+                    hdr.polling.context_egress_port = meta.victim_port;
                 }
             } else {
                 hdr.eviction.setValid();
@@ -1403,7 +1405,7 @@ control EgressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta, 
     Checksum() ipv4_checksum;
     apply {
         if (eg_dprsr_md.mirror_type == MIRROR_TYPE_E2E) {
-            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_E2E, meta.intr_eg_ingress_port, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index});
+            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_E2E, meta.intr_eg_ingress_port, meta.victim_port, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index});
         }
         // RFC 791 header checksum (the sketch mark rewrites DSCP).
         if (hdr.ipv4.isValid()) {

@@ -185,7 +185,7 @@ struct metadata_t {
     bit<16> intr_packet_length;
     bit<8> intr_clone_kind;
     bit<1> is_pfc;
-    bit<16> victim_port;
+    @field_list(1) bit<16> victim_port;
     @field_list(1) bit<8> arrival_flags;
     @field_list(1) bit<16> arrival_port;
     bit<32> lookup_src_addr;
@@ -771,7 +771,7 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     hdr.polling.context_kind = 8w1;
                     hdr.polling.arrival_flags = meta.arrival_flags;
                     hdr.polling.context_ingress_port = meta.arrival_port;
-                    hdr.polling.context_egress_port = 16w0xffff;
+                    hdr.polling.context_egress_port = meta.victim_port;
                 }
             } else {
                 hdr.eviction.setValid();

@@ -264,11 +264,11 @@ impl<B: SwitchBackend> SwitchAgent<B> {
     }
 }
 
-/// Where the polling packet went from this switch, reconstructed from its arrival context
-/// and the registers (the data plane keeps one CPU copy per switch, taken at ingress):
-/// along the victim path the victim's egress port (plus the PFC bit when that port had
-/// paused packets); on a PFC branch every port with paused packets that received traffic
-/// from the polling packet's ingress port (HAWKEYE §3.4).
+/// Where the polling packet went from this switch, from its CPU copy's port context and the
+/// registers (the data plane keeps one CPU copy per switch, made at ingress): along the
+/// victim path the victim's egress port recorded in the copy (plus the PFC bit when that
+/// port had paused packets); on a PFC branch every port with paused packets that received
+/// traffic from the polling packet's ingress port (HAWKEYE §3.4).
 fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingContext {
     let arrival = TraceFlags(polling.arrival_flags & 0b11);
     let ingress = polling.context_ingress_port;
@@ -289,14 +289,18 @@ fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingConte
         })
     };
     if arrival.victim_path() {
-        let victim_port = epochs
-            .iter()
-            .rev()
-            .flat_map(|e| e.flows.iter())
-            .find(|f| f.flow == polling.victim)
-            .map(|f| f.egress_port)
-            .or((polling.context_egress_port != dataplane::NO_PORT)
-                .then_some(polling.context_egress_port));
+        // The data plane records the victim's forwarding choice in the copy; a copy
+        // without it falls back to the victim's flow record.
+        let victim_port = (polling.context_egress_port != dataplane::NO_PORT)
+            .then_some(polling.context_egress_port)
+            .or_else(|| {
+                epochs
+                    .iter()
+                    .rev()
+                    .flat_map(|e| e.flows.iter())
+                    .find(|f| f.flow == polling.victim)
+                    .map(|f| f.egress_port)
+            });
         if let Some(port) = victim_port {
             let pfc = if paused(port) {
                 TraceFlags::PFC_CAUSALITY.0
