@@ -1,11 +1,11 @@
 //! The analyzer as a service: real gRPC and HTTP over loopback, a real store on disk.
 
-use hawkmesh_analyzer::testkit::{Hop, IncidentBuilder, TopologyBuilder};
+use hawkmesh_analyzer::testkit::sample_pfc_storm;
 use hawkmesh_analyzer::DiagnoseOptions;
 use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
 use hawkmesh_proto::v1::collector_client::CollectorClient;
 use hawkmesh_proto::v1::{IncidentReply, IncidentRequest, ReportChunk};
-use hawkmesh_wire::telemetry::{FiveTuple, TelemetryReport};
+use hawkmesh_wire::telemetry::TelemetryReport;
 use hawkmesh_wire::topology::FabricTopology;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,36 +15,7 @@ const EVENT: u64 = 42;
 
 /// h0 and h3 on tor0, h7 on tor1, both tors under agg0; h7 storms (see the CLI test).
 fn storm() -> (FabricTopology, Vec<TelemetryReport>) {
-    let topology = TopologyBuilder::new()
-        .switch("tor0", Some(0))
-        .switch("tor1", Some(0))
-        .switch("agg0", Some(1))
-        .host("h0", [10, 0, 0, 1])
-        .host("h3", [10, 0, 0, 4])
-        .host("h7", [10, 0, 0, 8])
-        .link("h0", "tor0")
-        .link("h3", "tor0")
-        .link("h7", "tor1")
-        .link("tor0", "agg0")
-        .link("tor1", "agg0")
-        .build()
-        .unwrap();
-    let victim = FiveTuple::rocev2([10, 0, 0, 1], 49152, [10, 0, 0, 8]);
-    let other = FiveTuple::rocev2([10, 0, 0, 4], 49300, [10, 0, 0, 8]);
-    let mut builder = IncidentBuilder::new(topology.clone(), 1 << 17, 1, victim);
-    for (flow, src) in [(victim, "h0"), (other, "h3")] {
-        builder.flow(
-            0,
-            flow,
-            &[src, "tor0", "agg0", "tor1", "h7"],
-            &[
-                Hop::new(250).paused(200, 200_000).depth(30_000),
-                Hop::new(250).paused(220, 300_000).depth(40_000),
-                Hop::new(250).paused(240, 400_000).depth(120_000),
-            ],
-        );
-    }
-    let mut reports = builder.build_reports().unwrap();
+    let (topology, _, mut reports) = sample_pfc_storm().unwrap();
     for report in &mut reports {
         report.event_id = EVENT;
     }

@@ -498,3 +498,41 @@ impl IncidentBuilder {
         Ok(reports)
     }
 }
+
+/// A complete sample incident for demos and service tests: h0 and h3 on tor0, h7 on tor1,
+/// both ToRs under agg0; h7's NIC injects PFC, so tor1's port toward h7 is paused without
+/// flow contention and the pause spreads to agg0 and tor0. The victim is h0 → h7.
+/// Returns the topology, the victim and the reports of tor0, tor1 and agg0.
+pub fn sample_pfc_storm() -> Result<(FabricTopology, FiveTuple, Vec<TelemetryReport>), TestkitError>
+{
+    let topology = TopologyBuilder::new()
+        .switch("tor0", Some(0))
+        .switch("tor1", Some(0))
+        .switch("agg0", Some(1))
+        .host("h0", [10, 0, 0, 1])
+        .host("h3", [10, 0, 0, 4])
+        .host("h7", [10, 0, 0, 8])
+        .link("h0", "tor0")
+        .link("h3", "tor0")
+        .link("h7", "tor1")
+        .link("tor0", "agg0")
+        .link("tor1", "agg0")
+        .build()?;
+    let victim = FiveTuple::rocev2([10, 0, 0, 1], 49152, [10, 0, 0, 8]);
+    let other = FiveTuple::rocev2([10, 0, 0, 4], 49300, [10, 0, 0, 8]);
+    let mut builder = IncidentBuilder::new(topology.clone(), 1 << 17, 1, victim);
+    for (flow, src) in [(victim, "h0"), (other, "h3")] {
+        builder.flow(
+            0,
+            flow,
+            &[src, "tor0", "agg0", "tor1", "h7"],
+            &[
+                Hop::new(250).paused(200, 200_000).depth(30_000),
+                Hop::new(250).paused(220, 300_000).depth(40_000),
+                Hop::new(250).paused(240, 400_000).depth(120_000),
+            ],
+        );
+    }
+    let reports = builder.build_reports()?;
+    Ok((topology, victim, reports))
+}
