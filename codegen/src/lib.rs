@@ -9,6 +9,7 @@
 //!   generated Rust constants; [`resources`]: SRAM estimate per module.
 //! - [`sketch`]: the reference Elastic Sketch and the control-plane query over register
 //!   dumps; [`netsim_adapter`]: the model as a netsim `SwitchPipeline`.
+//! - [`trace`]: packet traces as data and their replay on the model (BMv2 harness).
 
 pub mod check;
 pub mod error;
@@ -22,5 +23,6 @@ pub mod packets;
 pub mod resources;
 pub mod rust_consts;
 pub mod sketch;
+pub mod trace;
 
 pub use error::{BuildError, ModelError};

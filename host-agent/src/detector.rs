@@ -14,6 +14,9 @@ pub struct DetectorConfig {
     /// Smallest base RTT ever assumed, ns (guards against a bogus tiny first sample when
     /// the base RTT is learned).
     pub min_base_rtt_ns: u64,
+    /// Also treat data unacknowledged for this long as a slow sample, ns (HAWKEYE's
+    /// artifact: 50 µs); 0 disables it. A flow frozen by PFC gets no ACKs, hence no RTT.
+    pub stall_ns: u64,
 }
 
 impl Default for DetectorConfig {
@@ -22,6 +25,7 @@ impl Default for DetectorConfig {
             threshold: 3.0,
             suppression_ns: 3_000_000,
             min_base_rtt_ns: 1_000,
+            stall_ns: 50_000,
         }
     }
 }
@@ -151,6 +155,7 @@ mod tests {
             threshold: 2.0,
             suppression_ns: 1_000_000,
             min_base_rtt_ns: 1_000,
+            stall_ns: 0,
         };
         let mut detector = RttDetector::new(7, config);
         let base = Some(10_000);

@@ -7,7 +7,7 @@ use crate::detector::{DetectorConfig, PollingTrigger, RttDetector};
 use hawkmesh_codegen::ir::Program;
 use hawkmesh_codegen::packets::Polling;
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
-use hawkmesh_netsim::time::NS;
+use hawkmesh_netsim::time::{Time, NS};
 use hawkmesh_wire::topology::NodeId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,6 +45,22 @@ impl NetsimHostAgents {
 
 impl HostHook for NetsimHostAgents {
     fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+        self.observe(sample, emit);
+    }
+
+    fn stall_interval(&self) -> Option<Time> {
+        (self.config.stall_ns > 0).then_some(self.config.stall_ns * NS)
+    }
+
+    fn on_stall(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+        // Stuck for `now - sent_at`: at least that is the RTT of the oldest unacknowledged
+        // byte, compared with the base RTT like any sample.
+        self.observe(sample, emit);
+    }
+}
+
+impl NetsimHostAgents {
+    fn observe(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
         let detector = self
             .detectors
             .entry(sample.host)

@@ -24,6 +24,8 @@ pub enum EventKind {
     DcqcnIncrease { flow: u32, generation: u32 },
     /// Go-back-N retransmission timer of a queue pair.
     RetransmitTimer { flow: u32 },
+    /// Stall check of a queue pair for the host hook.
+    StallCheck { flow: u32 },
     /// A switch re-sends PAUSE for an ingress (port, priority) that is still congested.
     PfcRefresh {
         port: u32,

@@ -171,4 +171,16 @@ pub trait HostHook {
     fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>);
     /// Called for every custom packet a host receives.
     fn on_custom_packet(&mut self, _host: NodeId, _packet: &Packet, _now: Time) {}
+    /// How long data may stay unacknowledged before [`HostHook::on_stall`] is called
+    /// (e.g. 50 µs, as HAWKEYE's artifact); `None` (the default) never calls it. Queried
+    /// once, when the hook is installed.
+    fn stall_interval(&self) -> Option<Time> {
+        None
+    }
+    /// Called while a flow has had unacknowledged data for at least the stall interval
+    /// (again every interval while it lasts). `sample.sent_at` is when the flow last made
+    /// progress, so `sample.now - sample.sent_at` is how long it has been stuck. A flow
+    /// frozen by PFC returns no ACKs and therefore no RTT samples; this is how its host
+    /// still notices.
+    fn on_stall(&mut self, _sample: &RttSample, _emit: &mut Vec<HostEmit>) {}
 }

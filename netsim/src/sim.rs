@@ -184,6 +184,7 @@ pub(crate) struct Flow {
     pub dcqcn: DcqcnState,
     pub last_progress: Time,
     pub rto_pending: bool,
+    pub stall_pending: bool,
     pub finished_at: Option<Time>,
     pub retransmitted_bytes: u64,
     pub timeouts: u64,
@@ -303,6 +304,7 @@ pub struct Simulation {
     pub(crate) route_overrides: Vec<(u32, u32, Vec<PortNo>)>,
     pub(crate) pipelines: Vec<Option<Box<dyn SwitchPipeline>>>,
     pub(crate) host_hook: Option<Box<dyn HostHook>>,
+    pub(crate) stall_interval: Option<Time>,
     pub(crate) emit_buffer: Vec<HostEmit>,
     pub(crate) cpu_inbox: Vec<CpuPacket>,
     pub(crate) fault_actions: Vec<FaultAction>,
@@ -376,6 +378,7 @@ impl Simulation {
 
     /// Installs the host-side agent logic.
     pub fn set_host_hook(&mut self, hook: Box<dyn HostHook>) {
+        self.stall_interval = hook.stall_interval().filter(|t| *t > 0);
         self.host_hook = Some(hook);
     }
 
@@ -454,6 +457,7 @@ impl Simulation {
                 self.on_dcqcn_increase(flow, generation)
             }
             EventKind::RetransmitTimer { flow } => self.on_retransmit_timer(flow),
+            EventKind::StallCheck { flow } => self.on_stall_check(flow),
             EventKind::PfcRefresh {
                 port,
                 priority,
@@ -1151,6 +1155,13 @@ impl Simulation {
             self.events
                 .schedule(now + self.p.rto, EventKind::RetransmitTimer { flow });
         }
+        if let Some(interval) = self.stall_interval {
+            if !f.stall_pending {
+                f.stall_pending = true;
+                self.events
+                    .schedule(now + interval, EventKind::StallCheck { flow });
+            }
+        }
         let f = &mut self.flows[flow as usize];
         if more {
             if f.next_avail <= now + line_gap {
@@ -1337,6 +1348,49 @@ impl Simulation {
             let at = f.last_progress + rto;
             self.events
                 .schedule(at, EventKind::RetransmitTimer { flow });
+        }
+    }
+
+    /// Tells the host hook about a flow whose data has been unacknowledged for the stall
+    /// interval; re-arms while data is outstanding.
+    fn on_stall_check(&mut self, flow: u32) {
+        let now = self.now;
+        let Some(interval) = self.stall_interval else {
+            return;
+        };
+        let f = &mut self.flows[flow as usize];
+        f.stall_pending = false;
+        if f.finished_at.is_some() || f.snd_una >= f.max_sent {
+            return;
+        }
+        f.stall_pending = true;
+        let stuck_since = f.last_progress;
+        if now < stuck_since + interval {
+            self.events
+                .schedule(stuck_since + interval, EventKind::StallCheck { flow });
+            return;
+        }
+        self.events
+            .schedule(now + interval, EventKind::StallCheck { flow });
+        let sample = RttSample {
+            host: self.nics[f.src_nic as usize].host,
+            src_nic: f.src_nic,
+            dst_nic: f.dst_nic,
+            flow,
+            tuple: f.tuple,
+            acked: f.snd_una,
+            sent_at: stuck_since,
+            now,
+            base_rtt: f.base_rtt,
+        };
+        if let Some(hook) = self.host_hook.as_mut() {
+            hook.on_stall(&sample, &mut self.emit_buffer);
+            if !self.emit_buffer.is_empty() {
+                let emits = std::mem::take(&mut self.emit_buffer);
+                for emit in emits {
+                    self.send_custom(emit);
+                }
+            }
         }
     }
 

@@ -349,4 +349,16 @@ impl hawkmesh_netsim::hooks::HostHook for SharedHosts {
     ) {
         self.0.borrow_mut().on_rtt_sample(sample, emit);
     }
+
+    fn stall_interval(&self) -> Option<Time> {
+        self.0.borrow().stall_interval()
+    }
+
+    fn on_stall(
+        &mut self,
+        sample: &hawkmesh_netsim::hooks::RttSample,
+        emit: &mut Vec<hawkmesh_netsim::hooks::HostEmit>,
+    ) {
+        self.0.borrow_mut().on_stall(sample, emit);
+    }
 }
