@@ -136,6 +136,12 @@ async fn reports_streamed_over_grpc_become_a_diagnosed_incident_served_over_http
     let (status, list) = http_get(&server, "/api/incidents").await;
     assert_eq!(status, 200);
     assert!(list.contains("\"event_id\": 42"));
+    let (status, index) = http_get(&server, "/").await;
+    assert_eq!(status, 200);
+    assert!(
+        index.contains("href=\"/incidents/42\"") && index.contains("PFC storm"),
+        "{index}"
+    );
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
