@@ -370,7 +370,6 @@ fn sim_run(scenario: &Path, out: &Path, seed: Option<u64>) -> anyhow::Result<()>
     let mut sim = hawkmesh_netsim::Simulation::new(&loaded)?;
     sim.run();
     let wall = started.elapsed();
-    eprintln!("max pending events: {}", sim.max_pending_events());
     let s = &loaded.scenario;
     let result = sim.result(&s.name, s.seed, &s.output.fct_bins);
     result
@@ -379,9 +378,10 @@ fn sim_run(scenario: &Path, out: &Path, seed: Option<u64>) -> anyhow::Result<()>
     print!("{}", result.summary());
     let events = result.totals.events;
     println!(
-        "wall {:.2} s, {:.2} M events/s; results in {}",
+        "wall {:.2} s, {:.2} M events/s, at most {} events pending; results in {}",
         wall.as_secs_f64(),
         events as f64 / wall.as_secs_f64().max(1e-9) / 1e6,
+        sim.max_pending_events(),
         out.display()
     );
     Ok(())

@@ -706,7 +706,8 @@ impl Simulation {
             }
             packet.ttl -= 1;
         }
-        let routed = if self.packets.get(id).dst_nic == u32::MAX {
+        // Packets from a pipeline or CPU may name no (or no existing) destination NIC.
+        let routed = if self.packets.get(id).dst_nic as usize >= self.nics.len() {
             None
         } else {
             self.route(s, id)

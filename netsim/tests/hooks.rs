@@ -304,3 +304,27 @@ fn a_flow_frozen_by_pfc_is_reported_as_stalled() {
         "no stall after the storm ends"
     );
 }
+
+#[test]
+fn a_cpu_packet_for_an_unknown_destination_is_dropped_and_counted_not_a_panic() {
+    let text = r#"
+version = 1
+duration_us = 50
+[topology]
+kind = "graph"
+switches = ["s0", "s1"]
+hosts = ["h0"]
+links = [{ a = "s0", b = "s1" }, { a = "s1", b = "h0" }]
+"#;
+    let loaded = Scenario::parse(text, "t.toml", ".".into()).unwrap();
+    let mut sim = Simulation::new(&loaded).unwrap();
+    let s0 = sim.topology().node_by_name("s0").unwrap().id;
+    let mut packet = Packet::new(PacketKind::Custom);
+    packet.priority = 7;
+    packet.dst_nic = 999;
+    packet.size = 64;
+    assert!(sim.inject_from_cpu(s0, 0, packet));
+    sim.run();
+    let result = sim.result("t", 1, &[u64::MAX]);
+    assert_eq!(result.totals.drops_no_route, 1);
+}
