@@ -755,7 +755,16 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         vec![Stmt::Drop],
         vec![
             Stmt::Assign(event_id_lo, slice(f(po_event), 31, 0)),
-            Stmt::Assign(now_coarse, slice(f(ig_tstamp), 41, 10)),
+            // Coarse time shifted by one interval: an empty dedupe cell (event 0, time 0)
+            // then always looks older than the interval, so an event whose low 32 bits
+            // are 0 is never taken for a duplicate of nothing.
+            Stmt::Assign(
+                now_coarse,
+                add(
+                    slice(f(ig_tstamp), 41, 10),
+                    c(params.dedupe_interval_units as u64, 32),
+                ),
+            ),
             Stmt::Hash(dedupe_hash, dedupe_index),
             exec(dedupe_check, f(dedupe_index), Some(duplicate)),
             Stmt::If(

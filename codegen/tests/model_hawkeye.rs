@@ -466,6 +466,16 @@ fn polling_duplicates_suppressed_within_interval_and_hop_limit() {
 }
 
 #[test]
+fn an_event_whose_low_bits_are_zero_is_not_a_duplicate_of_an_empty_cell() {
+    // Right after start, an empty dedupe cell holds event 0 at time 0; an event id with
+    // zero low 32 bits (here 1 << 40) must still be accepted, and only repeats suppressed.
+    let mut sw = Switch::new();
+    let p = Polling::new(1 << 40, tuple(1, 1), 8);
+    assert_eq!(polling_in(&mut sw, &p, 0, 5_000, Some(2)).cpu.len(), 1);
+    assert!(polling_in(&mut sw, &p, 0, 6_000, Some(2)).cpu.is_empty());
+}
+
+#[test]
 fn elastic_sketch_matches_reference_and_marks_once() {
     let mut sw = Switch::new();
     let geometry = SketchGeometry {

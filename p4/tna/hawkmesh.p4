@@ -497,7 +497,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                         ig_dprsr_md.drop_ctl = 1;
                     } else {
                         meta.event_id_lo = hdr.polling.event_id[31:0];
-                        meta.now_coarse = meta.intr_ingress_tstamp[41:10];
+                        meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
                         meta.dedupe_index = dedupe_hash.get({hdr.polling.event_id});
                         meta.polling_duplicate = polling_dedupe_check.execute(meta.dedupe_index);
                         if (meta.polling_duplicate != 32w0) {

@@ -375,7 +375,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         mark_to_drop(standard_metadata);
                     } else {
                         meta.event_id_lo = hdr.polling.event_id[31:0];
-                        meta.now_coarse = meta.intr_ingress_tstamp[41:10];
+                        meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
                         hash(meta.dedupe_index, HashAlgorithm.crc32, 10w0, {hdr.polling.event_id}, 64w1024);
                         // RegisterAction polling_dedupe_check: Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)
                         {
