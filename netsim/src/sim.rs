@@ -1326,14 +1326,8 @@ impl Simulation {
         let rto = self.p.rto;
         let f = &mut self.flows[flow as usize];
         f.rto_pending = false;
-        if f.finished_at.is_some() || f.snd_una >= f.snd_nxt && f.snd_nxt >= f.size {
-            if f.finished_at.is_none() && f.snd_una < f.size {
-                // Everything sent, nothing acknowledged yet: keep watching.
-            } else {
-                return;
-            }
-        }
-        if f.snd_una >= f.max_sent {
+        // Nothing to do once finished or when everything sent has been acknowledged.
+        if f.finished_at.is_some() || f.snd_una >= f.max_sent {
             return;
         }
         if now >= f.last_progress + rto {

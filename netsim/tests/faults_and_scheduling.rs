@@ -114,7 +114,6 @@ up_us = 200
         "the flow completes after the link returns"
     );
     assert!(flow.retransmitted_bytes > 0);
-    assert!(flow.timeouts > 0 || flow.retransmitted_bytes > 0);
 }
 
 #[test]
