@@ -4,19 +4,30 @@
 //! # Pipeline
 //!
 //! ```text
-//! ingress                                        egress (per copy)
-//!  PFC frame (0x8808/0x0101) → own port ───────►  pause_end_p{q}[port] = now + quanta×512 bit
-//!                                                  times (quanta 0: now = XON); frame dropped
-//!  polling (UDP dport POLLING_UDP_PORT)            clone to CPU: write port context
-//!   hop limit 0 / bad version → drop               polling copy: keep if victim port (flag 01)
-//!   dedupe[hash(event id)] within interval → drop    or PFC bit and this port has paused
-//!   clone to CPU (ingress port, arrival flags)       packets and meter[in→port] > 0;
-//!   flag 1x → multicast all ports                    set PFC bit if paused; hop limit − 1
-//!   flag 01 → victim's forwarding choice           RoCEv2 data (BTH): epoch ring slot reset
-//!  IPv4 → forward table (L3/ECMP)                    on first touch (stored epoch id):
-//!   ToR: Elastic Sketch insert once per path          port / meter / flow telemetry,
-//!        (DSCP mark bit)                              flow eviction → egress clone to CPU
+//! ingress (every packet, when it is enqueued)        egress (per copy, when it leaves)
+//!  PFC frame (0x8808/0x0101): pause_end_p{q}[port]     clone to CPU: write port context
+//!   = now + quanta×512 bit times (quanta 0 = XON);      (victim port, victim paused, PFC
+//!   PFC bitmap of paused ports; frame consumed           branch ports)
+//!  polling (UDP dport POLLING_UDP_PORT)                polling copy: keep on the victim
+//!   hop limit 0 / bad version → drop                    port (flag 01) or, with the PFC
+//!   dedupe[hash(event id)] within interval → drop       bit, on a port of the bridged PFC
+//!   clone to CPU (ingress port, arrival flags)          branch set; set the PFC bit when
+//!   victim paused = victim port ∈ paused bitmap         the victim is paused; hop − 1
+//!   PFC branch = fanout[ingress] ∩ paused bitmap      RoCEv2 (BTH): queue-depth sums per
+//!   flag 1x → multicast all ports                       port and flow telemetry (epoch
+//!   flag 01 → victim's forwarding choice                slots reset on first touch), flow
+//!  IPv4 → forward table (L3/ECMP)                       eviction → egress clone to CPU
+//!   RoCEv2 (BTH): paused = pause_end[egress, tc] > now
+//!    port packets / paused packets, causality meter
+//!    bytes[in→out], fanout and paused bitmaps
+//!   ToR: Elastic Sketch insert once per path (DSCP mark bit)
 //! ```
+//!
+//! HAWKEYE's artifact counts in egress only, so a packet held behind a PAUSE is invisible
+//! until it leaves; during a PFC storm or a deadlock it never leaves. Counting paused
+//! packets and meter bytes at enqueue (ingress knows the egress port and the time) makes the
+//! paused port and its causality visible while the pause lasts; queue depths at enqueue are
+//! only known in egress (`enq_qdepth`), so those sums stay there, keyed by the enqueue epoch.
 //!
 //! Registers are sized from [`HawkeyeParams`]; every index is
 //! `epoch_index ++ port` / `epoch_index ++ ingress ++ egress` / `epoch_index ++ flow slot`.
@@ -168,9 +179,153 @@ fn concat(a: Expr, a_width: u8, b: Expr, b_width: u8) -> Expr {
     or(shl(cast(a, w), b_width), cast(b, w))
 }
 
+/// Stores the current epoch id in a ring slot and returns the previous one (a different id
+/// means the slot is stale and its counters restart now: no stale value survives).
+fn epoch_swap(
+    b: &mut ProgramBuilder,
+    name: &str,
+    r: RegisterId,
+    epoch: FieldId,
+) -> RegisterActionId {
+    ra(
+        b,
+        name,
+        r,
+        "Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)",
+        vec![],
+        vec![always(Word::Lo, SaluOp::Set, Phv(epoch), K(0))],
+        vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+    )
+}
+
+/// A per-epoch counter: the first touch in a new epoch sets it, later packets add.
+fn epoch_counter(
+    b: &mut ProgramBuilder,
+    name: &str,
+    r: RegisterId,
+    fresh: FieldId,
+    v: SaluOperand,
+) -> RegisterActionId {
+    ra(
+        b,
+        name,
+        r,
+        "First touch in a new epoch sets the value, later packets add (saturating)",
+        vec![cond(Phv(fresh), None, CmpOp::Ne, 0)],
+        vec![
+            upd(Pred::when(Some(true), None), Word::Lo, SaluOp::Set, v, K(0)),
+            upd(
+                Pred::when(Some(false), None),
+                Word::Lo,
+                SaluOp::SatAdd,
+                LO,
+                v,
+            ),
+        ],
+        vec![],
+    )
+}
+
+/// A bitmap of ports kept for the most recent epoch that touched it (lo = epoch id, hi =
+/// bitmap): OR in `mask` within the epoch, start over in a new one.
+fn epoch_bitmap_or(
+    b: &mut ProgramBuilder,
+    name: &str,
+    r: RegisterId,
+    epoch: FieldId,
+    mask: FieldId,
+) -> RegisterActionId {
+    ra(
+        b,
+        name,
+        r,
+        "Same epoch: bitmap |= mask; a new epoch starts the bitmap over",
+        vec![cond(LO, Some((true, Phv(epoch))), CmpOp::Eq, 0)],
+        vec![
+            upd(
+                Pred::when(Some(true), None),
+                Word::Hi,
+                SaluOp::Or,
+                HI,
+                Phv(mask),
+            ),
+            upd(
+                Pred::when(Some(false), None),
+                Word::Hi,
+                SaluOp::Set,
+                Phv(mask),
+                K(0),
+            ),
+            always(Word::Lo, SaluOp::Set, Phv(epoch), K(0)),
+        ],
+        vec![],
+    )
+}
+
+/// Reads an [`epoch_bitmap_or`] bitmap when it was written within the ring (`epochs`
+/// epochs), else 0.
+fn epoch_bitmap_read(
+    b: &mut ProgramBuilder,
+    name: &str,
+    r: RegisterId,
+    epoch: FieldId,
+    epochs: u32,
+) -> RegisterActionId {
+    ra(
+        b,
+        name,
+        r,
+        "Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0",
+        vec![cond(Phv(epoch), Some((true, LO)), CmpOp::Lt, epochs as i64)],
+        vec![],
+        vec![out(Pred::when(Some(true), None), SaluOutputValue::Old(Word::Hi))],
+    )
+}
+
+/// `a ^ b`.
+fn xor(a: Expr, b: Expr) -> Expr {
+    Expr::Bin(BinOp::Xor, Box::new(a), Box::new(b))
+}
+
+/// `max(a, b)`.
+fn max(a: Expr, b: Expr) -> Expr {
+    Expr::Bin(BinOp::Max, Box::new(a), Box::new(b))
+}
+
+/// Table entries the control plane installs at start-up besides routes (BF Runtime
+/// `table_add`): the one-hot masks of every port, in ingress (`port_mask`) and egress
+/// (`egress_port_mask`). Tofino's ALUs shift by immediates only, so `1 << port` is a table.
+pub fn port_mask_entries(program: &Program) -> Vec<(&'static str, u64, &'static str, Vec<u64>)> {
+    let ports = program.constant("PORTS").unwrap_or(0);
+    let mut out = Vec::new();
+    for (table, action) in [
+        ("port_mask", "port_mask_set"),
+        ("egress_port_mask", "egress_port_mask_set"),
+    ] {
+        for port in 0..ports {
+            let words = ports.div_ceil(32);
+            let params = (0..words)
+                .map(|w| {
+                    if port / 32 == w {
+                        1u64 << (port % 32)
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            out.push((table, port, action, params));
+        }
+    }
+    out
+}
+
 /// Builds the program for `params`.
 pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
-    let port_bits = log2("ports", params.ports, 2, 256)?;
+    // The polling PFC branch carries egress-port bitmaps in 32-bit words bridged to egress
+    // (at most two words): 64 ports per pipe, as on a Tofino pipe.
+    let port_bits = log2("ports", params.ports, 2, 64)?;
+    let mask_words = params.ports.div_ceil(32) as usize;
+    let eb = params.epoch_log2_ns;
     let epoch_bits = log2("epochs", params.epochs, 1, 16)?;
     let flow_bits = log2("flow_slots", params.flow_slots, 2, 1 << 20)?;
     let dedupe_bits = log2("dedupe_slots", params.dedupe_slots, 2, 1 << 16)?;
@@ -213,13 +368,13 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let polling_port = b.constant("POLLING_UDP_PORT", 0x6888, 16, "UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)");
     let polling_version = b.constant(
         "POLLING_VERSION",
-        1,
+        2,
         8,
         "Version of the polling header layout",
     );
     b.constant(
         "POLLING_HEADER_BYTES",
-        32,
+        40,
         16,
         "Bytes of the polling header after the UDP header",
     );
@@ -246,6 +401,12 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         2,
         2,
         "HAWKEYE Table 1 flag 10: trace along the PFC causality",
+    );
+    b.constant(
+        "POLLING_CONTEXT_VICTIM_PAUSED",
+        1,
+        8,
+        "context_flags bit of a CPU copy: the victim's egress port here is paused (the polling packet leaves it with the PFC bit)",
     );
     let all_ports_group = b.constant(
         "MCAST_GROUP_ALL_PORTS",
@@ -392,7 +553,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     );
     let (polling, po) = b.header(
         "polling",
-        "HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 1: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context",
+        "HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 2: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports)",
         &[
             ("version", 8),
             ("reserved_flags", 6),
@@ -408,7 +569,9 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             ("arrival_flags", 8),
             ("context_ingress_port", 16),
             ("context_egress_port", 16),
-            ("reserved", 16),
+            ("context_flags", 8),
+            ("reserved", 8),
+            ("context_pfc_ports", 64),
         ],
     );
     let (
@@ -430,11 +593,12 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let eth_type = eth[2];
     let (pfc_opcode_f, pfc_cev) = (pf[0], pf[1]);
     let pfc_quanta: Vec<FieldId> = pf[2..10].to_vec();
-    let (ip_dscp, ip_proto, ip_src, ip_dst) = (ip[2], ip[9], ip[11], ip[12]);
+    let (ip_dscp, ip_total_len, ip_proto, ip_src, ip_dst) = (ip[2], ip[4], ip[9], ip[11], ip[12]);
     let (udp_sport, udp_dport) = (u[0], u[1]);
     let (po_version, po_flag, po_hop, po_kind, po_event) = (po[0], po[2], po[3], po[4], po[5]);
     let (po_vsrc, po_vdst, po_vsport, po_vdport) = (po[6], po[7], po[8], po[9]);
-    let (po_arrival, po_ctx_in, po_ctx_out) = (po[11], po[12], po[13]);
+    let (po_arrival, po_ctx_in, po_ctx_out, po_ctx_flags, po_ctx_pfc) =
+        (po[11], po[12], po[13], po[14], po[16]);
 
     // ---- parser --------------------------------------------------------------------
     let start = b.parser_state("start", Some(ethernet), Transition::Accept);
@@ -476,15 +640,19 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let ig_tstamp = b.intrinsic(Intrinsic::IngressTstamp);
     let eg_in_port = b.intrinsic(Intrinsic::EgressIngressPort);
     let eg_port = b.intrinsic(Intrinsic::EgressPort);
-    let eg_queue = b.intrinsic(Intrinsic::EgressQueue);
     let enq_tstamp = b.intrinsic(Intrinsic::EnqTstamp);
     let enq_qdepth = b.intrinsic(Intrinsic::EnqQdepth);
-    let pkt_len = b.intrinsic(Intrinsic::PacketLength);
     let clone_kind = b.intrinsic(Intrinsic::CloneKind);
 
     // ---- metadata ------------------------------------------------------------------
-    let is_pfc = b.meta_carried("is_pfc", 1, true, false);
     let victim_port = b.meta_carried("victim_port", 16, true, true);
+    // Enqueue-side PFC state, decided in ingress where every packet is seen when it is
+    // enqueued (a packet stuck behind a PAUSE never reaches egress while the pause lasts).
+    let paused_bridged = b.meta_carried("paused_at_enqueue", 1, true, false);
+    let victim_paused = b.meta_carried("victim_paused", 1, true, true);
+    let pfc_ports: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta_carried(&format!("pfc_ports_w{w}"), 32, true, true))
+        .collect();
     let arrival_flags = b.meta_carried("arrival_flags", 8, false, true);
     let arrival_port = b.meta_carried("arrival_port", 16, false, true);
     let lookup_src = b.meta("lookup_src_addr", 32);
@@ -735,18 +903,432 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         sketch_stmts = vec![sketch_if];
     }
 
+    // ---- ingress: PFC status (HAWKEYE §3.3, Fig. 3 "port status") -------------------
+    // A PFC frame arrives on the ingress of the port it pauses; a data packet checks the
+    // pause of its (egress port, priority) when it is enqueued, i.e. in ingress.
+    let now = b.meta("now", 32);
+    let tc = b.meta("traffic_class", 8);
+    let paused = b.meta("paused", 32);
+    let mut pause_set = Vec::new();
+    let mut pause_check = Vec::new();
+    let mut pause_ns = Vec::new();
+    let mut pause_end = Vec::new();
+    for q in 0..8 {
+        let r = b.register(
+            &format!("pause_end_p{q}"),
+            32,
+            params.ports,
+            "pfc status",
+            &format!("Per port: low 32 bits of the ns time when the PFC pause of priority {q} ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)"),
+        );
+        pause_ns.push(b.meta(&format!("pause_ns_{q}"), 32));
+        pause_end.push(b.meta(&format!("pause_end_{q}"), 32));
+        pause_set.push(ra(
+            &mut b,
+            &format!("pause_end_p{q}_set"),
+            r,
+            "Records when the pause ends",
+            vec![],
+            vec![always(Word::Lo, SaluOp::Set, Phv(pause_end[q]), K(0))],
+            vec![],
+        ));
+        pause_check.push(ra(
+            &mut b,
+            &format!("pause_end_p{q}_check"),
+            r,
+            "Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)",
+            vec![cond(LO, Some((true, Phv(now))), CmpOp::SGt, 0)],
+            vec![],
+            vec![out(Pred::when(Some(true), None), SaluOutputValue::Const(1))],
+        ));
+    }
+    // One quantum is 512 bit times: 5.12 ns at 100 Gbit/s. The pipeline has no multiplier,
+    // so the table shifts quanta by the speed's power of two (1.28 ns × 2^k) and the
+    // control multiplies by 1.28125 = 1 + 1/4 + 1/32 (0.1 % long).
+    let speeds: [(&str, u8); 5] = [
+        ("400g", 0),
+        ("200g", 1),
+        ("100g", 2),
+        ("50g", 3),
+        ("25g", 4),
+    ];
+    let mut speed_actions = Vec::new();
+    for (name, k) in speeds {
+        let pq = pause_ns.clone();
+        let quanta = pfc_quanta.clone();
+        speed_actions.push(b.action(
+            &format!("pfc_quanta_{name}"),
+            &format!("Port speed {name}: one quantum is 1.28 ns × 2^{k}"),
+            &[],
+            move |_| {
+                (0..8)
+                    .map(|q| Stmt::Assign(pq[q], shl(cast(f(quanta[q]), 32), k)))
+                    .collect()
+            },
+        ));
+    }
+    let port_speed = b.table(Table {
+        name: "pfc_port_speed".into(),
+        keys: vec![(ig_port, MatchKind::Exact)],
+        actions: speed_actions.clone(),
+        default_action: (speed_actions[2], vec![]),
+        size: 512,
+        doc: "Port speed for converting PFC quanta to time (installed by the control plane; default 100G)".into(),
+        forwarding: false,
+        selector: vec![],
+    });
+
+    // One-hot port masks (Tofino's ALUs shift by immediates only, so `1 << port` is a table
+    // the control plane fills: see `port_mask_entries`).
+    let mask_port = b.meta("mask_port", 16);
+    let masks: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("port_mask_w{w}"), 32))
+        .collect();
+    let mask_params: Vec<(String, u8)> = (0..mask_words).map(|w| (format!("w{w}"), 32)).collect();
+    let mask_param_refs: Vec<(&str, u8)> =
+        mask_params.iter().map(|(n, w)| (n.as_str(), *w)).collect();
+    let set_masks = masks.clone();
+    let port_mask_set = b.action(
+        "port_mask_set",
+        "The one-hot mask of the port, in 32-port words",
+        &mask_param_refs,
+        move |p| {
+            set_masks
+                .iter()
+                .zip(p)
+                .map(|(m, v)| Stmt::Assign(*m, f(*v)))
+                .collect()
+        },
+    );
+    let zero_masks = masks.clone();
+    let port_mask_none = b.action("port_mask_none", "No port: an empty mask", &[], move |_| {
+        zero_masks
+            .iter()
+            .map(|m| Stmt::Assign(*m, c(0, 32)))
+            .collect()
+    });
+    let port_mask = b.table(Table {
+        name: "port_mask".into(),
+        keys: vec![(mask_port, MatchKind::Exact)],
+        actions: vec![port_mask_set, port_mask_none],
+        default_action: (port_mask_none, vec![]),
+        size: params.ports,
+        doc: "Port → one-hot mask (ingress): the egress port of a data or polling packet, the port a PFC frame pauses".into(),
+        forwarding: false,
+        selector: vec![],
+    });
+
+    // Bitmaps for the polling PFC branch (HAWKEYE Fig. 6), read by the polling packet in
+    // ingress and bridged to the egress copies.
+    let module_bitmap = "pfc branch";
+    let mut fanout_or = Vec::new();
+    let mut fanout_read = Vec::new();
+    let mut seen_or = Vec::new();
+    let mut seen_read = Vec::new();
+    let mut xoff_set = Vec::new();
+    let mut xon_clear = Vec::new();
+    let mut pfc_read = Vec::new();
+    let ig_epoch_index = b.meta("ig_epoch_index", epoch_bits.max(1));
+    let ig_epoch_id = b.meta("ig_epoch_id", 16);
+    let xoff_ns = b.meta("pfc_xoff_ns", 32);
+    let xoff_end = b.meta("pfc_xoff_end", 32);
+    let inv_masks: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("port_unmask_w{w}"), 32))
+        .collect();
+    for w in 0..mask_words {
+        let lo_port = w * 32;
+        let fanout = b.register(
+            &format!("fanout_w{w}"),
+            64,
+            params.ports,
+            module_bitmap,
+            &format!("Per ingress port: lo = epoch id, hi = bitmap of egress ports {lo_port}.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)"),
+        );
+        let seen = b.register(
+            &format!("paused_seen_w{w}"),
+            64,
+            1,
+            module_bitmap,
+            &format!("lo = epoch id, hi = bitmap of egress ports {lo_port}.. where a packet was enqueued while paused in that epoch"),
+        );
+        let pfc_state = b.register(
+            &format!("pfc_paused_w{w}"),
+            64,
+            1,
+            module_bitmap,
+            &format!("lo = bitmap of ports {lo_port}.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past)"),
+        );
+        fanout_or.push(epoch_bitmap_or(
+            &mut b,
+            &format!("fanout_w{w}_or"),
+            fanout,
+            ig_epoch_id,
+            masks[w],
+        ));
+        fanout_read.push(epoch_bitmap_read(
+            &mut b,
+            &format!("fanout_w{w}_read"),
+            fanout,
+            ig_epoch_id,
+            params.epochs,
+        ));
+        seen_or.push(epoch_bitmap_or(
+            &mut b,
+            &format!("paused_seen_w{w}_or"),
+            seen,
+            ig_epoch_id,
+            masks[w],
+        ));
+        seen_read.push(epoch_bitmap_read(
+            &mut b,
+            &format!("paused_seen_w{w}_read"),
+            seen,
+            ig_epoch_id,
+            params.epochs,
+        ));
+        xoff_set.push(ra(
+            &mut b,
+            &format!("pfc_paused_w{w}_xoff"),
+            pfc_state,
+            "XOFF: the port's bit is set; the latest pause end moves later",
+            vec![cond(HI, Some((true, Phv(xoff_end))), CmpOp::SLt, 0)],
+            vec![
+                always(Word::Lo, SaluOp::Or, LO, Phv(masks[w])),
+                upd(
+                    Pred::when(Some(true), None),
+                    Word::Hi,
+                    SaluOp::Set,
+                    Phv(xoff_end),
+                    K(0),
+                ),
+            ],
+            vec![],
+        ));
+        xon_clear.push(ra(
+            &mut b,
+            &format!("pfc_paused_w{w}_xon"),
+            pfc_state,
+            "XON: the port's bit is cleared",
+            vec![],
+            vec![always(Word::Lo, SaluOp::And, LO, Phv(inv_masks[w]))],
+            vec![],
+        ));
+        pfc_read.push(ra(
+            &mut b,
+            &format!("pfc_paused_w{w}_read"),
+            pfc_state,
+            "Returns the paused-port bitmap unless every pause has expired",
+            vec![cond(HI, Some((true, Phv(now))), CmpOp::SGt, 0)],
+            vec![],
+            vec![out(
+                Pred::when(Some(true), None),
+                SaluOutputValue::Old(Word::Lo),
+            )],
+        ));
+    }
+
+    let mut pfc_stmts = vec![
+        Stmt::Assign(now, slice(f(ig_tstamp), 31, 0)),
+        Stmt::Apply(port_speed),
+    ];
+    for q in 0..8 {
+        pfc_stmts.push(Stmt::Assign(
+            pause_ns[q],
+            add(
+                add(f(pause_ns[q]), shr(f(pause_ns[q]), 2)),
+                shr(f(pause_ns[q]), 5),
+            ),
+        ));
+        pfc_stmts.push(Stmt::Assign(pause_end[q], add(f(now), f(pause_ns[q]))));
+    }
+    pfc_stmts.push(Stmt::Assign(xoff_ns, c(0, 32)));
+    for (q, set) in pause_set.iter().enumerate() {
+        pfc_stmts.push(Stmt::If(
+            ne(and(f(pfc_cev), c(1 << q, 16)), c(0, 16)),
+            vec![
+                exec(*set, slice(f(ig_port), port_bits - 1, 0), None),
+                Stmt::Assign(xoff_ns, max(f(xoff_ns), f(pause_ns[q]))),
+            ],
+            vec![],
+        ));
+    }
+    pfc_stmts.push(Stmt::Assign(xoff_end, add(f(now), f(xoff_ns))));
+    for w in 0..mask_words {
+        pfc_stmts.push(Stmt::Assign(
+            inv_masks[w],
+            xor(f(masks[w]), c(0xFFFF_FFFF, 32)),
+        ));
+    }
+    // The paused-port bitmap (approximation per port: a frame pausing any enabled class
+    // sets the bit, a frame resuming every enabled class clears it).
+    pfc_stmts.push(Stmt::If(
+        ne(f(xoff_ns), c(0, 32)),
+        (0..mask_words)
+            .map(|w| exec(xoff_set[w], c(0, 1), None))
+            .collect(),
+        (0..mask_words)
+            .map(|w| exec(xon_clear[w], c(0, 1), None))
+            .collect(),
+    ));
+
+    // ---- ingress: enqueue telemetry and causality meter (HAWKEYE §3.3, Fig. 3-4) ------
+    let module_port = "port telemetry";
+    let module_meter = "causality meter";
+    let port_enq_epoch = b.register("port_enq_epoch", 16, params.epochs * params.ports, module_port, "Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch");
+    let port_packets = b.register(
+        "port_packets",
+        32,
+        params.epochs * params.ports,
+        module_port,
+        "RoCEv2 packets enqueued at the port in the epoch (counted in ingress, at enqueue)",
+    );
+    let port_paused = b.register(
+        "port_paused_packets",
+        32,
+        params.epochs * params.ports,
+        module_port,
+        "Of those, paused packets (enqueued while the port's priority was paused)",
+    );
+    let meter_epoch = b.register(
+        "meter_epoch",
+        16,
+        params.epochs * params.ports * params.ports,
+        module_meter,
+        "Epoch id of each (epoch, ingress, egress) meter slot",
+    );
+    let meter_bytes = b.register(
+        "meter_bytes",
+        32,
+        params.epochs * params.ports * params.ports,
+        module_meter,
+        "Bytes from ingress port to egress port enqueued in the epoch (HAWKEYE Fig. 3 causality meter)",
+    );
+    let enq_index = b.meta("enq_port_index", epoch_bits + port_bits);
+    let meter_index = b.meta("meter_index", epoch_bits + 2 * port_bits);
+    let enq_old_epoch = b.meta("enq_old_epoch", 16);
+    let enq_fresh = b.meta("enq_fresh", 1);
+    let meter_old_epoch = b.meta("meter_old_epoch", 16);
+    let meter_fresh = b.meta("meter_fresh", 1);
+    let ig_len = b.meta("packet_bytes", 32);
+    let port_enq_swap = epoch_swap(&mut b, "port_enq_epoch_swap", port_enq_epoch, ig_epoch_id);
+    let port_packets_add = epoch_counter(&mut b, "port_packets_add", port_packets, enq_fresh, K(1));
+    let port_paused_add = epoch_counter(
+        &mut b,
+        "port_paused_packets_add",
+        port_paused,
+        enq_fresh,
+        Phv(paused),
+    );
+    let meter_swap = epoch_swap(&mut b, "meter_epoch_swap", meter_epoch, ig_epoch_id);
+    let meter_add = epoch_counter(
+        &mut b,
+        "meter_bytes_add",
+        meter_bytes,
+        meter_fresh,
+        Phv(ig_len),
+    );
+
+    let ig_prologue = vec![
+        Stmt::Assign(now, slice(f(ig_tstamp), 31, 0)),
+        Stmt::Assign(
+            ig_epoch_index,
+            if epoch_bits == 0 {
+                c(0, 1)
+            } else {
+                slice(f(ig_tstamp), eb + epoch_bits - 1, eb)
+            },
+        ),
+        Stmt::Assign(
+            ig_epoch_id,
+            slice(f(ig_tstamp), eb + epoch_bits + 15, eb + epoch_bits),
+        ),
+    ];
+    let mut pause_chain: Vec<Stmt> = vec![];
+    for q in (0..8).rev() {
+        let this = vec![exec(
+            pause_check[q],
+            slice(f(routed_port), port_bits - 1, 0),
+            Some(paused),
+        )];
+        pause_chain = if q == 7 {
+            this
+        } else {
+            vec![Stmt::If(eq(f(tc), c(q as u64, 8)), this, pause_chain)]
+        };
+    }
+    let data_ingress = {
+        let mut v = ig_prologue.clone();
+        v.extend([
+            // Traffic class from DSCP (RFC 2474 class selector: priority = DSCP >> 3, the
+            // usual trust-DSCP map; RoCEv2 DSCP 26 → priority 3).
+            Stmt::Assign(tc, cast(slice(f(ip_dscp), 5, 3), 8)),
+            Stmt::Assign(paused, c(0, 32)),
+        ]);
+        v.extend(pause_chain);
+        v.extend([
+            Stmt::Assign(paused_bridged, c(0, 1)),
+            Stmt::If(
+                ne(f(paused), c(0, 32)),
+                vec![Stmt::Assign(paused_bridged, c(1, 1))],
+                vec![],
+            ),
+            // Frame bytes without preamble: IP total length + Ethernet header + FCS.
+            Stmt::Assign(ig_len, add(cast(f(ip_total_len), 32), c(18, 32))),
+            Stmt::Assign(
+                enq_index,
+                concat(
+                    f(ig_epoch_index),
+                    epoch_bits,
+                    slice(f(routed_port), port_bits - 1, 0),
+                    port_bits,
+                ),
+            ),
+            exec(port_enq_swap, f(enq_index), Some(enq_old_epoch)),
+            Stmt::Assign(enq_fresh, c(0, 1)),
+            Stmt::If(
+                ne(f(enq_old_epoch), f(ig_epoch_id)),
+                vec![Stmt::Assign(enq_fresh, c(1, 1))],
+                vec![],
+            ),
+            exec(port_packets_add, f(enq_index), None),
+            exec(port_paused_add, f(enq_index), None),
+            Stmt::Assign(
+                meter_index,
+                concat(
+                    f(ig_epoch_index),
+                    epoch_bits,
+                    concat(
+                        slice(f(ig_port), port_bits - 1, 0),
+                        port_bits,
+                        slice(f(routed_port), port_bits - 1, 0),
+                        port_bits,
+                    ),
+                    2 * port_bits,
+                ),
+            ),
+            exec(meter_swap, f(meter_index), Some(meter_old_epoch)),
+            Stmt::Assign(meter_fresh, c(0, 1)),
+            Stmt::If(
+                ne(f(meter_old_epoch), f(ig_epoch_id)),
+                vec![Stmt::Assign(meter_fresh, c(1, 1))],
+                vec![],
+            ),
+            exec(meter_add, f(meter_index), None),
+        ]);
+        for action in &fanout_or {
+            v.push(exec(*action, slice(f(ig_port), port_bits - 1, 0), None));
+        }
+        v.push(Stmt::If(
+            eq(f(paused_bridged), c(1, 1)),
+            (0..mask_words)
+                .map(|w| exec(seen_or[w], c(0, 1), None))
+                .collect(),
+            vec![],
+        ));
+        v
+    };
+
     // ---- ingress control -----------------------------------------------------------
-    let pfc_branch = vec![Stmt::If(
-        eq(f(pfc_opcode_f), c(pfc_opcode, 16)),
-        vec![
-            // HAWKEYE §3.3 (footnote 2): pass the PFC frame to the egress pipeline of the
-            // port it arrived on, where the port's PFC status registers live.
-            Stmt::Assign(is_pfc, c(1, 1)),
-            Stmt::SetEgressPort(f(ig_port)),
-        ],
-        // Other MAC control frames (802.3x PAUSE) are consumed.
-        vec![Stmt::Drop],
-    )];
     let polling_front = vec![Stmt::If(
         any(
             eq(f(po_hop), c(0, 8)),
@@ -784,169 +1366,152 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             ),
         ],
     )];
-    let polling_decide = vec![
-        Stmt::Assign(victim_port, c(no_port, 16)),
-        Stmt::If(
-            all(
-                ne(and(f(po_flag), c(1, 2)), c(0, 2)),
-                eq(f(route_found), c(1, 1)),
-            ),
-            vec![Stmt::Assign(victim_port, f(routed_port))],
-            vec![],
+    let fan: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("fanout_seen_w{w}"), 32))
+        .collect();
+    let seen: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("paused_seen_now_w{w}"), 32))
+        .collect();
+    let held: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("pfc_paused_now_w{w}"), 32))
+        .collect();
+    let mut polling_decide = vec![Stmt::Assign(victim_port, c(no_port, 16))];
+    polling_decide.extend(ig_prologue.clone());
+    polling_decide.push(Stmt::If(
+        all(
+            ne(and(f(po_flag), c(1, 2)), c(0, 2)),
+            eq(f(route_found), c(1, 1)),
         ),
+        vec![Stmt::Assign(victim_port, f(routed_port))],
+        vec![],
+    ));
+    let mut victim_hit: Option<Expr> = None;
+    for w in 0..mask_words {
+        polling_decide.extend([
+            exec(
+                fanout_read[w],
+                slice(f(ig_port), port_bits - 1, 0),
+                Some(fan[w]),
+            ),
+            exec(seen_read[w], c(0, 1), Some(seen[w])),
+            exec(pfc_read[w], c(0, 1), Some(held[w])),
+            // Paused ports: paused packets enqueued within the ring, or a pause in force.
+            Stmt::Assign(seen[w], or(f(seen[w]), f(held[w]))),
+            Stmt::Assign(pfc_ports[w], c(0, 32)),
+        ]);
+        let hit = ne(and(f(seen[w]), f(masks[w])), c(0, 32));
+        victim_hit = Some(match victim_hit {
+            None => hit,
+            Some(e) => any(e, hit),
+        });
+    }
+    polling_decide.push(Stmt::Assign(victim_paused, c(0, 1)));
+    if let Some(hit) = victim_hit {
+        polling_decide.push(Stmt::If(
+            all(ne(f(victim_port), c(no_port, 16)), hit),
+            vec![Stmt::Assign(victim_paused, c(1, 1))],
+            vec![],
+        ));
+    }
+    polling_decide.push(Stmt::If(
+        ne(and(f(po_flag), c(2, 2)), c(0, 2)),
+        // PFC bit: the ports that are paused and took traffic from the port the polling
+        // packet came in by (where the PFC it follows was sent), HAWKEYE Fig. 6.
+        (0..mask_words)
+            .map(|w| Stmt::Assign(pfc_ports[w], and(f(fan[w]), f(seen[w]))))
+            .collect(),
+        vec![],
+    ));
+    polling_decide.push(Stmt::If(
+        ne(and(f(po_flag), c(2, 2)), c(0, 2)),
+        // PFC bit: every port checks its causality (HAWKEYE Fig. 6).
+        vec![Stmt::SetMulticastGroup(all_ports_group as u16)],
+        vec![Stmt::If(
+            ne(f(victim_port), c(no_port, 16)),
+            vec![Stmt::SetEgressPort(f(victim_port))],
+            vec![Stmt::Drop],
+        )],
+    ));
+    let classify = vec![
+        Stmt::Assign(mask_port, c(no_port, 16)),
         Stmt::If(
-            ne(and(f(po_flag), c(2, 2)), c(0, 2)),
-            // PFC bit: every port checks its causality (HAWKEYE Fig. 6).
-            vec![Stmt::SetMulticastGroup(all_ports_group as u16)],
+            valid(pfc),
             vec![Stmt::If(
-                ne(f(victim_port), c(no_port, 16)),
-                vec![Stmt::SetEgressPort(f(victim_port))],
-                vec![Stmt::Drop],
+                eq(f(pfc_opcode_f), c(pfc_opcode, 16)),
+                vec![Stmt::Assign(mask_port, f(ig_port))],
+                vec![],
+            )],
+            vec![Stmt::If(
+                valid(ipv4),
+                vec![
+                    Stmt::If(
+                        valid(polling),
+                        polling_front,
+                        vec![
+                            Stmt::Assign(lookup_src, f(ip_src)),
+                            Stmt::Assign(lookup_dst, f(ip_dst)),
+                            Stmt::Assign(lookup_sport, f(udp_sport)),
+                            Stmt::Assign(lookup_dport, f(udp_dport)),
+                        ],
+                    ),
+                    Stmt::Apply(forward),
+                    Stmt::If(
+                        eq(f(route_found), c(1, 1)),
+                        vec![Stmt::Assign(mask_port, f(routed_port))],
+                        vec![],
+                    ),
+                ],
+                vec![],
             )],
         ),
+        Stmt::Apply(port_mask),
     ];
-    let ip_branch = vec![
-        Stmt::If(
-            valid(polling),
-            polling_front,
-            vec![
-                Stmt::Assign(lookup_src, f(ip_src)),
-                Stmt::Assign(lookup_dst, f(ip_dst)),
-                Stmt::Assign(lookup_sport, f(udp_sport)),
-                Stmt::Assign(lookup_dport, f(udp_dport)),
-            ],
-        ),
-        Stmt::Apply(forward),
-        Stmt::If(valid(polling), polling_decide, {
-            let mut v = vec![Stmt::If(
-                eq(f(route_found), c(1, 1)),
-                vec![Stmt::SetEgressPort(f(routed_port))],
-                vec![Stmt::Drop],
-            )];
-            v.extend(sketch_stmts);
-            v
-        }),
-    ];
-    b.ingress(vec![Stmt::If(
+    let ip_branch = vec![Stmt::If(valid(polling), polling_decide, {
+        let mut v = vec![Stmt::If(
+            eq(f(route_found), c(1, 1)),
+            vec![Stmt::SetEgressPort(f(routed_port))],
+            vec![Stmt::Drop],
+        )];
+        v.extend(sketch_stmts);
+        v.push(Stmt::If(
+            all(valid(bth), eq(f(route_found), c(1, 1))),
+            data_ingress,
+            vec![],
+        ));
+        v
+    })];
+    let mut ingress = classify;
+    ingress.push(Stmt::If(
         valid(pfc),
-        pfc_branch,
-        vec![Stmt::If(valid(ipv4), ip_branch, vec![Stmt::Drop])],
-    )]);
-
-    // ---- egress: PFC status (HAWKEYE §3.3, Fig. 3 "port status") -------------------
-    let now = b.meta("now", 32);
-    let mut pause_regs = Vec::new();
-    let mut pause_set = Vec::new();
-    let mut pause_check = Vec::new();
-    let mut pause_ns = Vec::new();
-    let mut pause_end = Vec::new();
-    let paused = b.meta("paused", 32);
-    for q in 0..8 {
-        let r = b.register(
-            &format!("pause_end_p{q}"),
-            32,
-            params.ports,
-            "pfc status",
-            &format!("Per port: low 32 bits of the ns time when the PFC pause of priority {q} ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)"),
-        );
-        pause_regs.push(r);
-        pause_ns.push(b.meta(&format!("pause_ns_{q}"), 32));
-        pause_end.push(b.meta(&format!("pause_end_{q}"), 32));
-        pause_set.push(ra(
-            &mut b,
-            &format!("pause_end_p{q}_set"),
-            r,
-            "Records when the pause ends",
-            vec![],
-            vec![always(Word::Lo, SaluOp::Set, Phv(pause_end[q]), K(0))],
-            vec![],
-        ));
-        pause_check.push(ra(
-            &mut b,
-            &format!("pause_end_p{q}_check"),
-            r,
-            "Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)",
-            vec![cond(LO, Some((true, Phv(now))), CmpOp::SGt, 0)],
-            vec![],
-            vec![out(Pred::when(Some(true), None), SaluOutputValue::Const(1))],
-        ));
-    }
-    // One quantum is 512 bit times: 5.12 ns at 100 Gbit/s. The pipeline has no multiplier,
-    // so the table shifts quanta by the speed's power of two (1.28 ns × 2^k) and the
-    // control multiplies by 1.28125 = 1 + 1/4 + 1/32 (0.1 % long).
-    let speeds: [(&str, u8); 5] = [
-        ("400g", 0),
-        ("200g", 1),
-        ("100g", 2),
-        ("50g", 3),
-        ("25g", 4),
-    ];
-    let mut speed_actions = Vec::new();
-    for (name, k) in speeds {
-        let pq = pause_ns.clone();
-        let quanta = pfc_quanta.clone();
-        speed_actions.push(b.action(
-            &format!("pfc_quanta_{name}"),
-            &format!("Port speed {name}: one quantum is 1.28 ns × 2^{k}"),
-            &[],
-            move |_| {
-                (0..8)
-                    .map(|q| Stmt::Assign(pq[q], shl(cast(f(quanta[q]), 32), k)))
-                    .collect()
+        vec![Stmt::If(
+            eq(f(pfc_opcode_f), c(pfc_opcode, 16)),
+            // HAWKEYE §3.3: the PFC frame updates the port status; it is consumed.
+            {
+                let mut v = pfc_stmts;
+                v.push(Stmt::Drop);
+                v
             },
-        ));
-    }
-    let port_speed = b.table(Table {
-        name: "pfc_port_speed".into(),
-        keys: vec![(eg_port, MatchKind::Exact)],
-        actions: speed_actions.clone(),
-        default_action: (speed_actions[2], vec![]),
-        size: 512,
-        doc: "Port speed for converting PFC quanta to time (installed by the control plane; default 100G)".into(),
-        forwarding: false,
-        selector: vec![],
-    });
-    let mut pfc_egress = vec![Stmt::Apply(port_speed)];
-    for q in 0..8 {
-        pfc_egress.push(Stmt::Assign(
-            pause_ns[q],
-            add(
-                add(f(pause_ns[q]), shr(f(pause_ns[q]), 2)),
-                shr(f(pause_ns[q]), 5),
-            ),
-        ));
-        pfc_egress.push(Stmt::Assign(pause_end[q], add(f(now), f(pause_ns[q]))));
-    }
-    for (q, set) in pause_set.iter().enumerate() {
-        pfc_egress.push(Stmt::If(
-            ne(and(f(pfc_cev), c(1 << q, 16)), c(0, 16)),
-            vec![exec(*set, slice(f(eg_port), port_bits - 1, 0), None)],
-            vec![],
-        ));
-    }
-    pfc_egress.push(Stmt::Drop);
+            // Other MAC control frames (802.3x PAUSE) are consumed.
+            vec![Stmt::Drop],
+        )],
+        vec![Stmt::If(valid(ipv4), ip_branch, vec![Stmt::Drop])],
+    ));
+    b.ingress(ingress);
 
     // ---- egress: epoch ring (HAWKEYE §3.3, Fig. 4) ---------------------------------
-    let eb = params.epoch_log2_ns;
     let epoch_index = b.meta("epoch_index", epoch_bits.max(1));
     let epoch_id = b.meta_carried("epoch_id", 16, false, true);
     let epoch_offset = b.meta("epoch_offset", 32);
     let qdepth = b.meta("qdepth", 32);
     let unpaused_qdepth = b.meta("unpaused_qdepth", 32);
+    let eg_paused = b.meta("eg_paused", 32);
     let port_index = b.meta("port_index", epoch_bits + port_bits);
-    let meter_index = b.meta("meter_index", epoch_bits + 2 * port_bits);
     let flow_slot = b.meta("flow_slot", flow_bits);
     let flow_index = b.meta("flow_index", epoch_bits + flow_bits);
     let port_old_epoch = b.meta("port_old_epoch", 16);
     let port_fresh = b.meta("port_fresh", 1);
-    let meter_old_epoch = b.meta("meter_old_epoch", 16);
-    let meter_fresh = b.meta("meter_fresh", 1);
-    let port_paused_seen = b.meta("port_paused_seen", 32);
-    let meter_bytes_seen = b.meta("meter_bytes_seen", 32);
-    let wide_len = b.meta("packet_bytes", 32);
 
     let epoch_prologue = vec![
-        Stmt::Assign(now, slice(f(enq_tstamp), 31, 0)),
         Stmt::Assign(
             epoch_index,
             if epoch_bits == 0 {
@@ -969,45 +1534,17 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                 port_bits,
             ),
         ),
-        Stmt::Assign(
-            meter_index,
-            concat(
-                f(epoch_index),
-                epoch_bits,
-                concat(
-                    slice(f(eg_in_port), port_bits - 1, 0),
-                    port_bits,
-                    slice(f(eg_port), port_bits - 1, 0),
-                    port_bits,
-                ),
-                2 * port_bits,
-            ),
-        ),
     ];
 
-    // Port telemetry registers.
-    let module_port = "port telemetry";
-    let port_epoch = b.register("port_epoch", 16, params.epochs * params.ports, module_port, "Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot; a newer id resets the slot on first touch");
-    let port_packets = b.register(
-        "port_packets",
-        32,
-        params.epochs * params.ports,
-        module_port,
-        "RoCEv2 packets enqueued at the port in the epoch",
-    );
-    let port_paused = b.register(
-        "port_paused_packets",
-        32,
-        params.epochs * params.ports,
-        module_port,
-        "Of those, paused packets (enqueued while the port's priority was paused)",
-    );
+    // Port queue-depth sums (the queue depth at enqueue is only known in egress), keyed by
+    // the enqueue epoch like the ingress counters.
+    let port_epoch = b.register("port_epoch", 16, params.epochs * params.ports, module_port, "Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot of the queue-depth sums; a newer id resets the slot on first touch");
     let port_qdepth = b.register(
         "port_qdepth_sum",
         32,
         params.epochs * params.ports,
         module_port,
-        "Sum of enqueue queue depths (target unit) over all packets",
+        "Sum of enqueue queue depths (target unit) over all packets enqueued in the epoch",
     );
     let port_unpaused = b.register(
         "port_unpaused_qdepth_sum",
@@ -1016,103 +1553,21 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         module_port,
         "Sum of enqueue queue depths over non-paused packets",
     );
-    let module_meter = "causality meter";
-    let meter_epoch = b.register(
-        "meter_epoch",
-        16,
-        params.epochs * params.ports * params.ports,
-        module_meter,
-        "Epoch id of each (epoch, ingress, egress) meter slot",
-    );
-    let meter_bytes = b.register(
-        "meter_bytes",
-        32,
-        params.epochs * params.ports * params.ports,
-        module_meter,
-        "Bytes from ingress port to egress port in the epoch (HAWKEYE Fig. 3 causality meter)",
-    );
-
-    let epoch_swap = |b: &mut ProgramBuilder, name: &str, r: RegisterId| {
-        ra(b, name, r, "Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)", vec![], vec![always(Word::Lo, SaluOp::Set, Phv(epoch_id), K(0))], vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))])
-    };
-    let epoch_read = |b: &mut ProgramBuilder, name: &str, r: RegisterId| {
-        ra(
-            b,
-            name,
-            r,
-            "Reads the slot's epoch id",
-            vec![],
-            vec![],
-            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
-        )
-    };
-    let counter =
-        |b: &mut ProgramBuilder, name: &str, r: RegisterId, fresh: FieldId, v: SaluOperand| {
-            ra(
-                b,
-                name,
-                r,
-                "First touch in a new epoch sets the value, later packets add (saturating)",
-                vec![cond(Phv(fresh), None, CmpOp::Ne, 0)],
-                vec![
-                    upd(Pred::when(Some(true), None), Word::Lo, SaluOp::Set, v, K(0)),
-                    upd(
-                        Pred::when(Some(false), None),
-                        Word::Lo,
-                        SaluOp::SatAdd,
-                        LO,
-                        v,
-                    ),
-                ],
-                vec![],
-            )
-        };
-    let reader = |b: &mut ProgramBuilder, name: &str, r: RegisterId| {
-        ra(
-            b,
-            name,
-            r,
-            "Reads the value",
-            vec![],
-            vec![],
-            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
-        )
-    };
-    let port_epoch_swap = epoch_swap(&mut b, "port_epoch_swap", port_epoch);
-    let port_epoch_read = epoch_read(&mut b, "port_epoch_read", port_epoch);
-    let port_packets_add = counter(&mut b, "port_packets_add", port_packets, port_fresh, K(1));
-    let port_paused_add = counter(
-        &mut b,
-        "port_paused_packets_add",
-        port_paused,
-        port_fresh,
-        Phv(paused),
-    );
-    let port_paused_read = reader(&mut b, "port_paused_packets_read", port_paused);
-    let port_qdepth_add = counter(
+    let port_epoch_swap = epoch_swap(&mut b, "port_epoch_swap", port_epoch, epoch_id);
+    let port_qdepth_add = epoch_counter(
         &mut b,
         "port_qdepth_sum_add",
         port_qdepth,
         port_fresh,
         Phv(qdepth),
     );
-    let port_unpaused_add = counter(
+    let port_unpaused_add = epoch_counter(
         &mut b,
         "port_unpaused_qdepth_sum_add",
         port_unpaused,
         port_fresh,
         Phv(unpaused_qdepth),
     );
-    let meter_epoch_swap = epoch_swap(&mut b, "meter_epoch_swap", meter_epoch);
-    let meter_epoch_read = epoch_read(&mut b, "meter_epoch_read", meter_epoch);
-    let meter_add = counter(
-        &mut b,
-        "meter_bytes_add",
-        meter_bytes,
-        meter_fresh,
-        Phv(wide_len),
-    );
-    let meter_read = reader(&mut b, "meter_bytes_read", meter_bytes);
 
     // Flow telemetry registers (HAWKEYE §3.3 flow-level telemetry).
     let module_flow = "flow telemetry";
@@ -1238,7 +1693,12 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         )
     };
     let flow_packets_add = flow_counter(&mut b, "flow_packets_add", flow_packets, K(1));
-    let flow_paused_add = flow_counter(&mut b, "flow_paused_packets_add", flow_paused, Phv(paused));
+    let flow_paused_add = flow_counter(
+        &mut b,
+        "flow_paused_packets_add",
+        flow_paused,
+        Phv(eg_paused),
+    );
     let flow_qdepth_add = flow_counter(
         &mut b,
         "flow_unpaused_qdepth_sum_add",
@@ -1261,32 +1721,19 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
     );
 
-    let mut pause_chain: Vec<Stmt> = vec![];
-    for q in (0..8).rev() {
-        let this = vec![exec(
-            pause_check[q],
-            slice(f(eg_port), port_bits - 1, 0),
-            Some(paused),
-        )];
-        pause_chain = if q == 7 {
-            this
-        } else {
-            vec![Stmt::If(eq(f(eg_queue), c(q as u64, 8)), this, pause_chain)]
-        };
-    }
     let data_egress = {
         let mut v = epoch_prologue.clone();
-        v.extend(pause_chain);
         v.extend([
+            // Paused at enqueue: decided in ingress (the pause state lives there).
+            Stmt::Assign(eg_paused, cast(f(paused_bridged), 32)),
             Stmt::Assign(qdepth, f(enq_qdepth)),
             Stmt::Assign(unpaused_qdepth, f(qdepth)),
             Stmt::If(
-                ne(f(paused), c(0, 32)),
+                ne(f(eg_paused), c(0, 32)),
                 vec![Stmt::Assign(unpaused_qdepth, c(0, 32))],
                 vec![],
             ),
-            Stmt::Assign(wide_len, cast(f(pkt_len), 32)),
-            // Port telemetry.
+            // Port queue-depth sums.
             exec(port_epoch_swap, f(port_index), Some(port_old_epoch)),
             Stmt::Assign(port_fresh, c(0, 1)),
             Stmt::If(
@@ -1294,19 +1741,8 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                 vec![Stmt::Assign(port_fresh, c(1, 1))],
                 vec![],
             ),
-            exec(port_packets_add, f(port_index), None),
-            exec(port_paused_add, f(port_index), None),
             exec(port_qdepth_add, f(port_index), None),
             exec(port_unpaused_add, f(port_index), None),
-            // Causality meter.
-            exec(meter_epoch_swap, f(meter_index), Some(meter_old_epoch)),
-            Stmt::Assign(meter_fresh, c(0, 1)),
-            Stmt::If(
-                ne(f(meter_old_epoch), f(epoch_id)),
-                vec![Stmt::Assign(meter_fresh, c(1, 1))],
-                vec![],
-            ),
-            exec(meter_add, f(meter_index), None),
             // Flow telemetry: slot = hash(5-tuple), key check, eviction.
             Stmt::Hash(flow_hash, flow_slot),
             Stmt::Assign(
@@ -1350,106 +1786,136 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     };
 
     // ---- egress: polling (HAWKEYE §3.4, Fig. 6) ------------------------------------
-    let paused_now = b.meta("port_paused_now", 1);
-    let meter_now = b.meta("meter_now", 1);
+    let eg_masks: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("egress_port_mask_w{w}"), 32))
+        .collect();
+    let set_eg_masks = eg_masks.clone();
+    let eg_mask_set = b.action(
+        "egress_port_mask_set",
+        "The one-hot mask of the egress port, in 32-port words",
+        &mask_param_refs,
+        move |p| {
+            set_eg_masks
+                .iter()
+                .zip(p)
+                .map(|(m, v)| Stmt::Assign(*m, f(*v)))
+                .collect()
+        },
+    );
+    let zero_eg_masks = eg_masks.clone();
+    let eg_mask_none = b.action(
+        "egress_port_mask_none",
+        "No port: an empty mask",
+        &[],
+        move |_| {
+            zero_eg_masks
+                .iter()
+                .map(|m| Stmt::Assign(*m, c(0, 32)))
+                .collect()
+        },
+    );
+    let eg_mask_table = b.table(Table {
+        name: "egress_port_mask".into(),
+        keys: vec![(eg_port, MatchKind::Exact)],
+        actions: vec![eg_mask_set, eg_mask_none],
+        default_action: (eg_mask_none, vec![]),
+        size: params.ports,
+        doc: "Egress port → one-hot mask, to test it against the bridged PFC-branch bitmap".into(),
+        forwarding: false,
+        selector: vec![],
+    });
     let reason_victim = b.meta("reason_victim", 1);
     let reason_pfc = b.meta("reason_pfc", 1);
     let new_flag = b.meta("new_flag", 2);
-    let polling_egress = {
-        let mut v = epoch_prologue;
-        v.extend([
-            exec(port_epoch_read, f(port_index), Some(port_old_epoch)),
-            exec(port_paused_read, f(port_index), Some(port_paused_seen)),
-            exec(meter_epoch_read, f(meter_index), Some(meter_old_epoch)),
-            exec(meter_read, f(meter_index), Some(meter_bytes_seen)),
-            Stmt::Assign(paused_now, c(0, 1)),
-            Stmt::If(
+    let mut on_branch: Option<Expr> = None;
+    for w in 0..mask_words {
+        let hit = ne(and(f(pfc_ports[w]), f(eg_masks[w])), c(0, 32));
+        on_branch = Some(match on_branch {
+            None => hit,
+            Some(e) => any(e, hit),
+        });
+    }
+    let on_branch = on_branch.unwrap_or_else(|| eq(c(0, 1), c(1, 1)));
+    let polling_egress = vec![
+        Stmt::Apply(eg_mask_table),
+        Stmt::Assign(reason_victim, c(0, 1)),
+        Stmt::If(
+            all(
+                ne(and(f(po_flag), c(1, 2)), c(0, 2)),
+                eq(f(eg_port), f(victim_port)),
+            ),
+            vec![Stmt::Assign(reason_victim, c(1, 1))],
+            vec![],
+        ),
+        Stmt::Assign(reason_pfc, c(0, 1)),
+        Stmt::If(
+            all(
                 all(
-                    eq(f(port_old_epoch), f(epoch_id)),
-                    ne(f(port_paused_seen), c(0, 32)),
+                    ne(and(f(po_flag), c(2, 2)), c(0, 2)),
+                    ne(f(eg_port), f(eg_in_port)),
                 ),
-                vec![Stmt::Assign(paused_now, c(1, 1))],
-                vec![],
+                on_branch,
             ),
-            Stmt::Assign(meter_now, c(0, 1)),
-            Stmt::If(
-                all(
-                    eq(f(meter_old_epoch), f(epoch_id)),
-                    ne(f(meter_bytes_seen), c(0, 32)),
+            vec![Stmt::Assign(reason_pfc, c(1, 1))],
+            vec![],
+        ),
+        Stmt::If(
+            all(eq(f(reason_victim), c(0, 1)), eq(f(reason_pfc), c(0, 1))),
+            vec![Stmt::Drop],
+            vec![
+                Stmt::Assign(new_flag, c(0, 2)),
+                Stmt::If(
+                    eq(f(reason_victim), c(1, 1)),
+                    vec![
+                        Stmt::Assign(new_flag, c(1, 2)),
+                        // The victim is paused here: the next switch (where the PFC came
+                        // from) traces the causality (HAWKEYE §3.4).
+                        Stmt::If(
+                            eq(f(victim_paused), c(1, 1)),
+                            vec![Stmt::Assign(new_flag, c(3, 2))],
+                            vec![],
+                        ),
+                    ],
+                    vec![],
                 ),
-                vec![Stmt::Assign(meter_now, c(1, 1))],
-                vec![],
-            ),
-            Stmt::Assign(reason_victim, c(0, 1)),
-            Stmt::If(
-                all(
-                    ne(and(f(po_flag), c(1, 2)), c(0, 2)),
-                    eq(f(eg_port), f(victim_port)),
+                Stmt::If(
+                    eq(f(reason_pfc), c(1, 1)),
+                    vec![Stmt::Assign(new_flag, or(f(new_flag), c(2, 2)))],
+                    vec![],
                 ),
-                vec![Stmt::Assign(reason_victim, c(1, 1))],
-                vec![],
-            ),
-            Stmt::Assign(reason_pfc, c(0, 1)),
-            Stmt::If(
-                all(
-                    all(
-                        ne(and(f(po_flag), c(2, 2)), c(0, 2)),
-                        ne(f(eg_port), f(eg_in_port)),
-                    ),
-                    all(eq(f(paused_now), c(1, 1)), eq(f(meter_now), c(1, 1))),
-                ),
-                vec![Stmt::Assign(reason_pfc, c(1, 1))],
-                vec![],
-            ),
-            Stmt::If(
-                all(eq(f(reason_victim), c(0, 1)), eq(f(reason_pfc), c(0, 1))),
-                vec![Stmt::Drop],
-                vec![
-                    Stmt::Assign(new_flag, c(0, 2)),
-                    Stmt::If(
-                        eq(f(reason_victim), c(1, 1)),
-                        vec![
-                            Stmt::Assign(new_flag, c(1, 2)),
-                            // The victim is paused here: the next switch (where the PFC
-                            // came from) traces the causality (HAWKEYE §3.4).
-                            Stmt::If(
-                                eq(f(paused_now), c(1, 1)),
-                                vec![Stmt::Assign(new_flag, c(3, 2))],
-                                vec![],
-                            ),
-                        ],
-                        vec![],
-                    ),
-                    Stmt::If(
-                        eq(f(reason_pfc), c(1, 1)),
-                        vec![Stmt::Assign(new_flag, or(f(new_flag), c(2, 2)))],
-                        vec![],
-                    ),
-                    Stmt::Assign(po_flag, f(new_flag)),
-                    Stmt::Assign(po_hop, sub(f(po_hop), c(1, 8))),
-                    Stmt::Assign(po_kind, c(0, 8)),
-                    Stmt::Assign(po_arrival, c(0, 8)),
-                    Stmt::Assign(po_ctx_in, c(0, 16)),
-                    Stmt::Assign(po_ctx_out, c(0, 16)),
-                ],
-            ),
-        ]);
-        v
-    };
+                Stmt::Assign(po_flag, f(new_flag)),
+                Stmt::Assign(po_hop, sub(f(po_hop), c(1, 8))),
+                Stmt::Assign(po_kind, c(0, 8)),
+                Stmt::Assign(po_arrival, c(0, 8)),
+                Stmt::Assign(po_ctx_in, c(0, 16)),
+                Stmt::Assign(po_ctx_out, c(0, 16)),
+                Stmt::Assign(po_ctx_flags, c(0, 8)),
+                Stmt::Assign(po_ctx_pfc, c(0, 64)),
+            ],
+        ),
+    ];
 
+    let pfc_ports_wide = if mask_words == 1 {
+        cast(f(pfc_ports[0]), 64)
+    } else {
+        concat(f(pfc_ports[1]), 32, f(pfc_ports[0]), 32)
+    };
     let clone_egress = vec![Stmt::If(
         eq(f(clone_kind), c(CLONE_INGRESS, 8)),
         vec![Stmt::If(
             valid(polling),
             vec![
-                // The CPU copy carries the port context (HAWKEYE §3.4): where it came in
-                // and the port the victim's own forwarding chose (the mirror metadata holds
+                // The CPU copy carries the port context (HAWKEYE §3.4): where it came in,
+                // the port the victim's own forwarding chose and whether the victim is
+                // paused there, and the PFC-branch egress ports (the mirror metadata holds
                 // the ingress pipeline's final values), so the agent and the analyzer know
-                // which switch comes next on the victim path.
+                // which switches come next.
                 Stmt::Assign(po_kind, c(ctx_cpu, 8)),
                 Stmt::Assign(po_arrival, f(arrival_flags)),
                 Stmt::Assign(po_ctx_in, f(arrival_port)),
                 Stmt::Assign(po_ctx_out, f(victim_port)),
+                Stmt::Assign(po_ctx_flags, cast(f(victim_paused), 8)),
+                Stmt::Assign(po_ctx_pfc, pfc_ports_wide),
             ],
             vec![],
         )],
@@ -1475,17 +1941,9 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         ne(f(clone_kind), c(0, 8)),
         clone_egress,
         vec![Stmt::If(
-            eq(f(is_pfc), c(1, 1)),
-            {
-                let mut v = vec![Stmt::Assign(now, slice(f(enq_tstamp), 31, 0))];
-                v.extend(pfc_egress);
-                v
-            },
-            vec![Stmt::If(
-                valid(polling),
-                polling_egress,
-                vec![Stmt::If(valid(bth), data_egress, vec![])],
-            )],
+            valid(polling),
+            polling_egress,
+            vec![Stmt::If(valid(bth), data_egress, vec![])],
         )],
     )]);
     b.build()

@@ -496,27 +496,7 @@ impl SwitchPipeline for NetsimAdapter {
             }
         }
         if shape == Shape::Pfc {
-            // The frame goes to the egress pipeline of its own port (HAWKEYE §3.3 fn. 2);
-            // netsim consumes it, so that pass runs here with zero queueing.
-            if let (false, Forward::Unicast(port)) = (self.ing.dropped, self.ing.forward) {
-                let e = EgressInput {
-                    ingress_port: meta.ingress_port,
-                    egress_port: port,
-                    queue: packet.priority,
-                    enq_tstamp_ns: meta.ingress_tstamp_ns,
-                    enq_qdepth: 0,
-                    packet_length: wire_len,
-                };
-                let bridged = self.ing.bridged;
-                if model
-                    .egress(&self.ing.bytes, &e, &bridged, &mut self.eg)
-                    .is_err()
-                {
-                    stats.errors += 1;
-                } else {
-                    stats.egress += 1;
-                }
-            }
+            // The PFC frame updated the port status in ingress and was consumed there.
             drop(model);
             self.stats.set(stats);
             return;
@@ -641,6 +621,7 @@ pub fn configure_model(model: &mut Model, switch: &str, gbps: &[f64]) -> Result<
     }
     let group = p.constant("MCAST_GROUP_ALL_PORTS").map(|g| g as u16);
     let mut entries = Vec::new();
+    let entries_mask = crate::hawkeye::port_mask_entries(p);
     for (port, g) in gbps.iter().enumerate() {
         let action = speeds
             .iter()
@@ -661,6 +642,18 @@ pub fn configure_model(model: &mut Model, switch: &str, gbps: &[f64]) -> Result<
     }
     for e in entries {
         model.table_add("pfc_port_speed", e)?;
+    }
+    for (table, port, action, params) in entries_mask {
+        model.table_add(
+            table,
+            TableEntry {
+                key: vec![port],
+                mask: vec![],
+                priority: 0,
+                action: action.to_string(),
+                params,
+            },
+        )?;
     }
     if let Some(g) = group {
         model.multicast_group_set(g, (0..gbps.len() as u16).collect());
@@ -796,7 +789,8 @@ mod tests {
         let a = adapter();
         let mut c = Carried::default();
         for (i, w) in a.bridged_widths.iter().enumerate() {
-            c.values[i] = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 } ^ (i as u64);
+            let mask = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
+            c.values[i] = (mask ^ (i as u64)) & mask;
         }
         let back = a.unpack_bridge(a.pack_bridge(&c));
         assert_eq!(back.values, c.values);

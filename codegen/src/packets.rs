@@ -195,8 +195,12 @@ pub struct Polling {
     pub arrival_flags: u8,
     /// Ingress port context (CPU copies).
     pub context_ingress_port: u16,
-    /// Egress port context.
+    /// Egress port context: the victim's egress port (CPU copies).
     pub context_egress_port: u16,
+    /// Context flags (CPU copies): `POLLING_CONTEXT_VICTIM_PAUSED`.
+    pub context_flags: u8,
+    /// Bitmap of the PFC-branch egress ports (CPU copies): bit `p` = port `p`.
+    pub context_pfc_ports: u64,
 }
 
 impl Polling {
@@ -211,6 +215,8 @@ impl Polling {
             arrival_flags: 0,
             context_ingress_port: 0,
             context_egress_port: 0,
+            context_flags: 0,
+            context_pfc_ports: 0,
         }
     }
 
@@ -234,6 +240,8 @@ impl Polling {
                 ("arrival_flags", self.arrival_flags as u64),
                 ("context_ingress_port", self.context_ingress_port as u64),
                 ("context_egress_port", self.context_egress_port as u64),
+                ("context_flags", self.context_flags as u64),
+                ("context_pfc_ports", self.context_pfc_ports),
             ],
         )
     }
@@ -257,6 +265,8 @@ impl Polling {
             arrival_flags: r("arrival_flags")? as u8,
             context_ingress_port: r("context_ingress_port")? as u16,
             context_egress_port: r("context_egress_port")? as u16,
+            context_flags: r("context_flags")? as u8,
+            context_pfc_ports: r("context_pfc_ports")?,
         })
     }
 }

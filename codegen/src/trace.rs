@@ -233,7 +233,7 @@ pub struct TraceRun {
 }
 
 /// A model configured like the lab switch: routes from the trace in the `forward` table,
-/// multicast group `MCAST_GROUP_ALL_PORTS` = ports `0..LAB_PORTS`, clones to the program's
+/// the port masks of [`crate::hawkeye::port_mask_entries`], multicast group `MCAST_GROUP_ALL_PORTS` = ports `0..LAB_PORTS`, clones to the program's
 /// `CPU_PORT`.
 pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Model, TraceError> {
     let cpu_port = program.constant("CPU_PORT").unwrap_or(192) as u16;
@@ -244,6 +244,22 @@ pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Mode
             source,
         })?;
     model.multicast_group_set(group, (0..LAB_PORTS).collect());
+    let masks = crate::hawkeye::port_mask_entries(model.program());
+    for (table, port, action, params) in masks {
+        let entry = TableEntry {
+            key: vec![port],
+            mask: vec![],
+            priority: 0,
+            action: action.into(),
+            params,
+        };
+        model
+            .table_add(table, entry)
+            .map_err(|source| TraceError::Model {
+                context: format!("{table} {port}"),
+                source,
+            })?;
+    }
     for r in &trace.routes {
         let entry = TableEntry {
             key: vec![u32::from(r.dst) as u64],

@@ -609,6 +609,21 @@ fn run_bmv2(program: &Program, json: &Path, p4: &str, trace: &Trace, tag: &str) 
     let ports: Vec<String> = (0..LAB_PORTS).map(|p| p.to_string()).collect();
     let node = Bmv2::handle(&sw.cli(&format!("mc_node_create 0 {}\n", ports.join(" "))));
     sw.cli(&format!("mc_node_associate {group} {node}\n"));
+    // The port masks (one-hot per port) the control plane installs at start-up.
+    let mut masks = String::new();
+    for (table, port, action, params) in hawkmesh_codegen::hawkeye::port_mask_entries(program) {
+        let control = if table.starts_with("egress_") {
+            "MainEgress"
+        } else {
+            "MainIngress"
+        };
+        let params: Vec<String> = params.iter().map(u64::to_string).collect();
+        masks += &format!(
+            "table_add {control}.{table} {control}.{action} {port} => {}\n",
+            params.join(" ")
+        );
+    }
+    sw.cli(&masks);
     for r in &trace.routes {
         let member = Bmv2::handle(&sw.cli(&format!(
             "act_prof_create_member MainIngress.forward_selector MainIngress.set_route {}\n",

@@ -9,6 +9,7 @@ use hawkmesh_codegen::ir::Program;
 use hawkmesh_codegen::model::{
     Carried, DataPlane, EgressInput, Forward, IngressInput, Model, PassOutput, Routing,
 };
+use hawkmesh_codegen::netsim_adapter::configure_model;
 use hawkmesh_codegen::packets::{self, Polling};
 use hawkmesh_codegen::sketch::{fingerprint, ElasticReference, SketchDump, SketchGeometry};
 use hawkmesh_wire::telemetry::FiveTuple;
@@ -42,7 +43,8 @@ impl Switch {
     fn new() -> Self {
         let program = Arc::new(program(&params()).expect("program builds"));
         let mut model = Model::new(program.clone(), Routing::FromInput, 100).expect("model");
-        model.multicast_group_set(1, (0..PORTS as u16).collect());
+        // The control plane's start-up entries: port speeds, port masks, multicast group.
+        configure_model(&mut model, "s", &[100.0; PORTS as usize]).expect("configure");
         Switch { model, program }
     }
 
@@ -57,24 +59,44 @@ impl Switch {
         self.model
             .ingress(&frame, &input, &mut out)
             .expect("ingress");
-        assert_eq!(
-            out.forward,
-            Forward::Unicast(port),
-            "PFC frames go to their own port's egress"
+        assert!(out.dropped, "PFC frames are consumed in ingress");
+    }
+
+    /// A data packet enqueued (ingress only: it is still queued, e.g. behind a PAUSE).
+    fn enqueue(
+        &mut self,
+        tuple: &FiveTuple,
+        in_port: u16,
+        out_port: u16,
+        queue: u8,
+        t: u64,
+        len: u16,
+    ) -> PassOutput {
+        // DSCP carries the priority (priority = DSCP >> 3); the frame is `len` bytes with
+        // its FCS.
+        let bytes = packets::rocev2_data(
+            &self.program,
+            tuple,
+            queue << 3 | 2,
+            2,
+            64,
+            1,
+            len as usize - 4,
         );
-        let mut eg = PassOutput::default();
-        let e = EgressInput {
-            ingress_port: port,
-            egress_port: port,
-            queue: 7,
-            enq_tstamp_ns: t,
-            enq_qdepth: 0,
-            packet_length: 64,
-        };
+        let mut ing = PassOutput::default();
         self.model
-            .egress(&out.bytes, &e, &out.bridged, &mut eg)
-            .expect("egress");
-        assert!(eg.dropped, "PFC frames are consumed");
+            .ingress(
+                &bytes,
+                &IngressInput {
+                    ingress_port: in_port,
+                    tstamp_ns: t,
+                    routed_egress_port: Some(out_port),
+                },
+                &mut ing,
+            )
+            .expect("ingress");
+        assert_eq!(ing.forward, Forward::Unicast(out_port));
+        ing
     }
 
     /// A data packet enqueued at `out_port`/`queue` at time `t`; returns the egress output.
@@ -89,20 +111,7 @@ impl Switch {
         qdepth: u32,
         len: u16,
     ) -> PassOutput {
-        let bytes = packets::rocev2_data(&self.program, tuple, 0, 2, 64, 1, len as usize);
-        let mut ing = PassOutput::default();
-        self.model
-            .ingress(
-                &bytes,
-                &IngressInput {
-                    ingress_port: in_port,
-                    tstamp_ns: t,
-                    routed_egress_port: Some(out_port),
-                },
-                &mut ing,
-            )
-            .expect("ingress");
-        assert_eq!(ing.forward, Forward::Unicast(out_port));
+        let ing = self.enqueue(tuple, in_port, out_port, queue, t, len);
         let mut eg = PassOutput::default();
         let e = EgressInput {
             ingress_port: in_port,
@@ -369,6 +378,86 @@ fn polling_gains_pfc_bit_when_victim_port_paused() {
         3,
         "01 + PFC bit"
     );
+    let cpu = parse_polling(&sw, &out.cpu[0]);
+    assert_eq!(cpu.context_egress_port, 4);
+    assert_eq!(
+        cpu.context_flags & 1,
+        1,
+        "the CPU copy says the victim is paused here"
+    );
+}
+
+#[test]
+fn packets_held_behind_a_pause_are_counted_at_enqueue() {
+    // A PFC storm: port 3 stays paused, nothing toward it leaves the queue, yet its paused
+    // packets and the causality meter are visible and the PFC branch reaches it.
+    let mut sw = Switch::new();
+    sw.pfc(3, 100, 1 << 3, [0xFFFF; 8]);
+    for i in 0..5u64 {
+        sw.enqueue(&tuple(1, 1), 1, 3, 3, 200 + i * 10, 1000);
+    }
+    let cell = Switch::port_cell(200, 3);
+    assert_eq!(sw.reg("port_packets", cell), 5);
+    assert_eq!(sw.reg("port_paused_packets", cell), 5);
+    let base = Switch::epoch_index(200) * PORTS * PORTS;
+    assert_eq!(sw.reg("meter_bytes", base + PORTS + 3), 5000);
+    assert_eq!(
+        sw.reg("port_qdepth_sum", cell),
+        0,
+        "queue depths are only known when the packets leave"
+    );
+    let mut p = Polling::new(21, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, 300, None);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(ports, vec![3]);
+}
+
+#[test]
+fn a_pause_in_force_keeps_the_pfc_branch_after_arrivals_stop_and_xon_ends_it() {
+    // A deadlock: traffic from port 1 reached port 2 in epoch 0, then port 2 is paused and
+    // nothing arrives any more. One epoch later the branch still follows the pause in
+    // force; after XON (and with no paused arrivals) it no longer does.
+    let mut sw = Switch::new();
+    sw.enqueue(&tuple(1, 1), 1, 2, 3, 100, 1000);
+    sw.pfc(2, 500, 1 << 3, [0xFFFF; 8]);
+    let mut p = Polling::new(22, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let later = 1024 + 300; // next epoch (2-epoch ring): no arrivals in it
+    let out = polling_in(&mut sw, &p, 1, later, None);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(
+        ports,
+        vec![2],
+        "paused now and fed from port 1 within the ring"
+    );
+    sw.pfc(2, later + 100, 1 << 3, [0; 8]);
+    let mut p = Polling::new(23, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, later + 200, None);
+    assert!(out.ports.is_empty(), "XON: port 2 is no longer paused");
+    // A pause that simply expires (no XON) ends the branch too (every pause of the
+    // switch must have expired: the bitmap keeps the latest end of all of them).
+    let mut fresh = Switch::new();
+    fresh.enqueue(&tuple(1, 1), 1, 2, 3, 100, 1000);
+    fresh.pfc(2, 1500, 1 << 3, [0, 0, 0, 10, 0, 0, 0, 0]);
+    let mut p = Polling::new(24, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let during = polling_in(&mut fresh, &p, 1, 1520, None);
+    assert_eq!(during.ports.len(), 1, "within the 51 ns pause");
+    let mut p = Polling::new(26, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut fresh, &p, 1, 1600, None);
+    assert!(out.ports.is_empty(), "the 51 ns pause expired");
+    // Beyond the ring, the fanout of port 1 is forgotten even while a pause is in force.
+    sw.pfc(2, 10 * 1024, 1 << 3, [0xFFFF; 8]);
+    let mut p = Polling::new(25, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, 10 * 1024 + 100, None);
+    assert!(
+        out.ports.is_empty(),
+        "no traffic from port 1 within the ring"
+    );
 }
 
 #[test]
@@ -392,6 +481,12 @@ fn polling_pfc_branch_keeps_only_causal_ports() {
     );
     assert_eq!(parse_polling(&sw, &out.ports[0].1).trace_flag, 2);
     assert_eq!(out.cpu.len(), 1);
+    let cpu = parse_polling(&sw, &out.cpu[0]);
+    assert_eq!(
+        cpu.context_pfc_ports,
+        1 << 3,
+        "the CPU copy names the PFC-branch ports the data plane chose"
+    );
     // Flag 11: victim port 6 is kept for the victim, port 3 for causality.
     let mut p = Polling::new(10, tuple(9, 9), 8);
     p.trace_flag = 3;

@@ -142,7 +142,10 @@ fn polling_follows_the_victim_gains_the_pfc_bit_and_reaches_the_congested_switch
     let victim = victim.expect("the incast inflates RTTs");
     let p = program(&params()).expect("program");
     let header = Polling::new(42, victim.tuple, 16).emit(&p);
-    assert_eq!(header.len(), 32);
+    assert_eq!(
+        header.len(),
+        hawkmesh_wire::dataplane::POLLING_HEADER_BYTES as usize
+    );
     sim.emit_from_host(HostEmit {
         src_nic: victim.src_nic,
         dst_nic: victim.dst_nic,

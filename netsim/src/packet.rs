@@ -45,6 +45,13 @@ pub const ECN_CE: u8 = 3;
 
 pub use hawkmesh_wire::telemetry::FiveTuple;
 
+/// The DSCP a host NIC marks for an 802.1p priority: `priority << 3 | 2` (RoCEv2's usual
+/// DSCP 26 for priority 3), so a switch trusting DSCP recovers the priority as `DSCP >> 3`
+/// (RFC 2474 class selector).
+pub fn dscp_for_priority(priority: u8) -> u8 {
+    (priority & 7) << 3 | 2
+}
+
 /// A packet in flight or in a queue.
 #[derive(Clone, Debug)]
 pub struct Packet {

@@ -1123,6 +1123,7 @@ impl Simulation {
         let payload = (f.size - f.snd_nxt).min(mtu) as u32;
         let mut packet = Packet::new(PacketKind::Data);
         packet.priority = f.priority;
+        packet.dscp = crate::packet::dscp_for_priority(f.priority);
         packet.ecn = ECN_ECT0;
         packet.src_nic = f.src_nic;
         packet.dst_nic = f.dst_nic;
@@ -1473,6 +1474,7 @@ impl Simulation {
         } else {
             self.p.control_priority
         };
+        packet.dscp = crate::packet::dscp_for_priority(packet.priority);
         packet.src_nic = f.dst_nic;
         packet.dst_nic = f.src_nic;
         packet.tuple = FiveTuple {
@@ -1614,6 +1616,7 @@ impl Simulation {
         }
         let mut packet = Packet::new(PacketKind::Custom);
         packet.priority = emit.priority & 7;
+        packet.dscp = crate::packet::dscp_for_priority(packet.priority);
         packet.src_nic = emit.src_nic;
         packet.dst_nic = emit.dst_nic;
         packet.tuple = emit.tuple;

@@ -22,9 +22,9 @@ const bit<16> ROCEV2_UDP_PORT = 4791;
 // UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)
 const bit<16> POLLING_UDP_PORT = 26760;
 // Version of the polling header layout
-const bit<8> POLLING_VERSION = 1;
+const bit<8> POLLING_VERSION = 2;
 // Bytes of the polling header after the UDP header
-const bit<16> POLLING_HEADER_BYTES = 32;
+const bit<16> POLLING_HEADER_BYTES = 40;
 // context_kind of a polling packet travelling between switches
 const bit<8> POLLING_CONTEXT_IN_FLIGHT = 0;
 // context_kind of the copy a switch sends to its CPU port
@@ -33,6 +33,8 @@ const bit<8> POLLING_CONTEXT_CPU_COPY = 1;
 const bit<2> TRACE_VICTIM_PATH = 1;
 // HAWKEYE Table 1 flag 10: trace along the PFC causality
 const bit<2> TRACE_PFC_CAUSALITY = 2;
+// context_flags bit of a CPU copy: the victim's egress port here is paused (the polling packet leaves it with the PFC bit)
+const bit<8> POLLING_CONTEXT_VICTIM_PAUSED = 1;
 // Multicast group holding every front-panel port (polling PFC branch)
 const bit<16> MCAST_GROUP_ALL_PORTS = 1;
 // Port value meaning 'none'
@@ -150,7 +152,7 @@ header bth_h {
     bit<24> psn;
 }
 
-// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 1: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context
+// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 2: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports)
 header polling_h {
     bit<8> version;
     bit<6> reserved_flags;
@@ -166,16 +168,21 @@ header polling_h {
     bit<8> arrival_flags;
     bit<16> context_ingress_port;
     bit<16> context_egress_port;
-    bit<16> reserved;
+    bit<8> context_flags;
+    bit<8> reserved;
+    bit<64> context_pfc_ports;
 }
 
 // Ingress → egress bridged metadata (TNA bridging)
 header bridge_h {
     bit<8> pkt_type;
     bit<16> ingress_port;
-    bit<1> is_pfc;
     bit<16> victim_port;
-    bit<7> pad;
+    bit<1> paused_at_enqueue;
+    bit<1> victim_paused;
+    bit<32> pfc_ports_w0;
+    bit<32> pfc_ports_w1;
+    bit<6> pad;
 }
 
 // Mirror header of clones to the CPU (TNA Mirror)
@@ -183,6 +190,9 @@ header mirror_h {
     bit<8> pkt_type;
     bit<16> ingress_port;
     bit<16> victim_port;
+    bit<1> victim_paused;
+    bit<32> pfc_ports_w0;
+    bit<32> pfc_ports_w1;
     bit<8> arrival_flags;
     bit<16> arrival_port;
     bit<16> epoch_id;
@@ -197,6 +207,7 @@ header mirror_h {
     bit<32> flow_old_last;
     bit<16> flow_old_egress_port;
     bit<8> flow_old_epoch_index;
+    bit<7> pad;
 }
 
 struct headers_t {
@@ -221,8 +232,11 @@ struct metadata_t {
     bit<32> intr_enq_qdepth;
     bit<16> intr_packet_length;
     bit<8> intr_clone_kind;
-    bit<1> is_pfc;
     bit<16> victim_port;
+    bit<1> paused_at_enqueue;
+    bit<1> victim_paused;
+    bit<32> pfc_ports_w0;
+    bit<32> pfc_ports_w1;
     bit<8> arrival_flags;
     bit<16> arrival_port;
     bit<32> lookup_src_addr;
@@ -246,6 +260,7 @@ struct metadata_t {
     bit<32> sketch_light_key;
     bit<8> sketch_light_value;
     bit<32> now;
+    bit<8> traffic_class;
     bit<32> paused;
     bit<32> pause_ns_0;
     bit<32> pause_end_0;
@@ -263,22 +278,39 @@ struct metadata_t {
     bit<32> pause_end_6;
     bit<32> pause_ns_7;
     bit<32> pause_end_7;
+    bit<16> mask_port;
+    bit<32> port_mask_w0;
+    bit<32> port_mask_w1;
+    bit<2> ig_epoch_index;
+    bit<16> ig_epoch_id;
+    bit<32> pfc_xoff_ns;
+    bit<32> pfc_xoff_end;
+    bit<32> port_unmask_w0;
+    bit<32> port_unmask_w1;
+    bit<8> enq_port_index;
+    bit<14> meter_index;
+    bit<16> enq_old_epoch;
+    bit<1> enq_fresh;
+    bit<16> meter_old_epoch;
+    bit<1> meter_fresh;
+    bit<32> packet_bytes;
+    bit<32> fanout_seen_w0;
+    bit<32> fanout_seen_w1;
+    bit<32> paused_seen_now_w0;
+    bit<32> paused_seen_now_w1;
+    bit<32> pfc_paused_now_w0;
+    bit<32> pfc_paused_now_w1;
     bit<2> epoch_index;
     bit<16> epoch_id;
     bit<32> epoch_offset;
     bit<32> qdepth;
     bit<32> unpaused_qdepth;
+    bit<32> eg_paused;
     bit<8> port_index;
-    bit<14> meter_index;
     bit<12> flow_slot;
     bit<14> flow_index;
     bit<16> port_old_epoch;
     bit<1> port_fresh;
-    bit<16> meter_old_epoch;
-    bit<1> meter_fresh;
-    bit<32> port_paused_seen;
-    bit<32> meter_bytes_seen;
-    bit<32> packet_bytes;
     bit<32> flow_ports;
     bit<1> flow_continue;
     bit<1> flow_evict;
@@ -293,8 +325,8 @@ struct metadata_t {
     bit<32> flow_old_last;
     bit<16> flow_old_egress_port;
     bit<8> flow_old_epoch_index;
-    bit<1> port_paused_now;
-    bit<1> meter_now;
+    bit<32> egress_port_mask_w0;
+    bit<32> egress_port_mask_w1;
     bit<1> reason_victim;
     bit<1> reason_pfc;
     bit<2> new_flag;
@@ -362,6 +394,44 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     Register<bit<32>, bit<12>>(4096, 0) sketch_votes;
     // Light part: 8-bit saturating counters (Elastic Sketch §3.2, one array as in the hardware version) [elastic sketch]
     Register<bit<8>, bit<16>>(65536, 0) sketch_light;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 0 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p0;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 1 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p1;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 2 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p2;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 3 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p3;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 4 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p4;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 5 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p5;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 6 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p6;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 7 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    Register<bit<32>, bit<6>>(64, 0) pause_end_p7;
+    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_w0;
+    // lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_w0;
+    // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w0;
+    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_w1;
+    // lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_w1;
+    // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w1;
+    // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
+    Register<bit<16>, bit<8>>(256, 0) port_enq_epoch;
+    // RoCEv2 packets enqueued at the port in the epoch (counted in ingress, at enqueue) [port telemetry]
+    Register<bit<32>, bit<8>>(256, 0) port_packets;
+    // Of those, paused packets (enqueued while the port's priority was paused) [port telemetry]
+    Register<bit<32>, bit<8>>(256, 0) port_paused_packets;
+    // Epoch id of each (epoch, ingress, egress) meter slot [causality meter]
+    Register<bit<16>, bit<14>>(16384, 0) meter_epoch;
+    // Bytes from ingress port to egress port enqueued in the epoch (HAWKEYE Fig. 3 causality meter) [causality meter]
+    Register<bit<32>, bit<14>>(16384, 0) meter_bytes;
 
     // Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)
     RegisterAction<pair_t, bit<10>, bit<32>>(polling_dedupe) polling_dedupe_check = {
@@ -441,6 +511,362 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p0) pause_end_p0_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_0;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p0) pause_end_p0_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p1) pause_end_p1_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_1;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p1) pause_end_p1_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p2) pause_end_p2_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_2;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p2) pause_end_p2_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p3) pause_end_p3_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_3;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p3) pause_end_p3_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p4) pause_end_p4_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_4;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p4) pause_end_p4_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p5) pause_end_p5_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_5;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p5) pause_end_p5_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p6) pause_end_p6_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_6;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p6) pause_end_p6_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Records when the pause ends
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p7) pause_end_p7_set = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = meta.pause_end_7;
+        }
+    };
+
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p7) pause_end_p7_check = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value - meta.now) > 0)) {
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w0) fanout_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w0) fanout_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w0) paused_seen_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w0) paused_seen_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // XOFF: the port's bit is set; the latest pause end moves later
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w0) pfc_paused_w0_xoff = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+                value.lo = value.lo | meta.port_mask_w0;
+            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+                value.lo = value.lo | meta.port_mask_w0;
+                value.hi = meta.pfc_xoff_end;
+            }
+        }
+    };
+
+    // XON: the port's bit is cleared
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w0) pfc_paused_w0_xon = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            value.lo = value.lo & meta.port_unmask_w0;
+        }
+    };
+
+    // Returns the paused-port bitmap unless every pause has expired
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w0) pfc_paused_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value.hi - meta.now) > 0)) {
+                rv = value.lo;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w1) fanout_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w1) fanout_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w1) paused_seen_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w1) paused_seen_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // XOFF: the port's bit is set; the latest pause end moves later
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w1) pfc_paused_w1_xoff = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+                value.lo = value.lo | meta.port_mask_w1;
+            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+                value.lo = value.lo | meta.port_mask_w1;
+                value.hi = meta.pfc_xoff_end;
+            }
+        }
+    };
+
+    // XON: the port's bit is cleared
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w1) pfc_paused_w1_xon = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            value.lo = value.lo & meta.port_unmask_w1;
+        }
+    };
+
+    // Returns the paused-port bitmap unless every pause has expired
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w1) pfc_paused_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (((int<32>)(value.hi - meta.now) > 0)) {
+                rv = value.lo;
+            }
+        }
+    };
+
+    // Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
+    RegisterAction<bit<16>, bit<8>, bit<16>>(port_enq_epoch) port_enq_epoch_swap = {
+        void apply(inout bit<16> value, out bit<16> rv) {
+            rv = 16w0;
+            rv = value;
+            value = meta.ig_epoch_id;
+        }
+    };
+
+    // First touch in a new epoch sets the value, later packets add (saturating)
+    RegisterAction<bit<32>, bit<8>, bit<32>>(port_packets) port_packets_add = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                value = value |+| 32w0x1;
+            } else if ((((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                value = 32w0x1;
+            }
+        }
+    };
+
+    // First touch in a new epoch sets the value, later packets add (saturating)
+    RegisterAction<bit<32>, bit<8>, bit<32>>(port_paused_packets) port_paused_packets_add = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                value = value |+| meta.paused;
+            } else if ((((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                value = meta.paused;
+            }
+        }
+    };
+
+    // Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
+    RegisterAction<bit<16>, bit<14>, bit<16>>(meter_epoch) meter_epoch_swap = {
+        void apply(inout bit<16> value, out bit<16> rv) {
+            rv = 16w0;
+            rv = value;
+            value = meta.ig_epoch_id;
+        }
+    };
+
+    // First touch in a new epoch sets the value, later packets add (saturating)
+    RegisterAction<bit<32>, bit<14>, bit<32>>(meter_bytes) meter_bytes_add = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(((bit<32>)meta.meter_fresh) != 32w0x0)) {
+                value = value |+| meta.packet_bytes;
+            } else if ((((bit<32>)meta.meter_fresh) != 32w0x0)) {
+                value = meta.packet_bytes;
+            }
+        }
+    };
+
     Hash<bit<10>>(HashAlgorithm_t.CRC32) dedupe_hash;
     Hash<bit<32>>(HashAlgorithm_t.CRC32) sketch_fp_hash;
 
@@ -453,6 +879,78 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     // No route: the packet is dropped
     action no_route() {
         meta.route_found = 1w0;
+    }
+
+    // The one-hot mask of the port, in 32-port words
+    action port_mask_set(bit<32> w0, bit<32> w1) {
+        meta.port_mask_w0 = w0;
+        meta.port_mask_w1 = w1;
+    }
+
+    // No port: an empty mask
+    action port_mask_none() {
+        meta.port_mask_w0 = 32w0;
+        meta.port_mask_w1 = 32w0;
+    }
+
+    // Port speed 400g: one quantum is 1.28 ns × 2^0
+    action pfc_quanta_400g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 0);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 0);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 0);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 0);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 0);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 0);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 0);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 0);
+    }
+
+    // Port speed 200g: one quantum is 1.28 ns × 2^1
+    action pfc_quanta_200g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 1);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 1);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 1);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 1);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 1);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 1);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 1);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 1);
+    }
+
+    // Port speed 100g: one quantum is 1.28 ns × 2^2
+    action pfc_quanta_100g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 2);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 2);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 2);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 2);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 2);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 2);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 2);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 2);
+    }
+
+    // Port speed 50g: one quantum is 1.28 ns × 2^3
+    action pfc_quanta_50g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 3);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 3);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 3);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 3);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 3);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 3);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 3);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 3);
+    }
+
+    // Port speed 25g: one quantum is 1.28 ns × 2^4
+    action pfc_quanta_25g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 4);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 4);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 4);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 4);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 4);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 4);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 4);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
     }
 
     Hash<bit<16>>(HashAlgorithm_t.CRC16) forward_ecmp_hash;
@@ -480,20 +978,49 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         size = 4096;
     }
 
+    // Port → one-hot mask (ingress): the egress port of a data or polling packet, the port a
+    // PFC frame pauses
+    table port_mask {
+        key = {
+            meta.mask_port: exact;
+        }
+        actions = {
+            port_mask_set;
+            port_mask_none;
+        }
+        default_action = port_mask_none();
+        size = 64;
+    }
+
+    // Port speed for converting PFC quanta to time (installed by the control plane; default
+    // 100G)
+    table pfc_port_speed {
+        key = {
+            meta.intr_ingress_port: exact;
+        }
+        actions = {
+            pfc_quanta_400g;
+            pfc_quanta_200g;
+            pfc_quanta_100g;
+            pfc_quanta_50g;
+            pfc_quanta_25g;
+        }
+        default_action = pfc_quanta_100g();
+        size = 512;
+    }
+
     apply {
         meta.intr_ingress_port = (bit<16>)ig_intr_md.ingress_port;
         meta.intr_ingress_tstamp = ig_intr_md.ingress_mac_tstamp;
+        meta.mask_port = 16w0xffff;
         if (hdr.pfc.isValid()) {
             if (hdr.pfc.opcode == 16w0x101) {
-                meta.is_pfc = 1w1;
-                ig_tm_md.ucast_egress_port = (PortId_t)meta.intr_ingress_port;
-            } else {
-                ig_dprsr_md.drop_ctl = 1;
+                meta.mask_port = meta.intr_ingress_port;
             }
         } else {
             if (hdr.ipv4.isValid()) {
                 if (hdr.polling.isValid()) {
-                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w1)) {
+                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w2)) {
                         ig_dprsr_md.drop_ctl = 1;
                     } else {
                         meta.event_id_lo = hdr.polling.event_id[31:0];
@@ -520,10 +1047,106 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     meta.lookup_dst_port = hdr.udp.dst_port;
                 }
                 forward.apply();
+                if (meta.route_found == 1w1) {
+                    meta.mask_port = meta.routed_port;
+                }
+            }
+        }
+        port_mask.apply();
+        if (hdr.pfc.isValid()) {
+            if (hdr.pfc.opcode == 16w0x101) {
+                meta.now = meta.intr_ingress_tstamp[31:0];
+                pfc_port_speed.apply();
+                meta.pause_ns_0 = ((meta.pause_ns_0 + (meta.pause_ns_0 >> 2)) + (meta.pause_ns_0 >> 5));
+                meta.pause_end_0 = (meta.now + meta.pause_ns_0);
+                meta.pause_ns_1 = ((meta.pause_ns_1 + (meta.pause_ns_1 >> 2)) + (meta.pause_ns_1 >> 5));
+                meta.pause_end_1 = (meta.now + meta.pause_ns_1);
+                meta.pause_ns_2 = ((meta.pause_ns_2 + (meta.pause_ns_2 >> 2)) + (meta.pause_ns_2 >> 5));
+                meta.pause_end_2 = (meta.now + meta.pause_ns_2);
+                meta.pause_ns_3 = ((meta.pause_ns_3 + (meta.pause_ns_3 >> 2)) + (meta.pause_ns_3 >> 5));
+                meta.pause_end_3 = (meta.now + meta.pause_ns_3);
+                meta.pause_ns_4 = ((meta.pause_ns_4 + (meta.pause_ns_4 >> 2)) + (meta.pause_ns_4 >> 5));
+                meta.pause_end_4 = (meta.now + meta.pause_ns_4);
+                meta.pause_ns_5 = ((meta.pause_ns_5 + (meta.pause_ns_5 >> 2)) + (meta.pause_ns_5 >> 5));
+                meta.pause_end_5 = (meta.now + meta.pause_ns_5);
+                meta.pause_ns_6 = ((meta.pause_ns_6 + (meta.pause_ns_6 >> 2)) + (meta.pause_ns_6 >> 5));
+                meta.pause_end_6 = (meta.now + meta.pause_ns_6);
+                meta.pause_ns_7 = ((meta.pause_ns_7 + (meta.pause_ns_7 >> 2)) + (meta.pause_ns_7 >> 5));
+                meta.pause_end_7 = (meta.now + meta.pause_ns_7);
+                meta.pfc_xoff_ns = 32w0;
+                if ((hdr.pfc.class_enable & 16w1) != 16w0) {
+                    pause_end_p0_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_0);
+                }
+                if ((hdr.pfc.class_enable & 16w2) != 16w0) {
+                    pause_end_p1_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_1);
+                }
+                if ((hdr.pfc.class_enable & 16w4) != 16w0) {
+                    pause_end_p2_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_2);
+                }
+                if ((hdr.pfc.class_enable & 16w8) != 16w0) {
+                    pause_end_p3_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_3);
+                }
+                if ((hdr.pfc.class_enable & 16w0x10) != 16w0) {
+                    pause_end_p4_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_4);
+                }
+                if ((hdr.pfc.class_enable & 16w0x20) != 16w0) {
+                    pause_end_p5_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_5);
+                }
+                if ((hdr.pfc.class_enable & 16w0x40) != 16w0) {
+                    pause_end_p6_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_6);
+                }
+                if ((hdr.pfc.class_enable & 16w0x80) != 16w0) {
+                    pause_end_p7_set.execute(meta.intr_ingress_port[5:0]);
+                    meta.pfc_xoff_ns = max(meta.pfc_xoff_ns, meta.pause_ns_7);
+                }
+                meta.pfc_xoff_end = (meta.now + meta.pfc_xoff_ns);
+                meta.port_unmask_w0 = (meta.port_mask_w0 ^ 32w0xffffffff);
+                meta.port_unmask_w1 = (meta.port_mask_w1 ^ 32w0xffffffff);
+                if (meta.pfc_xoff_ns != 32w0) {
+                    pfc_paused_w0_xoff.execute(1w0);
+                    pfc_paused_w1_xoff.execute(1w0);
+                } else {
+                    pfc_paused_w0_xon.execute(1w0);
+                    pfc_paused_w1_xon.execute(1w0);
+                }
+                ig_dprsr_md.drop_ctl = 1;
+            } else {
+                ig_dprsr_md.drop_ctl = 1;
+            }
+        } else {
+            if (hdr.ipv4.isValid()) {
                 if (hdr.polling.isValid()) {
                     meta.victim_port = 16w0xffff;
+                    meta.now = meta.intr_ingress_tstamp[31:0];
+                    meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
+                    meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
                     if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.route_found == 1w1)) {
                         meta.victim_port = meta.routed_port;
+                    }
+                    meta.fanout_seen_w0 = fanout_w0_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_now_w0 = paused_seen_w0_read.execute(1w0);
+                    meta.pfc_paused_now_w0 = pfc_paused_w0_read.execute(1w0);
+                    meta.paused_seen_now_w0 = (meta.paused_seen_now_w0 | meta.pfc_paused_now_w0);
+                    meta.pfc_ports_w0 = 32w0;
+                    meta.fanout_seen_w1 = fanout_w1_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_now_w1 = paused_seen_w1_read.execute(1w0);
+                    meta.pfc_paused_now_w1 = pfc_paused_w1_read.execute(1w0);
+                    meta.paused_seen_now_w1 = (meta.paused_seen_now_w1 | meta.pfc_paused_now_w1);
+                    meta.pfc_ports_w1 = 32w0;
+                    meta.victim_paused = 1w0;
+                    if ((meta.victim_port != 16w0xffff) && (((meta.paused_seen_now_w0 & meta.port_mask_w0) != 32w0) || ((meta.paused_seen_now_w1 & meta.port_mask_w1) != 32w0))) {
+                        meta.victim_paused = 1w1;
+                    }
+                    if ((hdr.polling.trace_flag & 2w2) != 2w0) {
+                        meta.pfc_ports_w0 = (meta.fanout_seen_w0 & meta.paused_seen_now_w0);
+                        meta.pfc_ports_w1 = (meta.fanout_seen_w1 & meta.paused_seen_now_w1);
                     }
                     if ((hdr.polling.trace_flag & 2w2) != 2w0) {
                         ig_tm_md.mcast_grp_a = 1;
@@ -576,6 +1199,68 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                             }
                         }
                     }
+                    if (hdr.bth.isValid() && (meta.route_found == 1w1)) {
+                        meta.now = meta.intr_ingress_tstamp[31:0];
+                        meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
+                        meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
+                        meta.traffic_class = ((bit<8>)(hdr.ipv4.dscp[5:3]));
+                        meta.paused = 32w0;
+                        if (meta.traffic_class == 8w0) {
+                            meta.paused = pause_end_p0_check.execute(meta.routed_port[5:0]);
+                        } else {
+                            if (meta.traffic_class == 8w1) {
+                                meta.paused = pause_end_p1_check.execute(meta.routed_port[5:0]);
+                            } else {
+                                if (meta.traffic_class == 8w2) {
+                                    meta.paused = pause_end_p2_check.execute(meta.routed_port[5:0]);
+                                } else {
+                                    if (meta.traffic_class == 8w3) {
+                                        meta.paused = pause_end_p3_check.execute(meta.routed_port[5:0]);
+                                    } else {
+                                        if (meta.traffic_class == 8w4) {
+                                            meta.paused = pause_end_p4_check.execute(meta.routed_port[5:0]);
+                                        } else {
+                                            if (meta.traffic_class == 8w5) {
+                                                meta.paused = pause_end_p5_check.execute(meta.routed_port[5:0]);
+                                            } else {
+                                                if (meta.traffic_class == 8w6) {
+                                                    meta.paused = pause_end_p6_check.execute(meta.routed_port[5:0]);
+                                                } else {
+                                                    meta.paused = pause_end_p7_check.execute(meta.routed_port[5:0]);
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        meta.paused_at_enqueue = 1w0;
+                        if (meta.paused != 32w0) {
+                            meta.paused_at_enqueue = 1w1;
+                        }
+                        meta.packet_bytes = (((bit<32>)(hdr.ipv4.total_len)) + 32w0x12);
+                        meta.enq_port_index = ((((bit<8>)(meta.ig_epoch_index)) << 6) | ((bit<8>)(meta.routed_port[5:0])));
+                        meta.enq_old_epoch = port_enq_epoch_swap.execute(meta.enq_port_index);
+                        meta.enq_fresh = 1w0;
+                        if (meta.enq_old_epoch != meta.ig_epoch_id) {
+                            meta.enq_fresh = 1w1;
+                        }
+                        port_packets_add.execute(meta.enq_port_index);
+                        port_paused_packets_add.execute(meta.enq_port_index);
+                        meta.meter_index = ((((bit<14>)(meta.ig_epoch_index)) << 12) | ((bit<14>)(((((bit<12>)(meta.intr_ingress_port[5:0])) << 6) | ((bit<12>)(meta.routed_port[5:0]))))));
+                        meta.meter_old_epoch = meter_epoch_swap.execute(meta.meter_index);
+                        meta.meter_fresh = 1w0;
+                        if (meta.meter_old_epoch != meta.ig_epoch_id) {
+                            meta.meter_fresh = 1w1;
+                        }
+                        meter_bytes_add.execute(meta.meter_index);
+                        fanout_w0_or.execute(meta.intr_ingress_port[5:0]);
+                        fanout_w1_or.execute(meta.intr_ingress_port[5:0]);
+                        if (meta.paused_at_enqueue == 1w1) {
+                            paused_seen_w0_or.execute(1w0);
+                            paused_seen_w1_or.execute(1w0);
+                        }
+                    }
                 }
             } else {
                 ig_dprsr_md.drop_ctl = 1;
@@ -585,8 +1270,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         hdr.bridge.setValid();
         hdr.bridge.pkt_type = PKT_TYPE_NORMAL;
         hdr.bridge.ingress_port = meta.intr_ingress_port;
-        hdr.bridge.is_pfc = meta.is_pfc;
         hdr.bridge.victim_port = meta.victim_port;
+        hdr.bridge.paused_at_enqueue = meta.paused_at_enqueue;
+        hdr.bridge.victim_paused = meta.victim_paused;
+        hdr.bridge.pfc_ports_w0 = meta.pfc_ports_w0;
+        hdr.bridge.pfc_ports_w1 = meta.pfc_ports_w1;
     }
 }
 
@@ -595,7 +1283,7 @@ control IngressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
     Checksum() ipv4_checksum;
     apply {
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_I2E) {
-            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_I2E, meta.intr_ingress_port, meta.victim_port, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index});
+            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_I2E, meta.intr_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
         }
         // RFC 791 header checksum (the sketch mark rewrites DSCP).
         if (hdr.ipv4.isValid()) {
@@ -619,8 +1307,11 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         pkt.extract(hdr.bridge);
         meta.intr_clone_kind = 0;
         meta.intr_eg_ingress_port = hdr.bridge.ingress_port;
-        meta.is_pfc = hdr.bridge.is_pfc;
         meta.victim_port = hdr.bridge.victim_port;
+        meta.paused_at_enqueue = hdr.bridge.paused_at_enqueue;
+        meta.victim_paused = hdr.bridge.victim_paused;
+        meta.pfc_ports_w0 = hdr.bridge.pfc_ports_w0;
+        meta.pfc_ports_w1 = hdr.bridge.pfc_ports_w1;
         transition parse_start;
     }
 
@@ -629,6 +1320,9 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         meta.intr_clone_kind = hdr.mirror.pkt_type;
         meta.intr_eg_ingress_port = hdr.mirror.ingress_port;
         meta.victim_port = hdr.mirror.victim_port;
+        meta.victim_paused = hdr.mirror.victim_paused;
+        meta.pfc_ports_w0 = hdr.mirror.pfc_ports_w0;
+        meta.pfc_ports_w1 = hdr.mirror.pfc_ports_w1;
         meta.arrival_flags = hdr.mirror.arrival_flags;
         meta.arrival_port = hdr.mirror.arrival_port;
         meta.epoch_id = hdr.mirror.epoch_id;
@@ -690,36 +1384,12 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
 }
 
 control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_metadata_t eg_intr_md, in egress_intrinsic_metadata_from_parser_t eg_prsr_md, inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md, inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 0 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p0;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 1 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p1;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 2 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p2;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 3 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p3;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 4 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p4;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 5 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p5;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 6 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p6;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 7 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    Register<bit<32>, bit<6>>(64, 0) pause_end_p7;
-    // Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot; a newer id resets the slot on first touch [port telemetry]
+    // Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot of the queue-depth sums; a newer id resets the slot on first touch [port telemetry]
     Register<bit<16>, bit<8>>(256, 0) port_epoch;
-    // RoCEv2 packets enqueued at the port in the epoch [port telemetry]
-    Register<bit<32>, bit<8>>(256, 0) port_packets;
-    // Of those, paused packets (enqueued while the port's priority was paused) [port telemetry]
-    Register<bit<32>, bit<8>>(256, 0) port_paused_packets;
-    // Sum of enqueue queue depths (target unit) over all packets [port telemetry]
+    // Sum of enqueue queue depths (target unit) over all packets enqueued in the epoch [port telemetry]
     Register<bit<32>, bit<8>>(256, 0) port_qdepth_sum;
     // Sum of enqueue queue depths over non-paused packets [port telemetry]
     Register<bit<32>, bit<8>>(256, 0) port_unpaused_qdepth_sum;
-    // Epoch id of each (epoch, ingress, egress) meter slot [causality meter]
-    Register<bit<16>, bit<14>>(16384, 0) meter_epoch;
-    // Bytes from ingress port to egress port in the epoch (HAWKEYE Fig. 3 causality meter) [causality meter]
-    Register<bit<32>, bit<14>>(16384, 0) meter_bytes;
     // Epoch id of the flow slot [flow telemetry]
     Register<bit<16>, bit<14>>(16384, 0) flow_epoch;
     // Flow key: IPv4 source [flow telemetry]
@@ -741,196 +1411,12 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
     // Egress port of the flow [flow telemetry]
     Register<bit<16>, bit<14>>(16384, 0) flow_egress_port;
 
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p0) pause_end_p0_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_0;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p0) pause_end_p0_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p1) pause_end_p1_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_1;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p1) pause_end_p1_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p2) pause_end_p2_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_2;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p2) pause_end_p2_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p3) pause_end_p3_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_3;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p3) pause_end_p3_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p4) pause_end_p4_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_4;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p4) pause_end_p4_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p5) pause_end_p5_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_5;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p5) pause_end_p5_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p6) pause_end_p6_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_6;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p6) pause_end_p6_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
-    // Records when the pause ends
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p7) pause_end_p7_set = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            value = meta.pause_end_7;
-        }
-    };
-
-    // Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-    RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p7) pause_end_p7_check = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
-                rv = 32w0x1;
-            }
-        }
-    };
-
     // Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
     RegisterAction<bit<16>, bit<8>, bit<16>>(port_epoch) port_epoch_swap = {
         void apply(inout bit<16> value, out bit<16> rv) {
             rv = 16w0;
             rv = value;
             value = meta.epoch_id;
-        }
-    };
-
-    // Reads the slot's epoch id
-    RegisterAction<bit<16>, bit<8>, bit<16>>(port_epoch) port_epoch_read = {
-        void apply(inout bit<16> value, out bit<16> rv) {
-            rv = 16w0;
-            rv = value;
-        }
-    };
-
-    // First touch in a new epoch sets the value, later packets add (saturating)
-    RegisterAction<bit<32>, bit<8>, bit<32>>(port_packets) port_packets_add = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
-                value = value |+| 32w0x1;
-            } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
-                value = 32w0x1;
-            }
-        }
-    };
-
-    // First touch in a new epoch sets the value, later packets add (saturating)
-    RegisterAction<bit<32>, bit<8>, bit<32>>(port_paused_packets) port_paused_packets_add = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
-                value = value |+| meta.paused;
-            } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
-                value = meta.paused;
-            }
-        }
-    };
-
-    // Reads the value
-    RegisterAction<bit<32>, bit<8>, bit<32>>(port_paused_packets) port_paused_packets_read = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            rv = value;
         }
     };
 
@@ -955,43 +1441,6 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
             } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
                 value = meta.unpaused_qdepth;
             }
-        }
-    };
-
-    // Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
-    RegisterAction<bit<16>, bit<14>, bit<16>>(meter_epoch) meter_epoch_swap = {
-        void apply(inout bit<16> value, out bit<16> rv) {
-            rv = 16w0;
-            rv = value;
-            value = meta.epoch_id;
-        }
-    };
-
-    // Reads the slot's epoch id
-    RegisterAction<bit<16>, bit<14>, bit<16>>(meter_epoch) meter_epoch_read = {
-        void apply(inout bit<16> value, out bit<16> rv) {
-            rv = 16w0;
-            rv = value;
-        }
-    };
-
-    // First touch in a new epoch sets the value, later packets add (saturating)
-    RegisterAction<bit<32>, bit<14>, bit<32>>(meter_bytes) meter_bytes_add = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            if (!(((bit<32>)meta.meter_fresh) != 32w0x0)) {
-                value = value |+| meta.packet_bytes;
-            } else if ((((bit<32>)meta.meter_fresh) != 32w0x0)) {
-                value = meta.packet_bytes;
-            }
-        }
-    };
-
-    // Reads the value
-    RegisterAction<bit<32>, bit<14>, bit<32>>(meter_bytes) meter_bytes_read = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = 32w0;
-            rv = value;
         }
     };
 
@@ -1069,10 +1518,10 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
             rv = 32w0;
             if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
                 rv = value;
-                value = meta.paused;
+                value = meta.eg_paused;
             } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
                 rv = value;
-                value = value |+| meta.paused;
+                value = value |+| meta.eg_paused;
             }
         }
     };
@@ -1106,81 +1555,29 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
 
     Hash<bit<12>>(HashAlgorithm_t.CRC32) flow_hash;
 
-    // Port speed 400g: one quantum is 1.28 ns × 2^0
-    action pfc_quanta_400g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 0);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 0);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 0);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 0);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 0);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 0);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 0);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 0);
+    // The one-hot mask of the egress port, in 32-port words
+    action egress_port_mask_set(bit<32> w0, bit<32> w1) {
+        meta.egress_port_mask_w0 = w0;
+        meta.egress_port_mask_w1 = w1;
     }
 
-    // Port speed 200g: one quantum is 1.28 ns × 2^1
-    action pfc_quanta_200g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 1);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 1);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 1);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 1);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 1);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 1);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 1);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 1);
+    // No port: an empty mask
+    action egress_port_mask_none() {
+        meta.egress_port_mask_w0 = 32w0;
+        meta.egress_port_mask_w1 = 32w0;
     }
 
-    // Port speed 100g: one quantum is 1.28 ns × 2^2
-    action pfc_quanta_100g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 2);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 2);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 2);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 2);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 2);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 2);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 2);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 2);
-    }
-
-    // Port speed 50g: one quantum is 1.28 ns × 2^3
-    action pfc_quanta_50g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 3);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 3);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 3);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 3);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 3);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 3);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 3);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 3);
-    }
-
-    // Port speed 25g: one quantum is 1.28 ns × 2^4
-    action pfc_quanta_25g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 4);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 4);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 4);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 4);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 4);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 4);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 4);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
-    }
-
-    // Port speed for converting PFC quanta to time (installed by the control plane; default
-    // 100G)
-    table pfc_port_speed {
+    // Egress port → one-hot mask, to test it against the bridged PFC-branch bitmap
+    table egress_port_mask {
         key = {
             meta.intr_egress_port: exact;
         }
         actions = {
-            pfc_quanta_400g;
-            pfc_quanta_200g;
-            pfc_quanta_100g;
-            pfc_quanta_50g;
-            pfc_quanta_25g;
+            egress_port_mask_set;
+            egress_port_mask_none;
         }
-        default_action = pfc_quanta_100g();
-        size = 512;
+        default_action = egress_port_mask_none();
+        size = 64;
     }
 
     apply {
@@ -1200,6 +1597,8 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
                     hdr.polling.arrival_flags = meta.arrival_flags;
                     hdr.polling.context_ingress_port = meta.arrival_port;
                     hdr.polling.context_egress_port = meta.victim_port;
+                    hdr.polling.context_flags = ((bit<8>)(meta.victim_paused));
+                    hdr.polling.context_pfc_ports = ((((bit<64>)(meta.pfc_ports_w1)) << 32) | ((bit<64>)(meta.pfc_ports_w0)));
                 }
             } else {
                 hdr.eviction.setValid();
@@ -1217,182 +1616,82 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
                 hdr.eviction.last_offset_ns = meta.flow_old_last;
             }
         } else {
-            if (meta.is_pfc == 1w1) {
-                meta.now = meta.intr_enq_tstamp[31:0];
-                pfc_port_speed.apply();
-                meta.pause_ns_0 = ((meta.pause_ns_0 + (meta.pause_ns_0 >> 2)) + (meta.pause_ns_0 >> 5));
-                meta.pause_end_0 = (meta.now + meta.pause_ns_0);
-                meta.pause_ns_1 = ((meta.pause_ns_1 + (meta.pause_ns_1 >> 2)) + (meta.pause_ns_1 >> 5));
-                meta.pause_end_1 = (meta.now + meta.pause_ns_1);
-                meta.pause_ns_2 = ((meta.pause_ns_2 + (meta.pause_ns_2 >> 2)) + (meta.pause_ns_2 >> 5));
-                meta.pause_end_2 = (meta.now + meta.pause_ns_2);
-                meta.pause_ns_3 = ((meta.pause_ns_3 + (meta.pause_ns_3 >> 2)) + (meta.pause_ns_3 >> 5));
-                meta.pause_end_3 = (meta.now + meta.pause_ns_3);
-                meta.pause_ns_4 = ((meta.pause_ns_4 + (meta.pause_ns_4 >> 2)) + (meta.pause_ns_4 >> 5));
-                meta.pause_end_4 = (meta.now + meta.pause_ns_4);
-                meta.pause_ns_5 = ((meta.pause_ns_5 + (meta.pause_ns_5 >> 2)) + (meta.pause_ns_5 >> 5));
-                meta.pause_end_5 = (meta.now + meta.pause_ns_5);
-                meta.pause_ns_6 = ((meta.pause_ns_6 + (meta.pause_ns_6 >> 2)) + (meta.pause_ns_6 >> 5));
-                meta.pause_end_6 = (meta.now + meta.pause_ns_6);
-                meta.pause_ns_7 = ((meta.pause_ns_7 + (meta.pause_ns_7 >> 2)) + (meta.pause_ns_7 >> 5));
-                meta.pause_end_7 = (meta.now + meta.pause_ns_7);
-                if ((hdr.pfc.class_enable & 16w1) != 16w0) {
-                    pause_end_p0_set.execute(meta.intr_egress_port[5:0]);
+            if (hdr.polling.isValid()) {
+                egress_port_mask.apply();
+                meta.reason_victim = 1w0;
+                if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.intr_egress_port == meta.victim_port)) {
+                    meta.reason_victim = 1w1;
                 }
-                if ((hdr.pfc.class_enable & 16w2) != 16w0) {
-                    pause_end_p1_set.execute(meta.intr_egress_port[5:0]);
+                meta.reason_pfc = 1w0;
+                if ((((hdr.polling.trace_flag & 2w2) != 2w0) && (meta.intr_egress_port != meta.intr_eg_ingress_port)) && (((meta.pfc_ports_w0 & meta.egress_port_mask_w0) != 32w0) || ((meta.pfc_ports_w1 & meta.egress_port_mask_w1) != 32w0))) {
+                    meta.reason_pfc = 1w1;
                 }
-                if ((hdr.pfc.class_enable & 16w4) != 16w0) {
-                    pause_end_p2_set.execute(meta.intr_egress_port[5:0]);
+                if ((meta.reason_victim == 1w0) && (meta.reason_pfc == 1w0)) {
+                    eg_dprsr_md.drop_ctl = 1;
+                } else {
+                    meta.new_flag = 2w0;
+                    if (meta.reason_victim == 1w1) {
+                        meta.new_flag = 2w1;
+                        if (meta.victim_paused == 1w1) {
+                            meta.new_flag = 2w3;
+                        }
+                    }
+                    if (meta.reason_pfc == 1w1) {
+                        meta.new_flag = (meta.new_flag | 2w2);
+                    }
+                    hdr.polling.trace_flag = meta.new_flag;
+                    hdr.polling.hop_limit = (hdr.polling.hop_limit - 8w1);
+                    hdr.polling.context_kind = 8w0;
+                    hdr.polling.arrival_flags = 8w0;
+                    hdr.polling.context_ingress_port = 16w0;
+                    hdr.polling.context_egress_port = 16w0;
+                    hdr.polling.context_flags = 8w0;
+                    hdr.polling.context_pfc_ports = 64w0;
                 }
-                if ((hdr.pfc.class_enable & 16w8) != 16w0) {
-                    pause_end_p3_set.execute(meta.intr_egress_port[5:0]);
-                }
-                if ((hdr.pfc.class_enable & 16w0x10) != 16w0) {
-                    pause_end_p4_set.execute(meta.intr_egress_port[5:0]);
-                }
-                if ((hdr.pfc.class_enable & 16w0x20) != 16w0) {
-                    pause_end_p5_set.execute(meta.intr_egress_port[5:0]);
-                }
-                if ((hdr.pfc.class_enable & 16w0x40) != 16w0) {
-                    pause_end_p6_set.execute(meta.intr_egress_port[5:0]);
-                }
-                if ((hdr.pfc.class_enable & 16w0x80) != 16w0) {
-                    pause_end_p7_set.execute(meta.intr_egress_port[5:0]);
-                }
-                eg_dprsr_md.drop_ctl = 1;
             } else {
-                if (hdr.polling.isValid()) {
-                    meta.now = meta.intr_enq_tstamp[31:0];
+                if (hdr.bth.isValid()) {
                     meta.epoch_index = meta.intr_enq_tstamp[21:20];
                     meta.epoch_id = meta.intr_enq_tstamp[37:22];
                     meta.epoch_offset = ((bit<32>)(meta.intr_enq_tstamp[19:0]));
                     meta.port_index = ((((bit<8>)(meta.epoch_index)) << 6) | ((bit<8>)(meta.intr_egress_port[5:0])));
-                    meta.meter_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(((((bit<12>)(meta.intr_eg_ingress_port[5:0])) << 6) | ((bit<12>)(meta.intr_egress_port[5:0]))))));
-                    meta.port_old_epoch = port_epoch_read.execute(meta.port_index);
-                    meta.port_paused_seen = port_paused_packets_read.execute(meta.port_index);
-                    meta.meter_old_epoch = meter_epoch_read.execute(meta.meter_index);
-                    meta.meter_bytes_seen = meter_bytes_read.execute(meta.meter_index);
-                    meta.port_paused_now = 1w0;
-                    if ((meta.port_old_epoch == meta.epoch_id) && (meta.port_paused_seen != 32w0)) {
-                        meta.port_paused_now = 1w1;
+                    meta.eg_paused = ((bit<32>)(meta.paused_at_enqueue));
+                    meta.qdepth = meta.intr_enq_qdepth;
+                    meta.unpaused_qdepth = meta.qdepth;
+                    if (meta.eg_paused != 32w0) {
+                        meta.unpaused_qdepth = 32w0;
                     }
-                    meta.meter_now = 1w0;
-                    if ((meta.meter_old_epoch == meta.epoch_id) && (meta.meter_bytes_seen != 32w0)) {
-                        meta.meter_now = 1w1;
+                    meta.port_old_epoch = port_epoch_swap.execute(meta.port_index);
+                    meta.port_fresh = 1w0;
+                    if (meta.port_old_epoch != meta.epoch_id) {
+                        meta.port_fresh = 1w1;
                     }
-                    meta.reason_victim = 1w0;
-                    if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.intr_egress_port == meta.victim_port)) {
-                        meta.reason_victim = 1w1;
+                    port_qdepth_sum_add.execute(meta.port_index);
+                    port_unpaused_qdepth_sum_add.execute(meta.port_index);
+                    meta.flow_slot = flow_hash.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port});
+                    meta.flow_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(meta.flow_slot)));
+                    meta.flow_ports = ((((bit<32>)(hdr.udp.src_port)) << 16) | ((bit<32>)(hdr.udp.dst_port)));
+                    meta.flow_old_epoch = flow_epoch_swap.execute(meta.flow_index);
+                    meta.flow_old_src = flow_key_src_swap.execute(meta.flow_index);
+                    meta.flow_old_dst = flow_key_dst_swap.execute(meta.flow_index);
+                    meta.flow_old_ports = flow_key_ports_swap.execute(meta.flow_index);
+                    meta.flow_continue = 1w0;
+                    if (((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src == hdr.ipv4.src_addr)) && ((meta.flow_old_dst == hdr.ipv4.dst_addr) && (meta.flow_old_ports == meta.flow_ports))) {
+                        meta.flow_continue = 1w1;
                     }
-                    meta.reason_pfc = 1w0;
-                    if ((((hdr.polling.trace_flag & 2w2) != 2w0) && (meta.intr_egress_port != meta.intr_eg_ingress_port)) && ((meta.port_paused_now == 1w1) && (meta.meter_now == 1w1))) {
-                        meta.reason_pfc = 1w1;
+                    meta.flow_evict = 1w0;
+                    if ((meta.flow_continue == 1w0) && ((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src != 32w0))) {
+                        meta.flow_evict = 1w1;
                     }
-                    if ((meta.reason_victim == 1w0) && (meta.reason_pfc == 1w0)) {
-                        eg_dprsr_md.drop_ctl = 1;
-                    } else {
-                        meta.new_flag = 2w0;
-                        if (meta.reason_victim == 1w1) {
-                            meta.new_flag = 2w1;
-                            if (meta.port_paused_now == 1w1) {
-                                meta.new_flag = 2w3;
-                            }
-                        }
-                        if (meta.reason_pfc == 1w1) {
-                            meta.new_flag = (meta.new_flag | 2w2);
-                        }
-                        hdr.polling.trace_flag = meta.new_flag;
-                        hdr.polling.hop_limit = (hdr.polling.hop_limit - 8w1);
-                        hdr.polling.context_kind = 8w0;
-                        hdr.polling.arrival_flags = 8w0;
-                        hdr.polling.context_ingress_port = 16w0;
-                        hdr.polling.context_egress_port = 16w0;
-                    }
-                } else {
-                    if (hdr.bth.isValid()) {
-                        meta.now = meta.intr_enq_tstamp[31:0];
-                        meta.epoch_index = meta.intr_enq_tstamp[21:20];
-                        meta.epoch_id = meta.intr_enq_tstamp[37:22];
-                        meta.epoch_offset = ((bit<32>)(meta.intr_enq_tstamp[19:0]));
-                        meta.port_index = ((((bit<8>)(meta.epoch_index)) << 6) | ((bit<8>)(meta.intr_egress_port[5:0])));
-                        meta.meter_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(((((bit<12>)(meta.intr_eg_ingress_port[5:0])) << 6) | ((bit<12>)(meta.intr_egress_port[5:0]))))));
-                        if (meta.intr_egress_queue == 8w0) {
-                            meta.paused = pause_end_p0_check.execute(meta.intr_egress_port[5:0]);
-                        } else {
-                            if (meta.intr_egress_queue == 8w1) {
-                                meta.paused = pause_end_p1_check.execute(meta.intr_egress_port[5:0]);
-                            } else {
-                                if (meta.intr_egress_queue == 8w2) {
-                                    meta.paused = pause_end_p2_check.execute(meta.intr_egress_port[5:0]);
-                                } else {
-                                    if (meta.intr_egress_queue == 8w3) {
-                                        meta.paused = pause_end_p3_check.execute(meta.intr_egress_port[5:0]);
-                                    } else {
-                                        if (meta.intr_egress_queue == 8w4) {
-                                            meta.paused = pause_end_p4_check.execute(meta.intr_egress_port[5:0]);
-                                        } else {
-                                            if (meta.intr_egress_queue == 8w5) {
-                                                meta.paused = pause_end_p5_check.execute(meta.intr_egress_port[5:0]);
-                                            } else {
-                                                if (meta.intr_egress_queue == 8w6) {
-                                                    meta.paused = pause_end_p6_check.execute(meta.intr_egress_port[5:0]);
-                                                } else {
-                                                    meta.paused = pause_end_p7_check.execute(meta.intr_egress_port[5:0]);
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        meta.qdepth = meta.intr_enq_qdepth;
-                        meta.unpaused_qdepth = meta.qdepth;
-                        if (meta.paused != 32w0) {
-                            meta.unpaused_qdepth = 32w0;
-                        }
-                        meta.packet_bytes = ((bit<32>)(meta.intr_packet_length));
-                        meta.port_old_epoch = port_epoch_swap.execute(meta.port_index);
-                        meta.port_fresh = 1w0;
-                        if (meta.port_old_epoch != meta.epoch_id) {
-                            meta.port_fresh = 1w1;
-                        }
-                        port_packets_add.execute(meta.port_index);
-                        port_paused_packets_add.execute(meta.port_index);
-                        port_qdepth_sum_add.execute(meta.port_index);
-                        port_unpaused_qdepth_sum_add.execute(meta.port_index);
-                        meta.meter_old_epoch = meter_epoch_swap.execute(meta.meter_index);
-                        meta.meter_fresh = 1w0;
-                        if (meta.meter_old_epoch != meta.epoch_id) {
-                            meta.meter_fresh = 1w1;
-                        }
-                        meter_bytes_add.execute(meta.meter_index);
-                        meta.flow_slot = flow_hash.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port});
-                        meta.flow_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(meta.flow_slot)));
-                        meta.flow_ports = ((((bit<32>)(hdr.udp.src_port)) << 16) | ((bit<32>)(hdr.udp.dst_port)));
-                        meta.flow_old_epoch = flow_epoch_swap.execute(meta.flow_index);
-                        meta.flow_old_src = flow_key_src_swap.execute(meta.flow_index);
-                        meta.flow_old_dst = flow_key_dst_swap.execute(meta.flow_index);
-                        meta.flow_old_ports = flow_key_ports_swap.execute(meta.flow_index);
-                        meta.flow_continue = 1w0;
-                        if (((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src == hdr.ipv4.src_addr)) && ((meta.flow_old_dst == hdr.ipv4.dst_addr) && (meta.flow_old_ports == meta.flow_ports))) {
-                            meta.flow_continue = 1w1;
-                        }
-                        meta.flow_evict = 1w0;
-                        if ((meta.flow_continue == 1w0) && ((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src != 32w0))) {
-                            meta.flow_evict = 1w1;
-                        }
-                        meta.flow_old_packets = flow_packets_add.execute(meta.flow_index);
-                        meta.flow_old_paused = flow_paused_packets_add.execute(meta.flow_index);
-                        meta.flow_old_qdepth_sum = flow_unpaused_qdepth_sum_add.execute(meta.flow_index);
-                        meta.flow_old_first = flow_first_offset_update.execute(meta.flow_index);
-                        meta.flow_old_last = flow_last_offset_swap.execute(meta.flow_index);
-                        meta.flow_old_egress_port = flow_egress_port_swap.execute(meta.flow_index);
-                        meta.flow_old_epoch_index = ((bit<8>)(meta.epoch_index));
-                        if (meta.flow_evict == 1w1) {
-                            eg_dprsr_md.mirror_type = MIRROR_TYPE_E2E;
-                            meta.mirror_session = (MirrorId_t)CPU_MIRROR_SESSION;
-                        }
+                    meta.flow_old_packets = flow_packets_add.execute(meta.flow_index);
+                    meta.flow_old_paused = flow_paused_packets_add.execute(meta.flow_index);
+                    meta.flow_old_qdepth_sum = flow_unpaused_qdepth_sum_add.execute(meta.flow_index);
+                    meta.flow_old_first = flow_first_offset_update.execute(meta.flow_index);
+                    meta.flow_old_last = flow_last_offset_swap.execute(meta.flow_index);
+                    meta.flow_old_egress_port = flow_egress_port_swap.execute(meta.flow_index);
+                    meta.flow_old_epoch_index = ((bit<8>)(meta.epoch_index));
+                    if (meta.flow_evict == 1w1) {
+                        eg_dprsr_md.mirror_type = MIRROR_TYPE_E2E;
+                        meta.mirror_session = (MirrorId_t)CPU_MIRROR_SESSION;
                     }
                 }
             }
@@ -1405,7 +1704,7 @@ control EgressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta, 
     Checksum() ipv4_checksum;
     apply {
         if (eg_dprsr_md.mirror_type == MIRROR_TYPE_E2E) {
-            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_E2E, meta.intr_eg_ingress_port, meta.victim_port, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index});
+            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_E2E, meta.intr_eg_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
         }
         // RFC 791 header checksum (the sketch mark rewrites DSCP).
         if (hdr.ipv4.isValid()) {

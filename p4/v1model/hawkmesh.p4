@@ -22,9 +22,9 @@ const bit<16> ROCEV2_UDP_PORT = 4791;
 // UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)
 const bit<16> POLLING_UDP_PORT = 26760;
 // Version of the polling header layout
-const bit<8> POLLING_VERSION = 1;
+const bit<8> POLLING_VERSION = 2;
 // Bytes of the polling header after the UDP header
-const bit<16> POLLING_HEADER_BYTES = 32;
+const bit<16> POLLING_HEADER_BYTES = 40;
 // context_kind of a polling packet travelling between switches
 const bit<8> POLLING_CONTEXT_IN_FLIGHT = 0;
 // context_kind of the copy a switch sends to its CPU port
@@ -33,6 +33,8 @@ const bit<8> POLLING_CONTEXT_CPU_COPY = 1;
 const bit<2> TRACE_VICTIM_PATH = 1;
 // HAWKEYE Table 1 flag 10: trace along the PFC causality
 const bit<2> TRACE_PFC_CAUSALITY = 2;
+// context_flags bit of a CPU copy: the victim's egress port here is paused (the polling packet leaves it with the PFC bit)
+const bit<8> POLLING_CONTEXT_VICTIM_PAUSED = 1;
 // Multicast group holding every front-panel port (polling PFC branch)
 const bit<16> MCAST_GROUP_ALL_PORTS = 1;
 // Port value meaning 'none'
@@ -145,7 +147,7 @@ header bth_h {
     bit<24> psn;
 }
 
-// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 1: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context
+// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 2: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports)
 header polling_h {
     bit<8> version;
     bit<6> reserved_flags;
@@ -161,7 +163,9 @@ header polling_h {
     bit<8> arrival_flags;
     bit<16> context_ingress_port;
     bit<16> context_egress_port;
-    bit<16> reserved;
+    bit<8> context_flags;
+    bit<8> reserved;
+    bit<64> context_pfc_ports;
 }
 
 struct headers_t {
@@ -184,8 +188,11 @@ struct metadata_t {
     bit<32> intr_enq_qdepth;
     bit<16> intr_packet_length;
     bit<8> intr_clone_kind;
-    bit<1> is_pfc;
     @field_list(1) bit<16> victim_port;
+    bit<1> paused_at_enqueue;
+    @field_list(1) bit<1> victim_paused;
+    @field_list(1) bit<32> pfc_ports_w0;
+    @field_list(1) bit<32> pfc_ports_w1;
     @field_list(1) bit<8> arrival_flags;
     @field_list(1) bit<16> arrival_port;
     bit<32> lookup_src_addr;
@@ -209,6 +216,7 @@ struct metadata_t {
     bit<32> sketch_light_key;
     bit<8> sketch_light_value;
     bit<32> now;
+    bit<8> traffic_class;
     bit<32> paused;
     bit<32> pause_ns_0;
     bit<32> pause_end_0;
@@ -226,22 +234,39 @@ struct metadata_t {
     bit<32> pause_end_6;
     bit<32> pause_ns_7;
     bit<32> pause_end_7;
+    bit<16> mask_port;
+    bit<32> port_mask_w0;
+    bit<32> port_mask_w1;
+    bit<2> ig_epoch_index;
+    bit<16> ig_epoch_id;
+    bit<32> pfc_xoff_ns;
+    bit<32> pfc_xoff_end;
+    bit<32> port_unmask_w0;
+    bit<32> port_unmask_w1;
+    bit<8> enq_port_index;
+    bit<14> meter_index;
+    bit<16> enq_old_epoch;
+    bit<1> enq_fresh;
+    bit<16> meter_old_epoch;
+    bit<1> meter_fresh;
+    bit<32> packet_bytes;
+    bit<32> fanout_seen_w0;
+    bit<32> fanout_seen_w1;
+    bit<32> paused_seen_now_w0;
+    bit<32> paused_seen_now_w1;
+    bit<32> pfc_paused_now_w0;
+    bit<32> pfc_paused_now_w1;
     bit<2> epoch_index;
     @field_list(1) bit<16> epoch_id;
     bit<32> epoch_offset;
     bit<32> qdepth;
     bit<32> unpaused_qdepth;
+    bit<32> eg_paused;
     bit<8> port_index;
-    bit<14> meter_index;
     bit<12> flow_slot;
     bit<14> flow_index;
     bit<16> port_old_epoch;
     bit<1> port_fresh;
-    bit<16> meter_old_epoch;
-    bit<1> meter_fresh;
-    bit<32> port_paused_seen;
-    bit<32> meter_bytes_seen;
-    bit<32> packet_bytes;
     bit<32> flow_ports;
     bit<1> flow_continue;
     bit<1> flow_evict;
@@ -256,8 +281,8 @@ struct metadata_t {
     @field_list(1) bit<32> flow_old_last;
     @field_list(1) bit<16> flow_old_egress_port;
     @field_list(1) bit<8> flow_old_epoch_index;
-    bit<1> port_paused_now;
-    bit<1> meter_now;
+    bit<32> egress_port_mask_w0;
+    bit<32> egress_port_mask_w1;
     bit<1> reason_victim;
     bit<1> reason_pfc;
     bit<2> new_flag;
@@ -322,6 +347,44 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     register<bit<32>>(4096) sketch_votes;
     // Light part: 8-bit saturating counters (Elastic Sketch §3.2, one array as in the hardware version) [elastic sketch]
     register<bit<8>>(65536) sketch_light;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 0 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p0;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 1 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p1;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 2 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p2;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 3 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p3;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 4 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p4;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 5 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p5;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 6 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p6;
+    // Per port: low 32 bits of the ns time when the PFC pause of priority 7 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
+    register<bit<32>>(64) pause_end_p7;
+    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_w0;
+    // lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_w0;
+    // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
+    register<bit<64>>(1) pfc_paused_w0;
+    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_w1;
+    // lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_w1;
+    // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
+    register<bit<64>>(1) pfc_paused_w1;
+    // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
+    register<bit<16>>(256) port_enq_epoch;
+    // RoCEv2 packets enqueued at the port in the epoch (counted in ingress, at enqueue) [port telemetry]
+    register<bit<32>>(256) port_packets;
+    // Of those, paused packets (enqueued while the port's priority was paused) [port telemetry]
+    register<bit<32>>(256) port_paused_packets;
+    // Epoch id of each (epoch, ingress, egress) meter slot [causality meter]
+    register<bit<16>>(16384) meter_epoch;
+    // Bytes from ingress port to egress port enqueued in the epoch (HAWKEYE Fig. 3 causality meter) [causality meter]
+    register<bit<32>>(16384) meter_bytes;
 
     // L3/ECMP result: the egress port of the next hop
     action set_route(bit<16> port) {
@@ -332,6 +395,78 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     // No route: the packet is dropped
     action no_route() {
         meta.route_found = 1w0;
+    }
+
+    // The one-hot mask of the port, in 32-port words
+    action port_mask_set(bit<32> w0, bit<32> w1) {
+        meta.port_mask_w0 = w0;
+        meta.port_mask_w1 = w1;
+    }
+
+    // No port: an empty mask
+    action port_mask_none() {
+        meta.port_mask_w0 = 32w0;
+        meta.port_mask_w1 = 32w0;
+    }
+
+    // Port speed 400g: one quantum is 1.28 ns × 2^0
+    action pfc_quanta_400g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 0);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 0);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 0);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 0);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 0);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 0);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 0);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 0);
+    }
+
+    // Port speed 200g: one quantum is 1.28 ns × 2^1
+    action pfc_quanta_200g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 1);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 1);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 1);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 1);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 1);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 1);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 1);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 1);
+    }
+
+    // Port speed 100g: one quantum is 1.28 ns × 2^2
+    action pfc_quanta_100g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 2);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 2);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 2);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 2);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 2);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 2);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 2);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 2);
+    }
+
+    // Port speed 50g: one quantum is 1.28 ns × 2^3
+    action pfc_quanta_50g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 3);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 3);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 3);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 3);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 3);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 3);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 3);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 3);
+    }
+
+    // Port speed 25g: one quantum is 1.28 ns × 2^4
+    action pfc_quanta_25g() {
+        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 4);
+        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 4);
+        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 4);
+        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 4);
+        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 4);
+        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 4);
+        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 4);
+        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
     }
 
     action_selector(HashAlgorithm.crc16, 32w4096, 32w14) forward_selector;
@@ -357,21 +492,50 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
         size = 4096;
     }
 
+    // Port → one-hot mask (ingress): the egress port of a data or polling packet, the port a
+    // PFC frame pauses
+    table port_mask {
+        key = {
+            meta.mask_port: exact;
+        }
+        actions = {
+            port_mask_set;
+            port_mask_none;
+        }
+        default_action = port_mask_none();
+        size = 64;
+    }
+
+    // Port speed for converting PFC quanta to time (installed by the control plane; default
+    // 100G)
+    table pfc_port_speed {
+        key = {
+            meta.intr_ingress_port: exact;
+        }
+        actions = {
+            pfc_quanta_400g;
+            pfc_quanta_200g;
+            pfc_quanta_100g;
+            pfc_quanta_50g;
+            pfc_quanta_25g;
+        }
+        default_action = pfc_quanta_100g();
+        size = 512;
+    }
+
     apply {
         meta.intr_ingress_port = (bit<16>)standard_metadata.ingress_port;
         // BMv2 timestamps are µs; the program works in ns.
         meta.intr_ingress_tstamp = standard_metadata.ingress_global_timestamp * 1000;
+        meta.mask_port = 16w0xffff;
         if (hdr.pfc.isValid()) {
             if (hdr.pfc.opcode == 16w0x101) {
-                meta.is_pfc = 1w1;
-                standard_metadata.egress_spec = (bit<9>)meta.intr_ingress_port;
-            } else {
-                mark_to_drop(standard_metadata);
+                meta.mask_port = meta.intr_ingress_port;
             }
         } else {
             if (hdr.ipv4.isValid()) {
                 if (hdr.polling.isValid()) {
-                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w1)) {
+                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w2)) {
                         mark_to_drop(standard_metadata);
                     } else {
                         meta.event_id_lo = hdr.polling.event_id[31:0];
@@ -419,10 +583,306 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     meta.lookup_dst_port = hdr.udp.dst_port;
                 }
                 forward.apply();
+                if (meta.route_found == 1w1) {
+                    meta.mask_port = meta.routed_port;
+                }
+            }
+        }
+        port_mask.apply();
+        if (hdr.pfc.isValid()) {
+            if (hdr.pfc.opcode == 16w0x101) {
+                meta.now = meta.intr_ingress_tstamp[31:0];
+                pfc_port_speed.apply();
+                meta.pause_ns_0 = ((meta.pause_ns_0 + (meta.pause_ns_0 >> 2)) + (meta.pause_ns_0 >> 5));
+                meta.pause_end_0 = (meta.now + meta.pause_ns_0);
+                meta.pause_ns_1 = ((meta.pause_ns_1 + (meta.pause_ns_1 >> 2)) + (meta.pause_ns_1 >> 5));
+                meta.pause_end_1 = (meta.now + meta.pause_ns_1);
+                meta.pause_ns_2 = ((meta.pause_ns_2 + (meta.pause_ns_2 >> 2)) + (meta.pause_ns_2 >> 5));
+                meta.pause_end_2 = (meta.now + meta.pause_ns_2);
+                meta.pause_ns_3 = ((meta.pause_ns_3 + (meta.pause_ns_3 >> 2)) + (meta.pause_ns_3 >> 5));
+                meta.pause_end_3 = (meta.now + meta.pause_ns_3);
+                meta.pause_ns_4 = ((meta.pause_ns_4 + (meta.pause_ns_4 >> 2)) + (meta.pause_ns_4 >> 5));
+                meta.pause_end_4 = (meta.now + meta.pause_ns_4);
+                meta.pause_ns_5 = ((meta.pause_ns_5 + (meta.pause_ns_5 >> 2)) + (meta.pause_ns_5 >> 5));
+                meta.pause_end_5 = (meta.now + meta.pause_ns_5);
+                meta.pause_ns_6 = ((meta.pause_ns_6 + (meta.pause_ns_6 >> 2)) + (meta.pause_ns_6 >> 5));
+                meta.pause_end_6 = (meta.now + meta.pause_ns_6);
+                meta.pause_ns_7 = ((meta.pause_ns_7 + (meta.pause_ns_7 >> 2)) + (meta.pause_ns_7 >> 5));
+                meta.pause_end_7 = (meta.now + meta.pause_ns_7);
+                meta.pfc_xoff_ns = 32w0;
+                if ((hdr.pfc.class_enable & 16w1) != 16w0) {
+                    // RegisterAction pause_end_p0_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p0_cell;
+                        pause_end_p0.read(pause_end_p0_cell, pause_end_p0_index);
+                        bit<32> value = pause_end_p0_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_0;
+                        pause_end_p0.write(pause_end_p0_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_0) ? meta.pfc_xoff_ns : meta.pause_ns_0);
+                }
+                if ((hdr.pfc.class_enable & 16w2) != 16w0) {
+                    // RegisterAction pause_end_p1_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p1_cell;
+                        pause_end_p1.read(pause_end_p1_cell, pause_end_p1_index);
+                        bit<32> value = pause_end_p1_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_1;
+                        pause_end_p1.write(pause_end_p1_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_1) ? meta.pfc_xoff_ns : meta.pause_ns_1);
+                }
+                if ((hdr.pfc.class_enable & 16w4) != 16w0) {
+                    // RegisterAction pause_end_p2_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p2_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p2_cell;
+                        pause_end_p2.read(pause_end_p2_cell, pause_end_p2_index);
+                        bit<32> value = pause_end_p2_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_2;
+                        pause_end_p2.write(pause_end_p2_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_2) ? meta.pfc_xoff_ns : meta.pause_ns_2);
+                }
+                if ((hdr.pfc.class_enable & 16w8) != 16w0) {
+                    // RegisterAction pause_end_p3_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p3_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p3_cell;
+                        pause_end_p3.read(pause_end_p3_cell, pause_end_p3_index);
+                        bit<32> value = pause_end_p3_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_3;
+                        pause_end_p3.write(pause_end_p3_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_3) ? meta.pfc_xoff_ns : meta.pause_ns_3);
+                }
+                if ((hdr.pfc.class_enable & 16w0x10) != 16w0) {
+                    // RegisterAction pause_end_p4_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p4_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p4_cell;
+                        pause_end_p4.read(pause_end_p4_cell, pause_end_p4_index);
+                        bit<32> value = pause_end_p4_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_4;
+                        pause_end_p4.write(pause_end_p4_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_4) ? meta.pfc_xoff_ns : meta.pause_ns_4);
+                }
+                if ((hdr.pfc.class_enable & 16w0x20) != 16w0) {
+                    // RegisterAction pause_end_p5_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p5_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p5_cell;
+                        pause_end_p5.read(pause_end_p5_cell, pause_end_p5_index);
+                        bit<32> value = pause_end_p5_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_5;
+                        pause_end_p5.write(pause_end_p5_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_5) ? meta.pfc_xoff_ns : meta.pause_ns_5);
+                }
+                if ((hdr.pfc.class_enable & 16w0x40) != 16w0) {
+                    // RegisterAction pause_end_p6_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p6_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p6_cell;
+                        pause_end_p6.read(pause_end_p6_cell, pause_end_p6_index);
+                        bit<32> value = pause_end_p6_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_6;
+                        pause_end_p6.write(pause_end_p6_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_6) ? meta.pfc_xoff_ns : meta.pause_ns_6);
+                }
+                if ((hdr.pfc.class_enable & 16w0x80) != 16w0) {
+                    // RegisterAction pause_end_p7_set: Records when the pause ends
+                    {
+                        bit<32> pause_end_p7_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> pause_end_p7_cell;
+                        pause_end_p7.read(pause_end_p7_cell, pause_end_p7_index);
+                        bit<32> value = pause_end_p7_cell;
+                        bit<32> rv = 32w0;
+                        value = meta.pause_end_7;
+                        pause_end_p7.write(pause_end_p7_index, value);
+                    }
+                    meta.pfc_xoff_ns = ((meta.pfc_xoff_ns > meta.pause_ns_7) ? meta.pfc_xoff_ns : meta.pause_ns_7);
+                }
+                meta.pfc_xoff_end = (meta.now + meta.pfc_xoff_ns);
+                meta.port_unmask_w0 = (meta.port_mask_w0 ^ 32w0xffffffff);
+                meta.port_unmask_w1 = (meta.port_mask_w1 ^ 32w0xffffffff);
+                if (meta.pfc_xoff_ns != 32w0) {
+                    // RegisterAction pfc_paused_w0_xoff: XOFF: the port's bit is set; the latest pause end moves later
+                    {
+                        bit<32> pfc_paused_w0_index = (bit<32>)1w0;
+                        bit<64> pfc_paused_w0_cell;
+                        pfc_paused_w0.read(pfc_paused_w0_cell, pfc_paused_w0_index);
+                        bit<32> value_lo = pfc_paused_w0_cell[31:0];
+                        bit<32> value_hi = pfc_paused_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                            value_lo = value_lo | meta.port_mask_w0;
+                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                            value_lo = value_lo | meta.port_mask_w0;
+                            value_hi = meta.pfc_xoff_end;
+                        }
+                        pfc_paused_w0.write(pfc_paused_w0_index, value_hi ++ value_lo);
+                    }
+                    // RegisterAction pfc_paused_w1_xoff: XOFF: the port's bit is set; the latest pause end moves later
+                    {
+                        bit<32> pfc_paused_w1_index = (bit<32>)1w0;
+                        bit<64> pfc_paused_w1_cell;
+                        pfc_paused_w1.read(pfc_paused_w1_cell, pfc_paused_w1_index);
+                        bit<32> value_lo = pfc_paused_w1_cell[31:0];
+                        bit<32> value_hi = pfc_paused_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                            value_lo = value_lo | meta.port_mask_w1;
+                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                            value_lo = value_lo | meta.port_mask_w1;
+                            value_hi = meta.pfc_xoff_end;
+                        }
+                        pfc_paused_w1.write(pfc_paused_w1_index, value_hi ++ value_lo);
+                    }
+                } else {
+                    // RegisterAction pfc_paused_w0_xon: XON: the port's bit is cleared
+                    {
+                        bit<32> pfc_paused_w0_index = (bit<32>)1w0;
+                        bit<64> pfc_paused_w0_cell;
+                        pfc_paused_w0.read(pfc_paused_w0_cell, pfc_paused_w0_index);
+                        bit<32> value_lo = pfc_paused_w0_cell[31:0];
+                        bit<32> value_hi = pfc_paused_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        value_lo = value_lo & meta.port_unmask_w0;
+                        pfc_paused_w0.write(pfc_paused_w0_index, value_hi ++ value_lo);
+                    }
+                    // RegisterAction pfc_paused_w1_xon: XON: the port's bit is cleared
+                    {
+                        bit<32> pfc_paused_w1_index = (bit<32>)1w0;
+                        bit<64> pfc_paused_w1_cell;
+                        pfc_paused_w1.read(pfc_paused_w1_cell, pfc_paused_w1_index);
+                        bit<32> value_lo = pfc_paused_w1_cell[31:0];
+                        bit<32> value_hi = pfc_paused_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        value_lo = value_lo & meta.port_unmask_w1;
+                        pfc_paused_w1.write(pfc_paused_w1_index, value_hi ++ value_lo);
+                    }
+                }
+                mark_to_drop(standard_metadata);
+            } else {
+                mark_to_drop(standard_metadata);
+            }
+        } else {
+            if (hdr.ipv4.isValid()) {
                 if (hdr.polling.isValid()) {
                     meta.victim_port = 16w0xffff;
+                    meta.now = meta.intr_ingress_tstamp[31:0];
+                    meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
+                    meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
                     if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.route_found == 1w1)) {
                         meta.victim_port = meta.routed_port;
+                    }
+                    // RegisterAction fanout_w0_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    {
+                        bit<32> fanout_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_w0_cell;
+                        fanout_w0.read(fanout_w0_cell, fanout_w0_index);
+                        bit<32> value_lo = fanout_w0_cell[31:0];
+                        bit<32> value_hi = fanout_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                            rv = value_hi;
+                        }
+                        fanout_w0.write(fanout_w0_index, value_hi ++ value_lo);
+                        meta.fanout_seen_w0 = rv;
+                    }
+                    // RegisterAction paused_seen_w0_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    {
+                        bit<32> paused_seen_w0_index = (bit<32>)1w0;
+                        bit<64> paused_seen_w0_cell;
+                        paused_seen_w0.read(paused_seen_w0_cell, paused_seen_w0_index);
+                        bit<32> value_lo = paused_seen_w0_cell[31:0];
+                        bit<32> value_hi = paused_seen_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                            rv = value_hi;
+                        }
+                        paused_seen_w0.write(paused_seen_w0_index, value_hi ++ value_lo);
+                        meta.paused_seen_now_w0 = rv;
+                    }
+                    // RegisterAction pfc_paused_w0_read: Returns the paused-port bitmap unless every pause has expired
+                    {
+                        bit<32> pfc_paused_w0_index = (bit<32>)1w0;
+                        bit<64> pfc_paused_w0_cell;
+                        pfc_paused_w0.read(pfc_paused_w0_cell, pfc_paused_w0_index);
+                        bit<32> value_lo = pfc_paused_w0_cell[31:0];
+                        bit<32> value_hi = pfc_paused_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (((int<32>)(value_hi - meta.now) > 0)) {
+                            rv = value_lo;
+                        }
+                        pfc_paused_w0.write(pfc_paused_w0_index, value_hi ++ value_lo);
+                        meta.pfc_paused_now_w0 = rv;
+                    }
+                    meta.paused_seen_now_w0 = (meta.paused_seen_now_w0 | meta.pfc_paused_now_w0);
+                    meta.pfc_ports_w0 = 32w0;
+                    // RegisterAction fanout_w1_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    {
+                        bit<32> fanout_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_w1_cell;
+                        fanout_w1.read(fanout_w1_cell, fanout_w1_index);
+                        bit<32> value_lo = fanout_w1_cell[31:0];
+                        bit<32> value_hi = fanout_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                            rv = value_hi;
+                        }
+                        fanout_w1.write(fanout_w1_index, value_hi ++ value_lo);
+                        meta.fanout_seen_w1 = rv;
+                    }
+                    // RegisterAction paused_seen_w1_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    {
+                        bit<32> paused_seen_w1_index = (bit<32>)1w0;
+                        bit<64> paused_seen_w1_cell;
+                        paused_seen_w1.read(paused_seen_w1_cell, paused_seen_w1_index);
+                        bit<32> value_lo = paused_seen_w1_cell[31:0];
+                        bit<32> value_hi = paused_seen_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                            rv = value_hi;
+                        }
+                        paused_seen_w1.write(paused_seen_w1_index, value_hi ++ value_lo);
+                        meta.paused_seen_now_w1 = rv;
+                    }
+                    // RegisterAction pfc_paused_w1_read: Returns the paused-port bitmap unless every pause has expired
+                    {
+                        bit<32> pfc_paused_w1_index = (bit<32>)1w0;
+                        bit<64> pfc_paused_w1_cell;
+                        pfc_paused_w1.read(pfc_paused_w1_cell, pfc_paused_w1_index);
+                        bit<32> value_lo = pfc_paused_w1_cell[31:0];
+                        bit<32> value_hi = pfc_paused_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if (((int<32>)(value_hi - meta.now) > 0)) {
+                            rv = value_lo;
+                        }
+                        pfc_paused_w1.write(pfc_paused_w1_index, value_hi ++ value_lo);
+                        meta.pfc_paused_now_w1 = rv;
+                    }
+                    meta.paused_seen_now_w1 = (meta.paused_seen_now_w1 | meta.pfc_paused_now_w1);
+                    meta.pfc_ports_w1 = 32w0;
+                    meta.victim_paused = 1w0;
+                    if ((meta.victim_port != 16w0xffff) && (((meta.paused_seen_now_w0 & meta.port_mask_w0) != 32w0) || ((meta.paused_seen_now_w1 & meta.port_mask_w1) != 32w0))) {
+                        meta.victim_paused = 1w1;
+                    }
+                    if ((hdr.polling.trace_flag & 2w2) != 2w0) {
+                        meta.pfc_ports_w0 = (meta.fanout_seen_w0 & meta.paused_seen_now_w0);
+                        meta.pfc_ports_w1 = (meta.fanout_seen_w1 & meta.paused_seen_now_w1);
                     }
                     if ((hdr.polling.trace_flag & 2w2) != 2w0) {
                         standard_metadata.mcast_grp = 1;
@@ -552,6 +1012,289 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             }
                         }
                     }
+                    if (hdr.bth.isValid() && (meta.route_found == 1w1)) {
+                        meta.now = meta.intr_ingress_tstamp[31:0];
+                        meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
+                        meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
+                        meta.traffic_class = ((bit<8>)(hdr.ipv4.dscp[5:3]));
+                        meta.paused = 32w0;
+                        if (meta.traffic_class == 8w0) {
+                            // RegisterAction pause_end_p0_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                            {
+                                bit<32> pause_end_p0_index = (bit<32>)meta.routed_port[5:0];
+                                bit<32> pause_end_p0_cell;
+                                pause_end_p0.read(pause_end_p0_cell, pause_end_p0_index);
+                                bit<32> value = pause_end_p0_cell;
+                                bit<32> rv = 32w0;
+                                if (((int<32>)(value - meta.now) > 0)) {
+                                    rv = 32w0x1;
+                                }
+                                pause_end_p0.write(pause_end_p0_index, value);
+                                meta.paused = rv;
+                            }
+                        } else {
+                            if (meta.traffic_class == 8w1) {
+                                // RegisterAction pause_end_p1_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                {
+                                    bit<32> pause_end_p1_index = (bit<32>)meta.routed_port[5:0];
+                                    bit<32> pause_end_p1_cell;
+                                    pause_end_p1.read(pause_end_p1_cell, pause_end_p1_index);
+                                    bit<32> value = pause_end_p1_cell;
+                                    bit<32> rv = 32w0;
+                                    if (((int<32>)(value - meta.now) > 0)) {
+                                        rv = 32w0x1;
+                                    }
+                                    pause_end_p1.write(pause_end_p1_index, value);
+                                    meta.paused = rv;
+                                }
+                            } else {
+                                if (meta.traffic_class == 8w2) {
+                                    // RegisterAction pause_end_p2_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                    {
+                                        bit<32> pause_end_p2_index = (bit<32>)meta.routed_port[5:0];
+                                        bit<32> pause_end_p2_cell;
+                                        pause_end_p2.read(pause_end_p2_cell, pause_end_p2_index);
+                                        bit<32> value = pause_end_p2_cell;
+                                        bit<32> rv = 32w0;
+                                        if (((int<32>)(value - meta.now) > 0)) {
+                                            rv = 32w0x1;
+                                        }
+                                        pause_end_p2.write(pause_end_p2_index, value);
+                                        meta.paused = rv;
+                                    }
+                                } else {
+                                    if (meta.traffic_class == 8w3) {
+                                        // RegisterAction pause_end_p3_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                        {
+                                            bit<32> pause_end_p3_index = (bit<32>)meta.routed_port[5:0];
+                                            bit<32> pause_end_p3_cell;
+                                            pause_end_p3.read(pause_end_p3_cell, pause_end_p3_index);
+                                            bit<32> value = pause_end_p3_cell;
+                                            bit<32> rv = 32w0;
+                                            if (((int<32>)(value - meta.now) > 0)) {
+                                                rv = 32w0x1;
+                                            }
+                                            pause_end_p3.write(pause_end_p3_index, value);
+                                            meta.paused = rv;
+                                        }
+                                    } else {
+                                        if (meta.traffic_class == 8w4) {
+                                            // RegisterAction pause_end_p4_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                            {
+                                                bit<32> pause_end_p4_index = (bit<32>)meta.routed_port[5:0];
+                                                bit<32> pause_end_p4_cell;
+                                                pause_end_p4.read(pause_end_p4_cell, pause_end_p4_index);
+                                                bit<32> value = pause_end_p4_cell;
+                                                bit<32> rv = 32w0;
+                                                if (((int<32>)(value - meta.now) > 0)) {
+                                                    rv = 32w0x1;
+                                                }
+                                                pause_end_p4.write(pause_end_p4_index, value);
+                                                meta.paused = rv;
+                                            }
+                                        } else {
+                                            if (meta.traffic_class == 8w5) {
+                                                // RegisterAction pause_end_p5_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                                {
+                                                    bit<32> pause_end_p5_index = (bit<32>)meta.routed_port[5:0];
+                                                    bit<32> pause_end_p5_cell;
+                                                    pause_end_p5.read(pause_end_p5_cell, pause_end_p5_index);
+                                                    bit<32> value = pause_end_p5_cell;
+                                                    bit<32> rv = 32w0;
+                                                    if (((int<32>)(value - meta.now) > 0)) {
+                                                        rv = 32w0x1;
+                                                    }
+                                                    pause_end_p5.write(pause_end_p5_index, value);
+                                                    meta.paused = rv;
+                                                }
+                                            } else {
+                                                if (meta.traffic_class == 8w6) {
+                                                    // RegisterAction pause_end_p6_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                                    {
+                                                        bit<32> pause_end_p6_index = (bit<32>)meta.routed_port[5:0];
+                                                        bit<32> pause_end_p6_cell;
+                                                        pause_end_p6.read(pause_end_p6_cell, pause_end_p6_index);
+                                                        bit<32> value = pause_end_p6_cell;
+                                                        bit<32> rv = 32w0;
+                                                        if (((int<32>)(value - meta.now) > 0)) {
+                                                            rv = 32w0x1;
+                                                        }
+                                                        pause_end_p6.write(pause_end_p6_index, value);
+                                                        meta.paused = rv;
+                                                    }
+                                                } else {
+                                                    // RegisterAction pause_end_p7_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                                    {
+                                                        bit<32> pause_end_p7_index = (bit<32>)meta.routed_port[5:0];
+                                                        bit<32> pause_end_p7_cell;
+                                                        pause_end_p7.read(pause_end_p7_cell, pause_end_p7_index);
+                                                        bit<32> value = pause_end_p7_cell;
+                                                        bit<32> rv = 32w0;
+                                                        if (((int<32>)(value - meta.now) > 0)) {
+                                                            rv = 32w0x1;
+                                                        }
+                                                        pause_end_p7.write(pause_end_p7_index, value);
+                                                        meta.paused = rv;
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        meta.paused_at_enqueue = 1w0;
+                        if (meta.paused != 32w0) {
+                            meta.paused_at_enqueue = 1w1;
+                        }
+                        meta.packet_bytes = (((bit<32>)(hdr.ipv4.total_len)) + 32w0x12);
+                        meta.enq_port_index = ((((bit<8>)(meta.ig_epoch_index)) << 6) | ((bit<8>)(meta.routed_port[5:0])));
+                        // RegisterAction port_enq_epoch_swap: Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
+                        {
+                            bit<32> port_enq_epoch_index = (bit<32>)meta.enq_port_index;
+                            bit<16> port_enq_epoch_cell;
+                            port_enq_epoch.read(port_enq_epoch_cell, port_enq_epoch_index);
+                            bit<16> value = port_enq_epoch_cell;
+                            bit<16> rv = 16w0;
+                            rv = value;
+                            value = meta.ig_epoch_id;
+                            port_enq_epoch.write(port_enq_epoch_index, value);
+                            meta.enq_old_epoch = rv;
+                        }
+                        meta.enq_fresh = 1w0;
+                        if (meta.enq_old_epoch != meta.ig_epoch_id) {
+                            meta.enq_fresh = 1w1;
+                        }
+                        // RegisterAction port_packets_add: First touch in a new epoch sets the value, later packets add (saturating)
+                        {
+                            bit<32> port_packets_index = (bit<32>)meta.enq_port_index;
+                            bit<32> port_packets_cell;
+                            port_packets.read(port_packets_cell, port_packets_index);
+                            bit<32> value = port_packets_cell;
+                            bit<32> rv = 32w0;
+                            if (!(((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                                value = value |+| 32w0x1;
+                            } else if ((((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                                value = 32w0x1;
+                            }
+                            port_packets.write(port_packets_index, value);
+                        }
+                        // RegisterAction port_paused_packets_add: First touch in a new epoch sets the value, later packets add (saturating)
+                        {
+                            bit<32> port_paused_packets_index = (bit<32>)meta.enq_port_index;
+                            bit<32> port_paused_packets_cell;
+                            port_paused_packets.read(port_paused_packets_cell, port_paused_packets_index);
+                            bit<32> value = port_paused_packets_cell;
+                            bit<32> rv = 32w0;
+                            if (!(((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                                value = value |+| meta.paused;
+                            } else if ((((bit<32>)meta.enq_fresh) != 32w0x0)) {
+                                value = meta.paused;
+                            }
+                            port_paused_packets.write(port_paused_packets_index, value);
+                        }
+                        meta.meter_index = ((((bit<14>)(meta.ig_epoch_index)) << 12) | ((bit<14>)(((((bit<12>)(meta.intr_ingress_port[5:0])) << 6) | ((bit<12>)(meta.routed_port[5:0]))))));
+                        // RegisterAction meter_epoch_swap: Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
+                        {
+                            bit<32> meter_epoch_index = (bit<32>)meta.meter_index;
+                            bit<16> meter_epoch_cell;
+                            meter_epoch.read(meter_epoch_cell, meter_epoch_index);
+                            bit<16> value = meter_epoch_cell;
+                            bit<16> rv = 16w0;
+                            rv = value;
+                            value = meta.ig_epoch_id;
+                            meter_epoch.write(meter_epoch_index, value);
+                            meta.meter_old_epoch = rv;
+                        }
+                        meta.meter_fresh = 1w0;
+                        if (meta.meter_old_epoch != meta.ig_epoch_id) {
+                            meta.meter_fresh = 1w1;
+                        }
+                        // RegisterAction meter_bytes_add: First touch in a new epoch sets the value, later packets add (saturating)
+                        {
+                            bit<32> meter_bytes_index = (bit<32>)meta.meter_index;
+                            bit<32> meter_bytes_cell;
+                            meter_bytes.read(meter_bytes_cell, meter_bytes_index);
+                            bit<32> value = meter_bytes_cell;
+                            bit<32> rv = 32w0;
+                            if (!(((bit<32>)meta.meter_fresh) != 32w0x0)) {
+                                value = value |+| meta.packet_bytes;
+                            } else if ((((bit<32>)meta.meter_fresh) != 32w0x0)) {
+                                value = meta.packet_bytes;
+                            }
+                            meter_bytes.write(meter_bytes_index, value);
+                        }
+                        // RegisterAction fanout_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> fanout_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                            bit<64> fanout_w0_cell;
+                            fanout_w0.read(fanout_w0_cell, fanout_w0_index);
+                            bit<32> value_lo = fanout_w0_cell[31:0];
+                            bit<32> value_hi = fanout_w0_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            fanout_w0.write(fanout_w0_index, value_hi ++ value_lo);
+                        }
+                        // RegisterAction fanout_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> fanout_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                            bit<64> fanout_w1_cell;
+                            fanout_w1.read(fanout_w1_cell, fanout_w1_index);
+                            bit<32> value_lo = fanout_w1_cell[31:0];
+                            bit<32> value_hi = fanout_w1_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            fanout_w1.write(fanout_w1_index, value_hi ++ value_lo);
+                        }
+                        if (meta.paused_at_enqueue == 1w1) {
+                            // RegisterAction paused_seen_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> paused_seen_w0_index = (bit<32>)1w0;
+                                bit<64> paused_seen_w0_cell;
+                                paused_seen_w0.read(paused_seen_w0_cell, paused_seen_w0_index);
+                                bit<32> value_lo = paused_seen_w0_cell[31:0];
+                                bit<32> value_hi = paused_seen_w0_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                paused_seen_w0.write(paused_seen_w0_index, value_hi ++ value_lo);
+                            }
+                            // RegisterAction paused_seen_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> paused_seen_w1_index = (bit<32>)1w0;
+                                bit<64> paused_seen_w1_cell;
+                                paused_seen_w1.read(paused_seen_w1_cell, paused_seen_w1_index);
+                                bit<32> value_lo = paused_seen_w1_cell[31:0];
+                                bit<32> value_hi = paused_seen_w1_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                paused_seen_w1.write(paused_seen_w1_index, value_hi ++ value_lo);
+                            }
+                        }
+                    }
                 }
             } else {
                 mark_to_drop(standard_metadata);
@@ -561,36 +1304,12 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
 }
 
 control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata) {
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 0 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p0;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 1 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p1;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 2 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p2;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 3 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p3;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 4 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p4;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 5 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p5;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 6 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p6;
-    // Per port: low 32 bits of the ns time when the PFC pause of priority 7 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
-    register<bit<32>>(64) pause_end_p7;
-    // Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot; a newer id resets the slot on first touch [port telemetry]
+    // Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot of the queue-depth sums; a newer id resets the slot on first touch [port telemetry]
     register<bit<16>>(256) port_epoch;
-    // RoCEv2 packets enqueued at the port in the epoch [port telemetry]
-    register<bit<32>>(256) port_packets;
-    // Of those, paused packets (enqueued while the port's priority was paused) [port telemetry]
-    register<bit<32>>(256) port_paused_packets;
-    // Sum of enqueue queue depths (target unit) over all packets [port telemetry]
+    // Sum of enqueue queue depths (target unit) over all packets enqueued in the epoch [port telemetry]
     register<bit<32>>(256) port_qdepth_sum;
     // Sum of enqueue queue depths over non-paused packets [port telemetry]
     register<bit<32>>(256) port_unpaused_qdepth_sum;
-    // Epoch id of each (epoch, ingress, egress) meter slot [causality meter]
-    register<bit<16>>(16384) meter_epoch;
-    // Bytes from ingress port to egress port in the epoch (HAWKEYE Fig. 3 causality meter) [causality meter]
-    register<bit<32>>(16384) meter_bytes;
     // Epoch id of the flow slot [flow telemetry]
     register<bit<16>>(16384) flow_epoch;
     // Flow key: IPv4 source [flow telemetry]
@@ -612,81 +1331,29 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     // Egress port of the flow [flow telemetry]
     register<bit<16>>(16384) flow_egress_port;
 
-    // Port speed 400g: one quantum is 1.28 ns × 2^0
-    action pfc_quanta_400g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 0);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 0);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 0);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 0);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 0);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 0);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 0);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 0);
+    // The one-hot mask of the egress port, in 32-port words
+    action egress_port_mask_set(bit<32> w0, bit<32> w1) {
+        meta.egress_port_mask_w0 = w0;
+        meta.egress_port_mask_w1 = w1;
     }
 
-    // Port speed 200g: one quantum is 1.28 ns × 2^1
-    action pfc_quanta_200g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 1);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 1);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 1);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 1);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 1);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 1);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 1);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 1);
+    // No port: an empty mask
+    action egress_port_mask_none() {
+        meta.egress_port_mask_w0 = 32w0;
+        meta.egress_port_mask_w1 = 32w0;
     }
 
-    // Port speed 100g: one quantum is 1.28 ns × 2^2
-    action pfc_quanta_100g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 2);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 2);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 2);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 2);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 2);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 2);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 2);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 2);
-    }
-
-    // Port speed 50g: one quantum is 1.28 ns × 2^3
-    action pfc_quanta_50g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 3);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 3);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 3);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 3);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 3);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 3);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 3);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 3);
-    }
-
-    // Port speed 25g: one quantum is 1.28 ns × 2^4
-    action pfc_quanta_25g() {
-        meta.pause_ns_0 = (((bit<32>)(hdr.pfc.quanta_0)) << 4);
-        meta.pause_ns_1 = (((bit<32>)(hdr.pfc.quanta_1)) << 4);
-        meta.pause_ns_2 = (((bit<32>)(hdr.pfc.quanta_2)) << 4);
-        meta.pause_ns_3 = (((bit<32>)(hdr.pfc.quanta_3)) << 4);
-        meta.pause_ns_4 = (((bit<32>)(hdr.pfc.quanta_4)) << 4);
-        meta.pause_ns_5 = (((bit<32>)(hdr.pfc.quanta_5)) << 4);
-        meta.pause_ns_6 = (((bit<32>)(hdr.pfc.quanta_6)) << 4);
-        meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
-    }
-
-    // Port speed for converting PFC quanta to time (installed by the control plane; default
-    // 100G)
-    table pfc_port_speed {
+    // Egress port → one-hot mask, to test it against the bridged PFC-branch bitmap
+    table egress_port_mask {
         key = {
             meta.intr_egress_port: exact;
         }
         actions = {
-            pfc_quanta_400g;
-            pfc_quanta_200g;
-            pfc_quanta_100g;
-            pfc_quanta_50g;
-            pfc_quanta_25g;
+            egress_port_mask_set;
+            egress_port_mask_none;
         }
-        default_action = pfc_quanta_100g();
-        size = 512;
+        default_action = egress_port_mask_none();
+        size = 64;
     }
 
     apply {
@@ -718,6 +1385,7 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.sketch_light_key = 0;
         meta.sketch_light_value = 0;
         meta.now = 0;
+        meta.traffic_class = 0;
         meta.paused = 0;
         meta.pause_ns_0 = 0;
         meta.pause_end_0 = 0;
@@ -735,26 +1403,43 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.pause_end_6 = 0;
         meta.pause_ns_7 = 0;
         meta.pause_end_7 = 0;
+        meta.mask_port = 0;
+        meta.port_mask_w0 = 0;
+        meta.port_mask_w1 = 0;
+        meta.ig_epoch_index = 0;
+        meta.ig_epoch_id = 0;
+        meta.pfc_xoff_ns = 0;
+        meta.pfc_xoff_end = 0;
+        meta.port_unmask_w0 = 0;
+        meta.port_unmask_w1 = 0;
+        meta.enq_port_index = 0;
+        meta.meter_index = 0;
+        meta.enq_old_epoch = 0;
+        meta.enq_fresh = 0;
+        meta.meter_old_epoch = 0;
+        meta.meter_fresh = 0;
+        meta.packet_bytes = 0;
+        meta.fanout_seen_w0 = 0;
+        meta.fanout_seen_w1 = 0;
+        meta.paused_seen_now_w0 = 0;
+        meta.paused_seen_now_w1 = 0;
+        meta.pfc_paused_now_w0 = 0;
+        meta.pfc_paused_now_w1 = 0;
         meta.epoch_index = 0;
         meta.epoch_offset = 0;
         meta.qdepth = 0;
         meta.unpaused_qdepth = 0;
+        meta.eg_paused = 0;
         meta.port_index = 0;
-        meta.meter_index = 0;
         meta.flow_slot = 0;
         meta.flow_index = 0;
         meta.port_old_epoch = 0;
         meta.port_fresh = 0;
-        meta.meter_old_epoch = 0;
-        meta.meter_fresh = 0;
-        meta.port_paused_seen = 0;
-        meta.meter_bytes_seen = 0;
-        meta.packet_bytes = 0;
         meta.flow_ports = 0;
         meta.flow_continue = 0;
         meta.flow_evict = 0;
-        meta.port_paused_now = 0;
-        meta.meter_now = 0;
+        meta.egress_port_mask_w0 = 0;
+        meta.egress_port_mask_w1 = 0;
         meta.reason_victim = 0;
         meta.reason_pfc = 0;
         meta.new_flag = 0;
@@ -772,6 +1457,8 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     hdr.polling.arrival_flags = meta.arrival_flags;
                     hdr.polling.context_ingress_port = meta.arrival_port;
                     hdr.polling.context_egress_port = meta.victim_port;
+                    hdr.polling.context_flags = ((bit<8>)(meta.victim_paused));
+                    hdr.polling.context_pfc_ports = ((((bit<64>)(meta.pfc_ports_w1)) << 32) | ((bit<64>)(meta.pfc_ports_w0)));
                 }
             } else {
                 hdr.eviction.setValid();
@@ -789,131 +1476,51 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                 hdr.eviction.last_offset_ns = meta.flow_old_last;
             }
         } else {
-            if (meta.is_pfc == 1w1) {
-                meta.now = meta.intr_enq_tstamp[31:0];
-                pfc_port_speed.apply();
-                meta.pause_ns_0 = ((meta.pause_ns_0 + (meta.pause_ns_0 >> 2)) + (meta.pause_ns_0 >> 5));
-                meta.pause_end_0 = (meta.now + meta.pause_ns_0);
-                meta.pause_ns_1 = ((meta.pause_ns_1 + (meta.pause_ns_1 >> 2)) + (meta.pause_ns_1 >> 5));
-                meta.pause_end_1 = (meta.now + meta.pause_ns_1);
-                meta.pause_ns_2 = ((meta.pause_ns_2 + (meta.pause_ns_2 >> 2)) + (meta.pause_ns_2 >> 5));
-                meta.pause_end_2 = (meta.now + meta.pause_ns_2);
-                meta.pause_ns_3 = ((meta.pause_ns_3 + (meta.pause_ns_3 >> 2)) + (meta.pause_ns_3 >> 5));
-                meta.pause_end_3 = (meta.now + meta.pause_ns_3);
-                meta.pause_ns_4 = ((meta.pause_ns_4 + (meta.pause_ns_4 >> 2)) + (meta.pause_ns_4 >> 5));
-                meta.pause_end_4 = (meta.now + meta.pause_ns_4);
-                meta.pause_ns_5 = ((meta.pause_ns_5 + (meta.pause_ns_5 >> 2)) + (meta.pause_ns_5 >> 5));
-                meta.pause_end_5 = (meta.now + meta.pause_ns_5);
-                meta.pause_ns_6 = ((meta.pause_ns_6 + (meta.pause_ns_6 >> 2)) + (meta.pause_ns_6 >> 5));
-                meta.pause_end_6 = (meta.now + meta.pause_ns_6);
-                meta.pause_ns_7 = ((meta.pause_ns_7 + (meta.pause_ns_7 >> 2)) + (meta.pause_ns_7 >> 5));
-                meta.pause_end_7 = (meta.now + meta.pause_ns_7);
-                if ((hdr.pfc.class_enable & 16w1) != 16w0) {
-                    // RegisterAction pause_end_p0_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p0_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p0_cell;
-                        pause_end_p0.read(pause_end_p0_cell, pause_end_p0_index);
-                        bit<32> value = pause_end_p0_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_0;
-                        pause_end_p0.write(pause_end_p0_index, value);
-                    }
+            if (hdr.polling.isValid()) {
+                egress_port_mask.apply();
+                meta.reason_victim = 1w0;
+                if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.intr_egress_port == meta.victim_port)) {
+                    meta.reason_victim = 1w1;
                 }
-                if ((hdr.pfc.class_enable & 16w2) != 16w0) {
-                    // RegisterAction pause_end_p1_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p1_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p1_cell;
-                        pause_end_p1.read(pause_end_p1_cell, pause_end_p1_index);
-                        bit<32> value = pause_end_p1_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_1;
-                        pause_end_p1.write(pause_end_p1_index, value);
-                    }
+                meta.reason_pfc = 1w0;
+                if ((((hdr.polling.trace_flag & 2w2) != 2w0) && (meta.intr_egress_port != meta.intr_eg_ingress_port)) && (((meta.pfc_ports_w0 & meta.egress_port_mask_w0) != 32w0) || ((meta.pfc_ports_w1 & meta.egress_port_mask_w1) != 32w0))) {
+                    meta.reason_pfc = 1w1;
                 }
-                if ((hdr.pfc.class_enable & 16w4) != 16w0) {
-                    // RegisterAction pause_end_p2_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p2_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p2_cell;
-                        pause_end_p2.read(pause_end_p2_cell, pause_end_p2_index);
-                        bit<32> value = pause_end_p2_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_2;
-                        pause_end_p2.write(pause_end_p2_index, value);
+                if ((meta.reason_victim == 1w0) && (meta.reason_pfc == 1w0)) {
+                    mark_to_drop(standard_metadata);
+                } else {
+                    meta.new_flag = 2w0;
+                    if (meta.reason_victim == 1w1) {
+                        meta.new_flag = 2w1;
+                        if (meta.victim_paused == 1w1) {
+                            meta.new_flag = 2w3;
+                        }
                     }
-                }
-                if ((hdr.pfc.class_enable & 16w8) != 16w0) {
-                    // RegisterAction pause_end_p3_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p3_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p3_cell;
-                        pause_end_p3.read(pause_end_p3_cell, pause_end_p3_index);
-                        bit<32> value = pause_end_p3_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_3;
-                        pause_end_p3.write(pause_end_p3_index, value);
+                    if (meta.reason_pfc == 1w1) {
+                        meta.new_flag = (meta.new_flag | 2w2);
                     }
+                    hdr.polling.trace_flag = meta.new_flag;
+                    hdr.polling.hop_limit = (hdr.polling.hop_limit - 8w1);
+                    hdr.polling.context_kind = 8w0;
+                    hdr.polling.arrival_flags = 8w0;
+                    hdr.polling.context_ingress_port = 16w0;
+                    hdr.polling.context_egress_port = 16w0;
+                    hdr.polling.context_flags = 8w0;
+                    hdr.polling.context_pfc_ports = 64w0;
                 }
-                if ((hdr.pfc.class_enable & 16w0x10) != 16w0) {
-                    // RegisterAction pause_end_p4_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p4_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p4_cell;
-                        pause_end_p4.read(pause_end_p4_cell, pause_end_p4_index);
-                        bit<32> value = pause_end_p4_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_4;
-                        pause_end_p4.write(pause_end_p4_index, value);
-                    }
-                }
-                if ((hdr.pfc.class_enable & 16w0x20) != 16w0) {
-                    // RegisterAction pause_end_p5_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p5_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p5_cell;
-                        pause_end_p5.read(pause_end_p5_cell, pause_end_p5_index);
-                        bit<32> value = pause_end_p5_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_5;
-                        pause_end_p5.write(pause_end_p5_index, value);
-                    }
-                }
-                if ((hdr.pfc.class_enable & 16w0x40) != 16w0) {
-                    // RegisterAction pause_end_p6_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p6_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p6_cell;
-                        pause_end_p6.read(pause_end_p6_cell, pause_end_p6_index);
-                        bit<32> value = pause_end_p6_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_6;
-                        pause_end_p6.write(pause_end_p6_index, value);
-                    }
-                }
-                if ((hdr.pfc.class_enable & 16w0x80) != 16w0) {
-                    // RegisterAction pause_end_p7_set: Records when the pause ends
-                    {
-                        bit<32> pause_end_p7_index = (bit<32>)meta.intr_egress_port[5:0];
-                        bit<32> pause_end_p7_cell;
-                        pause_end_p7.read(pause_end_p7_cell, pause_end_p7_index);
-                        bit<32> value = pause_end_p7_cell;
-                        bit<32> rv = 32w0;
-                        value = meta.pause_end_7;
-                        pause_end_p7.write(pause_end_p7_index, value);
-                    }
-                }
-                mark_to_drop(standard_metadata);
             } else {
-                if (hdr.polling.isValid()) {
-                    meta.now = meta.intr_enq_tstamp[31:0];
+                if (hdr.bth.isValid()) {
                     meta.epoch_index = meta.intr_enq_tstamp[21:20];
                     meta.epoch_id = meta.intr_enq_tstamp[37:22];
                     meta.epoch_offset = ((bit<32>)(meta.intr_enq_tstamp[19:0]));
                     meta.port_index = ((((bit<8>)(meta.epoch_index)) << 6) | ((bit<8>)(meta.intr_egress_port[5:0])));
-                    meta.meter_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(((((bit<12>)(meta.intr_eg_ingress_port[5:0])) << 6) | ((bit<12>)(meta.intr_egress_port[5:0]))))));
-                    // RegisterAction port_epoch_read: Reads the slot's epoch id
+                    meta.eg_paused = ((bit<32>)(meta.paused_at_enqueue));
+                    meta.qdepth = meta.intr_enq_qdepth;
+                    meta.unpaused_qdepth = meta.qdepth;
+                    if (meta.eg_paused != 32w0) {
+                        meta.unpaused_qdepth = 32w0;
+                    }
+                    // RegisterAction port_epoch_swap: Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
                     {
                         bit<32> port_epoch_index = (bit<32>)meta.port_index;
                         bit<16> port_epoch_cell;
@@ -921,473 +1528,195 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                         bit<16> value = port_epoch_cell;
                         bit<16> rv = 16w0;
                         rv = value;
+                        value = meta.epoch_id;
                         port_epoch.write(port_epoch_index, value);
                         meta.port_old_epoch = rv;
                     }
-                    // RegisterAction port_paused_packets_read: Reads the value
-                    {
-                        bit<32> port_paused_packets_index = (bit<32>)meta.port_index;
-                        bit<32> port_paused_packets_cell;
-                        port_paused_packets.read(port_paused_packets_cell, port_paused_packets_index);
-                        bit<32> value = port_paused_packets_cell;
-                        bit<32> rv = 32w0;
-                        rv = value;
-                        port_paused_packets.write(port_paused_packets_index, value);
-                        meta.port_paused_seen = rv;
+                    meta.port_fresh = 1w0;
+                    if (meta.port_old_epoch != meta.epoch_id) {
+                        meta.port_fresh = 1w1;
                     }
-                    // RegisterAction meter_epoch_read: Reads the slot's epoch id
+                    // RegisterAction port_qdepth_sum_add: First touch in a new epoch sets the value, later packets add (saturating)
                     {
-                        bit<32> meter_epoch_index = (bit<32>)meta.meter_index;
-                        bit<16> meter_epoch_cell;
-                        meter_epoch.read(meter_epoch_cell, meter_epoch_index);
-                        bit<16> value = meter_epoch_cell;
+                        bit<32> port_qdepth_sum_index = (bit<32>)meta.port_index;
+                        bit<32> port_qdepth_sum_cell;
+                        port_qdepth_sum.read(port_qdepth_sum_cell, port_qdepth_sum_index);
+                        bit<32> value = port_qdepth_sum_cell;
+                        bit<32> rv = 32w0;
+                        if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
+                            value = value |+| meta.qdepth;
+                        } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
+                            value = meta.qdepth;
+                        }
+                        port_qdepth_sum.write(port_qdepth_sum_index, value);
+                    }
+                    // RegisterAction port_unpaused_qdepth_sum_add: First touch in a new epoch sets the value, later packets add (saturating)
+                    {
+                        bit<32> port_unpaused_qdepth_sum_index = (bit<32>)meta.port_index;
+                        bit<32> port_unpaused_qdepth_sum_cell;
+                        port_unpaused_qdepth_sum.read(port_unpaused_qdepth_sum_cell, port_unpaused_qdepth_sum_index);
+                        bit<32> value = port_unpaused_qdepth_sum_cell;
+                        bit<32> rv = 32w0;
+                        if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
+                            value = value |+| meta.unpaused_qdepth;
+                        } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
+                            value = meta.unpaused_qdepth;
+                        }
+                        port_unpaused_qdepth_sum.write(port_unpaused_qdepth_sum_index, value);
+                    }
+                    hash(meta.flow_slot, HashAlgorithm.crc32, 12w0, {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port}, 64w4096);
+                    meta.flow_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(meta.flow_slot)));
+                    meta.flow_ports = ((((bit<32>)(hdr.udp.src_port)) << 16) | ((bit<32>)(hdr.udp.dst_port)));
+                    // RegisterAction flow_epoch_swap: Stores this packet's value, returns the previous occupant's
+                    {
+                        bit<32> flow_epoch_index = (bit<32>)meta.flow_index;
+                        bit<16> flow_epoch_cell;
+                        flow_epoch.read(flow_epoch_cell, flow_epoch_index);
+                        bit<16> value = flow_epoch_cell;
                         bit<16> rv = 16w0;
                         rv = value;
-                        meter_epoch.write(meter_epoch_index, value);
-                        meta.meter_old_epoch = rv;
+                        value = meta.epoch_id;
+                        flow_epoch.write(flow_epoch_index, value);
+                        meta.flow_old_epoch = rv;
                     }
-                    // RegisterAction meter_bytes_read: Reads the value
+                    // RegisterAction flow_key_src_swap: Stores this packet's value, returns the previous occupant's
                     {
-                        bit<32> meter_bytes_index = (bit<32>)meta.meter_index;
-                        bit<32> meter_bytes_cell;
-                        meter_bytes.read(meter_bytes_cell, meter_bytes_index);
-                        bit<32> value = meter_bytes_cell;
+                        bit<32> flow_key_src_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_key_src_cell;
+                        flow_key_src.read(flow_key_src_cell, flow_key_src_index);
+                        bit<32> value = flow_key_src_cell;
                         bit<32> rv = 32w0;
                         rv = value;
-                        meter_bytes.write(meter_bytes_index, value);
-                        meta.meter_bytes_seen = rv;
+                        value = hdr.ipv4.src_addr;
+                        flow_key_src.write(flow_key_src_index, value);
+                        meta.flow_old_src = rv;
                     }
-                    meta.port_paused_now = 1w0;
-                    if ((meta.port_old_epoch == meta.epoch_id) && (meta.port_paused_seen != 32w0)) {
-                        meta.port_paused_now = 1w1;
+                    // RegisterAction flow_key_dst_swap: Stores this packet's value, returns the previous occupant's
+                    {
+                        bit<32> flow_key_dst_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_key_dst_cell;
+                        flow_key_dst.read(flow_key_dst_cell, flow_key_dst_index);
+                        bit<32> value = flow_key_dst_cell;
+                        bit<32> rv = 32w0;
+                        rv = value;
+                        value = hdr.ipv4.dst_addr;
+                        flow_key_dst.write(flow_key_dst_index, value);
+                        meta.flow_old_dst = rv;
                     }
-                    meta.meter_now = 1w0;
-                    if ((meta.meter_old_epoch == meta.epoch_id) && (meta.meter_bytes_seen != 32w0)) {
-                        meta.meter_now = 1w1;
+                    // RegisterAction flow_key_ports_swap: Stores this packet's value, returns the previous occupant's
+                    {
+                        bit<32> flow_key_ports_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_key_ports_cell;
+                        flow_key_ports.read(flow_key_ports_cell, flow_key_ports_index);
+                        bit<32> value = flow_key_ports_cell;
+                        bit<32> rv = 32w0;
+                        rv = value;
+                        value = meta.flow_ports;
+                        flow_key_ports.write(flow_key_ports_index, value);
+                        meta.flow_old_ports = rv;
                     }
-                    meta.reason_victim = 1w0;
-                    if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.intr_egress_port == meta.victim_port)) {
-                        meta.reason_victim = 1w1;
+                    meta.flow_continue = 1w0;
+                    if (((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src == hdr.ipv4.src_addr)) && ((meta.flow_old_dst == hdr.ipv4.dst_addr) && (meta.flow_old_ports == meta.flow_ports))) {
+                        meta.flow_continue = 1w1;
                     }
-                    meta.reason_pfc = 1w0;
-                    if ((((hdr.polling.trace_flag & 2w2) != 2w0) && (meta.intr_egress_port != meta.intr_eg_ingress_port)) && ((meta.port_paused_now == 1w1) && (meta.meter_now == 1w1))) {
-                        meta.reason_pfc = 1w1;
+                    meta.flow_evict = 1w0;
+                    if ((meta.flow_continue == 1w0) && ((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src != 32w0))) {
+                        meta.flow_evict = 1w1;
                     }
-                    if ((meta.reason_victim == 1w0) && (meta.reason_pfc == 1w0)) {
-                        mark_to_drop(standard_metadata);
-                    } else {
-                        meta.new_flag = 2w0;
-                        if (meta.reason_victim == 1w1) {
-                            meta.new_flag = 2w1;
-                            if (meta.port_paused_now == 1w1) {
-                                meta.new_flag = 2w3;
-                            }
+                    // RegisterAction flow_packets_add: Same flow in the same epoch adds (saturating); a new occupant starts over; returns the previous value (for the eviction report)
+                    {
+                        bit<32> flow_packets_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_packets_cell;
+                        flow_packets.read(flow_packets_cell, flow_packets_index);
+                        bit<32> value = flow_packets_cell;
+                        bit<32> rv = 32w0;
+                        if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
+                            rv = value;
+                            value = 32w0x1;
+                        } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
+                            rv = value;
+                            value = value |+| 32w0x1;
                         }
-                        if (meta.reason_pfc == 1w1) {
-                            meta.new_flag = (meta.new_flag | 2w2);
-                        }
-                        hdr.polling.trace_flag = meta.new_flag;
-                        hdr.polling.hop_limit = (hdr.polling.hop_limit - 8w1);
-                        hdr.polling.context_kind = 8w0;
-                        hdr.polling.arrival_flags = 8w0;
-                        hdr.polling.context_ingress_port = 16w0;
-                        hdr.polling.context_egress_port = 16w0;
+                        flow_packets.write(flow_packets_index, value);
+                        meta.flow_old_packets = rv;
                     }
-                } else {
-                    if (hdr.bth.isValid()) {
-                        meta.now = meta.intr_enq_tstamp[31:0];
-                        meta.epoch_index = meta.intr_enq_tstamp[21:20];
-                        meta.epoch_id = meta.intr_enq_tstamp[37:22];
-                        meta.epoch_offset = ((bit<32>)(meta.intr_enq_tstamp[19:0]));
-                        meta.port_index = ((((bit<8>)(meta.epoch_index)) << 6) | ((bit<8>)(meta.intr_egress_port[5:0])));
-                        meta.meter_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(((((bit<12>)(meta.intr_eg_ingress_port[5:0])) << 6) | ((bit<12>)(meta.intr_egress_port[5:0]))))));
-                        if (meta.intr_egress_queue == 8w0) {
-                            // RegisterAction pause_end_p0_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                            {
-                                bit<32> pause_end_p0_index = (bit<32>)meta.intr_egress_port[5:0];
-                                bit<32> pause_end_p0_cell;
-                                pause_end_p0.read(pause_end_p0_cell, pause_end_p0_index);
-                                bit<32> value = pause_end_p0_cell;
-                                bit<32> rv = 32w0;
-                                if (((int<32>)(value - meta.now) > 0)) {
-                                    rv = 32w0x1;
-                                }
-                                pause_end_p0.write(pause_end_p0_index, value);
-                                meta.paused = rv;
-                            }
-                        } else {
-                            if (meta.intr_egress_queue == 8w1) {
-                                // RegisterAction pause_end_p1_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                                {
-                                    bit<32> pause_end_p1_index = (bit<32>)meta.intr_egress_port[5:0];
-                                    bit<32> pause_end_p1_cell;
-                                    pause_end_p1.read(pause_end_p1_cell, pause_end_p1_index);
-                                    bit<32> value = pause_end_p1_cell;
-                                    bit<32> rv = 32w0;
-                                    if (((int<32>)(value - meta.now) > 0)) {
-                                        rv = 32w0x1;
-                                    }
-                                    pause_end_p1.write(pause_end_p1_index, value);
-                                    meta.paused = rv;
-                                }
-                            } else {
-                                if (meta.intr_egress_queue == 8w2) {
-                                    // RegisterAction pause_end_p2_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                                    {
-                                        bit<32> pause_end_p2_index = (bit<32>)meta.intr_egress_port[5:0];
-                                        bit<32> pause_end_p2_cell;
-                                        pause_end_p2.read(pause_end_p2_cell, pause_end_p2_index);
-                                        bit<32> value = pause_end_p2_cell;
-                                        bit<32> rv = 32w0;
-                                        if (((int<32>)(value - meta.now) > 0)) {
-                                            rv = 32w0x1;
-                                        }
-                                        pause_end_p2.write(pause_end_p2_index, value);
-                                        meta.paused = rv;
-                                    }
-                                } else {
-                                    if (meta.intr_egress_queue == 8w3) {
-                                        // RegisterAction pause_end_p3_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                                        {
-                                            bit<32> pause_end_p3_index = (bit<32>)meta.intr_egress_port[5:0];
-                                            bit<32> pause_end_p3_cell;
-                                            pause_end_p3.read(pause_end_p3_cell, pause_end_p3_index);
-                                            bit<32> value = pause_end_p3_cell;
-                                            bit<32> rv = 32w0;
-                                            if (((int<32>)(value - meta.now) > 0)) {
-                                                rv = 32w0x1;
-                                            }
-                                            pause_end_p3.write(pause_end_p3_index, value);
-                                            meta.paused = rv;
-                                        }
-                                    } else {
-                                        if (meta.intr_egress_queue == 8w4) {
-                                            // RegisterAction pause_end_p4_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                                            {
-                                                bit<32> pause_end_p4_index = (bit<32>)meta.intr_egress_port[5:0];
-                                                bit<32> pause_end_p4_cell;
-                                                pause_end_p4.read(pause_end_p4_cell, pause_end_p4_index);
-                                                bit<32> value = pause_end_p4_cell;
-                                                bit<32> rv = 32w0;
-                                                if (((int<32>)(value - meta.now) > 0)) {
-                                                    rv = 32w0x1;
-                                                }
-                                                pause_end_p4.write(pause_end_p4_index, value);
-                                                meta.paused = rv;
-                                            }
-                                        } else {
-                                            if (meta.intr_egress_queue == 8w5) {
-                                                // RegisterAction pause_end_p5_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                                                {
-                                                    bit<32> pause_end_p5_index = (bit<32>)meta.intr_egress_port[5:0];
-                                                    bit<32> pause_end_p5_cell;
-                                                    pause_end_p5.read(pause_end_p5_cell, pause_end_p5_index);
-                                                    bit<32> value = pause_end_p5_cell;
-                                                    bit<32> rv = 32w0;
-                                                    if (((int<32>)(value - meta.now) > 0)) {
-                                                        rv = 32w0x1;
-                                                    }
-                                                    pause_end_p5.write(pause_end_p5_index, value);
-                                                    meta.paused = rv;
-                                                }
-                                            } else {
-                                                if (meta.intr_egress_queue == 8w6) {
-                                                    // RegisterAction pause_end_p6_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                                                    {
-                                                        bit<32> pause_end_p6_index = (bit<32>)meta.intr_egress_port[5:0];
-                                                        bit<32> pause_end_p6_cell;
-                                                        pause_end_p6.read(pause_end_p6_cell, pause_end_p6_index);
-                                                        bit<32> value = pause_end_p6_cell;
-                                                        bit<32> rv = 32w0;
-                                                        if (((int<32>)(value - meta.now) > 0)) {
-                                                            rv = 32w0x1;
-                                                        }
-                                                        pause_end_p6.write(pause_end_p6_index, value);
-                                                        meta.paused = rv;
-                                                    }
-                                                } else {
-                                                    // RegisterAction pause_end_p7_check: Returns 1 when the packet was enqueued before the pause ended (a paused packet, HAWKEYE §3.3)
-                                                    {
-                                                        bit<32> pause_end_p7_index = (bit<32>)meta.intr_egress_port[5:0];
-                                                        bit<32> pause_end_p7_cell;
-                                                        pause_end_p7.read(pause_end_p7_cell, pause_end_p7_index);
-                                                        bit<32> value = pause_end_p7_cell;
-                                                        bit<32> rv = 32w0;
-                                                        if (((int<32>)(value - meta.now) > 0)) {
-                                                            rv = 32w0x1;
-                                                        }
-                                                        pause_end_p7.write(pause_end_p7_index, value);
-                                                        meta.paused = rv;
-                                                    }
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        meta.qdepth = meta.intr_enq_qdepth;
-                        meta.unpaused_qdepth = meta.qdepth;
-                        if (meta.paused != 32w0) {
-                            meta.unpaused_qdepth = 32w0;
-                        }
-                        meta.packet_bytes = ((bit<32>)(meta.intr_packet_length));
-                        // RegisterAction port_epoch_swap: Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
-                        {
-                            bit<32> port_epoch_index = (bit<32>)meta.port_index;
-                            bit<16> port_epoch_cell;
-                            port_epoch.read(port_epoch_cell, port_epoch_index);
-                            bit<16> value = port_epoch_cell;
-                            bit<16> rv = 16w0;
+                    // RegisterAction flow_paused_packets_add: Same flow in the same epoch adds (saturating); a new occupant starts over; returns the previous value (for the eviction report)
+                    {
+                        bit<32> flow_paused_packets_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_paused_packets_cell;
+                        flow_paused_packets.read(flow_paused_packets_cell, flow_paused_packets_index);
+                        bit<32> value = flow_paused_packets_cell;
+                        bit<32> rv = 32w0;
+                        if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
                             rv = value;
-                            value = meta.epoch_id;
-                            port_epoch.write(port_epoch_index, value);
-                            meta.port_old_epoch = rv;
-                        }
-                        meta.port_fresh = 1w0;
-                        if (meta.port_old_epoch != meta.epoch_id) {
-                            meta.port_fresh = 1w1;
-                        }
-                        // RegisterAction port_packets_add: First touch in a new epoch sets the value, later packets add (saturating)
-                        {
-                            bit<32> port_packets_index = (bit<32>)meta.port_index;
-                            bit<32> port_packets_cell;
-                            port_packets.read(port_packets_cell, port_packets_index);
-                            bit<32> value = port_packets_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = value |+| 32w0x1;
-                            } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = 32w0x1;
-                            }
-                            port_packets.write(port_packets_index, value);
-                        }
-                        // RegisterAction port_paused_packets_add: First touch in a new epoch sets the value, later packets add (saturating)
-                        {
-                            bit<32> port_paused_packets_index = (bit<32>)meta.port_index;
-                            bit<32> port_paused_packets_cell;
-                            port_paused_packets.read(port_paused_packets_cell, port_paused_packets_index);
-                            bit<32> value = port_paused_packets_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = value |+| meta.paused;
-                            } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = meta.paused;
-                            }
-                            port_paused_packets.write(port_paused_packets_index, value);
-                        }
-                        // RegisterAction port_qdepth_sum_add: First touch in a new epoch sets the value, later packets add (saturating)
-                        {
-                            bit<32> port_qdepth_sum_index = (bit<32>)meta.port_index;
-                            bit<32> port_qdepth_sum_cell;
-                            port_qdepth_sum.read(port_qdepth_sum_cell, port_qdepth_sum_index);
-                            bit<32> value = port_qdepth_sum_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = value |+| meta.qdepth;
-                            } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = meta.qdepth;
-                            }
-                            port_qdepth_sum.write(port_qdepth_sum_index, value);
-                        }
-                        // RegisterAction port_unpaused_qdepth_sum_add: First touch in a new epoch sets the value, later packets add (saturating)
-                        {
-                            bit<32> port_unpaused_qdepth_sum_index = (bit<32>)meta.port_index;
-                            bit<32> port_unpaused_qdepth_sum_cell;
-                            port_unpaused_qdepth_sum.read(port_unpaused_qdepth_sum_cell, port_unpaused_qdepth_sum_index);
-                            bit<32> value = port_unpaused_qdepth_sum_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = value |+| meta.unpaused_qdepth;
-                            } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
-                                value = meta.unpaused_qdepth;
-                            }
-                            port_unpaused_qdepth_sum.write(port_unpaused_qdepth_sum_index, value);
-                        }
-                        // RegisterAction meter_epoch_swap: Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
-                        {
-                            bit<32> meter_epoch_index = (bit<32>)meta.meter_index;
-                            bit<16> meter_epoch_cell;
-                            meter_epoch.read(meter_epoch_cell, meter_epoch_index);
-                            bit<16> value = meter_epoch_cell;
-                            bit<16> rv = 16w0;
+                            value = meta.eg_paused;
+                        } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
                             rv = value;
-                            value = meta.epoch_id;
-                            meter_epoch.write(meter_epoch_index, value);
-                            meta.meter_old_epoch = rv;
+                            value = value |+| meta.eg_paused;
                         }
-                        meta.meter_fresh = 1w0;
-                        if (meta.meter_old_epoch != meta.epoch_id) {
-                            meta.meter_fresh = 1w1;
-                        }
-                        // RegisterAction meter_bytes_add: First touch in a new epoch sets the value, later packets add (saturating)
-                        {
-                            bit<32> meter_bytes_index = (bit<32>)meta.meter_index;
-                            bit<32> meter_bytes_cell;
-                            meter_bytes.read(meter_bytes_cell, meter_bytes_index);
-                            bit<32> value = meter_bytes_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.meter_fresh) != 32w0x0)) {
-                                value = value |+| meta.packet_bytes;
-                            } else if ((((bit<32>)meta.meter_fresh) != 32w0x0)) {
-                                value = meta.packet_bytes;
-                            }
-                            meter_bytes.write(meter_bytes_index, value);
-                        }
-                        hash(meta.flow_slot, HashAlgorithm.crc32, 12w0, {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port}, 64w4096);
-                        meta.flow_index = ((((bit<14>)(meta.epoch_index)) << 12) | ((bit<14>)(meta.flow_slot)));
-                        meta.flow_ports = ((((bit<32>)(hdr.udp.src_port)) << 16) | ((bit<32>)(hdr.udp.dst_port)));
-                        // RegisterAction flow_epoch_swap: Stores this packet's value, returns the previous occupant's
-                        {
-                            bit<32> flow_epoch_index = (bit<32>)meta.flow_index;
-                            bit<16> flow_epoch_cell;
-                            flow_epoch.read(flow_epoch_cell, flow_epoch_index);
-                            bit<16> value = flow_epoch_cell;
-                            bit<16> rv = 16w0;
+                        flow_paused_packets.write(flow_paused_packets_index, value);
+                        meta.flow_old_paused = rv;
+                    }
+                    // RegisterAction flow_unpaused_qdepth_sum_add: Same flow in the same epoch adds (saturating); a new occupant starts over; returns the previous value (for the eviction report)
+                    {
+                        bit<32> flow_unpaused_qdepth_sum_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_unpaused_qdepth_sum_cell;
+                        flow_unpaused_qdepth_sum.read(flow_unpaused_qdepth_sum_cell, flow_unpaused_qdepth_sum_index);
+                        bit<32> value = flow_unpaused_qdepth_sum_cell;
+                        bit<32> rv = 32w0;
+                        if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
                             rv = value;
-                            value = meta.epoch_id;
-                            flow_epoch.write(flow_epoch_index, value);
-                            meta.flow_old_epoch = rv;
-                        }
-                        // RegisterAction flow_key_src_swap: Stores this packet's value, returns the previous occupant's
-                        {
-                            bit<32> flow_key_src_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_key_src_cell;
-                            flow_key_src.read(flow_key_src_cell, flow_key_src_index);
-                            bit<32> value = flow_key_src_cell;
-                            bit<32> rv = 32w0;
+                            value = meta.unpaused_qdepth;
+                        } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
                             rv = value;
-                            value = hdr.ipv4.src_addr;
-                            flow_key_src.write(flow_key_src_index, value);
-                            meta.flow_old_src = rv;
+                            value = value |+| meta.unpaused_qdepth;
                         }
-                        // RegisterAction flow_key_dst_swap: Stores this packet's value, returns the previous occupant's
-                        {
-                            bit<32> flow_key_dst_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_key_dst_cell;
-                            flow_key_dst.read(flow_key_dst_cell, flow_key_dst_index);
-                            bit<32> value = flow_key_dst_cell;
-                            bit<32> rv = 32w0;
-                            rv = value;
-                            value = hdr.ipv4.dst_addr;
-                            flow_key_dst.write(flow_key_dst_index, value);
-                            meta.flow_old_dst = rv;
-                        }
-                        // RegisterAction flow_key_ports_swap: Stores this packet's value, returns the previous occupant's
-                        {
-                            bit<32> flow_key_ports_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_key_ports_cell;
-                            flow_key_ports.read(flow_key_ports_cell, flow_key_ports_index);
-                            bit<32> value = flow_key_ports_cell;
-                            bit<32> rv = 32w0;
-                            rv = value;
-                            value = meta.flow_ports;
-                            flow_key_ports.write(flow_key_ports_index, value);
-                            meta.flow_old_ports = rv;
-                        }
-                        meta.flow_continue = 1w0;
-                        if (((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src == hdr.ipv4.src_addr)) && ((meta.flow_old_dst == hdr.ipv4.dst_addr) && (meta.flow_old_ports == meta.flow_ports))) {
-                            meta.flow_continue = 1w1;
-                        }
-                        meta.flow_evict = 1w0;
-                        if ((meta.flow_continue == 1w0) && ((meta.flow_old_epoch == meta.epoch_id) && (meta.flow_old_src != 32w0))) {
-                            meta.flow_evict = 1w1;
-                        }
-                        // RegisterAction flow_packets_add: Same flow in the same epoch adds (saturating); a new occupant starts over; returns the previous value (for the eviction report)
-                        {
-                            bit<32> flow_packets_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_packets_cell;
-                            flow_packets.read(flow_packets_cell, flow_packets_index);
-                            bit<32> value = flow_packets_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                                value = 32w0x1;
-                            } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                                value = value |+| 32w0x1;
-                            }
-                            flow_packets.write(flow_packets_index, value);
-                            meta.flow_old_packets = rv;
-                        }
-                        // RegisterAction flow_paused_packets_add: Same flow in the same epoch adds (saturating); a new occupant starts over; returns the previous value (for the eviction report)
-                        {
-                            bit<32> flow_paused_packets_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_paused_packets_cell;
-                            flow_paused_packets.read(flow_paused_packets_cell, flow_paused_packets_index);
-                            bit<32> value = flow_paused_packets_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                                value = meta.paused;
-                            } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                                value = value |+| meta.paused;
-                            }
-                            flow_paused_packets.write(flow_paused_packets_index, value);
-                            meta.flow_old_paused = rv;
-                        }
-                        // RegisterAction flow_unpaused_qdepth_sum_add: Same flow in the same epoch adds (saturating); a new occupant starts over; returns the previous value (for the eviction report)
-                        {
-                            bit<32> flow_unpaused_qdepth_sum_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_unpaused_qdepth_sum_cell;
-                            flow_unpaused_qdepth_sum.read(flow_unpaused_qdepth_sum_cell, flow_unpaused_qdepth_sum_index);
-                            bit<32> value = flow_unpaused_qdepth_sum_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                                value = meta.unpaused_qdepth;
-                            } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                                value = value |+| meta.unpaused_qdepth;
-                            }
-                            flow_unpaused_qdepth_sum.write(flow_unpaused_qdepth_sum_index, value);
-                            meta.flow_old_qdepth_sum = rv;
-                        }
-                        // RegisterAction flow_first_offset_update: A new occupant records its first enqueue offset; returns the previous value
-                        {
-                            bit<32> flow_first_offset_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_first_offset_cell;
-                            flow_first_offset.read(flow_first_offset_cell, flow_first_offset_index);
-                            bit<32> value = flow_first_offset_cell;
-                            bit<32> rv = 32w0;
-                            if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                                value = meta.epoch_offset;
-                            } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
-                                rv = value;
-                            }
-                            flow_first_offset.write(flow_first_offset_index, value);
-                            meta.flow_old_first = rv;
-                        }
-                        // RegisterAction flow_last_offset_swap: Stores this packet's value, returns the previous occupant's
-                        {
-                            bit<32> flow_last_offset_index = (bit<32>)meta.flow_index;
-                            bit<32> flow_last_offset_cell;
-                            flow_last_offset.read(flow_last_offset_cell, flow_last_offset_index);
-                            bit<32> value = flow_last_offset_cell;
-                            bit<32> rv = 32w0;
+                        flow_unpaused_qdepth_sum.write(flow_unpaused_qdepth_sum_index, value);
+                        meta.flow_old_qdepth_sum = rv;
+                    }
+                    // RegisterAction flow_first_offset_update: A new occupant records its first enqueue offset; returns the previous value
+                    {
+                        bit<32> flow_first_offset_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_first_offset_cell;
+                        flow_first_offset.read(flow_first_offset_cell, flow_first_offset_index);
+                        bit<32> value = flow_first_offset_cell;
+                        bit<32> rv = 32w0;
+                        if (!(((bit<32>)meta.flow_continue) != 32w0x0)) {
                             rv = value;
                             value = meta.epoch_offset;
-                            flow_last_offset.write(flow_last_offset_index, value);
-                            meta.flow_old_last = rv;
-                        }
-                        // RegisterAction flow_egress_port_swap: Stores this packet's value, returns the previous occupant's
-                        {
-                            bit<32> flow_egress_port_index = (bit<32>)meta.flow_index;
-                            bit<16> flow_egress_port_cell;
-                            flow_egress_port.read(flow_egress_port_cell, flow_egress_port_index);
-                            bit<16> value = flow_egress_port_cell;
-                            bit<16> rv = 16w0;
+                        } else if ((((bit<32>)meta.flow_continue) != 32w0x0)) {
                             rv = value;
-                            value = meta.intr_egress_port;
-                            flow_egress_port.write(flow_egress_port_index, value);
-                            meta.flow_old_egress_port = rv;
                         }
-                        meta.flow_old_epoch_index = ((bit<8>)(meta.epoch_index));
-                        if (meta.flow_evict == 1w1) {
-                            clone_preserving_field_list(CloneType.E2E, (bit<32>)CPU_MIRROR_SESSION, 1);
-                        }
+                        flow_first_offset.write(flow_first_offset_index, value);
+                        meta.flow_old_first = rv;
+                    }
+                    // RegisterAction flow_last_offset_swap: Stores this packet's value, returns the previous occupant's
+                    {
+                        bit<32> flow_last_offset_index = (bit<32>)meta.flow_index;
+                        bit<32> flow_last_offset_cell;
+                        flow_last_offset.read(flow_last_offset_cell, flow_last_offset_index);
+                        bit<32> value = flow_last_offset_cell;
+                        bit<32> rv = 32w0;
+                        rv = value;
+                        value = meta.epoch_offset;
+                        flow_last_offset.write(flow_last_offset_index, value);
+                        meta.flow_old_last = rv;
+                    }
+                    // RegisterAction flow_egress_port_swap: Stores this packet's value, returns the previous occupant's
+                    {
+                        bit<32> flow_egress_port_index = (bit<32>)meta.flow_index;
+                        bit<16> flow_egress_port_cell;
+                        flow_egress_port.read(flow_egress_port_cell, flow_egress_port_index);
+                        bit<16> value = flow_egress_port_cell;
+                        bit<16> rv = 16w0;
+                        rv = value;
+                        value = meta.intr_egress_port;
+                        flow_egress_port.write(flow_egress_port_index, value);
+                        meta.flow_old_egress_port = rv;
+                    }
+                    meta.flow_old_epoch_index = ((bit<8>)(meta.epoch_index));
+                    if (meta.flow_evict == 1w1) {
+                        clone_preserving_field_list(CloneType.E2E, (bit<32>)CPU_MIRROR_SESSION, 1);
                     }
                 }
             }

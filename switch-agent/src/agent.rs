@@ -264,11 +264,11 @@ impl<B: SwitchBackend> SwitchAgent<B> {
     }
 }
 
-/// Where the polling packet went from this switch, from its CPU copy's port context and the
-/// registers (the data plane keeps one CPU copy per switch, made at ingress): along the
-/// victim path the victim's egress port recorded in the copy (plus the PFC bit when that
-/// port had paused packets); on a PFC branch every port with paused packets that received
-/// traffic from the polling packet's ingress port (HAWKEYE §3.4).
+/// Where the polling packet went from this switch, from its CPU copy's port context (the
+/// data plane keeps one CPU copy per switch, made at ingress, and writes its own decisions
+/// into it): along the victim path the victim's egress port (with the PFC bit when the
+/// victim is paused there); on a PFC branch the ports the data plane chose (paused, and fed
+/// from the polling packet's ingress port: HAWKEYE §3.4).
 fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingContext {
     let arrival = TraceFlags(polling.arrival_flags & 0b11);
     let ingress = polling.context_ingress_port;
@@ -280,17 +280,9 @@ fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingConte
             reason: TraceFlags(reason),
         }),
     };
-    let current = epochs.last();
-    let paused = |port: u16| {
-        current.is_some_and(|e| {
-            e.ports
-                .iter()
-                .any(|p| p.port == port && p.paused_packet_count > 0)
-        })
-    };
     if arrival.victim_path() {
         // The data plane records the victim's forwarding choice in the copy; a copy
-        // without it falls back to the victim's flow record.
+        // without it (no route here) falls back to the victim's flow record.
         let victim_port = (polling.context_egress_port != dataplane::NO_PORT)
             .then_some(polling.context_egress_port)
             .or_else(|| {
@@ -302,7 +294,8 @@ fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingConte
                     .map(|f| f.egress_port)
             });
         if let Some(port) = victim_port {
-            let pfc = if paused(port) {
+            let paused = polling.context_flags & dataplane::POLLING_CONTEXT_VICTIM_PAUSED != 0;
+            let pfc = if paused {
                 TraceFlags::PFC_CAUSALITY.0
             } else {
                 0
@@ -311,11 +304,9 @@ fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingConte
         }
     }
     if arrival.pfc_causality() {
-        if let Some(epoch) = current {
-            for meter in epoch.meters.iter().filter(|m| m.ingress_port == ingress) {
-                if paused(meter.egress_port) {
-                    add(meter.egress_port, TraceFlags::PFC_CAUSALITY.0);
-                }
+        for port in 0..64u16 {
+            if port != ingress && polling.context_pfc_ports & (1 << port) != 0 {
+                add(port, TraceFlags::PFC_CAUSALITY.0);
             }
         }
     }

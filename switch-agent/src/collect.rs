@@ -4,7 +4,8 @@
 //! The ring layout is the program's (codegen/src/hawkeye.rs): with E the absolute epoch
 //! number (48-bit timestamp >> epoch_log2), the slot is `E mod epochs` and the stored epoch
 //! id is the 16 timestamp bits above the slot index. Port registers are indexed
-//! `slot·ports + port`, meter registers `slot·ports² + ingress·ports + egress`, flow
+//! `slot·ports + port` (counts from ingress with `port_enq_epoch`, queue-depth sums from
+//! egress with `port_epoch`), meter registers `slot·ports² + ingress·ports + egress`, flow
 //! registers `slot·flow_slots + hash slot`. A cell counts only if its stored epoch id is the
 //! one of the epoch being read: stale slots from an earlier lap of the ring are skipped, and
 //! so are empty ones.
@@ -91,6 +92,7 @@ pub struct RegisterSnapshot {
 
 /// Registers the report is built from.
 pub const TELEMETRY_REGISTERS: &[&str] = &[
+    "port_enq_epoch",
     "port_epoch",
     "port_packets",
     "port_paused_packets",
@@ -185,15 +187,26 @@ impl RegisterSnapshot {
         };
         for port in 0..ports {
             let index = slot * ports + port;
-            if self.get("port_epoch", index) != id || self.get("port_packets", index) == 0 {
+            // Packet counts are taken at enqueue (ingress), queue-depth sums when the
+            // packets leave (egress); each half has its own epoch id. Packets still queued
+            // (e.g. behind a PAUSE) are counted without a depth yet.
+            if self.get("port_enq_epoch", index) != id || self.get("port_packets", index) == 0 {
                 continue;
             }
+            let departed = self.get("port_epoch", index) == id;
+            let depth = |name: &str| {
+                if departed {
+                    self.get(name, index) * unit
+                } else {
+                    0
+                }
+            };
             telemetry.ports.push(PortRecord {
                 port: port as u16,
                 packet_count: self.get("port_packets", index) as u32,
                 paused_packet_count: self.get("port_paused_packets", index) as u32,
-                queue_depth_sum_bytes: self.get("port_qdepth_sum", index) * unit,
-                unpaused_queue_depth_sum_bytes: self.get("port_unpaused_qdepth_sum", index) * unit,
+                queue_depth_sum_bytes: depth("port_qdepth_sum"),
+                unpaused_queue_depth_sum_bytes: depth("port_unpaused_qdepth_sum"),
             });
         }
         for ingress in 0..ports {

@@ -41,7 +41,13 @@ impl Bench {
         let params = params(flow_slots);
         let program = Arc::new(program(&params).unwrap());
         let mut model = Model::new(program.clone(), Routing::FromInput, CPU_PORT).unwrap();
-        model.multicast_group_set(1, (0..PORTS as u16).collect());
+        // The control plane's start-up entries: port speeds, port masks, multicast group.
+        hawkmesh_codegen::netsim_adapter::configure_model(
+            &mut model,
+            "s",
+            &[100.0; PORTS as usize],
+        )
+        .unwrap();
         let model = Rc::new(RefCell::new(model));
         let mut config = AgentConfig::new(7);
         config.geometry = Geometry::from_params(&params, 80);
@@ -76,7 +82,9 @@ impl Bench {
                     .unwrap_or(&[]),
             )
             .is_some()
-                && copy.len() >= packets::polling_offset(&self.program) + 32
+                && copy.len()
+                    >= packets::polling_offset(&self.program)
+                        + hawkmesh_wire::dataplane::POLLING_HEADER_BYTES as usize
                 && copy.get(12..14) == Some(&[0x08, 0x00])
             {
                 CpuFrameKind::Polling
@@ -93,7 +101,8 @@ impl Bench {
     }
 
     fn data(&mut self, flow: &FiveTuple, from: u16, to: u16, t: u64) {
-        let bytes = packets::rocev2_data(&self.program, flow, 0, 3, 64, 1, 1062);
+        // DSCP 26: priority 3 (DSCP >> 3).
+        let bytes = packets::rocev2_data(&self.program, flow, 26, 3, 64, 1, 1062);
         self.send(&bytes, from, Some(to), 3, t);
     }
 
@@ -151,7 +160,8 @@ fn a_polling_copy_yields_the_epochs_ports_meters_and_flows_of_the_switch() {
             .find(|m| m.ingress_port == i && m.egress_port == 5)
             .map(|m| m.bytes)
     };
-    assert_eq!((meter(1), meter(2)), (Some(10 * 1062), Some(10 * 1062)));
+    // The meter counts frames with their FCS (IP total length + 18).
+    assert_eq!((meter(1), meter(2)), (Some(10 * 1066), Some(10 * 1066)));
     let v = epoch.flows.iter().find(|f| f.flow == victim).unwrap();
     assert_eq!(
         (v.egress_port, v.packet_count, v.paused_packet_count),

@@ -17,9 +17,9 @@ pub const ROCEV2_UDP_PORT: u16 = 0x12b7;
 /// UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)
 pub const POLLING_UDP_PORT: u16 = 0x6888;
 /// Version of the polling header layout
-pub const POLLING_VERSION: u8 = 0x1;
+pub const POLLING_VERSION: u8 = 0x2;
 /// Bytes of the polling header after the UDP header
-pub const POLLING_HEADER_BYTES: u16 = 0x20;
+pub const POLLING_HEADER_BYTES: u16 = 0x28;
 /// context_kind of a polling packet travelling between switches
 pub const POLLING_CONTEXT_IN_FLIGHT: u8 = 0x0;
 /// context_kind of the copy a switch sends to its CPU port
@@ -28,6 +28,8 @@ pub const POLLING_CONTEXT_CPU_COPY: u8 = 0x1;
 pub const TRACE_VICTIM_PATH: u8 = 0x1;
 /// HAWKEYE Table 1 flag 10: trace along the PFC causality
 pub const TRACE_PFC_CAUSALITY: u8 = 0x2;
+/// context_flags bit of a CPU copy: the victim's egress port here is paused (the polling packet leaves it with the PFC bit)
+pub const POLLING_CONTEXT_VICTIM_PAUSED: u8 = 0x1;
 /// Multicast group holding every front-panel port (polling PFC branch)
 pub const MCAST_GROUP_ALL_PORTS: u16 = 0x1;
 /// Port value meaning 'none'
@@ -91,8 +93,12 @@ pub mod polling_layout {
     pub const CONTEXT_INGRESS_PORT: (usize, u8) = (208, 16);
     /// `polling.context_egress_port`.
     pub const CONTEXT_EGRESS_PORT: (usize, u8) = (224, 16);
+    /// `polling.context_flags`.
+    pub const CONTEXT_FLAGS: (usize, u8) = (240, 8);
     /// `polling.reserved`.
-    pub const RESERVED: (usize, u8) = (240, 16);
+    pub const RESERVED: (usize, u8) = (248, 8);
+    /// `polling.context_pfc_ports`.
+    pub const CONTEXT_PFC_PORTS: (usize, u8) = (256, 64);
 }
 
 /// Field layout of the `eviction` header: (bit offset from the header start, width in bits).
@@ -138,13 +144,20 @@ pub const REGISTERS: &[(&str, u8, u32)] = &[
     ("pause_end_p5", 32, 64),
     ("pause_end_p6", 32, 64),
     ("pause_end_p7", 32, 64),
-    ("port_epoch", 16, 256),
+    ("fanout_w0", 64, 64),
+    ("paused_seen_w0", 64, 1),
+    ("pfc_paused_w0", 64, 1),
+    ("fanout_w1", 64, 64),
+    ("paused_seen_w1", 64, 1),
+    ("pfc_paused_w1", 64, 1),
+    ("port_enq_epoch", 16, 256),
     ("port_packets", 32, 256),
     ("port_paused_packets", 32, 256),
-    ("port_qdepth_sum", 32, 256),
-    ("port_unpaused_qdepth_sum", 32, 256),
     ("meter_epoch", 16, 16384),
     ("meter_bytes", 32, 16384),
+    ("port_epoch", 16, 256),
+    ("port_qdepth_sum", 32, 256),
+    ("port_unpaused_qdepth_sum", 32, 256),
     ("flow_epoch", 16, 16384),
     ("flow_key_src", 32, 16384),
     ("flow_key_dst", 32, 16384),
