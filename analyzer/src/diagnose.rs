@@ -899,10 +899,43 @@ pub fn diagnose(
             ),
         });
     }
+    // Where the polling packet passed, the data plane itself said whether the victim's
+    // egress port was paused (HAWKEYE §3.4: the flag gains the PFC bit). That covers victim
+    // packets still held behind the pause, which no flow record counts yet (they are
+    // counted when they leave).
+    let paused_by_polling: BTreeSet<PortRef> = incident
+        .switches
+        .iter()
+        .flat_map(|(switch, data)| {
+            data.polling
+                .iter()
+                .filter(|p| p.victim == victim)
+                .flat_map(|p| p.egress.iter())
+                .filter(|e| e.reason.victim_path() && e.reason.pfc_causality())
+                .map(|e| PortRef {
+                    node: *switch,
+                    port: e.port,
+                })
+        })
+        .collect();
+    let victim_paused_at =
+        |port: PortRef| graph.paused_at(victim, port) > 0 || paused_by_polling.contains(&port);
     // Alg. 2 l.35-38: PFC causality from every port where the victim is paused.
     for (port, _) in &path {
         let paused = graph.paused_at(victim, *port);
-        if paused > 0 {
+        if paused == 0 && paused_by_polling.contains(port) {
+            let port_label = label(incident, *port);
+            let lead = vec![Evidence {
+                rule: "victim_paused".into(),
+                from: victim.to_string(),
+                to: port_label.clone(),
+                weight: 0.0,
+                note: format!(
+                    "the polling packet found the victim's egress port {port_label} paused (its packets there are still held, so no flow record counts them yet)"
+                ),
+            }];
+            context.trace_pfc(*port, true, lead);
+        } else if paused > 0 {
             let port_label = label(incident, *port);
             let lead = vec![Evidence {
                 rule: "victim_paused".into(),
@@ -921,7 +954,7 @@ pub fn diagnose(
         .flat_map(|d| d.root_ports.iter().copied())
         .collect();
     for (port, _) in &path {
-        if graph.paused_at(victim, *port) == 0 && !pfc_roots.contains(port) {
+        if !victim_paused_at(*port) && !pfc_roots.contains(port) {
             context.check_contention(*port, victim);
         }
     }

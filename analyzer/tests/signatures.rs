@@ -160,6 +160,70 @@ fn deadlock_with_initiator_in_loop() {
 }
 
 #[test]
+fn a_victim_held_behind_a_pause_is_traced_from_the_polling_verdict() {
+    // A deadlock where the victim's packets never left the paused queues: its flow records
+    // count no paused packet, but the polling packet found its egress ports paused (the
+    // CPU copy's PFC bit on the victim port). The walk must still follow the PFC causality.
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    for index in 0..2u8 {
+        builder.flow(
+            0,
+            flow(30 + index, 52000 + u16::from(index), 3),
+            &["h1", "s1", "s2", "h2"],
+            &[
+                Hop::new(400).depth(200_000).window(10_000, 30_000),
+                Hop::new(400),
+            ],
+        );
+    }
+    for i in 1..4u8 {
+        let f = flow(1 + i, 49400 + u16::from(i), 1 + (i + 2) % 4);
+        let names: Vec<String> = [
+            format!("h{i}"),
+            format!("s{i}"),
+            format!("s{}", (i + 1) % 4),
+            format!("s{}", (i + 2) % 4),
+            format!("h{}", (i + 2) % 4),
+        ]
+        .to_vec();
+        let path: Vec<&str> = names.iter().map(String::as_str).collect();
+        builder.flow(
+            1,
+            f,
+            &path,
+            &[
+                Hop::new(200).paused(180, 300_000).depth(50_000),
+                Hop::new(200).paused(180, 300_000).depth(50_000),
+                Hop::new(200),
+            ],
+        );
+    }
+    // The victim h0 → h2: a few packets left before the deadlock, none of them paused.
+    builder.flow(
+        1,
+        victim(),
+        &["h0", "s0", "s1", "s2", "h2"],
+        &[Hop::new(5), Hop::new(5), Hop::new(5)],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert!(
+        anomalies
+            .iter()
+            .any(|a| a.anomaly_type == AnomalyType::DeadlockInitiatorInLoop),
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert!(
+        anomalies
+            .iter()
+            .all(|a| a.anomaly_type != AnomalyType::NormalFlowContention),
+        "a paused victim is not a contention victim: {}",
+        render::to_text(&output.diagnosis)
+    );
+}
+
+#[test]
 fn deadlock_with_initiator_out_of_loop_by_host_injection() {
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
     ring_flows(&mut builder, 0);

@@ -105,3 +105,208 @@ fn an_incast_is_detected_polled_collected_and_diagnosed_at_its_initial_congestio
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// (type, root-cause ports as (switch, port), loop ports, injector) of every anomaly of
+/// every diagnosed incident.
+type Found = (String, Vec<(u64, u64)>, Vec<(u64, u64)>, Option<String>);
+
+fn anomalies(outcome: &hawkmesh_e2e::LoopOutcome) -> Vec<Found> {
+    let ports = |v: &serde_json::Value| -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["switch"].as_u64()?, p["port"].as_u64()?)))
+            .collect();
+        out.sort_unstable();
+        out
+    };
+    let mut found = Vec::new();
+    for incident in &outcome.incidents {
+        assert_ne!(
+            incident.summary.state,
+            hawkmesh_analyzer_server::incidents::IncidentState::Collecting,
+            "every incident is concluded"
+        );
+        let Some(diagnosis) = &incident.diagnosis else {
+            continue;
+        };
+        for anomaly in diagnosis["anomalies"].as_array().into_iter().flatten() {
+            found.push((
+                anomaly["type"].as_str().unwrap_or("").to_string(),
+                ports(&anomaly["root_cause"]["ports"]),
+                ports(&anomaly["loop_ports"]),
+                anomaly["root_cause"]["injector"]
+                    .as_str()
+                    .map(str::to_string),
+            ));
+        }
+    }
+    found
+}
+
+fn texts(outcome: &hawkmesh_e2e::LoopOutcome) -> String {
+    outcome
+        .incidents
+        .iter()
+        .filter_map(|i| i.text.as_deref())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+const STORM: &str = r#"
+version = 1
+name = "e2e-storm"
+seed = 5
+duration_us = 2500
+[topology]
+kind = "fat_tree"
+k = 4
+[switch]
+buffer_mb = 3
+[[workload]]
+kind = "poisson"
+load = 0.2
+cdf = "websearch"
+duration_us = 2500
+[[workload]]
+kind = "flows"
+flows = [
+  { src = "h4", dst = "h0", size_bytes = 1000000, start_us = 700 },
+  { src = "h9", dst = "h1", size_bytes = 1000000, start_us = 700 },
+  { src = "h13", dst = "h1", size_bytes = 1000000, start_us = 700 },
+]
+[[fault]]
+kind = "pfc_injection"
+host = "h0"
+start_us = 500
+duration_us = 1200
+"#;
+
+#[test]
+fn a_host_pfc_storm_is_diagnosed_as_a_storm_injected_by_that_host() {
+    let loaded = Scenario::parse(STORM, "storm.toml", ".".into()).unwrap();
+    let dir = data_dir("storm");
+    let outcome = run(&loaded, &LoopConfig::new(dir.clone())).unwrap();
+    let truth = &outcome.sim.ground_truth[0];
+    let initial = truth.initial_ports[0];
+    let injector = &outcome.sim.topology.nodes[truth.nodes[0] as usize].name;
+    let found = anomalies(&outcome);
+    assert!(
+        found.iter().any(|(kind, ports, _, by)| kind == "pfc_storm"
+            && ports == &vec![(u64::from(initial.node), u64::from(initial.port))]
+            && by.as_deref() == Some(injector.as_str())),
+        "no incident names the storm from {injector} at its ToR port:\n{}",
+        texts(&outcome)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_cyclic_buffer_dependency_is_diagnosed_as_a_deadlock_with_its_loop() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/ring-deadlock.toml");
+    let loaded = Scenario::load(&path).unwrap();
+    let dir = data_dir("deadlock");
+    let outcome = run(&loaded, &LoopConfig::new(dir.clone())).unwrap();
+    assert!(!outcome.triggers.is_empty(), "stalled flows must poll");
+    let truth = &outcome.sim.ground_truth[0];
+    let mut expected: Vec<(u64, u64)> = truth
+        .loop_ports
+        .iter()
+        .map(|p| (u64::from(p.node), u64::from(p.port)))
+        .collect();
+    expected.sort_unstable();
+    let found = anomalies(&outcome);
+    assert!(
+        found.iter().any(
+            |(kind, _, loop_ports, _)| kind == "deadlock_initiator_in_loop"
+                && loop_ports == &expected
+        ),
+        "no incident names the loop {expected:?}:\n{}",
+        texts(&outcome)
+    );
+    // Every incident's victim is a loop flow: none of them may blame plain contention.
+    assert!(
+        found
+            .iter()
+            .all(|(kind, _, _, _)| kind != "normal_flow_contention"),
+        "{}",
+        texts(&outcome)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const CONTENTION: &str = r#"
+version = 1
+name = "e2e-contention"
+seed = 9
+duration_us = 1500
+[topology]
+kind = "fat_tree"
+k = 4
+[switch]
+buffer_mb = 64
+[[workload]]
+kind = "incast"
+senders = ["h4", "h8", "h12"]
+receiver = "h1"
+size_bytes = 300000
+start_us = 100
+congestion_control = false
+"#;
+
+#[test]
+fn contention_without_pfc_is_diagnosed_as_normal_flow_contention_at_the_receiver_port() {
+    let loaded = Scenario::parse(CONTENTION, "contention.toml", ".".into()).unwrap();
+    let dir = data_dir("contention");
+    let outcome = run(&loaded, &LoopConfig::new(dir.clone())).unwrap();
+    assert!(
+        outcome.sim.pfc_events.is_empty(),
+        "a 64 MB buffer absorbs the incast without PFC"
+    );
+    assert!(!outcome.triggers.is_empty(), "the queue inflates RTTs");
+    // Where the queue really built (ECMP decides whether the senders collide at an
+    // aggregation or core port or only at the receiver's ToR port): the simulator's own
+    // per-port maximum queue.
+    let deepest = outcome
+        .sim
+        .ports
+        .iter()
+        .map(|p| p.counters.max_queue_bytes)
+        .max()
+        .unwrap_or(0);
+    assert!(deepest > 100_000, "the incast builds a queue");
+    let congested: Vec<(u64, u64)> = outcome
+        .sim
+        .ports
+        .iter()
+        .filter(|p| p.counters.max_queue_bytes * 2 >= deepest)
+        .map(|p| (u64::from(p.node), u64::from(p.port)))
+        .collect();
+    let found = anomalies(&outcome);
+    let contention: Vec<&Found> = found
+        .iter()
+        .filter(|(kind, _, _, _)| kind == "normal_flow_contention")
+        .collect();
+    assert!(
+        !contention.is_empty(),
+        "no incident names flow contention:\n{}",
+        texts(&outcome)
+    );
+    for (_, ports, _, _) in &contention {
+        assert!(
+            ports.iter().all(|p| congested.contains(p)),
+            "contention blamed on {ports:?}, the queues built at {congested:?}:\n{}",
+            texts(&outcome)
+        );
+    }
+    assert!(
+        found
+            .iter()
+            .all(|(kind, _, _, _)| !kind.starts_with("pfc") && !kind.starts_with("deadlock")),
+        "no PFC happened, none may be blamed:\n{}",
+        texts(&outcome)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
