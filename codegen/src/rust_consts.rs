@@ -1,5 +1,5 @@
 //! The Rust constants file generated from the program (`wire/src/dataplane.rs`): every
-//! constant, the byte layout of the polling and eviction headers, and the register names
+//! constant, the byte layout of the Ethernet, PFC, polling and eviction headers, and the register names
 //! and sizes the switch agent reads. Nothing here is typed by hand.
 
 use std::fmt::Write as _;
@@ -35,7 +35,7 @@ pub fn emit(p: &Program) -> String {
         let _ = writeln!(o, "/// {}", c.doc);
         let _ = writeln!(o, "pub const {}: {ty} = {:#x};", c.name, c.value);
     }
-    for header in ["polling", "eviction"] {
+    for header in ["ethernet", "pfc", "polling", "eviction"] {
         let Some(h) = p.header_by_name(header) else {
             continue;
         };

@@ -63,6 +63,40 @@ pub const SKETCH_MARK_DSCP_BIT: u8 = 0x1;
 /// Flag bit in sketch_votes: the flow may have earlier packets in the light part
 pub const SKETCH_FLAG_BIT: u32 = 0x80000000;
 
+/// Field layout of the `ethernet` header: (bit offset from the header start, width in bits).
+pub mod ethernet_layout {
+    /// `ethernet.dst_addr`.
+    pub const DST_ADDR: (usize, u8) = (0, 48);
+    /// `ethernet.src_addr`.
+    pub const SRC_ADDR: (usize, u8) = (48, 48);
+    /// `ethernet.ether_type`.
+    pub const ETHER_TYPE: (usize, u8) = (96, 16);
+}
+
+/// Field layout of the `pfc` header: (bit offset from the header start, width in bits).
+pub mod pfc_layout {
+    /// `pfc.opcode`.
+    pub const OPCODE: (usize, u8) = (0, 16);
+    /// `pfc.class_enable`.
+    pub const CLASS_ENABLE: (usize, u8) = (16, 16);
+    /// `pfc.quanta_0`.
+    pub const QUANTA_0: (usize, u8) = (32, 16);
+    /// `pfc.quanta_1`.
+    pub const QUANTA_1: (usize, u8) = (48, 16);
+    /// `pfc.quanta_2`.
+    pub const QUANTA_2: (usize, u8) = (64, 16);
+    /// `pfc.quanta_3`.
+    pub const QUANTA_3: (usize, u8) = (80, 16);
+    /// `pfc.quanta_4`.
+    pub const QUANTA_4: (usize, u8) = (96, 16);
+    /// `pfc.quanta_5`.
+    pub const QUANTA_5: (usize, u8) = (112, 16);
+    /// `pfc.quanta_6`.
+    pub const QUANTA_6: (usize, u8) = (128, 16);
+    /// `pfc.quanta_7`.
+    pub const QUANTA_7: (usize, u8) = (144, 16);
+}
+
 /// Field layout of the `polling` header: (bit offset from the header start, width in bits).
 pub mod polling_layout {
     /// `polling.version`.

@@ -25,14 +25,23 @@ pub const PFC_FRAME_BYTES: usize = 64;
 /// Bit times in one pause quantum.
 pub const BITS_PER_QUANTUM: u64 = 512;
 
+/// Byte ranges of the frame's fields, from the switch program's header layouts (generated
+/// in `dataplane`): the PFC body follows the Ethernet header.
 mod field {
+    use crate::dataplane::{ethernet_layout as eth, pfc_layout as pfc};
     use core::ops::Range;
-    pub const DESTINATION: Range<usize> = 0..6;
-    pub const SOURCE: Range<usize> = 6..12;
-    pub const ETHERTYPE: Range<usize> = 12..14;
-    pub const OPCODE: Range<usize> = 14..16;
-    pub const CLASS_ENABLE: Range<usize> = 16..18;
-    pub const TIMES: Range<usize> = 18..34;
+
+    const fn bytes(start: usize, (bit, width): (usize, u8)) -> Range<usize> {
+        start + bit / 8..start + (bit + width as usize).div_ceil(8)
+    }
+    const BODY: usize = bytes(0, eth::ETHER_TYPE).end;
+    pub const DESTINATION: Range<usize> = bytes(0, eth::DST_ADDR);
+    pub const SOURCE: Range<usize> = bytes(0, eth::SRC_ADDR);
+    pub const ETHERTYPE: Range<usize> = bytes(0, eth::ETHER_TYPE);
+    pub const OPCODE: Range<usize> = bytes(BODY, pfc::OPCODE);
+    pub const CLASS_ENABLE: Range<usize> = bytes(BODY, pfc::CLASS_ENABLE);
+    pub const TIMES: Range<usize> =
+        bytes(BODY, pfc::QUANTA_0).start..bytes(BODY, pfc::QUANTA_7).end;
 }
 
 /// Why bytes are not a valid PFC frame.
