@@ -176,35 +176,8 @@ fn a_victim_held_behind_a_pause_is_traced_from_the_polling_verdict() {
             ],
         );
     }
-    for i in 1..4u8 {
-        let f = flow(1 + i, 49400 + u16::from(i), 1 + (i + 2) % 4);
-        let names: Vec<String> = [
-            format!("h{i}"),
-            format!("s{i}"),
-            format!("s{}", (i + 1) % 4),
-            format!("s{}", (i + 2) % 4),
-            format!("h{}", (i + 2) % 4),
-        ]
-        .to_vec();
-        let path: Vec<&str> = names.iter().map(String::as_str).collect();
-        builder.flow(
-            1,
-            f,
-            &path,
-            &[
-                Hop::new(200).paused(180, 300_000).depth(50_000),
-                Hop::new(200).paused(180, 300_000).depth(50_000),
-                Hop::new(200),
-            ],
-        );
-    }
     // The victim h0 → h2: a few packets left before the deadlock, none of them paused.
-    builder.flow(
-        1,
-        victim(),
-        &["h0", "s0", "s1", "s2", "h2"],
-        &[Hop::new(5), Hop::new(5), Hop::new(5)],
-    );
+    ring_flows_with_victim(&mut builder, 1, &[Hop::new(5), Hop::new(5), Hop::new(5)]);
     let output = run(&builder);
     let anomalies = victim_anomalies(&output);
     assert!(

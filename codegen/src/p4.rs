@@ -946,6 +946,21 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Opens a control of `gress`: its registers, hash units (TNA externs), actions and
+    /// tables, then `apply {`.
+    fn control_head(&mut self, gress: Gress, signature: &str, hash_externs: bool) {
+        self.gress = gress;
+        self.open(signature);
+        self.declare_registers(gress);
+        self.line("");
+        if hash_externs {
+            self.hash_units(gress);
+            self.line("");
+        }
+        self.actions_and_tables(gress);
+        self.open("apply");
+    }
+
     fn tna(&mut self) {
         // Ingress parser.
         self.open("parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out ingress_intrinsic_metadata_t ig_intr_md)");
@@ -959,14 +974,7 @@ impl<'a> Emitter<'a> {
         self.close();
         self.line("");
         // Ingress.
-        self.gress = Gress::Ingress;
-        self.open("control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic_metadata_t ig_intr_md, in ingress_intrinsic_metadata_from_parser_t ig_prsr_md, inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md, inout ingress_intrinsic_metadata_for_tm_t ig_tm_md)");
-        self.declare_registers(Gress::Ingress);
-        self.line("");
-        self.hash_units(Gress::Ingress);
-        self.line("");
-        self.actions_and_tables(Gress::Ingress);
-        self.open("apply");
+        self.control_head(Gress::Ingress, "control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic_metadata_t ig_intr_md, in ingress_intrinsic_metadata_from_parser_t ig_prsr_md, inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md, inout ingress_intrinsic_metadata_for_tm_t ig_tm_md)", true);
         self.line("meta.intr_ingress_port = (bit<16>)ig_intr_md.ingress_port;");
         self.line("meta.intr_ingress_tstamp = ig_intr_md.ingress_mac_tstamp;");
         let body = self.p.ingress.clone();
@@ -1020,14 +1028,7 @@ impl<'a> Emitter<'a> {
         self.close();
         self.line("");
         // Egress.
-        self.gress = Gress::Egress;
-        self.open("control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_metadata_t eg_intr_md, in egress_intrinsic_metadata_from_parser_t eg_prsr_md, inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md, inout egress_intrinsic_metadata_for_output_port_t eg_oport_md)");
-        self.declare_registers(Gress::Egress);
-        self.line("");
-        self.hash_units(Gress::Egress);
-        self.line("");
-        self.actions_and_tables(Gress::Egress);
-        self.open("apply");
+        self.control_head(Gress::Egress, "control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_metadata_t eg_intr_md, in egress_intrinsic_metadata_from_parser_t eg_prsr_md, inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md, inout egress_intrinsic_metadata_for_output_port_t eg_oport_md)", true);
         self.line("hdr.bridge.setInvalid();");
         self.line("hdr.mirror.setInvalid();");
         self.line("meta.intr_egress_port = (bit<16>)eg_intr_md.egress_port;");
@@ -1149,12 +1150,7 @@ impl<'a> Emitter<'a> {
         self.line("apply { }");
         self.close();
         self.line("");
-        self.gress = Gress::Ingress;
-        self.open("control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata)");
-        self.declare_registers(Gress::Ingress);
-        self.line("");
-        self.actions_and_tables(Gress::Ingress);
-        self.open("apply");
+        self.control_head(Gress::Ingress, "control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata)", false);
         self.line("meta.intr_ingress_port = (bit<16>)standard_metadata.ingress_port;");
         self.line("// BMv2 timestamps are µs; the program works in ns.");
         self.line("meta.intr_ingress_tstamp = standard_metadata.ingress_global_timestamp * 1000;");
@@ -1163,12 +1159,7 @@ impl<'a> Emitter<'a> {
         self.close();
         self.close();
         self.line("");
-        self.gress = Gress::Egress;
-        self.open("control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata)");
-        self.declare_registers(Gress::Egress);
-        self.line("");
-        self.actions_and_tables(Gress::Egress);
-        self.open("apply");
+        self.control_head(Gress::Egress, "control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata)", false);
         self.line("meta.intr_clone_kind = 0;");
         self.open("if (standard_metadata.instance_type == 1)");
         self.line(&format!("meta.intr_clone_kind = {CLONE_INGRESS};"));

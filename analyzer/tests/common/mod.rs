@@ -195,6 +195,20 @@ pub fn storm_at_h7(builder: &mut IncidentBuilder, with_victim: bool) {
 /// Ring flows F_i: h_i → s_i → s_{i+1} → s_{i+2} → h_{i+2}, paused at both ring hops.
 /// F0 is the victim.
 pub fn ring_flows(builder: &mut IncidentBuilder, epoch: usize) {
+    ring_flows_with_victim(
+        builder,
+        epoch,
+        &[
+            Hop::new(200).paused(180, 300_000).depth(50_000),
+            Hop::new(200).paused(180, 300_000).depth(50_000),
+            Hop::new(200),
+        ],
+    );
+}
+
+/// [`ring_flows`] with the victim's own hops given (e.g. packets still held behind the
+/// pause, which its flow records do not count).
+pub fn ring_flows_with_victim(builder: &mut IncidentBuilder, epoch: usize, victim_hops: &[Hop]) {
     for i in 0..4u8 {
         let f = if i == 0 {
             victim()
@@ -206,15 +220,12 @@ pub fn ring_flows(builder: &mut IncidentBuilder, epoch: usize) {
         let s1 = format!("s{}", (i + 1) % 4);
         let s2 = format!("s{}", (i + 2) % 4);
         let h_out = format!("h{}", (i + 2) % 4);
-        builder.flow(
-            epoch,
-            f,
-            &[&h_in, &s0, &s1, &s2, &h_out],
-            &[
-                Hop::new(200).paused(180, 300_000).depth(50_000),
-                Hop::new(200).paused(180, 300_000).depth(50_000),
-                Hop::new(200),
-            ],
-        );
+        let paused = [
+            Hop::new(200).paused(180, 300_000).depth(50_000),
+            Hop::new(200).paused(180, 300_000).depth(50_000),
+            Hop::new(200),
+        ];
+        let hops: &[Hop] = if i == 0 { victim_hops } else { &paused };
+        builder.flow(epoch, f, &[&h_in, &s0, &s1, &s2, &h_out], hops);
     }
 }
