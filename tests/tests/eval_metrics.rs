@@ -375,6 +375,7 @@ fn run(class: AnomalyClass, point: Point, verdicts: &[Verdict]) -> RunRecord {
             mode: PollingMode::Hawkeye,
             incidents: verdicts.len() + 1,
             unattributed: 1,
+            verdicts: verdicts.to_vec(),
             attributed,
             overhead: Overhead::default(),
         }],

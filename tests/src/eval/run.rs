@@ -226,7 +226,11 @@ pub struct ModeRun {
     pub incidents: usize,
     /// Incidents not attributed to the anomaly (background congestion; not judged).
     pub unattributed: usize,
-    /// Attributed incidents, judged.
+    /// The verdict of every attributed incident, by event id.
+    pub verdicts: Vec<Verdict>,
+    /// The attributed incidents in detail (at the fixed point only, to keep
+    /// `results.json` small; the other points keep the verdicts).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attributed: Vec<IncidentRecord>,
     /// Overhead.
     pub overhead: Overhead,
@@ -618,6 +622,7 @@ fn judge_mode(
             mode,
             incidents: incidents.len(),
             unattributed,
+            verdicts: attributed_records.iter().map(|i| i.verdict).collect(),
             attributed: attributed_records,
             overhead,
         },
@@ -738,9 +743,12 @@ pub fn run_eval(
                     let mut modes = Vec::new();
                     let mut ablations = Vec::new();
                     for mode in PollingMode::ALL {
-                        let judged = judge_mode(mode, &outcome, &truth, &paths);
+                        let mut judged = judge_mode(mode, &outcome, &truth, &paths);
                         if mode == PollingMode::Hawkeye && *point == fixed && truth.realized {
                             ablations = ablate(&judged.incidents, &truth, &outcome.sim.topology);
+                        }
+                        if *point != fixed {
+                            judged.mode_run.attributed.clear();
                         }
                         modes.push(judged.mode_run);
                     }
@@ -752,15 +760,11 @@ pub fn run_eval(
                             .iter()
                             .map(|m| {
                                 let correct = m
-                                    .attributed
+                                    .verdicts
                                     .iter()
-                                    .filter(|i| i.verdict == Verdict::Correct)
+                                    .filter(|v| **v == Verdict::Correct)
                                     .count();
-                                let reports = m
-                                    .attributed
-                                    .iter()
-                                    .filter(|i| i.verdict.is_report())
-                                    .count();
+                                let reports = m.verdicts.iter().filter(|v| v.is_report()).count();
                                 format!(
                                     "{} {correct}/{reports} correct ({} incidents)",
                                     m.mode.as_str(),
@@ -817,7 +821,7 @@ fn verdicts_of(run: &RunRecord, mode: PollingMode) -> Vec<Verdict> {
     run.modes
         .iter()
         .find(|m| m.mode == mode)
-        .map(|m| m.attributed.iter().map(|i| i.verdict).collect())
+        .map(|m| m.verdicts.clone())
         .unwrap_or_default()
 }
 

@@ -1,18 +1,18 @@
 //! Hand-written SVG charts (no plotting dependency): line charts and grouped bar charts,
 //! composed side by side into one figure. Missing values (`None`) are left out: a gap in a
-//! line, "n/a" under a bar group.
+//! line, no bar ("n/a" under a group without any); a zero is drawn as a sliver.
 
 use std::fmt::Write as _;
 
 /// Panel size, px.
 pub const PANEL_WIDTH: f64 = 420.0;
 /// Panel size, px.
-pub const PANEL_HEIGHT: f64 = 300.0;
+pub const PANEL_HEIGHT: f64 = 340.0;
 
 const MARGIN_LEFT: f64 = 56.0;
 const MARGIN_RIGHT: f64 = 12.0;
 const MARGIN_TOP: f64 = 28.0;
-const MARGIN_BOTTOM: f64 = 74.0;
+const MARGIN_BOTTOM: f64 = 118.0;
 const PALETTE: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
 ];
@@ -57,7 +57,8 @@ fn format_tick(value: f64) -> String {
     } else if value.fract() == 0.0 {
         format!("{value:.0}")
     } else {
-        format!("{value:.2}")
+        let text = format!("{value:.2}");
+        text.trim_end_matches('0').to_string()
     }
 }
 
@@ -124,10 +125,16 @@ fn axes(out: &mut String, title: &str, y_title: &str, y_max: f64) -> Frame {
     frame
 }
 
+/// The legend below the plot, wrapped into rows.
 fn legend(out: &mut String, series: &[Series]) {
     let mut x = MARGIN_LEFT;
-    let y = PANEL_HEIGHT - 14.0;
+    let mut y = PANEL_HEIGHT - 30.0;
     for (i, s) in series.iter().enumerate() {
+        let width = 26.0 + 6.5 * s.name.chars().count() as f64;
+        if x > MARGIN_LEFT && x + width > PANEL_WIDTH - MARGIN_RIGHT {
+            x = MARGIN_LEFT;
+            y += 14.0;
+        }
         let colour = PALETTE[i % PALETTE.len()];
         let _ = writeln!(
             out,
@@ -140,7 +147,7 @@ fn legend(out: &mut String, series: &[Series]) {
             x + 13.0,
             escape(&s.name)
         );
-        x += 22.0 + 6.0 * s.name.chars().count() as f64;
+        x += width;
     }
 }
 
@@ -149,6 +156,16 @@ fn x_label(out: &mut String, x: f64, frame: &Frame, text: &str) {
         out,
         r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#,
         MARGIN_TOP + frame.plot_h + 14.0,
+        escape(text)
+    );
+}
+
+/// A category label under a bar group, slanted so that long names do not collide.
+fn slanted_label(out: &mut String, x: f64, frame: &Frame, text: &str) {
+    let y = MARGIN_TOP + frame.plot_h + 12.0;
+    let _ = writeln!(
+        out,
+        r#"<text x="{x:.1}" y="{y:.1}" text-anchor="end" font-size="10" transform="rotate(-30 {x:.1} {y:.1})">{}</text>"#,
         escape(text)
     );
 }
@@ -256,7 +273,7 @@ pub fn bar_chart(
     let bar_w = (group_w * 0.8) / series.len().max(1) as f64;
     for (g, group) in groups.iter().enumerate() {
         let left = MARGIN_LEFT + group_w * g as f64 + group_w * 0.1;
-        x_label(&mut out, left + group_w * 0.4, &frame, group);
+        slanted_label(&mut out, left + group_w * 0.4, &frame, group);
         let mut any = false;
         for (index, s) in series.iter().enumerate() {
             let Some(Some(value)) = s.values.get(g) else {
@@ -264,7 +281,8 @@ pub fn bar_chart(
             };
             any = true;
             let colour = PALETTE[index % PALETTE.len()];
-            let top = frame.y(*value);
+            // A zero still shows as a sliver, so that it differs from "n/a".
+            let top = frame.y(*value).min(MARGIN_TOP + frame.plot_h - 2.0);
             let _ = writeln!(
                 out,
                 r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{colour}"><title>{} / {}: {}</title></rect>"#,
