@@ -370,6 +370,7 @@ fn run(class: AnomalyClass, point: Point, verdicts: &[Verdict]) -> RunRecord {
         point,
         realized: true,
         realization: String::new(),
+        expected: Default::default(),
         pause_frames: 0,
         modes: vec![ModeRun {
             mode: PollingMode::Hawkeye,

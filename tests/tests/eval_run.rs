@@ -151,6 +151,12 @@ fn a_tiny_evaluation_writes_results_report_and_figures_for_every_class() {
         assert!(hawkeye.overhead.telemetry_bytes > 0, "{}", run.trace);
         assert!(hawkeye.overhead.telemetry_bytes <= full.overhead.telemetry_bytes);
         assert_eq!(run.ablations.len(), 3, "{}", run.trace);
+        assert!(
+            !run.expected.anomaly_type.is_empty() && !run.expected.root_ports.is_empty(),
+            "{}: {:?}",
+            run.trace,
+            run.expected
+        );
     }
     // The incast classes are diagnosed end to end today; the harness must see that.
     let backpressure = results

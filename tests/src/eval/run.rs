@@ -306,6 +306,8 @@ pub struct RunRecord {
     pub realized: bool,
     /// What the ground truth showed.
     pub realization: String,
+    /// What a correct diagnosis names.
+    pub expected: Expected,
     /// Simulation totals: PAUSE frames.
     pub pause_frames: u64,
     /// Each method.
@@ -313,6 +315,40 @@ pub struct RunRecord {
     /// Telemetry ablations (fixed point only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ablations: Vec<AblationRun>,
+}
+
+/// The expected answer of a run, for people reading `results.json`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Expected {
+    /// Anomaly type.
+    #[serde(rename = "type")]
+    pub anomaly_type: String,
+    /// Root-cause ports (`tor3.p0`).
+    pub root_ports: Vec<String>,
+    /// Loop ports.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loop_ports: Vec<String>,
+    /// Injecting host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub injector: Option<String>,
+}
+
+impl Expected {
+    fn of(truth: &Truth, topology: &FabricTopology) -> Expected {
+        let label = |p: &hawkmesh_wire::topology::PortRef| {
+            let name = topology
+                .nodes
+                .get(p.node as usize)
+                .map_or_else(|| p.node.to_string(), |n| n.name.clone());
+            format!("{name}.p{}", p.port)
+        };
+        Expected {
+            anomaly_type: truth.expected_type.clone(),
+            root_ports: truth.root_ports.iter().map(label).collect(),
+            loop_ports: truth.loop_ports.iter().map(label).collect(),
+            injector: truth.injector.clone(),
+        }
+    }
 }
 
 /// A score with its coordinates.
@@ -787,6 +823,7 @@ pub fn run_eval(
                         point: *point,
                         realized: truth.realized,
                         realization: truth.realization.clone(),
+                        expected: Expected::of(&truth, &outcome.sim.topology),
                         pause_frames: outcome.sim.totals.pause_frames,
                         modes,
                         ablations,
