@@ -396,4 +396,17 @@ impl IncidentSet {
     pub fn diagnosis_html(&self, event_id: u64) -> Option<&str> {
         self.incidents.get(&event_id)?.diagnosis_html.as_deref()
     }
+
+    /// Every complete switch report of an incident, by switch id (including reports that
+    /// arrived after it was diagnosed), e.g. to diagnose the same telemetry again.
+    pub fn reports(&self, event_id: u64) -> Option<Vec<TelemetryReport>> {
+        Some(
+            self.incidents
+                .get(&event_id)?
+                .reports
+                .values()
+                .cloned()
+                .collect(),
+        )
+    }
 }

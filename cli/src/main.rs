@@ -1,5 +1,7 @@
 //! `hawkmesh` — the command-line entry point.
 
+mod eval;
+
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -30,6 +32,11 @@ enum Command {
         #[arg(long)]
         scenario: Option<PathBuf>,
     },
+    /// HAWKEYE's evaluation (paper §4.2–4.3): randomised traces of every anomaly class on
+    /// the K=4 fat-tree, the whole loop at each epoch size and RTT threshold, HAWKEYE vs
+    /// full polling vs victim-only, telemetry ablations; writes results.json, report.md and
+    /// SVG figures.
+    Eval(eval::EvalArgs),
     /// Packet-level simulation of a RoCEv2 fabric.
     Sim {
         #[command(subcommand)]
@@ -117,6 +124,7 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo { out, scenario } => demo(&out, scenario.as_deref()),
+        Command::Eval(args) => eval::run(args),
         Command::Sim { command } => match command {
             SimCommand::Run {
                 scenario,

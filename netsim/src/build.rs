@@ -483,6 +483,15 @@ impl Simulation {
         path
     }
 
+    /// The egress ports flow `flow` crosses with the current routes (see
+    /// [`Simulation::path_ports`]); empty for an unknown flow.
+    pub fn flow_path(&self, flow: u32) -> Vec<PortRef> {
+        match self.flows.get(flow as usize) {
+            Some(f) => self.path_ports(f.src_nic, f.dst_nic, f.tuple),
+            None => Vec::new(),
+        }
+    }
+
     /// (base RTT, ideal FCT) of a flow: the base RTT is twice the propagation delay plus one
     /// MTU packet's serialization per hop (as the reference computes it, with our real frame
     /// sizes); the ideal FCT adds all the flow's bytes at the bottleneck rate.

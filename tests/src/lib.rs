@@ -7,28 +7,73 @@
 //! Simulated time and wall time meet at the CPU port: every `step` of simulated time the
 //! CPU-port packets are handed to the agents, which read the model's registers at that
 //! moment (a switch CPU reacting within one step) and send their reports for real.
+//!
+//! Besides HAWKEYE's own collection the loop can run the baselines of HAWKEYE §4.2 side by
+//! side on the same simulation ([`PollingMode`]): agents only read registers, so several
+//! sets of agents (each with its own analyzer service) can watch the same switches without
+//! changing what the fabric does. [`eval`] is the evaluation harness built on this.
 
-use hawkmesh_analyzer::DiagnoseOptions;
+pub mod eval;
+
+use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
 use hawkmesh_analyzer_server::incidents::IncidentSummary;
-use hawkmesh_analyzer_server::{start, ServerConfig};
+use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
 use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
+use hawkmesh_codegen::ir::Program;
 use hawkmesh_codegen::model::Model;
 use hawkmesh_codegen::netsim_adapter::install_on_all_switches;
+use hawkmesh_codegen::packets::{polling_offset, write_header_field, Polling};
 use hawkmesh_host_agent::{DetectorConfig, NetsimHostAgents, PollingTrigger};
 use hawkmesh_netsim::packet::PacketKind;
 use hawkmesh_netsim::time::{Time, NS, US};
 use hawkmesh_netsim::{LoadedScenario, SimResult, Simulation};
+use hawkmesh_proto::v1::collector_client::CollectorClient;
 use hawkmesh_switch_agent::{
     AgentConfig, CpuFrame, CpuFrameKind, Geometry, ModelBackend, SwitchAgent,
 };
-use hawkmesh_wire::topology::{NodeId, NodeKind};
+use hawkmesh_wire::telemetry::TelemetryReport;
+use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
 use serde::Serialize;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Which switches collect telemetry for a polling event (HAWKEYE §4.2's methods).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PollingMode {
+    /// HAWKEYE: every switch the polling packet reaches along the victim path and the PFC
+    /// spreading paths collects.
+    Hawkeye,
+    /// "Full polling": as soon as any switch gets a polling copy for an event, every
+    /// switch's agent collects for it (the controller asks them), and the incident is
+    /// diagnosed once every switch has reported.
+    FullPolling,
+    /// "Victim-only": only switches on the victim's path collect (their CPU copy carries
+    /// the victim-path bit, arrival flags bit 0); nothing is traced along PFC paths.
+    VictimOnly,
+}
+
+impl PollingMode {
+    /// Every mode, HAWKEYE first.
+    pub const ALL: [PollingMode; 3] = [
+        PollingMode::Hawkeye,
+        PollingMode::FullPolling,
+        PollingMode::VictimOnly,
+    ];
+
+    /// Name used in files and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PollingMode::Hawkeye => "hawkeye",
+            PollingMode::FullPolling => "full_polling",
+            PollingMode::VictimOnly => "victim_only",
+        }
+    }
+}
 
 /// How the loop runs.
 #[derive(Clone, Debug)]
@@ -47,15 +92,25 @@ pub struct LoopConfig {
     pub chunk_bytes: usize,
     /// Simulated time between hand-overs of CPU packets to the agents.
     pub step: Time,
-    /// How long the analyzer waits for missing switches.
+    /// How long (wall time) the analyzer waits for missing switches while the simulation
+    /// runs. When the simulation ends, every incident still waiting is concluded with the
+    /// reports it has (nothing more can arrive). A long timeout makes the outcome
+    /// independent of how fast the machine runs the simulation.
     pub analyzer_timeout: Duration,
-    /// Analyzer store directory.
+    /// Analyzer store directory (of the primary mode; other modes use a subdirectory named
+    /// after the mode).
     pub data_dir: PathBuf,
+    /// Which switches collect (the outcome's `collections` and `incidents`).
+    pub polling: PollingMode,
+    /// Baselines run side by side on the same simulation, each with its own agents and
+    /// analyzer (the outcome's `also`). Agents only read registers, so they do not change
+    /// what the fabric does.
+    pub also: Vec<PollingMode>,
 }
 
 impl LoopConfig {
     /// Defaults: 300 % RTT threshold, 3 ms suppression, 2^18 ns (262 µs) epochs × 4, 4096
-    /// flow slots, 500 µs guard, MTU chunks, 20 µs steps.
+    /// flow slots, 500 µs guard, MTU chunks, 20 µs steps, HAWKEYE polling only.
     pub fn new(data_dir: PathBuf) -> Self {
         LoopConfig {
             detector: DetectorConfig::default(),
@@ -67,6 +122,8 @@ impl LoopConfig {
             step: 20 * US,
             analyzer_timeout: Duration::from_millis(500),
             data_dir,
+            polling: PollingMode::Hawkeye,
+            also: Vec::new(),
         }
     }
 }
@@ -107,6 +164,35 @@ pub struct IncidentOutcome {
     /// The HTML report.
     #[serde(skip)]
     pub html: Option<String>,
+    /// Every complete switch report the analyzer holds for the event (for re-diagnosis).
+    #[serde(skip)]
+    pub reports: Vec<TelemetryReport>,
+}
+
+/// Polling traffic one collection method caused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PollingCounters {
+    /// CPU copies of polling packets handed to the agents (one per switch the polling
+    /// packet reached; victim-only: only those on the victim path).
+    pub polling_copies: u64,
+    /// Collection requests the controller sent to switches the polling packet did not
+    /// reach (full polling only).
+    pub controller_requests: u64,
+}
+
+/// What one collection method produced.
+#[derive(Debug)]
+pub struct ModeOutcome {
+    /// The method.
+    pub mode: PollingMode,
+    /// Collections of its switch agents.
+    pub collections: Vec<CollectionRecord>,
+    /// Incidents at its analyzer.
+    pub incidents: Vec<IncidentOutcome>,
+    /// Polling traffic.
+    pub counters: PollingCounters,
+    /// Its analyzer's HTTP address while it ran.
+    pub http_addr: std::net::SocketAddr,
 }
 
 /// Everything the loop produced.
@@ -116,12 +202,34 @@ pub struct LoopOutcome {
     pub sim: SimResult,
     /// Polling triggers of the hosts.
     pub triggers: Vec<PollingTrigger>,
-    /// Collections of the switch agents.
+    /// Collections of the switch agents (of `config.polling`).
     pub collections: Vec<CollectionRecord>,
-    /// Incidents at the analyzer.
+    /// Incidents at the analyzer (of `config.polling`).
     pub incidents: Vec<IncidentOutcome>,
     /// The analyzer's HTTP address while it ran.
     pub http_addr: std::net::SocketAddr,
+    /// The primary collection method.
+    pub mode: PollingMode,
+    /// Its polling traffic.
+    pub counters: PollingCounters,
+    /// The baselines of `config.also`, in that order.
+    pub also: Vec<ModeOutcome>,
+}
+
+impl LoopOutcome {
+    /// The collections, incidents and counters of one method, if it ran.
+    pub fn of_mode(
+        &self,
+        mode: PollingMode,
+    ) -> Option<(&[CollectionRecord], &[IncidentOutcome], PollingCounters)> {
+        if mode == self.mode {
+            return Some((&self.collections, &self.incidents, self.counters));
+        }
+        self.also
+            .iter()
+            .find(|m| m.mode == mode)
+            .map(|m| (m.collections.as_slice(), m.incidents.as_slice(), m.counters))
+    }
 }
 
 /// Why the loop failed.
@@ -171,6 +279,239 @@ pub fn params_for(sim: &Simulation, config: &LoopConfig) -> HawkeyeParams {
     }
 }
 
+/// One collection method: a switch agent per switch and its own analyzer service.
+struct Collector {
+    mode: PollingMode,
+    agents: BTreeMap<NodeId, SwitchAgent<ModelBackend<Model>>>,
+    server: RunningServer,
+    /// One connection to the analyzer for the whole run (a connection per report costs
+    /// tens of milliseconds of wall time).
+    client: CollectorClient<tonic::transport::Channel>,
+    collections: Vec<CollectionRecord>,
+    counters: PollingCounters,
+    /// Full polling: the switches that already have a copy or request for each event.
+    reached: BTreeMap<u64, BTreeSet<NodeId>>,
+    /// Full polling: events first seen in the current step, with a polling copy as the
+    /// template of the controller's requests (sent at the end of the next step, once the
+    /// polling packet itself has reached every switch it goes to).
+    pending: Vec<(u64, Vec<u8>)>,
+}
+
+impl Collector {
+    /// Hands one CPU-port packet of the step to this method's agent of that switch.
+    fn deliver(&mut self, program: &Program, switch: NodeId, frame: CpuFrame) {
+        if !self.agents.contains_key(&switch) {
+            return;
+        }
+        let mut frame = frame;
+        if frame.kind == CpuFrameKind::Polling {
+            let offset = polling_offset(program);
+            let polling = frame
+                .bytes
+                .get(offset..)
+                .and_then(|header| Polling::parse(program, header));
+            match (self.mode, polling) {
+                (PollingMode::VictimOnly, Some(polling)) => {
+                    // A victim-only data plane forwards the polling packet along the victim
+                    // path only, with the victim-path flag alone.
+                    if polling.arrival_flags & 0b01 == 0 {
+                        return;
+                    }
+                    write_header_field(
+                        program,
+                        &mut frame.bytes,
+                        offset,
+                        "polling",
+                        "arrival_flags",
+                        0b01,
+                    );
+                }
+                (PollingMode::FullPolling, Some(polling)) => {
+                    let reached = self.reached.entry(polling.event_id).or_default();
+                    if reached.is_empty() {
+                        self.pending.push((polling.event_id, frame.bytes.clone()));
+                    }
+                    reached.insert(switch);
+                }
+                _ => {}
+            }
+            self.counters.polling_copies += 1;
+        }
+        if let Some(agent) = self.agents.get_mut(&switch) {
+            agent.backend_mut().deliver_cpu(frame);
+        }
+    }
+
+    /// Full polling: every switch the polling packet has not reached gets a collection
+    /// request for each event of `events`. The request is the polling copy with no trace
+    /// flags and no egress context (the switch is on no traced path), arriving by the
+    /// switch's first linked port.
+    fn request_everywhere(
+        &mut self,
+        program: &Program,
+        first_port: &BTreeMap<NodeId, PortNo>,
+        now_ns: u64,
+        events: Vec<(u64, Vec<u8>)>,
+    ) {
+        let offset = polling_offset(program);
+        for (event_id, template) in events {
+            let switches: Vec<NodeId> = self.agents.keys().copied().collect();
+            for switch in switches {
+                let reached = self.reached.entry(event_id).or_default();
+                if !reached.insert(switch) {
+                    continue;
+                }
+                let Some(port) = first_port.get(&switch) else {
+                    continue;
+                };
+                let mut bytes = template.clone();
+                for (field, value) in [
+                    ("arrival_flags", 0u64),
+                    ("context_ingress_port", u64::from(*port)),
+                    (
+                        "context_egress_port",
+                        u64::from(hawkmesh_wire::dataplane::NO_PORT),
+                    ),
+                ] {
+                    write_header_field(program, &mut bytes, offset, "polling", field, value);
+                }
+                if let Some(agent) = self.agents.get_mut(&switch) {
+                    agent.backend_mut().deliver_cpu(CpuFrame {
+                        time_ns: now_ns,
+                        kind: CpuFrameKind::Polling,
+                        bytes,
+                    });
+                    self.counters.controller_requests += 1;
+                }
+            }
+        }
+    }
+
+    /// Lets every agent handle its CPU packets and streams the step's reports to the
+    /// analyzer (one stream per step; the analyzer files every chunk on its own).
+    fn poll_agents(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        names: &BTreeMap<NodeId, String>,
+    ) -> Result<(), LoopError> {
+        let mut step_chunks = Vec::new();
+        for (switch, agent) in self.agents.iter_mut() {
+            let name = names.get(switch).cloned().unwrap_or_default();
+            let made = agent.poll().map_err(|e| LoopError::Agent {
+                switch: name.clone(),
+                reason: e.to_string(),
+            })?;
+            for collection in made {
+                let report_bytes = collection.chunks.iter().map(Vec::len).sum();
+                let chunks = collection.chunks.len();
+                step_chunks.extend(collection.chunks);
+                self.collections.push(CollectionRecord {
+                    switch: *switch,
+                    name: name.clone(),
+                    event_id: collection.event_id,
+                    time_ns: collection.time_ns,
+                    read_registers: collection.read_registers,
+                    cells_read: collection.cost.cells,
+                    report_bytes,
+                    chunks,
+                    took_us: collection.took.as_micros() as u64,
+                });
+            }
+        }
+        if !step_chunks.is_empty() {
+            let stream = tokio_stream::iter(
+                step_chunks
+                    .into_iter()
+                    .map(|chunk| hawkmesh_proto::v1::ReportChunk { chunk }),
+            );
+            runtime
+                .block_on(self.client.stream_reports(stream))
+                .map_err(|e| LoopError::Agent {
+                    switch: format!("(all, {})", self.mode.as_str()),
+                    reason: format!("streaming reports: {e}"),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Concludes every incident still waiting for switches: the simulation is over, so
+    /// nothing more will arrive (every stream was acknowledged). This is what makes
+    /// "timed out" a property of the simulated run rather than of wall time.
+    fn conclude(&self, timeout: Duration) {
+        if let Ok(mut set) = self.server.incidents.lock() {
+            let _ = set.expire(std::time::Instant::now() + timeout + Duration::from_millis(1));
+        }
+    }
+
+    /// Stops the analyzer and gathers what it concluded. Full polling re-diagnoses every
+    /// incident from all the reports that arrived for it: its controller waits for every
+    /// switch, while the analyzer service concludes an incident as soon as the switches
+    /// named by the polling contexts have reported.
+    fn finish(self, runtime: &tokio::runtime::Runtime, topology: &FabricTopology) -> ModeOutcome {
+        let mut incidents: Vec<IncidentOutcome> = self
+            .server
+            .incidents
+            .lock()
+            .map(|set| {
+                set.list()
+                    .into_iter()
+                    .map(|summary| IncidentOutcome {
+                        diagnosis: set
+                            .diagnosis_json(summary.event_id)
+                            .and_then(|text| serde_json::from_str(text).ok()),
+                        text: set.diagnosis_text(summary.event_id).map(str::to_string),
+                        html: set.diagnosis_html(summary.event_id).map(str::to_string),
+                        reports: set.reports(summary.event_id).unwrap_or_default(),
+                        summary,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if self.mode == PollingMode::FullPolling {
+            for incident in &mut incidents {
+                rediagnose_all(incident, topology);
+            }
+        }
+        let http_addr = self.server.http_addr;
+        runtime.block_on(self.server.stop());
+        ModeOutcome {
+            mode: self.mode,
+            collections: self.collections,
+            incidents,
+            counters: self.counters,
+            http_addr,
+        }
+    }
+}
+
+/// Replaces an incident's diagnosis with one over every report that arrived for it.
+fn rediagnose_all(incident: &mut IncidentOutcome, topology: &FabricTopology) {
+    let Some(victim) = incident.reports.first().map(|r| r.polling.victim) else {
+        return;
+    };
+    match diagnose_reports(
+        loaded(incident.reports.clone()),
+        topology.clone(),
+        victim,
+        &DiagnoseOptions::default(),
+    ) {
+        Ok(output) => {
+            incident.diagnosis = render::to_json(&output.diagnosis)
+                .ok()
+                .and_then(|text| serde_json::from_str(&text).ok());
+            incident.text = Some(render::to_text(&output.diagnosis));
+            incident.html = render::to_html(&output.diagnosis, &output.view).ok();
+            incident.summary.verdict = Some(output.diagnosis.verdict.clone());
+        }
+        Err(error) => {
+            incident.diagnosis = None;
+            incident.text = None;
+            incident.html = None;
+            incident.summary.verdict = Some(format!("telemetry could not be diagnosed: {error}"));
+        }
+    }
+}
+
 /// Runs the whole loop on a scenario.
 pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, LoopError> {
     let scenario = &loaded.scenario;
@@ -189,152 +530,145 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         &params,
         u64::from(hawkmesh_wire::dataplane::QDEPTH_UNIT_BYTES_TOFINO),
     );
-    let names: BTreeMap<NodeId, String> = sim
-        .topology()
+    let topology = sim.topology().clone();
+    let names: BTreeMap<NodeId, String> = topology
         .nodes
         .iter()
         .map(|n| (n.id, n.name.clone()))
         .collect();
-    let mut agents: BTreeMap<NodeId, SwitchAgent<ModelBackend<Model>>> = installed
-        .iter()
-        .map(|(switch, installed)| {
-            let model = &installed.model;
-            let mut agent_config = AgentConfig::new(*switch);
-            agent_config.geometry = geometry;
-            agent_config.guard_ns = config.guard_ns;
-            agent_config.chunk_bytes = config.chunk_bytes;
-            (
-                *switch,
-                SwitchAgent::new(
-                    agent_config,
-                    ModelBackend::new(model.clone()),
-                    program.clone(),
-                ),
-            )
-        })
-        .collect();
+    let mut first_port: BTreeMap<NodeId, PortNo> = BTreeMap::new();
+    for link in &topology.links {
+        for end in [link.a, link.b] {
+            let entry = first_port.entry(end.node).or_insert(end.port);
+            *entry = (*entry).min(end.port);
+        }
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| LoopError::Runtime(e.to_string()))?;
-    let server = runtime
-        .block_on(start(ServerConfig {
-            grpc_addr: "127.0.0.1:0"
-                .parse()
-                .map_err(|e: std::net::AddrParseError| LoopError::Runtime(e.to_string()))?,
-            http_addr: "127.0.0.1:0"
-                .parse()
-                .map_err(|e: std::net::AddrParseError| LoopError::Runtime(e.to_string()))?,
-            data_dir: config.data_dir.clone(),
-            topology: sim.topology().clone(),
-            incident_timeout: config.analyzer_timeout,
-            options: DiagnoseOptions::default(),
-        }))
-        .map_err(|e| LoopError::Analyzer(e.to_string()))?;
-    let endpoint = format!("http://{}", server.grpc_addr);
+    let mut modes = vec![config.polling];
+    for mode in &config.also {
+        if !modes.contains(mode) {
+            modes.push(*mode);
+        }
+    }
+    let mut collectors = Vec::with_capacity(modes.len());
+    for (index, mode) in modes.iter().enumerate() {
+        let agents: BTreeMap<NodeId, SwitchAgent<ModelBackend<Model>>> = installed
+            .iter()
+            .map(|(switch, installed)| {
+                let mut agent_config = AgentConfig::new(*switch);
+                agent_config.geometry = geometry;
+                // Full polling is the accuracy upper bound (HAWKEYE §4.2): complete and fresh
+                // telemetry, so every event reads the registers (its register-read count
+                // shows what that costs the switch CPUs).
+                agent_config.guard_ns = if *mode == PollingMode::FullPolling {
+                    0
+                } else {
+                    config.guard_ns
+                };
+                agent_config.chunk_bytes = config.chunk_bytes;
+                (
+                    *switch,
+                    SwitchAgent::new(
+                        agent_config,
+                        ModelBackend::new(installed.model.clone()),
+                        program.clone(),
+                    ),
+                )
+            })
+            .collect();
+        let data_dir = if index == 0 {
+            config.data_dir.clone()
+        } else {
+            config.data_dir.join(mode.as_str())
+        };
+        let any: std::net::SocketAddr = "127.0.0.1:0"
+            .parse()
+            .map_err(|e: std::net::AddrParseError| LoopError::Runtime(e.to_string()))?;
+        let server = runtime
+            .block_on(start(ServerConfig {
+                grpc_addr: any,
+                http_addr: any,
+                data_dir,
+                topology: topology.clone(),
+                incident_timeout: config.analyzer_timeout,
+                options: DiagnoseOptions::default(),
+            }))
+            .map_err(|e| LoopError::Analyzer(e.to_string()))?;
+        let endpoint = format!("http://{}", server.grpc_addr);
+        let client = runtime
+            .block_on(CollectorClient::connect(endpoint.clone()))
+            .map_err(|e| LoopError::Analyzer(format!("connecting to {endpoint}: {e}")))?;
+        collectors.push(Collector {
+            mode: *mode,
+            agents,
+            server,
+            client,
+            collections: Vec::new(),
+            counters: PollingCounters::default(),
+            reached: BTreeMap::new(),
+            pending: Vec::new(),
+        });
+    }
 
     let end = hawkmesh_netsim::time::from_us(scenario.duration_us);
-    let mut collections = Vec::new();
     let mut now = 0;
     while now < end {
         now = (now + config.step.max(NS)).min(end);
         sim.run_until(now);
-        for copy in sim.take_cpu_packets() {
-            let Some(agent) = agents.get_mut(&copy.switch) else {
-                continue;
-            };
-            let kind = match copy.packet.kind {
-                PacketKind::Custom => CpuFrameKind::Polling,
-                PacketKind::Data => CpuFrameKind::Eviction,
-                _ => CpuFrameKind::Other,
-            };
-            let Some(bytes) = copy.payload else {
-                continue;
-            };
-            agent.backend_mut().deliver_cpu(CpuFrame {
-                time_ns: copy.time / NS,
-                kind,
-                bytes,
-            });
-        }
-        for (switch, agent) in agents.iter_mut() {
-            let name = names.get(switch).cloned().unwrap_or_default();
-            let made = agent.poll().map_err(|e| LoopError::Agent {
-                switch: name.clone(),
-                reason: e.to_string(),
-            })?;
-            for collection in made {
-                let report_bytes = collection.chunks.iter().map(Vec::len).sum();
-                let chunks = collection.chunks.len();
-                runtime
-                    .block_on(hawkmesh_switch_agent::transport::send_chunks(
-                        &endpoint,
-                        collection.chunks,
-                    ))
-                    .map_err(|e| LoopError::Agent {
-                        switch: name.clone(),
-                        reason: e.to_string(),
-                    })?;
-                collections.push(CollectionRecord {
-                    switch: *switch,
-                    name: name.clone(),
-                    event_id: collection.event_id,
-                    time_ns: collection.time_ns,
-                    read_registers: collection.read_registers,
-                    cells_read: collection.cost.cells,
-                    report_bytes,
-                    chunks,
-                    took_us: collection.took.as_micros() as u64,
-                });
+        let copies = sim.take_cpu_packets();
+        for collector in &mut collectors {
+            // Full polling: the requests for events first seen in the previous step.
+            let due = std::mem::take(&mut collector.pending);
+            for copy in &copies {
+                let kind = match copy.packet.kind {
+                    PacketKind::Custom => CpuFrameKind::Polling,
+                    PacketKind::Data => CpuFrameKind::Eviction,
+                    _ => CpuFrameKind::Other,
+                };
+                let Some(bytes) = &copy.payload else {
+                    continue;
+                };
+                collector.deliver(
+                    &program,
+                    copy.switch,
+                    CpuFrame {
+                        time_ns: copy.time / NS,
+                        kind,
+                        bytes: bytes.clone(),
+                    },
+                );
             }
+            collector.request_everywhere(&program, &first_port, now / NS, due);
+            collector.poll_agents(&runtime, &names)?;
         }
     }
-    // Let the analyzer conclude every incident (complete, or timed out for silent switches).
-    let deadline = std::time::Instant::now() + config.analyzer_timeout * 4 + Duration::from_secs(1);
-    loop {
-        let open = server
-            .incidents
-            .lock()
-            .map(|set| {
-                set.list().iter().any(|i| {
-                    i.state == hawkmesh_analyzer_server::incidents::IncidentState::Collecting
-                })
-            })
-            .unwrap_or(false);
-        if !open || std::time::Instant::now() > deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    for collector in &mut collectors {
+        let due = std::mem::take(&mut collector.pending);
+        collector.request_everywhere(&program, &first_port, end / NS, due);
+        collector.poll_agents(&runtime, &names)?;
+        collector.conclude(config.analyzer_timeout);
     }
-    let incidents = server
-        .incidents
-        .lock()
-        .map(|set| {
-            set.list()
-                .into_iter()
-                .map(|summary| IncidentOutcome {
-                    diagnosis: set
-                        .diagnosis_json(summary.event_id)
-                        .and_then(|text| serde_json::from_str(text).ok()),
-                    text: set.diagnosis_text(summary.event_id).map(str::to_string),
-                    html: set.diagnosis_html(summary.event_id).map(str::to_string),
-                    summary,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let http_addr = server.http_addr;
-    runtime.block_on(server.stop());
+    let mut outcomes: Vec<ModeOutcome> = collectors
+        .into_iter()
+        .map(|collector| collector.finish(&runtime, &topology))
+        .collect();
+    let primary = outcomes.remove(0);
     let triggers = hosts.borrow().triggers().to_vec();
     let result = sim.result(&scenario.name, scenario.seed, &scenario.output.fct_bins);
     Ok(LoopOutcome {
         sim: result,
         triggers,
-        collections,
-        incidents,
-        http_addr,
+        collections: primary.collections,
+        incidents: primary.incidents,
+        http_addr: primary.http_addr,
+        mode: primary.mode,
+        counters: primary.counters,
+        also: outcomes,
     })
 }
 

@@ -1,0 +1,583 @@
+//! Ground truth of a trace and the judging of diagnoses against it (definitions in
+//! `docs/eval.md`).
+//!
+//! - A **report** is a diagnosed incident attributed to the injected anomaly that names at
+//!   least one anomaly affecting its victim. It is **correct** when one of those anomalies has
+//!   the expected type *and* the expected root cause (HAWKEYE §4.2: "a true positive iff it
+//!   identifies both the exact anomaly case and the corresponding root causes"); otherwise it
+//!   is a false positive.
+//! - The anomaly of a trace is **detected** when at least one report is correct; otherwise it
+//!   is a false negative. A trace whose only report names the wrong root cause thus counts
+//!   one false positive and one false negative.
+//! - An incident is **attributed** to the anomaly when its polling trigger fell inside the
+//!   anomaly's window (start to end + netsim's 500 µs spreading slack) and its victim is one
+//!   of the anomaly's own flows or crosses one of its causal ports (initial congestion ports,
+//!   loop ports, ports its PFC had paused by the trigger time). Incidents about unrelated
+//!   background congestion are counted but not judged.
+//! - Root cause: the initial congestion port (backpressure, contention), the injecting host
+//!   or its ToR port (storm), a loop port (in-loop deadlock), the outside initiator's port or
+//!   host (out-of-loop deadlock).
+
+use super::traces::{AnomalyClass, Initiator, TraceSpec};
+use hawkmesh_netsim::truth::{AnomalyKind, SpreadEdge, SPREAD_SLACK_NS};
+use hawkmesh_netsim::SimResult;
+use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortRef};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the diagnosis must say about one trace's anomaly.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Truth {
+    /// The class.
+    pub class: AnomalyClass,
+    /// The expected `type` in the diagnosis JSON.
+    pub expected_type: String,
+    /// Start, ns.
+    pub start_ns: u64,
+    /// End, ns (incidents up to `end_ns` + 500 µs are attributed).
+    pub end_ns: u64,
+    /// The root-cause ports (initial congestion point(s); loop ports for in-loop deadlocks).
+    pub root_ports: Vec<PortRef>,
+    /// The loop (deadlocks).
+    pub loop_ports: Vec<PortRef>,
+    /// The injecting host (storms, storm-initiated deadlocks).
+    pub injector: Option<String>,
+    /// 5-tuples of the anomaly's own flows (every non-background flow).
+    pub anomaly_flows: BTreeSet<String>,
+    /// Initial ports ∪ loop ports: causal from the start.
+    pub initial_causal: Vec<PortRef>,
+    /// The PFC spreading tree(s), first XOFF per edge.
+    pub spreading: Vec<SpreadEdge>,
+    /// Whether the simulation produced the anomaly the class calls for.
+    pub realized: bool,
+    /// Why not, or what was seen.
+    pub realization: String,
+}
+
+impl Truth {
+    /// Ports causally tied to the anomaly at `time_ns`: initial and loop ports, and every
+    /// port its PFC had paused by then.
+    pub fn causal_ports_at(&self, time_ns: u64) -> BTreeSet<PortRef> {
+        let mut ports: BTreeSet<PortRef> = self.initial_causal.iter().copied().collect();
+        for edge in self.spreading.iter().filter(|e| e.time_ns <= time_ns) {
+            ports.insert(edge.paused);
+        }
+        ports
+    }
+
+    /// Switches causally relevant to a victim at `time_ns` (HAWKEYE Fig. 11): the switches
+    /// of its path, the anomaly's origin (initial congestion and loop switches), and every
+    /// switch on the PFC spreading paths from the victim's paused ports back to the origin —
+    /// the PAUSE senders of the victim's paused ports, the senders that paused those, and so
+    /// on (spreading edges up to `time_ns`). Branches of the spreading tree that never reach
+    /// the victim's path are not causal for it.
+    pub fn causal_switches_for(
+        &self,
+        victim_path: &BTreeSet<PortRef>,
+        time_ns: u64,
+        topology: &FabricTopology,
+    ) -> BTreeSet<NodeId> {
+        let edges: Vec<&SpreadEdge> = self
+            .spreading
+            .iter()
+            .filter(|e| e.time_ns <= time_ns)
+            .collect();
+        let mut nodes: BTreeSet<NodeId> = victim_path.iter().map(|p| p.node).collect();
+        nodes.extend(self.initial_causal.iter().map(|p| p.node));
+        let mut frontier: Vec<NodeId> = edges
+            .iter()
+            .filter(|e| victim_path.contains(&e.paused))
+            .map(|e| e.sender.node)
+            .collect();
+        let mut seen: BTreeSet<NodeId> = BTreeSet::new();
+        while let Some(node) = frontier.pop() {
+            if !seen.insert(node) {
+                continue;
+            }
+            nodes.insert(node);
+            frontier.extend(
+                edges
+                    .iter()
+                    .filter(|e| e.paused.node == node)
+                    .map(|e| e.sender.node),
+            );
+        }
+        nodes.retain(|n| is_switch(topology, *n));
+        nodes
+    }
+
+    /// Whether an incident triggered at `time_ns` falls in the anomaly's window.
+    pub fn in_window(&self, time_ns: u64) -> bool {
+        time_ns >= self.start_ns && time_ns <= self.end_ns.saturating_add(SPREAD_SLACK_NS)
+    }
+}
+
+/// Whether a node is a switch.
+pub fn is_switch(topology: &FabricTopology, node: NodeId) -> bool {
+    topology
+        .nodes
+        .get(node as usize)
+        .is_some_and(|n| n.kind == NodeKind::Switch)
+}
+
+/// Builds the truth of a trace from its spec and the run's ground truth, and checks that the
+/// anomaly the class calls for happened.
+pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
+    let find = |kind: AnomalyKind| sim.ground_truth.iter().find(|a| a.kind == kind);
+    let incast = find(AnomalyKind::IncastBurst);
+    let storm = find(AnomalyKind::PfcStorm);
+    let looped = find(AnomalyKind::RoutingLoop);
+    let anomaly_flows: BTreeSet<String> = sim
+        .flows
+        .iter()
+        .filter(|f| f.workload >= 1)
+        .map(|f| f.tuple.clone())
+        .collect();
+    let mut truth = Truth {
+        class: spec.class,
+        expected_type: String::new(),
+        start_ns: 0,
+        end_ns: 0,
+        root_ports: Vec::new(),
+        loop_ports: Vec::new(),
+        injector: None,
+        anomaly_flows,
+        initial_causal: Vec::new(),
+        spreading: Vec::new(),
+        realized: false,
+        realization: String::new(),
+    };
+    let missing = |truth: &mut Truth, what: &str| {
+        truth.realization = format!("the simulation has no {what} ground truth");
+    };
+    match spec.class {
+        AnomalyClass::PfcBackpressure | AnomalyClass::FlowContention => {
+            let Some(a) = incast else {
+                missing(&mut truth, "incast");
+                return truth;
+            };
+            truth.expected_type = if spec.class == AnomalyClass::PfcBackpressure {
+                "pfc_backpressure".into()
+            } else {
+                "normal_flow_contention".into()
+            };
+            truth.start_ns = a.start_ns;
+            truth.end_ns = a.end_ns;
+            truth.root_ports = a.initial_ports.clone();
+            truth.spreading = a.pfc_spreading.clone();
+            if spec.class == AnomalyClass::PfcBackpressure {
+                truth.realized = !a.pfc_spreading.is_empty();
+                truth.realization = if truth.realized {
+                    format!("PFC spread to {} ports", a.paused_ports.len())
+                } else {
+                    "the incast caused no PFC".into()
+                };
+            } else {
+                let flows: Vec<_> = a
+                    .root_cause_flows
+                    .iter()
+                    .filter_map(|f| sim.flows.get(*f as usize))
+                    .collect();
+                let slowed = flows
+                    .iter()
+                    .filter(|f| f.slowdown.is_none_or(|s| s >= 1.5))
+                    .count();
+                let queued = !flows.is_empty() && slowed * 2 >= flows.len();
+                truth.realized = a.pfc_spreading.is_empty() && queued;
+                truth.realization = if !a.pfc_spreading.is_empty() {
+                    format!(
+                        "the incast caused PFC ({} ports paused)",
+                        a.paused_ports.len()
+                    )
+                } else if !queued {
+                    format!(
+                        "only {slowed} of {} incast flows were slowed 1.5× or more",
+                        flows.len()
+                    )
+                } else {
+                    format!("{slowed} of {} incast flows slowed, no PFC", flows.len())
+                };
+            }
+        }
+        AnomalyClass::PfcStorm => {
+            let Some(a) = storm else {
+                missing(&mut truth, "PFC storm");
+                return truth;
+            };
+            truth.expected_type = "pfc_storm".into();
+            truth.start_ns = a.start_ns;
+            truth.end_ns = a.end_ns;
+            truth.root_ports = a.initial_ports.clone();
+            truth.injector = spec.storm.as_ref().map(|s| s.host.clone());
+            truth.spreading = a.pfc_spreading.clone();
+            truth.realized = a.pfc_spreading.len() >= 2;
+            truth.realization = format!(
+                "PAUSE spread over {} edges to {} ports",
+                a.pfc_spreading.len(),
+                a.paused_ports.len()
+            );
+        }
+        AnomalyClass::DeadlockInLoop => {
+            let Some(a) = looped else {
+                missing(&mut truth, "routing loop");
+                return truth;
+            };
+            truth.expected_type = "deadlock_initiator_in_loop".into();
+            truth.start_ns = a.start_ns;
+            truth.end_ns = a.end_ns;
+            truth.root_ports = a.loop_ports.clone();
+            truth.loop_ports = a.loop_ports.clone();
+            truth.spreading = a.pfc_spreading.clone();
+            let paused: BTreeSet<PortRef> = a.paused_ports.iter().copied().collect();
+            let loop_paused = a.loop_ports.iter().filter(|p| paused.contains(p)).count();
+            truth.realized = !a.loop_ports.is_empty() && loop_paused == a.loop_ports.len();
+            truth.realization =
+                format!("{loop_paused} of {} loop ports paused", a.loop_ports.len());
+        }
+        AnomalyClass::DeadlockOutOfLoop => {
+            let Some(l) = looped else {
+                missing(&mut truth, "routing loop");
+                return truth;
+            };
+            let initiator = match spec.initiator {
+                Some(Initiator::Storm) => storm,
+                _ => incast,
+            };
+            let Some(a) = initiator else {
+                missing(&mut truth, "initiator");
+                return truth;
+            };
+            truth.expected_type = match spec.initiator {
+                Some(Initiator::Storm) => "deadlock_initiator_out_of_loop_host_injection".into(),
+                _ => "deadlock_initiator_out_of_loop_flow_contention".into(),
+            };
+            truth.injector = match spec.initiator {
+                Some(Initiator::Storm) => spec.storm.as_ref().map(|s| s.host.clone()),
+                _ => None,
+            };
+            truth.start_ns = a.start_ns;
+            truth.end_ns = a.end_ns.max(l.end_ns);
+            truth.root_ports = a.initial_ports.clone();
+            truth.loop_ports = l.loop_ports.clone();
+            truth.spreading = a.pfc_spreading.clone();
+            truth.spreading.extend(l.pfc_spreading.iter().copied());
+            truth
+                .spreading
+                .sort_by_key(|e| (e.time_ns, e.sender, e.paused));
+            truth
+                .spreading
+                .dedup_by_key(|e| (e.sender, e.paused, e.priority));
+            let reached: BTreeSet<PortRef> = a.paused_ports.iter().copied().collect();
+            let covered = l.loop_ports.iter().filter(|p| reached.contains(p)).count();
+            let early = l
+                .pfc_spreading
+                .iter()
+                .filter(|e| l.loop_ports.contains(&e.paused) && e.time_ns < a.start_ns)
+                .count();
+            truth.realized =
+                !l.loop_ports.is_empty() && covered == l.loop_ports.len() && early == 0;
+            truth.realization = if early > 0 {
+                format!("{early} loop ports were paused before the initiator started")
+            } else {
+                format!(
+                    "the initiator's PFC reached {covered} of {} loop ports",
+                    l.loop_ports.len()
+                )
+            };
+        }
+    }
+    truth.initial_causal = truth
+        .root_ports
+        .iter()
+        .chain(truth.loop_ports.iter())
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    truth
+}
+
+/// How one attributed incident's diagnosis compares with the truth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// An anomaly affecting the victim has the expected type and root cause (TP).
+    Correct,
+    /// The expected type is named, but not with the expected root cause (FP).
+    WrongRootCause,
+    /// Anomalies affecting the victim are named, none of the expected type (FP).
+    WrongType,
+    /// Diagnosed, but no anomaly affecting the victim was found (no report).
+    Silent,
+    /// Not diagnosed (the telemetry could not be diagnosed) (no report).
+    Undiagnosed,
+}
+
+impl Verdict {
+    /// Whether the incident is a report (it names an anomaly).
+    pub fn is_report(self) -> bool {
+        matches!(
+            self,
+            Verdict::Correct | Verdict::WrongRootCause | Verdict::WrongType
+        )
+    }
+
+    /// Name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Correct => "correct",
+            Verdict::WrongRootCause => "wrong_root_cause",
+            Verdict::WrongType => "wrong_type",
+            Verdict::Silent => "silent",
+            Verdict::Undiagnosed => "undiagnosed",
+        }
+    }
+}
+
+/// The judgement of one diagnosis.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Judgement {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The victim-affecting anomalies as `type@port,port` (or `type@host`), in diagnosis
+    /// order.
+    pub claims: Vec<String>,
+    /// For a correct report: whether the largest root-cause flow is one of the anomaly's own
+    /// flows (`None` when the root cause names no flows).
+    pub top_flow_injected: Option<bool>,
+}
+
+fn port_of(value: &serde_json::Value) -> Option<PortRef> {
+    Some(PortRef {
+        node: u32::try_from(value["switch"].as_u64()?).ok()?,
+        port: u16::try_from(value["port"].as_u64()?).ok()?,
+    })
+}
+
+fn ports_of(value: &serde_json::Value) -> Vec<PortRef> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(port_of)
+        .collect()
+}
+
+fn claim_text(anomaly: &serde_json::Value) -> String {
+    let kind = anomaly["type"].as_str().unwrap_or("?");
+    let root = &anomaly["root_cause"];
+    let mut at: Vec<String> = root["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["label"].as_str().unwrap_or("?").to_string())
+        .collect();
+    if let Some(injector) = root["injector"].as_str() {
+        at.push(format!("by {injector}"));
+    }
+    format!("{kind}@{}", at.join(","))
+}
+
+/// Whether one anomaly of a diagnosis names the truth's root cause.
+fn root_cause_matches(truth: &Truth, anomaly: &serde_json::Value) -> bool {
+    let root = &anomaly["root_cause"];
+    let ports = ports_of(&root["ports"]);
+    let injector = root["injector"].as_str();
+    match truth.class {
+        AnomalyClass::PfcBackpressure | AnomalyClass::FlowContention => {
+            ports.iter().any(|p| truth.root_ports.contains(p))
+        }
+        AnomalyClass::PfcStorm | AnomalyClass::DeadlockOutOfLoop => {
+            let by_host = truth.injector.is_some() && injector == truth.injector.as_deref();
+            by_host || ports.iter().any(|p| truth.root_ports.contains(p))
+        }
+        AnomalyClass::DeadlockInLoop => {
+            !ports.is_empty() && ports.iter().all(|p| truth.loop_ports.contains(p))
+        }
+    }
+}
+
+/// Judges one diagnosis (JSON schema of analyzer/README.md; `None` = not diagnosed).
+pub fn judge(truth: &Truth, diagnosis: Option<&serde_json::Value>) -> Judgement {
+    let Some(diagnosis) = diagnosis else {
+        return Judgement {
+            verdict: Verdict::Undiagnosed,
+            claims: Vec::new(),
+            top_flow_injected: None,
+        };
+    };
+    let claims: Vec<&serde_json::Value> = diagnosis["anomalies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["affects_victim"].as_bool() == Some(true))
+        .collect();
+    let texts = claims.iter().map(|a| claim_text(a)).collect();
+    let typed: Vec<&&serde_json::Value> = claims
+        .iter()
+        .filter(|a| a["type"].as_str() == Some(truth.expected_type.as_str()))
+        .collect();
+    let correct = typed.iter().find(|a| root_cause_matches(truth, a));
+    let verdict = if claims.is_empty() {
+        Verdict::Silent
+    } else if correct.is_some() {
+        Verdict::Correct
+    } else if !typed.is_empty() {
+        Verdict::WrongRootCause
+    } else {
+        Verdict::WrongType
+    };
+    let top_flow_injected = correct.and_then(|a| {
+        a["root_cause"]["flows"]
+            .as_array()
+            .and_then(|flows| flows.first())
+            .and_then(|f| f["flow"].as_str())
+            .map(|flow| truth.anomaly_flows.contains(flow))
+    });
+    Judgement {
+        verdict,
+        claims: texts,
+        top_flow_injected,
+    }
+}
+
+/// Counts over a set of judged runs (one class, one parameter point, one method).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Score {
+    /// Traces whose anomaly materialised (judged).
+    pub traces: usize,
+    /// Traces whose anomaly did not materialise in this run (not judged).
+    pub unrealized: usize,
+    /// Reports (attributed incidents naming an anomaly that affects the victim).
+    pub reports: usize,
+    /// Correct reports (true positives).
+    pub correct: usize,
+    /// Wrong reports (false positives).
+    pub wrong: usize,
+    /// Traces with at least one correct report.
+    pub detected: usize,
+    /// Traces without (false negatives).
+    pub missed: usize,
+    /// Attributed incidents that named no victim-affecting anomaly or were not diagnosed.
+    pub silent: usize,
+    /// Precision = correct / reports (`None` without reports).
+    pub precision: Option<f64>,
+    /// Recall = detected / traces (`None` without traces).
+    pub recall: Option<f64>,
+    /// Harmonic mean of the two (`None` if either is missing).
+    pub f1: Option<f64>,
+}
+
+impl Score {
+    /// Adds one trace's verdicts (`realized = false`: counted as unrealized only).
+    pub fn add_trace(&mut self, realized: bool, verdicts: &[Verdict]) {
+        if !realized {
+            self.unrealized += 1;
+            return;
+        }
+        self.traces += 1;
+        let mut detected = false;
+        for verdict in verdicts {
+            if verdict.is_report() {
+                self.reports += 1;
+            } else {
+                self.silent += 1;
+            }
+            if *verdict == Verdict::Correct {
+                self.correct += 1;
+                detected = true;
+            } else if verdict.is_report() {
+                self.wrong += 1;
+            }
+        }
+        if detected {
+            self.detected += 1;
+        } else {
+            self.missed += 1;
+        }
+        self.finish();
+    }
+
+    /// Recomputes the ratios.
+    pub fn finish(&mut self) {
+        self.precision =
+            (self.reports > 0).then(|| round4(self.correct as f64 / self.reports as f64));
+        self.recall = (self.traces > 0).then(|| round4(self.detected as f64 / self.traces as f64));
+        self.f1 = match (self.precision, self.recall) {
+            (Some(p), Some(r)) if p + r > 0.0 => Some(round4(2.0 * p * r / (p + r))),
+            (Some(_), Some(_)) => Some(0.0),
+            _ => None,
+        };
+    }
+
+    /// Sums two scores.
+    pub fn merge(&mut self, other: &Score) {
+        self.traces += other.traces;
+        self.unrealized += other.unrealized;
+        self.reports += other.reports;
+        self.correct += other.correct;
+        self.wrong += other.wrong;
+        self.detected += other.detected;
+        self.missed += other.missed;
+        self.silent += other.silent;
+        self.finish();
+    }
+}
+
+/// Rounds to 4 decimals (stable JSON).
+pub fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// Victim paths of a trace's flows, by 5-tuple text: the egress ports each flow crosses with
+/// the routes at the start and with the static routes in force (routing loops).
+#[derive(Debug, Default)]
+pub struct FlowPaths {
+    paths: BTreeMap<String, BTreeSet<PortRef>>,
+}
+
+impl FlowPaths {
+    /// Computes the paths of every flow of a scenario.
+    pub fn of(
+        loaded: &hawkmesh_netsim::LoadedScenario,
+    ) -> Result<FlowPaths, hawkmesh_netsim::ScenarioError> {
+        let before = hawkmesh_netsim::Simulation::new(loaded)?;
+        let mut later = loaded.clone();
+        for route in &mut later.scenario.route {
+            route.start_us = 0.0;
+        }
+        let after = hawkmesh_netsim::Simulation::new(&later)?;
+        let mut paths = BTreeMap::new();
+        let records = before.result("paths", loaded.scenario.seed, &[u64::MAX]);
+        for flow in &records.flows {
+            let mut ports: BTreeSet<PortRef> = before.flow_path(flow.id).into_iter().collect();
+            ports.extend(after.flow_path(flow.id));
+            paths.insert(flow.tuple.clone(), ports);
+        }
+        Ok(FlowPaths { paths })
+    }
+
+    /// Paths given directly (tests, other fabrics).
+    pub fn from_paths(paths: BTreeMap<String, BTreeSet<PortRef>>) -> FlowPaths {
+        FlowPaths { paths }
+    }
+
+    /// The ports of a flow (`None` if unknown).
+    pub fn ports(&self, tuple: &str) -> Option<&BTreeSet<PortRef>> {
+        self.paths.get(tuple)
+    }
+}
+
+/// Whether an incident (victim, trigger time) is about the trace's anomaly.
+pub fn attributed(truth: &Truth, paths: &FlowPaths, victim: &str, trigger_ns: u64) -> bool {
+    if !truth.in_window(trigger_ns) {
+        return false;
+    }
+    if truth.anomaly_flows.contains(victim) {
+        return true;
+    }
+    let causal = truth.causal_ports_at(trigger_ns);
+    paths
+        .ports(victim)
+        .is_some_and(|ports| ports.iter().any(|p| causal.contains(p)))
+}

@@ -1,0 +1,449 @@
+//! `hawkmesh eval` metrics on hand-built diagnoses: a true positive needs the anomaly type
+//! *and* the root cause; a wrong root cause is a false positive and, without another correct
+//! report, a false negative; attribution, causal switches and aggregation.
+
+use hawkmesh_e2e::eval::judge::{attributed, FlowPaths};
+use hawkmesh_e2e::eval::run::IncidentRecord;
+use hawkmesh_e2e::eval::run::{summarise, ModeRun, Overhead, Point, RunRecord};
+use hawkmesh_e2e::eval::{judge, AnomalyClass, Score, Truth, Verdict};
+use hawkmesh_e2e::PollingMode;
+use hawkmesh_netsim::truth::SpreadEdge;
+use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeKind, PortRef};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn port(node: u32, port: u16) -> PortRef {
+    PortRef { node, port }
+}
+
+fn truth(class: AnomalyClass, expected: &str) -> Truth {
+    Truth {
+        class,
+        expected_type: expected.into(),
+        start_ns: 1_000_000,
+        end_ns: 1_200_000,
+        root_ports: vec![port(19, 0)],
+        loop_ports: Vec::new(),
+        injector: None,
+        anomaly_flows: ["11.0.4.1:49152->11.0.6.1:4791".to_string()].into(),
+        initial_causal: vec![port(19, 0)],
+        spreading: Vec::new(),
+        realized: true,
+        realization: String::new(),
+    }
+}
+
+fn anomaly(kind: &str, affects: bool, ports: &[(u32, u16)], injector: Option<&str>) -> Value {
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(s, p)| json!({ "switch": s, "port": p, "label": format!("s{s}.p{p}"), "peer": "x" }))
+        .collect();
+    let mut root = json!({ "kind": "flow_contention", "ports": ports,
+        "flows": [ { "flow": "11.0.4.1:49152->11.0.6.1:4791", "weight": 10.0, "packets": 5 } ] });
+    if let Some(host) = injector {
+        root["injector"] = json!(host);
+        root["kind"] = json!("host_pfc_injection");
+    }
+    json!({ "id": 1, "type": kind, "affects_victim": affects, "root_cause": root })
+}
+
+fn diagnosis(anomalies: Vec<Value>) -> Value {
+    json!({ "schema_version": 1, "anomalies": anomalies })
+}
+
+#[test]
+fn a_true_positive_needs_the_type_and_the_root_cause() {
+    let t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
+    let right = diagnosis(vec![anomaly("pfc_backpressure", true, &[(19, 0)], None)]);
+    let judged = judge(&t, Some(&right));
+    assert_eq!(judged.verdict, Verdict::Correct);
+    assert_eq!(judged.top_flow_injected, Some(true));
+    assert_eq!(judged.claims, vec!["pfc_backpressure@s19.p0"]);
+
+    let wrong_port = diagnosis(vec![anomaly("pfc_backpressure", true, &[(27, 1)], None)]);
+    assert_eq!(
+        judge(&t, Some(&wrong_port)).verdict,
+        Verdict::WrongRootCause
+    );
+    let wrong_type = diagnosis(vec![anomaly(
+        "normal_flow_contention",
+        true,
+        &[(19, 0)],
+        None,
+    )]);
+    assert_eq!(judge(&t, Some(&wrong_type)).verdict, Verdict::WrongType);
+    // The right anomaly found but not affecting the victim is no report for it.
+    let elsewhere = diagnosis(vec![anomaly("pfc_backpressure", false, &[(19, 0)], None)]);
+    assert_eq!(judge(&t, Some(&elsewhere)).verdict, Verdict::Silent);
+    assert_eq!(judge(&t, Some(&diagnosis(vec![]))).verdict, Verdict::Silent);
+    assert_eq!(judge(&t, None).verdict, Verdict::Undiagnosed);
+    // Any victim-affecting anomaly may carry the right answer.
+    let both = diagnosis(vec![
+        anomaly("normal_flow_contention", true, &[(20, 2)], None),
+        anomaly("pfc_backpressure", true, &[(19, 0)], None),
+    ]);
+    assert_eq!(judge(&t, Some(&both)).verdict, Verdict::Correct);
+}
+
+#[test]
+fn a_wrong_root_cause_is_a_false_positive_and_a_false_negative() {
+    let t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
+    let wrong = judge(
+        &t,
+        Some(&diagnosis(vec![anomaly(
+            "pfc_backpressure",
+            true,
+            &[(34, 1)],
+            None,
+        )])),
+    );
+    let mut score = Score::default();
+    score.add_trace(true, &[wrong.verdict]);
+    assert_eq!((score.reports, score.correct, score.wrong), (1, 0, 1));
+    assert_eq!((score.detected, score.missed), (0, 1));
+    assert_eq!(
+        (score.precision, score.recall, score.f1),
+        (Some(0.0), Some(0.0), Some(0.0))
+    );
+
+    // A second trace with one correct and one wrong report: detected, precision 1/3.
+    score.add_trace(
+        true,
+        &[Verdict::Correct, Verdict::WrongType, Verdict::Silent],
+    );
+    assert_eq!(
+        (score.reports, score.correct, score.wrong, score.silent),
+        (3, 1, 2, 1)
+    );
+    assert_eq!((score.detected, score.missed, score.traces), (1, 1, 2));
+    assert_eq!(score.precision, Some(0.3333));
+    assert_eq!(score.recall, Some(0.5));
+    // Traces whose anomaly did not materialise are counted apart.
+    score.add_trace(false, &[Verdict::WrongType]);
+    assert_eq!((score.traces, score.unrealized, score.reports), (2, 1, 3));
+    // No report at all: precision undefined, recall 0.
+    let mut silent = Score::default();
+    silent.add_trace(true, &[Verdict::Silent, Verdict::Undiagnosed]);
+    assert_eq!(
+        (silent.precision, silent.recall, silent.f1),
+        (None, Some(0.0), None)
+    );
+}
+
+#[test]
+fn root_causes_per_class() {
+    // Storm: the injecting host, or the ToR port facing it.
+    let mut storm = truth(AnomalyClass::PfcStorm, "pfc_storm");
+    storm.injector = Some("h6".into());
+    let by_host = diagnosis(vec![anomaly("pfc_storm", true, &[(19, 0)], Some("h6"))]);
+    assert_eq!(judge(&storm, Some(&by_host)).verdict, Verdict::Correct);
+    let other_host = diagnosis(vec![anomaly("pfc_storm", true, &[(21, 1)], Some("h9"))]);
+    assert_eq!(
+        judge(&storm, Some(&other_host)).verdict,
+        Verdict::WrongRootCause
+    );
+    let switch = diagnosis(vec![anomaly("pfc_storm", true, &[(27, 2)], Some("agg3"))]);
+    assert_eq!(
+        judge(&storm, Some(&switch)).verdict,
+        Verdict::WrongRootCause
+    );
+
+    // In-loop deadlock: root-cause ports inside the loop.
+    let mut in_loop = truth(AnomalyClass::DeadlockInLoop, "deadlock_initiator_in_loop");
+    in_loop.loop_ports = vec![port(26, 2), port(32, 1)];
+    in_loop.root_ports = in_loop.loop_ports.clone();
+    let good = diagnosis(vec![anomaly(
+        "deadlock_initiator_in_loop",
+        true,
+        &[(32, 1)],
+        None,
+    )]);
+    assert_eq!(judge(&in_loop, Some(&good)).verdict, Verdict::Correct);
+    let outside = diagnosis(vec![anomaly(
+        "deadlock_initiator_in_loop",
+        true,
+        &[(32, 1), (19, 0)],
+        None,
+    )]);
+    assert_eq!(
+        judge(&in_loop, Some(&outside)).verdict,
+        Verdict::WrongRootCause
+    );
+    let empty = diagnosis(vec![anomaly("deadlock_initiator_in_loop", true, &[], None)]);
+    assert_eq!(
+        judge(&in_loop, Some(&empty)).verdict,
+        Verdict::WrongRootCause
+    );
+
+    // Out-of-loop deadlock: the subtype names the initiator's kind.
+    let mut out = truth(
+        AnomalyClass::DeadlockOutOfLoop,
+        "deadlock_initiator_out_of_loop_flow_contention",
+    );
+    out.loop_ports = vec![port(26, 2), port(32, 1)];
+    let good = diagnosis(vec![anomaly(
+        "deadlock_initiator_out_of_loop_flow_contention",
+        true,
+        &[(19, 0)],
+        None,
+    )]);
+    assert_eq!(judge(&out, Some(&good)).verdict, Verdict::Correct);
+    let subtype = diagnosis(vec![anomaly(
+        "deadlock_initiator_out_of_loop_host_injection",
+        true,
+        &[(19, 0)],
+        Some("h6"),
+    )]);
+    assert_eq!(judge(&out, Some(&subtype)).verdict, Verdict::WrongType);
+    let in_loop_claim = diagnosis(vec![anomaly(
+        "deadlock_initiator_in_loop",
+        true,
+        &[(26, 2)],
+        None,
+    )]);
+    assert_eq!(
+        judge(&out, Some(&in_loop_claim)).verdict,
+        Verdict::WrongType
+    );
+}
+
+/// tor0(0) - agg0(1) - core0(2) - agg1(3) - tor1(4), hosts h0 on tor0 and h1 on tor1.
+fn line_topology() -> FabricTopology {
+    let names = ["tor0", "agg0", "core0", "agg1", "tor1", "h0", "h1"];
+    let nodes = names
+        .iter()
+        .enumerate()
+        .map(|(id, name)| NodeDesc {
+            id: id as u32,
+            name: name.to_string(),
+            kind: if name.starts_with('h') {
+                NodeKind::Host
+            } else {
+                NodeKind::Switch
+            },
+            tier: None,
+            ipv4: None,
+        })
+        .collect();
+    let link = |a: (u32, u16), b: (u32, u16)| LinkDesc {
+        a: port(a.0, a.1),
+        b: port(b.0, b.1),
+        gbps: 100.0,
+        delay_ns: 2000,
+    };
+    FabricTopology {
+        nodes,
+        links: vec![
+            link((5, 0), (0, 0)),
+            link((0, 1), (1, 0)),
+            link((1, 1), (2, 0)),
+            link((2, 1), (3, 0)),
+            link((3, 1), (4, 0)),
+            link((4, 1), (6, 0)),
+        ],
+    }
+}
+
+#[test]
+fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
+    let topology = line_topology();
+    let mut t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
+    // Congestion at tor1.p1 (toward h1); tor1 pauses agg1.p1, agg1 pauses core0.p1, and a
+    // branch: core0 pauses agg0.p1 only later.
+    t.root_ports = vec![port(4, 1)];
+    t.initial_causal = vec![port(4, 1)];
+    let edge = |time_ns, sender: PortRef, paused: PortRef| SpreadEdge {
+        time_ns,
+        sender,
+        paused,
+        priority: 3,
+    };
+    t.spreading = vec![
+        edge(1_000_100, port(4, 0), port(3, 1)),
+        edge(1_000_200, port(3, 0), port(2, 1)),
+        edge(1_000_900, port(2, 0), port(1, 1)),
+    ];
+    // A victim h0 → h1 crossing core0.p1: core0 is paused by agg1, which is paused by tor1.
+    let victim: BTreeSet<PortRef> = [
+        port(5, 0),
+        port(0, 1),
+        port(1, 1),
+        port(2, 1),
+        port(3, 1),
+        port(4, 1),
+    ]
+    .into();
+    let causal = t.causal_switches_for(&victim, 1_000_500, &topology);
+    assert_eq!(causal.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    // A victim that only crosses agg0 → core0 before anything paused agg0: its path and the
+    // origin only.
+    let short: BTreeSet<PortRef> = [port(1, 1)].into();
+    assert_eq!(
+        t.causal_switches_for(&short, 1_000_500, &topology)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![1, 4]
+    );
+    // Later agg0.p1 is paused by core0: the chain core0 → agg1 → tor1 becomes causal.
+    assert_eq!(
+        t.causal_switches_for(&short, 1_001_000, &topology)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+}
+
+#[test]
+fn incidents_are_attributed_by_window_and_causal_path() {
+    let mut t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
+    t.spreading = vec![SpreadEdge {
+        time_ns: 1_050_000,
+        sender: port(19, 2),
+        paused: port(27, 1),
+        priority: 3,
+    }];
+    let mut paths = BTreeMap::new();
+    paths.insert(
+        "a".to_string(),
+        [port(16, 3), port(27, 1)].into_iter().collect(),
+    );
+    paths.insert(
+        "b".to_string(),
+        [port(16, 2), port(24, 1)].into_iter().collect(),
+    );
+    let paths = FlowPaths::from_paths(paths);
+    // The anomaly's own flow, inside the window.
+    assert!(attributed(
+        &t,
+        &paths,
+        "11.0.4.1:49152->11.0.6.1:4791",
+        1_100_000
+    ));
+    // Before the anomaly, or after end + 500 µs: not attributed.
+    assert!(!attributed(
+        &t,
+        &paths,
+        "11.0.4.1:49152->11.0.6.1:4791",
+        999_999
+    ));
+    assert!(attributed(
+        &t,
+        &paths,
+        "11.0.4.1:49152->11.0.6.1:4791",
+        1_700_000
+    ));
+    assert!(!attributed(
+        &t,
+        &paths,
+        "11.0.4.1:49152->11.0.6.1:4791",
+        1_700_001
+    ));
+    // A flow through a port only once it has been paused.
+    assert!(!attributed(&t, &paths, "a", 1_040_000));
+    assert!(attributed(&t, &paths, "a", 1_060_000));
+    // A flow elsewhere, or unknown: never.
+    assert!(!attributed(&t, &paths, "b", 1_060_000));
+    assert!(!attributed(&t, &paths, "c", 1_060_000));
+}
+
+fn run(class: AnomalyClass, point: Point, verdicts: &[Verdict]) -> RunRecord {
+    let attributed = verdicts
+        .iter()
+        .enumerate()
+        .map(|(i, v)| IncidentRecord {
+            event_id: i as u64 + 1,
+            trigger_ns: 1_000_000,
+            victim: "v".into(),
+            state: "complete".into(),
+            verdict: *v,
+            claims: vec![format!("pfc_storm@tor{i}.p1")],
+            top_flow_injected: None,
+            switches_collected: 4,
+            causal_switches: 5,
+            causal_collected: 4,
+            report_bytes: 1000,
+        })
+        .collect();
+    RunRecord {
+        trace: format!("{class}-000"),
+        class,
+        point,
+        realized: true,
+        realization: String::new(),
+        expected: Default::default(),
+        pause_frames: 0,
+        modes: vec![ModeRun {
+            mode: PollingMode::Hawkeye,
+            incidents: verdicts.len() + 1,
+            unattributed: 1,
+            verdicts: verdicts.to_vec(),
+            attributed,
+            overhead: Overhead::default(),
+        }],
+        ablations: Vec::new(),
+    }
+}
+
+#[test]
+fn summaries_pick_the_best_point_and_mix_the_classes() {
+    let fixed = Point::fixed();
+    let small = Point {
+        epoch_log2_ns: 17,
+        threshold_percent: 300,
+    };
+    let storm = AnomalyClass::PfcStorm;
+    let burst = AnomalyClass::PfcBackpressure;
+    let runs = vec![
+        run(storm, fixed, &[Verdict::Correct, Verdict::WrongRootCause]),
+        run(storm, small, &[Verdict::Correct, Verdict::Correct]),
+        run(burst, fixed, &[Verdict::WrongType]),
+        run(burst, small, &[Verdict::Silent]),
+    ];
+    let summary = summarise(&[burst, storm], &[small, fixed], &runs);
+    let score = |class: Option<AnomalyClass>, point: Point| {
+        summary
+            .scores
+            .iter()
+            .find(|r| r.class == class && r.point == point && r.mode == PollingMode::Hawkeye)
+            .unwrap()
+            .score
+            .clone()
+    };
+    assert_eq!(score(Some(storm), fixed).precision, Some(0.5));
+    assert_eq!(score(Some(storm), small).precision, Some(1.0));
+    assert_eq!(score(Some(burst), small).precision, None);
+    let mixed = score(None, fixed);
+    assert_eq!(
+        (mixed.reports, mixed.correct, mixed.detected, mixed.traces),
+        (3, 1, 1, 2)
+    );
+    let best = |class| {
+        summary
+            .best
+            .iter()
+            .find(|b| b.class == class && b.mode == PollingMode::Hawkeye)
+            .unwrap()
+            .point
+    };
+    assert_eq!(best(storm), small);
+    // Both points score 0 for the bursts (undefined ratios rank as 0): the tie goes to the
+    // first (smaller) point.
+    assert_eq!(best(burst), small);
+    let overhead = summary
+        .overhead
+        .iter()
+        .find(|o| o.class == Some(storm) && o.mode == PollingMode::Hawkeye)
+        .unwrap();
+    assert_eq!((overhead.runs, overhead.incidents), (1, 2));
+    assert_eq!(overhead.coverage, 0.8);
+    let verdicts = summary
+        .verdicts
+        .iter()
+        .find(|v| v.class == storm && v.mode == PollingMode::Hawkeye)
+        .unwrap();
+    assert_eq!(verdicts.counts.get("correct"), Some(&1));
+    assert_eq!(
+        verdicts.wrong_claims,
+        vec![("pfc_storm@tor.p".to_string(), 1)]
+    );
+}
