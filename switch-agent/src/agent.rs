@@ -3,9 +3,10 @@
 //! - A polling CPU copy (HAWKEYE §3.4) triggers a collection: the telemetry registers of the
 //!   last `epochs` epochs are read and turned into a [`TelemetryReport`] for that polling
 //!   event. One register read per guard interval (the artifact's 500 µs): a polling event
-//!   arriving within the guard of the previous read reuses that read, so a burst of victims
-//!   polling at once costs the switch CPU one collection. An event id already reported is
-//!   ignored.
+//!   arriving within the guard of the previous read, in the same epoch, reuses that read,
+//!   so a burst of victims polling at once costs the switch CPU one collection (a poll in a
+//!   later epoch reads again: the reused read would miss that epoch). An event id already
+//!   reported is ignored.
 //! - An eviction CPU copy is kept until the next collection that covers its epoch and is
 //!   reported there as an evicted flow record; if more evictions arrive than the agent keeps,
 //!   the overflow is counted in the epoch's `lost_evictions` instead of vanishing.
@@ -197,10 +198,13 @@ impl<B: SwitchBackend> SwitchAgent<B> {
     fn collect(&mut self, now_ns: u64, polling: &Polling) -> Result<Collection, AgentError> {
         let started = Instant::now();
         let geometry = self.config.geometry;
-        let reuse = self
-            .last_read
-            .as_ref()
-            .is_some_and(|(at, _)| now_ns.saturating_sub(*at) < self.config.guard_ns);
+        // One register read per guard interval absorbs a burst of victims polling at once;
+        // a poll in a later epoch than the last read reads again, since the reused read
+        // would lack the very epoch the victim is asking about.
+        let epoch = |t: u64| t >> geometry.epoch_log2_ns;
+        let reuse = self.last_read.as_ref().is_some_and(|(at, _)| {
+            now_ns.saturating_sub(*at) < self.config.guard_ns && epoch(*at) == epoch(now_ns)
+        });
         let mut cost = ReadCost::default();
         if !reuse {
             let (snapshot, read_cost) = RegisterSnapshot::read(&mut self.backend, &geometry)?;

@@ -198,8 +198,13 @@ fn one_register_read_per_guard_interval_and_each_event_once() {
     bench.poll(3, victim, 1, 5, 600_000);
     let later = bench.agent.poll().unwrap();
     assert!(later[0].read_registers);
+    // Within the guard but in the next epoch (4096 ns epochs): the reused read would lack
+    // that epoch, so the registers are read again.
+    bench.poll(4, victim, 1, 5, 600_000 + 4096);
+    let next_epoch = bench.agent.poll().unwrap();
+    assert!(next_epoch[0].read_registers);
     let stats = bench.agent.stats();
-    assert_eq!((stats.register_reads, stats.reports), (2, 3));
+    assert_eq!((stats.register_reads, stats.reports), (3, 4));
 }
 
 #[test]
