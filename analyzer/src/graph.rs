@@ -10,7 +10,9 @@
 //!   `w = paused_num[Pi] · meter[a][j] / Σ_k meter[a][k] · qdepth[Pj]` with `qdepth` the mean
 //!   queue depth over all packets enqueued at `Pj` (Alg. 1 l.4). `Pj` must be congested in
 //!   that epoch (§3.5.1 "each downstream congested egress port"): paused itself, or with a
-//!   mean queue depth of at least [`crate::DiagnoseOptions::congestion_queue_bytes`]. Weights
+//!   mean queue depth of at least [`crate::DiagnoseOptions::congestion_queue_bytes`]. Depths
+//!   are measured when packets leave, so for a paused `Pj` the bytes enqueued there while
+//!   paused (still held when a storm or a deadlock froze it) bound `qdepth` from below. Weights
 //!   are summed over epochs, so a pause in one epoch is never tied to a queue in another.
 //! * **flow → port** (Alg. 1 l.12-14): weight = the flow's paused packets at the port.
 //! * **port → flow** (Alg. 1 l.15-20): weight = the flow's contribution to contention at the
@@ -385,12 +387,31 @@ impl ProvenanceGraph {
                                             let Some(target) = down.ports.get(egress) else {
                                                 continue;
                                             };
-                                            let depth = if target.packet_count == 0 {
+                                            let mut depth = if target.packet_count == 0 {
                                                 0.0
                                             } else {
                                                 target.queue_depth_sum_bytes as f64
                                                     / f64::from(target.packet_count)
                                             };
+                                            // Queue depths are measured when packets leave;
+                                            // packets held behind a pause (a storm, a frozen
+                                            // loop) have not left, yet they are queued: the
+                                            // bytes enqueued while paused bound the queue
+                                            // from below.
+                                            if target.paused_packet_count > 0
+                                                && target.packet_count > 0
+                                            {
+                                                let bytes = down
+                                                    .egress_bytes
+                                                    .get(egress)
+                                                    .copied()
+                                                    .unwrap_or(0)
+                                                    as f64;
+                                                let held = bytes
+                                                    * f64::from(target.paused_packet_count)
+                                                    / f64::from(target.packet_count);
+                                                depth = depth.max(held);
+                                            }
                                             let congested = target.paused_packet_count > 0
                                                 || depth >= threshold;
                                             if !congested {

@@ -122,6 +122,41 @@ fn pfc_storm_from_host_injection() {
 }
 
 #[test]
+fn a_storm_whose_paused_packets_never_left_is_still_traced_to_the_host() {
+    // The storm froze the path: every packet counted at enqueue is still queued, so no
+    // queue depth was measured anywhere (depths are taken when packets leave). The bytes
+    // held behind the pause must still make the wait-for edges.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        flow(4, 49300, 17),
+        &["h3", "tor1", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(300).paused(300, 0),
+            Hop::new(300).paused(300, 0),
+            Hop::new(300).paused(300, 0),
+        ],
+    );
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(250, 0),
+            Hop::new(250).paused(250, 0),
+            Hop::new(250).paused(250, 0),
+        ],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h7"));
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
+}
+
+#[test]
 fn deadlock_with_initiator_in_loop() {
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
     // Epoch 0: micro-bursts h1 → h2 contend at s1.p(s2) and start the pause cascade.
