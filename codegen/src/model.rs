@@ -22,10 +22,10 @@
 //!   invalid) and the packet continues, as with v1model `parser_error`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::error::ModelError;
-use crate::hash::crc32;
 use crate::ir::*;
 
 /// Largest packet the model accepts.
@@ -208,90 +208,144 @@ pub trait DataPlane {
     fn multicast_group_set(&mut self, group: u16, ports: Vec<u16>);
 }
 
-#[derive(Clone, Debug, Default)]
-struct TableState {
-    exact: HashMap<u128, (ActionId, Vec<u64>)>,
-    ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
-    entries: usize,
-}
-
 // ---------------------------------------------------------------------------------------
-// The compiled program: a flat instruction list with jumps, expressions in postfix form
-// with every width and mask precomputed, register actions / hash units / tables / header
-// layouts resolved to indices. Nothing is looked up by name or hashed per packet (except
-// exact-match tables installed by the control plane).
+// The compiled program. `Code::compile` turns the IR once into:
+// - a flat list of three-address instructions over PHV slots (program fields, then
+//   temporaries for intermediate values), with every width and mask precomputed, constant
+//   sub-expressions folded, casts and slices that cannot change a value dropped, and
+//   conditions compiled into short-circuit jumps;
+// - register actions resolved to a storage location and per-outcome tables (which update
+//   applies to each word, which output is returned);
+// - parser states with every field's byte offset, shift and mask.
+// Registers live at native width; registers that every register action indexes with the
+// same expression are interleaved in one array (one cache line per packet instead of one
+// per register). Nothing is looked up by name or hashed per packet (except exact-match
+// tables installed by the control plane).
 // ---------------------------------------------------------------------------------------
 
-/// Deepest expression stack the compiler accepts.
-const STACK: usize = 8;
 /// Most header instances (validity is a 64-bit mask).
 const MAX_HEADERS: usize = 64;
 /// Most bytes a hash unit hashes.
 const MAX_HASH_BYTES: usize = 64;
-const NO_FIELD: u16 = u16::MAX;
+/// Most conditions of a register action the model evaluates (TNA allows two).
+const MAX_SALU_CONDITIONS: usize = 3;
+const NO_SLOT: u16 = u16::MAX;
 const NO_HEADER: u8 = u8::MAX;
+const NONE: u8 = u8::MAX;
 
-/// A postfix expression operation.
-#[derive(Clone, Copy, Debug)]
-enum EOp {
-    Field(u16),
-    Const(u64),
-    Valid(u8),
-    /// `op` at a width whose mask is given.
-    Bin(BinOp, u64),
-    /// `(a << n) & mask`.
-    Shl(u8, u64),
-    Shr(u8),
-    /// `(a >> lo) & mask` (slices and casts).
-    Slice(u8, u64),
-    Cmp(CmpOp, u8),
-    /// Fused `field cmp constant`.
-    CmpFieldConst(u16, CmpOp, u64, u8),
-    And,
-    Or,
-    Not,
+/// Exact-match key hasher (keys are installed by the control plane; no need for SipHash).
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        x ^ (x >> 33)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = (self.0 ^ v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ ((v >> 64) as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    }
 }
 
-type Span = (u32, u32);
+#[derive(Clone, Debug, Default)]
+struct TableState {
+    exact: HashMap<u128, (ActionId, Vec<u64>), BuildHasherDefault<KeyHasher>>,
+    ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
+    entries: usize,
+}
 
-#[derive(Clone, Debug)]
+/// One instruction. Slots index the PHV (fields, then temporaries); every result is
+/// `op(..) & mask`.
+#[derive(Clone, Copy, Debug)]
 enum Ins {
-    Assign {
-        dst: u16,
-        mask: u64,
-        expr: Span,
-        header: u8,
-    },
-    AssignField {
+    Mov {
         dst: u16,
         src: u16,
         mask: u64,
-        header: u8,
     },
-    AssignConst {
+    Imm {
         dst: u16,
         value: u64,
-        header: u8,
     },
-    JumpUnless(Span, u32),
-    /// Fused `if (field cmp constant)`: jump when false.
-    JumpUnlessCmp(u16, CmpOp, u64, u8, u32),
-    /// Fused `if (h.isValid())`: jump when false.
-    JumpUnlessValid(u8, u32),
+    /// `bin(op, a, b, mask)`.
+    Bin {
+        op: BinOp,
+        dst: u16,
+        a: u16,
+        b: u16,
+        mask: u64,
+    },
+    BinImm {
+        op: BinOp,
+        dst: u16,
+        a: u16,
+        b: u64,
+        mask: u64,
+    },
+    /// `(a << n) & mask`.
+    Shl {
+        dst: u16,
+        a: u16,
+        n: u8,
+        mask: u64,
+    },
+    /// `(a >> n) & mask` (shifts, slices, casts).
+    Shr {
+        dst: u16,
+        a: u16,
+        n: u8,
+        mask: u64,
+    },
+    /// `((a << n) | b) & mask` (concatenation).
+    ShlOr {
+        dst: u16,
+        a: u16,
+        n: u8,
+        b: u16,
+        mask: u64,
+    },
+    /// Jumps when `op(a, b)` at width `w` holds.
+    JumpCmp {
+        op: CmpOp,
+        w: u8,
+        a: u16,
+        b: u16,
+        target: u32,
+    },
+    JumpCmpImm {
+        op: CmpOp,
+        w: u8,
+        a: u16,
+        b: u64,
+        target: u32,
+    },
+    JumpValid(u8, u32),
+    JumpInvalid(u8, u32),
     Jump(u32),
+    /// The header was written (re-emit it in the deparser).
+    Dirty(u8),
     Execute {
         ra: u16,
-        index: Span,
+        index: u16,
         out: u16,
-        out_mask: u64,
+        mask: u64,
     },
     Hash {
         unit: u16,
         dst: u16,
+        mask: u64,
     },
     SetValid(u8),
     SetInvalid(u8),
-    Unicast(Span),
+    Unicast(u16),
     Multicast(u16),
     Drop,
     Clone,
@@ -300,6 +354,62 @@ enum Ins {
     Return,
 }
 
+#[inline(always)]
+fn bin(op: BinOp, x: u64, y: u64, mask: u64) -> u64 {
+    match op {
+        BinOp::Add => x.wrapping_add(y) & mask,
+        BinOp::Sub => x.wrapping_sub(y) & mask,
+        // The saturation bound is the mask (the expression's width).
+        BinOp::SatAdd => x.saturating_add(y).min(mask),
+        BinOp::And => x & y & mask,
+        BinOp::Or => (x | y) & mask,
+        BinOp::Xor => (x ^ y) & mask,
+        BinOp::Min => x.min(y) & mask,
+        BinOp::Max => x.max(y) & mask,
+    }
+}
+
+/// All ones up to the highest set bit of `v` (an upper bound of values `<= v`).
+fn smear(v: u64) -> u64 {
+    if v == 0 {
+        0
+    } else {
+        u64::MAX >> v.leading_zeros()
+    }
+}
+
+fn negate(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Eq => CmpOp::Ne,
+        CmpOp::Ne => CmpOp::Eq,
+        CmpOp::Lt => CmpOp::Ge,
+        CmpOp::Ge => CmpOp::Lt,
+        CmpOp::Le => CmpOp::Gt,
+        CmpOp::Gt => CmpOp::Le,
+        CmpOp::SLt => CmpOp::SGe,
+        CmpOp::SGe => CmpOp::SLt,
+        CmpOp::SGt => CmpOp::SLe,
+        CmpOp::SLe => CmpOp::SGt,
+    }
+}
+
+/// The comparison with its operands swapped.
+fn mirror(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Eq => CmpOp::Eq,
+        CmpOp::Ne => CmpOp::Ne,
+        CmpOp::Lt => CmpOp::Gt,
+        CmpOp::Gt => CmpOp::Lt,
+        CmpOp::Le => CmpOp::Ge,
+        CmpOp::Ge => CmpOp::Le,
+        CmpOp::SLt => CmpOp::SGt,
+        CmpOp::SGt => CmpOp::SLt,
+        CmpOp::SLe => CmpOp::SGe,
+        CmpOp::SGe => CmpOp::SLe,
+    }
+}
+
+/// An operand of a stateful ALU.
 #[derive(Clone, Copy, Debug)]
 enum COperand {
     Lo,
@@ -311,6 +421,7 @@ enum COperand {
 #[derive(Clone, Copy, Debug)]
 struct CCond {
     left: COperand,
+    /// `None`, or the second operand and whether it is subtracted.
     right: Option<(bool, COperand)>,
     cmp: CmpOp,
     constant: u64,
@@ -318,23 +429,36 @@ struct CCond {
 
 #[derive(Clone, Copy, Debug)]
 struct CUpdate {
-    when: Pred,
-    hi: bool,
     op: SaluOp,
     a: COperand,
     b: COperand,
 }
 
+/// What happens for one condition outcome: the update of each word and the output
+/// (indices into the action's lists, [`NONE`] for none).
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    lo: u8,
+    hi: u8,
+    out: u8,
+}
+
 #[derive(Clone, Debug)]
 struct CRegisterAction {
-    register: usize,
+    register: u16,
+    slab: u16,
     size_mask: usize,
+    stride: usize,
+    offset: usize,
     pair: bool,
     word_width: u8,
     word_mask: u64,
+    /// Some update may change the cell.
+    writes: bool,
     conditions: Vec<CCond>,
     updates: Vec<CUpdate>,
-    outputs: Vec<(Pred, SaluOutputValue)>,
+    outputs: Vec<SaluOutputValue>,
+    outcomes: [Outcome; 1 << MAX_SALU_CONDITIONS],
 }
 
 #[derive(Clone, Debug)]
@@ -353,11 +477,20 @@ struct CTable {
     all_exact: bool,
 }
 
+/// A header field as the parser and deparser see it.
 #[derive(Clone, Copy, Debug)]
 struct CField {
     phv: u16,
+    /// Bit offset in the header.
     bit: u16,
     width: u8,
+    /// First byte in the header.
+    byte: u16,
+    /// Right shift of the big-endian 64-bit word read at `byte` (when `window`).
+    shift: u8,
+    mask: u64,
+    /// The field fits a 64-bit word read at `byte`.
+    window: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -379,16 +512,39 @@ struct CState {
     transition: CTransition,
 }
 
+/// Where a register's cells live: cell `i` is word `i * stride + offset` of slab `slab`
+/// (a pair uses that word and the next).
+#[derive(Clone, Copy, Debug)]
+struct RegLoc {
+    slab: u16,
+    stride: usize,
+    offset: usize,
+    pair: bool,
+    size: usize,
+}
+
+/// The kind of storage of a slab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlabKind {
+    Bytes,
+    Halves,
+    Words,
+}
+
 #[derive(Debug)]
 struct Code {
-    eops: Vec<EOp>,
     ins: Vec<Ins>,
     ingress: u32,
     egress: u32,
+    /// PHV slots: fields, then temporaries.
+    slots: usize,
     action_start: Vec<u32>,
     action_params: Vec<Vec<(u16, u64)>>,
     tables: Vec<CTable>,
     register_actions: Vec<CRegisterAction>,
+    registers: Vec<RegLoc>,
+    /// (kind, words) of each slab.
+    slabs: Vec<(SlabKind, usize)>,
     hashes: Vec<CHash>,
     headers: Vec<CHeader>,
     parser: Vec<CState>,
@@ -408,11 +564,31 @@ fn program_error(message: String) -> ModelError {
     }
 }
 
+/// A compiled operand: a PHV slot with an upper bound of its value (as a mask), or an
+/// immediate.
+#[derive(Clone, Copy, Debug)]
+enum Opnd {
+    Slot(u16, u64),
+    Imm(u64),
+}
+
+impl Opnd {
+    fn bound(self) -> u64 {
+        match self {
+            Opnd::Slot(_, b) => b,
+            Opnd::Imm(v) => smear(v),
+        }
+    }
+}
+
 struct Compiler<'p> {
     program: &'p Program,
     field_header: Vec<u8>,
-    eops: Vec<EOp>,
+    masks: Vec<u64>,
     ins: Vec<Ins>,
+    temp_base: usize,
+    next_temp: usize,
+    max_temp: usize,
 }
 
 impl Compiler<'_> {
@@ -422,154 +598,387 @@ impl Compiler<'_> {
             Expr::Const { width, .. } => *width,
             Expr::Bin(_, a, b) => self.width(a).max(self.width(b)),
             Expr::Shl(a, _) | Expr::Shr(a, _) => self.width(a),
-            Expr::Slice(_, hi, lo) => hi - lo + 1,
+            Expr::Slice(_, hi, lo) => hi.wrapping_sub(*lo).wrapping_add(1),
             Expr::Cast(_, w) => *w,
             _ => 1,
         }
     }
 
-    /// Appends `e` in postfix form; returns the stack depth it needs.
-    fn expr(&mut self, e: &Expr) -> usize {
-        match e {
-            Expr::Field(f) => {
-                self.eops.push(EOp::Field(f.0));
-                1
-            }
-            Expr::Const { value, .. } => {
-                self.eops.push(EOp::Const(*value));
-                1
-            }
-            Expr::IsValid(h) => {
-                self.eops.push(EOp::Valid(h.0 as u8));
-                1
-            }
-            Expr::Bin(op, a, b) => {
-                let w = self.width(e);
-                let da = self.expr(a);
-                let db = self.expr(b);
-                self.eops.push(EOp::Bin(*op, mask(w)));
-                da.max(db + 1)
-            }
-            Expr::Shl(a, n) => {
-                let w = self.width(a);
-                let d = self.expr(a);
-                self.eops.push(EOp::Shl(*n, mask(w)));
-                d
-            }
-            Expr::Shr(a, n) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Shr(*n));
-                d
-            }
-            Expr::Slice(a, hi, lo) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Slice(*lo, mask(hi - lo + 1)));
-                d
-            }
-            Expr::Cast(a, w) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Slice(0, mask(*w)));
-                d
-            }
-            Expr::Cmp(op, a, b) => {
-                let w = self.width(a).max(self.width(b));
-                if let (Expr::Field(f), Expr::Const { value, .. }) = (&**a, &**b) {
-                    self.eops.push(EOp::CmpFieldConst(f.0, *op, *value, w));
-                    return 1;
-                }
-                let da = self.expr(a);
-                let db = self.expr(b);
-                self.eops.push(EOp::Cmp(*op, w));
-                da.max(db + 1)
-            }
-            Expr::And(a, b) | Expr::Or(a, b) => {
-                let da = self.expr(a);
-                let db = self.expr(b);
-                self.eops.push(if matches!(e, Expr::And(..)) {
-                    EOp::And
-                } else {
-                    EOp::Or
-                });
-                da.max(db + 1)
-            }
-            Expr::Not(a) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Not);
-                d
+    fn temp(&mut self) -> Result<u16, ModelError> {
+        let t = self.next_temp;
+        if t >= NO_SLOT as usize {
+            return Err(program_error(
+                "the program needs more than 65535 PHV slots".into(),
+            ));
+        }
+        self.next_temp += 1;
+        self.max_temp = self.max_temp.max(self.next_temp);
+        Ok(t as u16)
+    }
+
+    /// The operand in a slot (immediates are loaded into a temporary).
+    fn slot(&mut self, o: Opnd) -> Result<u16, ModelError> {
+        match o {
+            Opnd::Slot(s, _) => Ok(s),
+            Opnd::Imm(v) => {
+                let t = self.temp()?;
+                self.ins.push(Ins::Imm { dst: t, value: v });
+                Ok(t)
             }
         }
     }
 
-    fn span(&mut self, e: &Expr) -> Result<Span, ModelError> {
-        let start = self.eops.len() as u32;
-        let depth = self.expr(e);
-        if depth > STACK {
-            return Err(program_error(format!(
-                "an expression needs a stack of {depth} (the model allows {STACK})"
-            )));
+    /// Compiles `e` as a value. Returns the operand and, when the value is a temporary
+    /// computed by exactly one instruction, that instruction's index.
+    fn value(&mut self, e: &Expr) -> Result<(Opnd, Option<usize>), ModelError> {
+        Ok(match e {
+            Expr::Field(f) => (Opnd::Slot(f.0, self.masks[f.0 as usize]), None),
+            Expr::Const { value, .. } => (Opnd::Imm(*value), None),
+            Expr::Bin(op, a, b) => {
+                let m = mask(self.width(e));
+                let omask = match op {
+                    BinOp::Add | BinOp::Sub | BinOp::SatAdd => m,
+                    _ => u64::MAX,
+                };
+                let (x, _) = self.value(a)?;
+                let (y, _) = self.value(b)?;
+                if let (Opnd::Imm(x), Opnd::Imm(y)) = (x, y) {
+                    return Ok((Opnd::Imm(bin(*op, x, y, omask)), None));
+                }
+                let commutative = !matches!(op, BinOp::Sub);
+                let (x, y) = match (x, y) {
+                    (Opnd::Imm(_), Opnd::Slot(..)) if commutative => (y, x),
+                    _ => (x, y),
+                };
+                let (bx, by) = (smear(x.bound()), smear(y.bound()));
+                let bound = match op {
+                    BinOp::Add | BinOp::Sub | BinOp::SatAdd => omask,
+                    BinOp::And | BinOp::Min => bx & by,
+                    BinOp::Or | BinOp::Xor | BinOp::Max => bx | by,
+                };
+                // `((a << n) & mask) | b` where `b` fits the mask is one concatenation.
+                if let (BinOp::Or, Opnd::Slot(xs, _), Opnd::Slot(bs, _)) = (op, x, y) {
+                    if let Some(&Ins::Shl { dst, a, n, mask }) = self.ins.last() {
+                        if dst == xs
+                            && dst as usize >= self.temp_base
+                            && bs != dst
+                            && by & !mask == 0
+                        {
+                            let i = self.ins.len() - 1;
+                            self.ins[i] = Ins::ShlOr {
+                                dst,
+                                a,
+                                n,
+                                b: bs,
+                                mask,
+                            };
+                            return Ok((Opnd::Slot(dst, bound), Some(i)));
+                        }
+                    }
+                }
+                let xs = self.slot(x)?;
+                let t = self.temp()?;
+                let i = self.ins.len();
+                self.ins.push(match y {
+                    Opnd::Slot(ys, _) => Ins::Bin {
+                        op: *op,
+                        dst: t,
+                        a: xs,
+                        b: ys,
+                        mask: omask,
+                    },
+                    Opnd::Imm(k) => Ins::BinImm {
+                        op: *op,
+                        dst: t,
+                        a: xs,
+                        b: k,
+                        mask: omask,
+                    },
+                });
+                (Opnd::Slot(t, bound), Some(i))
+            }
+            Expr::Shl(a, n) => {
+                let m = mask(self.width(a));
+                let (x, _) = self.value(a)?;
+                if let Opnd::Imm(v) = x {
+                    return Ok((Opnd::Imm(v.wrapping_shl(*n as u32) & m), None));
+                }
+                let bound = if *n < 64 {
+                    (smear(x.bound()) << n) & m
+                } else {
+                    m
+                };
+                let xs = self.slot(x)?;
+                let t = self.temp()?;
+                self.ins.push(Ins::Shl {
+                    dst: t,
+                    a: xs,
+                    n: *n,
+                    mask: m,
+                });
+                (Opnd::Slot(t, bound), Some(self.ins.len() - 1))
+            }
+            Expr::Shr(a, n) => {
+                let (x, _) = self.value(a)?;
+                self.shr(x, *n, u64::MAX)?
+            }
+            Expr::Slice(a, hi, lo) => {
+                let m = mask(hi.wrapping_sub(*lo).wrapping_add(1));
+                let (x, _) = self.value(a)?;
+                self.shr(x, *lo, m)?
+            }
+            Expr::Cast(a, w) => {
+                let (x, _) = self.value(a)?;
+                self.shr(x, 0, mask(*w))?
+            }
+            Expr::Cmp(..) | Expr::And(..) | Expr::Or(..) | Expr::Not(..) | Expr::IsValid(_) => {
+                // A boolean as a value: 0 or 1.
+                let t = self.temp()?;
+                self.ins.push(Ins::Imm { dst: t, value: 0 });
+                let mut skip = Vec::new();
+                self.branch(e, false, &mut skip)?;
+                self.ins.push(Ins::Imm { dst: t, value: 1 });
+                self.patch(&skip);
+                (Opnd::Slot(t, 1), None)
+            }
+        })
+    }
+
+    /// `(x >> n) & m`, dropped when it cannot change the value.
+    fn shr(&mut self, x: Opnd, n: u8, m: u64) -> Result<(Opnd, Option<usize>), ModelError> {
+        if let Opnd::Imm(v) = x {
+            return Ok((Opnd::Imm(v.wrapping_shr(n as u32) & m), None));
         }
-        Ok((start, self.eops.len() as u32))
+        if n == 0 && x.bound() & !m == 0 {
+            return Ok((x, None));
+        }
+        let bound = smear(x.bound()).wrapping_shr(n as u32) & m;
+        let xs = self.slot(x)?;
+        let t = self.temp()?;
+        self.ins.push(Ins::Shr {
+            dst: t,
+            a: xs,
+            n,
+            mask: m,
+        });
+        Ok((Opnd::Slot(t, bound), Some(self.ins.len() - 1)))
+    }
+
+    /// Emits code that jumps (to a target patched later, recorded in `out`) when `e`
+    /// evaluates to `when`, and falls through otherwise.
+    fn branch(&mut self, e: &Expr, when: bool, out: &mut Vec<usize>) -> Result<(), ModelError> {
+        match e {
+            Expr::Cmp(op, a, b) => {
+                let w = self.width(a).max(self.width(b));
+                let (x, _) = self.value(a)?;
+                let (y, _) = self.value(b)?;
+                let op = if when { *op } else { negate(*op) };
+                let (op, x, y) = match (x, y) {
+                    (Opnd::Imm(_), Opnd::Slot(..)) => (mirror(op), y, x),
+                    _ => (op, x, y),
+                };
+                match (x, y) {
+                    (Opnd::Imm(x), Opnd::Imm(y)) => {
+                        if op.eval(x, y, w) {
+                            out.push(self.ins.len());
+                            self.ins.push(Ins::Jump(0));
+                        }
+                    }
+                    (Opnd::Slot(a, _), Opnd::Slot(b, _)) => {
+                        out.push(self.ins.len());
+                        self.ins.push(Ins::JumpCmp {
+                            op,
+                            w,
+                            a,
+                            b,
+                            target: 0,
+                        });
+                    }
+                    (Opnd::Slot(a, _), Opnd::Imm(b)) => {
+                        out.push(self.ins.len());
+                        self.ins.push(Ins::JumpCmpImm {
+                            op,
+                            w,
+                            a,
+                            b,
+                            target: 0,
+                        });
+                    }
+                    (Opnd::Imm(_), Opnd::Slot(..)) => unreachable!("operands were swapped"),
+                }
+            }
+            Expr::IsValid(h) => {
+                out.push(self.ins.len());
+                self.ins.push(if when {
+                    Ins::JumpValid(h.0 as u8, 0)
+                } else {
+                    Ins::JumpInvalid(h.0 as u8, 0)
+                });
+            }
+            Expr::Not(a) => self.branch(a, !when, out)?,
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                let and = matches!(e, Expr::And(..));
+                if and != when {
+                    // `a && b` is false when either is; `a || b` true when either is.
+                    self.branch(a, when, out)?;
+                    self.branch(b, when, out)?;
+                } else {
+                    let mut skip = Vec::new();
+                    self.branch(a, !when, &mut skip)?;
+                    self.branch(b, when, out)?;
+                    self.patch(&skip);
+                }
+            }
+            _ => {
+                // A value as a condition: true when non-zero.
+                let (x, _) = self.value(e)?;
+                match x {
+                    Opnd::Imm(v) => {
+                        if (v != 0) == when {
+                            out.push(self.ins.len());
+                            self.ins.push(Ins::Jump(0));
+                        }
+                    }
+                    Opnd::Slot(a, _) => {
+                        out.push(self.ins.len());
+                        self.ins.push(Ins::JumpCmpImm {
+                            op: if when { CmpOp::Ne } else { CmpOp::Eq },
+                            w: 64,
+                            a,
+                            b: 0,
+                            target: 0,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Points the jumps at `list` to the next instruction.
+    fn patch(&mut self, list: &[usize]) {
+        let here = self.ins.len() as u32;
+        for i in list {
+            match &mut self.ins[*i] {
+                Ins::Jump(t)
+                | Ins::JumpValid(_, t)
+                | Ins::JumpInvalid(_, t)
+                | Ins::JumpCmp { target: t, .. }
+                | Ins::JumpCmpImm { target: t, .. } => *t = here,
+                _ => {}
+            }
+        }
+    }
+
+    fn dirty(&mut self, field: u16) {
+        let h = self.field_header[field as usize];
+        if h != NO_HEADER {
+            self.ins.push(Ins::Dirty(h));
+        }
+    }
+
+    fn assign(&mut self, dst: u16, e: &Expr) -> Result<(), ModelError> {
+        let dmask = self.masks[dst as usize];
+        let (v, producer) = self.value(e)?;
+        let retargeted = match producer.map(|i| (i, self.ins[i])) {
+            Some((i, ins)) if i + 1 == self.ins.len() => {
+                let new = match ins {
+                    Ins::Bin { op, a, b, mask, .. }
+                        if op != BinOp::SatAdd || mask & !dmask == 0 =>
+                    {
+                        Some(Ins::Bin {
+                            op,
+                            dst,
+                            a,
+                            b,
+                            mask: if op == BinOp::SatAdd {
+                                mask
+                            } else {
+                                mask & dmask
+                            },
+                        })
+                    }
+                    Ins::BinImm { op, a, b, mask, .. }
+                        if op != BinOp::SatAdd || mask & !dmask == 0 =>
+                    {
+                        Some(Ins::BinImm {
+                            op,
+                            dst,
+                            a,
+                            b,
+                            mask: if op == BinOp::SatAdd {
+                                mask
+                            } else {
+                                mask & dmask
+                            },
+                        })
+                    }
+                    Ins::Shl { a, n, mask, .. } => Some(Ins::Shl {
+                        dst,
+                        a,
+                        n,
+                        mask: mask & dmask,
+                    }),
+                    Ins::Shr { a, n, mask, .. } => Some(Ins::Shr {
+                        dst,
+                        a,
+                        n,
+                        mask: mask & dmask,
+                    }),
+                    Ins::ShlOr { a, n, b, mask, .. } => Some(Ins::ShlOr {
+                        dst,
+                        a,
+                        n,
+                        b,
+                        mask: mask & dmask,
+                    }),
+                    _ => None,
+                };
+                if let Some(new) = new {
+                    self.ins[i] = new;
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if !retargeted {
+            match v {
+                Opnd::Imm(value) => self.ins.push(Ins::Imm {
+                    dst,
+                    value: value & dmask,
+                }),
+                Opnd::Slot(src, _) => self.ins.push(Ins::Mov {
+                    dst,
+                    src,
+                    mask: dmask,
+                }),
+            }
+        }
+        self.dirty(dst);
+        Ok(())
     }
 
     fn body(&mut self, body: &[Stmt]) -> Result<(), ModelError> {
         for s in body {
+            // Temporaries live within one statement (conditions are consumed by the jumps
+            // before the branches run).
+            self.next_temp = self.temp_base;
             match s {
-                Stmt::Assign(dst, e) => {
-                    let header = self.field_header[dst.0 as usize];
-                    let m = mask(self.program.fields[dst.0 as usize].width);
-                    match e {
-                        Expr::Field(src) => self.ins.push(Ins::AssignField {
-                            dst: dst.0,
-                            src: src.0,
-                            mask: m,
-                            header,
-                        }),
-                        Expr::Const { value, .. } => self.ins.push(Ins::AssignConst {
-                            dst: dst.0,
-                            value: value & m,
-                            header,
-                        }),
-                        _ => {
-                            let expr = self.span(e)?;
-                            self.ins.push(Ins::Assign {
-                                dst: dst.0,
-                                mask: m,
-                                expr,
-                                header,
-                            });
-                        }
-                    }
-                }
+                Stmt::Assign(dst, e) => self.assign(dst.0, e)?,
                 Stmt::If(c, then, otherwise) => {
-                    let cond = self.span(c)?;
-                    // One-op conditions become fused jumps.
-                    let fused = if cond.1 - cond.0 == 1 {
-                        match self.eops[cond.0 as usize] {
-                            EOp::CmpFieldConst(f, op, k, w) => Some(Err((f, op, k, w))),
-                            EOp::Valid(h) => Some(Ok(h)),
-                            _ => None,
-                        }
-                    } else {
-                        None
-                    };
-                    let jump_to = move |target: u32| match fused {
-                        Some(Err((f, op, k, w))) => Ins::JumpUnlessCmp(f, op, k, w, target),
-                        Some(Ok(h)) => Ins::JumpUnlessValid(h, target),
-                        None => Ins::JumpUnless(cond, target),
-                    };
-                    let jump_unless = self.ins.len();
-                    self.ins.push(jump_to(0));
+                    let mut skip = Vec::new();
+                    self.branch(c, false, &mut skip)?;
                     self.body(then)?;
                     if otherwise.is_empty() {
-                        let end = self.ins.len() as u32;
-                        self.ins[jump_unless] = jump_to(end);
+                        self.patch(&skip);
                     } else {
                         let jump = self.ins.len();
                         self.ins.push(Ins::Jump(0));
-                        let else_start = self.ins.len() as u32;
-                        self.ins[jump_unless] = jump_to(else_start);
+                        self.patch(&skip);
                         self.body(otherwise)?;
-                        self.ins[jump] = Ins::Jump(self.ins.len() as u32);
+                        self.patch(&[jump]);
                     }
                 }
                 Stmt::Apply(t) => self.ins.push(Ins::Apply(t.0)),
@@ -578,27 +987,36 @@ impl Compiler<'_> {
                     index,
                     output,
                 } => {
-                    let index = self.span(index)?;
-                    let (out, out_mask) = match output {
-                        Some(o) => (o.0, mask(self.program.fields[o.0 as usize].width)),
-                        None => (NO_FIELD, 0),
+                    let (x, _) = self.value(index)?;
+                    let index = self.slot(x)?;
+                    let (out, mask) = match output {
+                        Some(o) => (o.0, self.masks[o.0 as usize]),
+                        None => (NO_SLOT, 0),
                     };
                     self.ins.push(Ins::Execute {
                         ra: action.0,
                         index,
                         out,
-                        out_mask,
+                        mask,
                     });
+                    if out != NO_SLOT {
+                        self.dirty(out);
+                    }
                 }
-                Stmt::Hash(h, dst) => self.ins.push(Ins::Hash {
-                    unit: h.0,
-                    dst: dst.0,
-                }),
+                Stmt::Hash(h, dst) => {
+                    self.ins.push(Ins::Hash {
+                        unit: h.0,
+                        dst: dst.0,
+                        mask: self.masks[dst.0 as usize],
+                    });
+                    self.dirty(dst.0);
+                }
                 Stmt::SetValid(h) => self.ins.push(Ins::SetValid(h.0 as u8)),
                 Stmt::SetInvalid(h) => self.ins.push(Ins::SetInvalid(h.0 as u8)),
                 Stmt::SetEgressPort(e) => {
-                    let span = self.span(e)?;
-                    self.ins.push(Ins::Unicast(span));
+                    let (x, _) = self.value(e)?;
+                    let port = self.slot(x)?;
+                    self.ins.push(Ins::Unicast(port));
                 }
                 Stmt::SetMulticastGroup(g) => self.ins.push(Ins::Multicast(*g)),
                 Stmt::Drop => self.ins.push(Ins::Drop),
@@ -619,6 +1037,118 @@ fn operand(o: SaluOperand) -> COperand {
     }
 }
 
+/// Calls `f` for every statement of `body`, nested ones included.
+fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+    for s in body {
+        f(s);
+        if let Stmt::If(_, then, otherwise) = s {
+            visit(then, f);
+            visit(otherwise, f);
+        }
+    }
+}
+
+/// Register storage layout: registers whose register actions all use the same index
+/// expression (and have the same size) share one interleaved slab of 32-bit words, each
+/// cell group padded to a power of two of words up to a 64-byte line; the others get a
+/// slab of their native width.
+fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) {
+    // The index expression (as text) of each register, `None` when it has several or
+    // none.
+    let mut index: Vec<Option<Option<String>>> = vec![None; program.registers.len()];
+    let mut note = |s: &Stmt| {
+        if let Stmt::Execute {
+            action, index: e, ..
+        } = s
+        {
+            if let Some(ra) = program.register_actions.get(action.0 as usize) {
+                let r = ra.register.0 as usize;
+                if r < index.len() {
+                    let key = format!("{e:?}");
+                    index[r] = match &index[r] {
+                        None => Some(Some(key)),
+                        Some(Some(k)) if *k == key => Some(Some(key)),
+                        _ => Some(None),
+                    };
+                }
+            }
+        }
+    };
+    visit(&program.ingress, &mut note);
+    visit(&program.egress, &mut note);
+    for a in &program.actions {
+        visit(&a.body, &mut note);
+    }
+    let mut groups: Vec<((String, u32), Vec<usize>)> = Vec::new();
+    for (r, key) in index.into_iter().enumerate() {
+        if let Some(Some(key)) = key {
+            let k = (key, program.registers[r].size);
+            match groups.iter_mut().find(|(g, _)| *g == k) {
+                Some((_, members)) => members.push(r),
+                None => groups.push((k, vec![r])),
+            }
+        }
+    }
+    let mut locs: Vec<Option<RegLoc>> = vec![None; program.registers.len()];
+    let mut slabs = Vec::new();
+    for (_, members) in groups.iter().filter(|(_, m)| m.len() > 1) {
+        let words: usize = members
+            .iter()
+            .map(|r| {
+                if program.registers[*r].is_pair() {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum();
+        let stride = if words <= 16 {
+            words.next_power_of_two()
+        } else {
+            words.div_ceil(16) * 16
+        };
+        let size = program.registers[members[0]].size as usize;
+        let mut offset = 0;
+        for r in members {
+            let pair = program.registers[*r].is_pair();
+            locs[*r] = Some(RegLoc {
+                slab: slabs.len() as u16,
+                stride,
+                offset,
+                pair,
+                size,
+            });
+            offset += if pair { 2 } else { 1 };
+        }
+        slabs.push((SlabKind::Words, size * stride));
+    }
+    let locs = locs
+        .into_iter()
+        .enumerate()
+        .map(|(r, loc)| {
+            loc.unwrap_or_else(|| {
+                let reg = &program.registers[r];
+                let size = reg.size as usize;
+                let (kind, stride) = match reg.width {
+                    0..=8 => (SlabKind::Bytes, 1),
+                    9..=16 => (SlabKind::Halves, 1),
+                    17..=32 => (SlabKind::Words, 1),
+                    _ => (SlabKind::Words, 2),
+                };
+                slabs.push((kind, size * stride));
+                RegLoc {
+                    slab: slabs.len() as u16 - 1,
+                    stride,
+                    offset: 0,
+                    pair: reg.is_pair(),
+                    size,
+                }
+            })
+        })
+        .collect();
+    (locs, slabs)
+}
+
 impl Code {
     fn compile(program: &Program) -> Result<Code, ModelError> {
         if program.headers.len() > MAX_HEADERS {
@@ -627,6 +1157,14 @@ impl Code {
                 program.headers.len()
             )));
         }
+        if program.fields.len() >= NO_SLOT as usize {
+            return Err(program_error(format!(
+                "{} fields; the model allows {}",
+                program.fields.len(),
+                NO_SLOT - 1
+            )));
+        }
+        let masks: Vec<u64> = program.fields.iter().map(|f| mask(f.width)).collect();
         let mut field_header = vec![NO_HEADER; program.fields.len()];
         let mut headers = Vec::new();
         for (h, header) in program.headers.iter().enumerate() {
@@ -635,10 +1173,20 @@ impl Code {
             for f in &header.fields {
                 let width = program.field(*f).width;
                 field_header[f.0 as usize] = h as u8;
+                let in_byte = bit % 8;
+                let window = in_byte as u32 + width as u32 <= 64 && width > 0;
                 fields.push(CField {
                     phv: f.0,
                     bit,
                     width,
+                    byte: bit / 8,
+                    shift: if window {
+                        (64 - in_byte as u32 - width as u32) as u8
+                    } else {
+                        0
+                    },
+                    mask: mask(width),
+                    window,
                 });
                 bit += width as u16;
             }
@@ -650,8 +1198,11 @@ impl Code {
         let mut c = Compiler {
             program,
             field_header,
-            eops: Vec::new(),
+            masks: masks.clone(),
             ins: Vec::new(),
+            temp_base: program.fields.len(),
+            next_temp: program.fields.len(),
+            max_temp: program.fields.len(),
         };
         let ingress = c.ins.len() as u32;
         c.body(&program.ingress)?;
@@ -688,42 +1239,87 @@ impl Code {
                 all_exact: t.keys.iter().all(|(_, k)| *k == MatchKind::Exact),
             })
             .collect();
-        let register_actions = program
-            .register_actions
-            .iter()
-            .map(|ra| {
-                let reg = &program.registers[ra.register.0 as usize];
-                CRegisterAction {
-                    register: ra.register.0 as usize,
-                    size_mask: reg.size as usize - 1,
-                    pair: reg.is_pair(),
-                    word_width: reg.word_width(),
-                    word_mask: mask(reg.word_width()),
-                    conditions: ra
-                        .conditions
-                        .iter()
-                        .map(|k| CCond {
-                            left: operand(k.left),
-                            right: k.right.map(|(sub, r)| (sub, operand(r))),
-                            cmp: k.cmp,
-                            constant: (k.constant as u64) & mask(reg.word_width()),
-                        })
-                        .collect(),
-                    updates: ra
-                        .updates
-                        .iter()
-                        .map(|u| CUpdate {
-                            when: u.when,
-                            hi: u.word == Word::Hi,
-                            op: u.op,
-                            a: operand(u.a),
-                            b: operand(u.b),
-                        })
-                        .collect(),
-                    outputs: ra.outputs.iter().map(|o| (o.when, o.value)).collect(),
+        let (registers, slabs) = layout_registers(program);
+        let mut register_actions = Vec::new();
+        for ra in &program.register_actions {
+            let r = ra.register.0 as usize;
+            let reg = &program.registers[r];
+            let loc = registers[r];
+            if ra.conditions.len() > MAX_SALU_CONDITIONS {
+                return Err(program_error(format!(
+                    "register action `{}` has {} conditions; the model allows {MAX_SALU_CONDITIONS}",
+                    ra.name,
+                    ra.conditions.len()
+                )));
+            }
+            if ra.updates.len() >= NONE as usize || ra.outputs.len() >= NONE as usize {
+                return Err(program_error(format!(
+                    "register action `{}` has too many updates or outputs",
+                    ra.name
+                )));
+            }
+            if !reg.size.is_power_of_two() {
+                return Err(program_error(format!(
+                    "register `{}` has {} cells (not a power of two)",
+                    reg.name, reg.size
+                )));
+            }
+            // Per outcome: the last update of each word that covers it (later ones
+            // overwrite earlier ones), and the first output that covers it.
+            let mut outcomes = [Outcome {
+                lo: NONE,
+                hi: NONE,
+                out: NONE,
+            }; 1 << MAX_SALU_CONDITIONS];
+            for (outcome, o) in outcomes.iter_mut().enumerate() {
+                for (i, u) in ra.updates.iter().enumerate() {
+                    if u.when.covers(outcome as u8) {
+                        if u.word == Word::Hi {
+                            o.hi = i as u8;
+                        } else {
+                            o.lo = i as u8;
+                        }
+                    }
                 }
-            })
-            .collect();
+                o.out = ra
+                    .outputs
+                    .iter()
+                    .position(|out| out.when.covers(outcome as u8))
+                    .map_or(NONE, |i| i as u8);
+            }
+            register_actions.push(CRegisterAction {
+                register: r as u16,
+                slab: loc.slab,
+                size_mask: reg.size as usize - 1,
+                stride: loc.stride,
+                offset: loc.offset,
+                pair: reg.is_pair(),
+                word_width: reg.word_width(),
+                word_mask: mask(reg.word_width()),
+                writes: !ra.updates.is_empty(),
+                conditions: ra
+                    .conditions
+                    .iter()
+                    .map(|k| CCond {
+                        left: operand(k.left),
+                        right: k.right.map(|(sub, r)| (sub, operand(r))),
+                        cmp: k.cmp,
+                        constant: (k.constant as u64) & mask(reg.word_width()),
+                    })
+                    .collect(),
+                updates: ra
+                    .updates
+                    .iter()
+                    .map(|u| CUpdate {
+                        op: u.op,
+                        a: operand(u.a),
+                        b: operand(u.b),
+                    })
+                    .collect(),
+                outputs: ra.outputs.iter().map(|o| o.value).collect(),
+                outcomes,
+            });
+        }
         let mut hashes = Vec::new();
         for h in &program.hashes {
             let inputs: Vec<(u16, u8)> = h
@@ -779,19 +1375,21 @@ impl Code {
             intrinsics[i] = program.intrinsic(*which).0;
         }
         Ok(Code {
-            eops: c.eops,
             ins: c.ins,
             ingress,
             egress,
+            slots: c.max_temp,
             action_start,
             action_params,
             tables,
             register_actions,
+            registers,
+            slabs,
             hashes,
             headers,
             parser,
             meta_ranges,
-            masks: program.fields.iter().map(|f| mask(f.width)).collect(),
+            masks,
             digests: program
                 .digests
                 .iter()
@@ -805,6 +1403,77 @@ impl Code {
 
     fn intrinsic(&self, which: Intrinsic) -> usize {
         self.intrinsics[which as usize] as usize
+    }
+}
+
+/// Compiled programs, shared by every model of the same `Arc<Program>` (a fabric of many
+/// switches runs one or two programs; one copy of the code stays in cache).
+static COMPILED: Mutex<Vec<(Weak<Program>, Arc<Code>)>> = Mutex::new(Vec::new());
+
+fn compiled(program: &Arc<Program>) -> Result<Arc<Code>, ModelError> {
+    if let Ok(mut cache) = COMPILED.lock() {
+        cache.retain(|(p, _)| p.strong_count() > 0);
+        if let Some((_, code)) = cache
+            .iter()
+            .find(|(p, _)| std::ptr::eq(p.as_ptr(), Arc::as_ptr(program)))
+        {
+            return Ok(Arc::clone(code));
+        }
+    }
+    let code = Arc::new(Code::compile(program)?);
+    if let Ok(mut cache) = COMPILED.lock() {
+        cache.push((Arc::downgrade(program), Arc::clone(&code)));
+    }
+    Ok(code)
+}
+
+/// 64-byte aligned words, so that an interleaved cell group never straddles two lines.
+#[repr(align(64))]
+#[derive(Clone, Copy, Debug, Default)]
+struct Line([u32; 16]);
+
+/// Register storage.
+#[derive(Clone, Debug)]
+enum Slab {
+    Bytes(Vec<u8>),
+    Halves(Vec<u16>),
+    Words(Vec<Line>),
+}
+
+impl Slab {
+    fn new(kind: SlabKind, words: usize) -> Slab {
+        match kind {
+            SlabKind::Bytes => Slab::Bytes(vec![0; words]),
+            SlabKind::Halves => Slab::Halves(vec![0; words]),
+            SlabKind::Words => Slab::Words(vec![Line::default(); words.div_ceil(16)]),
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, w: usize) -> u64 {
+        match self {
+            Slab::Bytes(v) => v[w] as u64,
+            Slab::Halves(v) => v[w] as u64,
+            Slab::Words(v) => v[w >> 4].0[w & 15] as u64,
+        }
+    }
+
+    /// Stores the low bits of `value` (values always fit the register's width).
+    #[inline(always)]
+    fn set(&mut self, w: usize, value: u64) {
+        match self {
+            Slab::Bytes(v) => v[w] = value as u8,
+            Slab::Halves(v) => v[w] = value as u16,
+            Slab::Words(v) => v[w >> 4].0[w & 15] = value as u32,
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Slab::Bytes(v) => v.fill(0),
+            Slab::Halves(v) => v.fill(0),
+            Slab::Words(v) => v.fill(Line::default()),
+        }
     }
 }
 
@@ -825,7 +1494,10 @@ struct State {
     /// Whether the parser extracted headers in deparse (declaration) order.
     in_order: bool,
     payload_offset: usize,
-    registers: Vec<Vec<u64>>,
+    slabs: Vec<Slab>,
+    /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
+    /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
+    views: Vec<OnceLock<Vec<u64>>>,
     tables: Vec<TableState>,
     routing: Routing,
     routed: Option<u16>,
@@ -838,6 +1510,13 @@ struct PassCtx<'a> {
     forward: Forward,
     dropped: bool,
     clone: bool,
+}
+
+/// The big-endian 64-bit word at `at`, if the buffer holds it.
+#[inline(always)]
+fn window(buf: &[u8], at: usize) -> Option<u64> {
+    buf.get(at..at + 8)
+        .map(|b| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
 }
 
 impl State {
@@ -863,9 +1542,16 @@ impl State {
                 if offset + header.bytes > packet.len() {
                     break;
                 }
-                let base = offset * 8;
                 for f in &header.fields {
-                    self.phv[f.phv as usize] = read_bits(packet, base + f.bit as usize, f.width);
+                    let fast = if f.window {
+                        window(packet, offset + f.byte as usize)
+                    } else {
+                        None
+                    };
+                    self.phv[f.phv as usize] = match fast {
+                        Some(w) => (w >> f.shift) & f.mask,
+                        None => read_bits(packet, offset * 8 + f.bit as usize, f.width),
+                    };
                 }
                 self.valid |= 1 << h;
                 self.parsed |= 1 << h;
@@ -901,6 +1587,23 @@ impl State {
         self.stale = self.parsed;
     }
 
+    /// Writes the fields of header `h` into `out` at byte `base`.
+    fn emit_header(&self, code: &Code, h: usize, out: &mut [u8], base: usize) {
+        for f in &code.headers[h].fields {
+            let v = self.phv[f.phv as usize];
+            let at = base + f.byte as usize;
+            match out.get_mut(at..at + 8) {
+                Some(b) if f.window => {
+                    let word = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                    let m = f.mask << f.shift;
+                    let word = (word & !m) | ((v << f.shift) & m);
+                    b.copy_from_slice(&word.to_be_bytes());
+                }
+                _ => write_bits(out, base * 8 + f.bit as usize, f.width, v),
+            }
+        }
+    }
+
     /// Writes the packet as the deparser emits it. When the valid headers are the parsed
     /// ones (in order), only the headers written in this pass are re-emitted over a copy of
     /// the input.
@@ -912,15 +1615,7 @@ impl State {
             while dirty != 0 {
                 let h = dirty.trailing_zeros() as usize;
                 dirty &= dirty - 1;
-                let base = self.offsets[h] as usize * 8;
-                for f in &code.headers[h].fields {
-                    write_bits(
-                        out,
-                        base + f.bit as usize,
-                        f.width,
-                        self.phv[f.phv as usize],
-                    );
-                }
+                self.emit_header(code, h, out, self.offsets[h] as usize);
             }
             return;
         }
@@ -930,82 +1625,14 @@ impl State {
             }
             let start = out.len();
             out.resize(start + header.bytes, 0);
-            for f in &header.fields {
-                write_bits(
-                    &mut out[start..],
-                    f.bit as usize,
-                    f.width,
-                    self.phv[f.phv as usize],
-                );
-            }
+            self.emit_header(code, h, out, start);
         }
         if self.payload_offset < packet.len() {
             out.extend_from_slice(&packet[self.payload_offset..]);
         }
     }
 
-    #[inline]
-    fn eval(&self, code: &Code, span: Span) -> u64 {
-        let mut stack = [0u64; STACK];
-        let mut sp = 0usize;
-        for op in &code.eops[span.0 as usize..span.1 as usize] {
-            match *op {
-                EOp::Field(f) => {
-                    stack[sp] = self.phv[f as usize];
-                    sp += 1;
-                }
-                EOp::Const(v) => {
-                    stack[sp] = v;
-                    sp += 1;
-                }
-                EOp::Valid(h) => {
-                    stack[sp] = (self.valid >> h) & 1;
-                    sp += 1;
-                }
-                EOp::CmpFieldConst(f, op, c, w) => {
-                    stack[sp] = op.eval(self.phv[f as usize], c, w) as u64;
-                    sp += 1;
-                }
-                EOp::Shl(n, m) => stack[sp - 1] = (stack[sp - 1] << n) & m,
-                EOp::Shr(n) => stack[sp - 1] >>= n,
-                EOp::Slice(lo, m) => stack[sp - 1] = (stack[sp - 1] >> lo) & m,
-                EOp::Not => stack[sp - 1] = (stack[sp - 1] == 0) as u64,
-                EOp::Bin(op, m) => {
-                    sp -= 1;
-                    let (x, y) = (stack[sp - 1], stack[sp]);
-                    stack[sp - 1] = match op {
-                        BinOp::Add => x.wrapping_add(y) & m,
-                        BinOp::Sub => x.wrapping_sub(y) & m,
-                        BinOp::SatAdd => x.saturating_add(y).min(m),
-                        BinOp::And => x & y,
-                        BinOp::Or => x | y,
-                        BinOp::Xor => x ^ y,
-                        BinOp::Min => x.min(y),
-                        BinOp::Max => x.max(y),
-                    };
-                }
-                EOp::Cmp(op, w) => {
-                    sp -= 1;
-                    stack[sp - 1] = op.eval(stack[sp - 1], stack[sp], w) as u64;
-                }
-                EOp::And => {
-                    sp -= 1;
-                    stack[sp - 1] = (stack[sp - 1] != 0 && stack[sp] != 0) as u64;
-                }
-                EOp::Or => {
-                    sp -= 1;
-                    stack[sp - 1] = (stack[sp - 1] != 0 || stack[sp] != 0) as u64;
-                }
-            }
-        }
-        if sp == 0 {
-            0
-        } else {
-            stack[sp - 1]
-        }
-    }
-
-    #[inline]
+    #[inline(always)]
     fn operand(&self, o: COperand, lo: u64, hi: u64) -> u64 {
         match o {
             COperand::Lo => lo,
@@ -1019,15 +1646,12 @@ impl State {
     fn execute(&mut self, code: &Code, ra: u16, index: u64) -> u64 {
         let ra = &code.register_actions[ra as usize];
         // Registers are powers of two; masking the index is the hardware's behaviour.
-        let idx = (index as usize) & ra.size_mask;
-        let cell = self.registers[ra.register][idx];
+        let w = ((index as usize) & ra.size_mask) * ra.stride + ra.offset;
+        let slab = &self.slabs[ra.slab as usize];
+        let lo = slab.get(w);
+        let hi = if ra.pair { slab.get(w + 1) } else { 0 };
         let m = ra.word_mask;
-        let (lo, hi) = if ra.pair {
-            (cell & 0xFFFF_FFFF, cell >> 32)
-        } else {
-            (cell, 0)
-        };
-        let mut outcome = 0u8;
+        let mut outcome = 0usize;
         for (i, c) in ra.conditions.iter().enumerate() {
             let l = self.operand(c.left, lo, hi);
             let v = match c.right {
@@ -1039,14 +1663,12 @@ impl State {
                 outcome |= 1 << i;
             }
         }
-        let (mut new_lo, mut new_hi) = (lo, hi);
-        for u in &ra.updates {
-            if !u.when.covers(outcome) {
-                continue;
-            }
+        let o = ra.outcomes[outcome];
+        let update = |u: u8| -> u64 {
+            let u = &ra.updates[u as usize];
             let a = self.operand(u.a, lo, hi) & m;
             let b = self.operand(u.b, lo, hi) & m;
-            let v = match u.op {
+            match u.op {
                 SaluOp::Set => a,
                 SaluOp::Add => a.wrapping_add(b) & m,
                 SaluOp::Sub => a.wrapping_sub(b) & m,
@@ -1059,30 +1681,31 @@ impl State {
                 SaluOp::Xor => a ^ b,
                 // Rejected by the rule checker; the model keeps the word unchanged.
                 SaluOp::Shl | SaluOp::Mul => a,
-            };
-            if u.hi {
-                new_hi = v;
-            } else {
-                new_lo = v;
             }
-        }
-        self.registers[ra.register][idx] = if ra.pair {
-            (new_hi << 32) | new_lo
-        } else {
-            new_lo
         };
-        for (when, value) in &ra.outputs {
-            if when.covers(outcome) {
-                return match *value {
-                    SaluOutputValue::Old(Word::Lo) => lo,
-                    SaluOutputValue::Old(Word::Hi) => hi,
-                    SaluOutputValue::New(Word::Lo) => new_lo,
-                    SaluOutputValue::New(Word::Hi) => new_hi,
-                    SaluOutputValue::Const(c) => c,
-                };
+        let new_lo = if o.lo == NONE { lo } else { update(o.lo) };
+        let new_hi = if o.hi == NONE { hi } else { update(o.hi) };
+        if ra.writes {
+            let slab = &mut self.slabs[ra.slab as usize];
+            slab.set(w, new_lo);
+            if ra.pair {
+                slab.set(w + 1, new_hi);
+            }
+            let view = &mut self.views[ra.register as usize];
+            if view.get().is_some() {
+                view.take();
             }
         }
-        0
+        if o.out == NONE {
+            return 0;
+        }
+        match ra.outputs[o.out as usize] {
+            SaluOutputValue::Old(Word::Lo) => lo,
+            SaluOutputValue::Old(Word::Hi) => hi,
+            SaluOutputValue::New(Word::Lo) => new_lo,
+            SaluOutputValue::New(Word::Hi) => new_hi,
+            SaluOutputValue::Const(c) => c,
+        }
     }
 
     fn hash(&self, code: &Code, unit: u16) -> u64 {
@@ -1091,12 +1714,13 @@ impl State {
         let mut n = 0;
         for (f, bytes) in &h.inputs {
             let v = self.phv[*f as usize];
-            for i in (0..*bytes as usize).rev() {
-                buf[n] = (v >> (8 * i)) as u8;
-                n += 1;
+            let b = *bytes as usize;
+            if b <= 8 {
+                buf[n..n + b].copy_from_slice(&v.to_be_bytes()[8 - b..]);
             }
+            n += b;
         }
-        (crc32(&buf[..n]) as u64) & h.mask
+        (crc32_fast(&buf[..n]) as u64) & h.mask
     }
 
     fn set_params(&mut self, code: &Code, action: u16, args: &[u64]) {
@@ -1153,64 +1777,86 @@ impl State {
         while let Some(ins) = code.ins.get(pc) {
             pc += 1;
             match *ins {
-                Ins::Assign {
-                    dst,
-                    mask,
-                    expr,
-                    header,
-                } => {
-                    self.phv[dst as usize] = self.eval(code, expr) & mask;
-                    if header != NO_HEADER {
-                        self.dirty |= 1 << header;
-                    }
-                }
-                Ins::AssignField {
-                    dst,
-                    src,
-                    mask,
-                    header,
-                } => {
+                Ins::Mov { dst, src, mask } => {
                     self.phv[dst as usize] = self.phv[src as usize] & mask;
-                    if header != NO_HEADER {
-                        self.dirty |= 1 << header;
-                    }
                 }
-                Ins::AssignConst { dst, value, header } => {
-                    self.phv[dst as usize] = value;
-                    if header != NO_HEADER {
-                        self.dirty |= 1 << header;
-                    }
+                Ins::Imm { dst, value } => self.phv[dst as usize] = value,
+                Ins::Bin {
+                    op,
+                    dst,
+                    a,
+                    b,
+                    mask,
+                } => {
+                    self.phv[dst as usize] =
+                        bin(op, self.phv[a as usize], self.phv[b as usize], mask);
                 }
-                Ins::JumpUnless(cond, target) => {
-                    if self.eval(code, cond) == 0 {
+                Ins::BinImm {
+                    op,
+                    dst,
+                    a,
+                    b,
+                    mask,
+                } => {
+                    self.phv[dst as usize] = bin(op, self.phv[a as usize], b, mask);
+                }
+                Ins::Shl { dst, a, n, mask } => {
+                    self.phv[dst as usize] = self.phv[a as usize].wrapping_shl(n as u32) & mask;
+                }
+                Ins::Shr { dst, a, n, mask } => {
+                    self.phv[dst as usize] = self.phv[a as usize].wrapping_shr(n as u32) & mask;
+                }
+                Ins::ShlOr { dst, a, n, b, mask } => {
+                    self.phv[dst as usize] =
+                        (self.phv[a as usize].wrapping_shl(n as u32) | self.phv[b as usize]) & mask;
+                }
+                Ins::JumpCmp {
+                    op,
+                    w,
+                    a,
+                    b,
+                    target,
+                } => {
+                    if op.eval(self.phv[a as usize], self.phv[b as usize], w) {
                         pc = target as usize;
                     }
                 }
-                Ins::JumpUnlessCmp(f, op, k, w, target) => {
-                    if !op.eval(self.phv[f as usize], k, w) {
+                Ins::JumpCmpImm {
+                    op,
+                    w,
+                    a,
+                    b,
+                    target,
+                } => {
+                    if op.eval(self.phv[a as usize], b, w) {
                         pc = target as usize;
                     }
                 }
-                Ins::JumpUnlessValid(h, target) => {
+                Ins::JumpValid(h, target) => {
+                    if self.valid & (1 << h) != 0 {
+                        pc = target as usize;
+                    }
+                }
+                Ins::JumpInvalid(h, target) => {
                     if self.valid & (1 << h) == 0 {
                         pc = target as usize;
                     }
                 }
                 Ins::Jump(target) => pc = target as usize,
+                Ins::Dirty(h) => self.dirty |= 1 << h,
                 Ins::Execute {
                     ra,
                     index,
                     out,
-                    out_mask,
+                    mask,
                 } => {
-                    let idx = self.eval(code, index);
-                    let v = self.execute(code, ra, idx);
-                    if out != NO_FIELD {
-                        self.phv[out as usize] = v & out_mask;
+                    let v = self.execute(code, ra, self.phv[index as usize]);
+                    if out != NO_SLOT {
+                        self.phv[out as usize] = v & mask;
                     }
                 }
-                Ins::Hash { unit, dst } => {
-                    self.phv[dst as usize] = self.hash(code, unit) & code.masks[dst as usize];
+                Ins::Hash { unit, dst, mask } => {
+                    self.phv[dst as usize] = self.hash(code, unit) & mask;
                 }
                 Ins::SetValid(h) => {
                     if self.valid & (1 << h) == 0 {
@@ -1223,7 +1869,9 @@ impl State {
                     }
                 }
                 Ins::SetInvalid(h) => self.valid &= !(1 << h),
-                Ins::Unicast(e) => ctx.forward = Forward::Unicast(self.eval(code, e) as u16),
+                Ins::Unicast(port) => {
+                    ctx.forward = Forward::Unicast(self.phv[port as usize] as u16);
+                }
                 Ins::Multicast(g) => ctx.forward = Forward::Multicast(g),
                 Ins::Drop => ctx.dropped = true,
                 Ins::Clone => {
@@ -1262,6 +1910,73 @@ impl State {
         let f = code.intrinsic(which);
         self.phv[f] = value & code.masks[f];
     }
+
+    /// A register cell as the control plane sees it (`hi << 32 | lo` for pairs).
+    fn cell(&self, loc: &RegLoc, index: usize) -> u64 {
+        let w = index * loc.stride + loc.offset;
+        let slab = &self.slabs[loc.slab as usize];
+        if loc.pair {
+            (slab.get(w + 1) << 32) | slab.get(w)
+        } else {
+            slab.get(w)
+        }
+    }
+}
+
+/// CRC-32 tables for slicing by 8 ([`crate::hash::crc32`], eight bytes per step).
+const fn crc_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 256 {
+        let mut s = 1;
+        while s < 8 {
+            let prev = t[s - 1][i];
+            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
+            s += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+static CRC_TABLES: [[u32; 256]; 8] = crc_tables();
+
+/// The CRC-32 of [`crate::hash::crc32`], eight bytes at a time.
+fn crc32_fast(bytes: &[u8]) -> u32 {
+    let t = &CRC_TABLES;
+    let mut c = 0xFFFF_FFFFu32;
+    let mut chunks = bytes.chunks_exact(8);
+    for ch in &mut chunks {
+        let a = u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]) ^ c;
+        let b = u32::from_le_bytes([ch[4], ch[5], ch[6], ch[7]]);
+        c = t[7][(a & 0xFF) as usize]
+            ^ t[6][((a >> 8) & 0xFF) as usize]
+            ^ t[5][((a >> 16) & 0xFF) as usize]
+            ^ t[4][(a >> 24) as usize]
+            ^ t[3][(b & 0xFF) as usize]
+            ^ t[2][((b >> 8) & 0xFF) as usize]
+            ^ t[1][((b >> 16) & 0xFF) as usize]
+            ^ t[0][(b >> 24) as usize];
+    }
+    for b in chunks.remainder() {
+        c = t[0][((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8);
+    }
+    c ^ 0xFFFF_FFFF
 }
 
 /// The interpreter: the program compiled once (see the module docs), then run per packet
@@ -1286,16 +2001,23 @@ fn mask(width: u8) -> u64 {
 
 #[inline]
 pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
-    if bit_offset % 8 == 0 && width % 8 == 0 {
-        // Byte-aligned fields (most of them): a plain big-endian read.
-        let start = bit_offset / 8;
+    let first = bit_offset / 8;
+    let in_byte = bit_offset % 8;
+    if in_byte + width as usize <= 64 && width > 0 {
+        if let Some(w) = window(buf, first) {
+            return (w >> (64 - in_byte - width as usize)) & mask(width);
+        }
+    }
+    if in_byte == 0 && width % 8 == 0 {
+        // Byte-aligned fields near the end of the buffer: a plain big-endian read.
         let n = width as usize / 8;
-        let mut word = [0u8; 8];
-        word[8 - n..].copy_from_slice(&buf[start..start + n]);
-        return u64::from_be_bytes(word);
+        let mut v = 0u64;
+        for b in &buf[first..first + n] {
+            v = (v << 8) | *b as u64;
+        }
+        return v;
     }
     let mut v: u128 = 0;
-    let first = bit_offset / 8;
     let last = (bit_offset + width as usize - 1) / 8;
     for b in &buf[first..=last] {
         v = (v << 8) | *b as u128;
@@ -1306,15 +2028,25 @@ pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
 
 #[inline]
 pub(crate) fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
-    if bit_offset % 8 == 0 && width % 8 == 0 {
-        let start = bit_offset / 8;
+    let first = bit_offset / 8;
+    let in_byte = bit_offset % 8;
+    if in_byte + width as usize <= 64 && width > 0 {
+        if let Some(b) = buf.get_mut(first..first + 8) {
+            let word = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            let shift = 64 - in_byte - width as usize;
+            let m = mask(width) << shift;
+            let word = (word & !m) | ((value << shift) & m);
+            b.copy_from_slice(&word.to_be_bytes());
+            return;
+        }
+    }
+    if in_byte == 0 && width % 8 == 0 {
         let n = width as usize / 8;
-        for (i, b) in buf[start..start + n].iter_mut().enumerate() {
+        for (i, b) in buf[first..first + n].iter_mut().enumerate() {
             *b = (value >> (8 * (n - 1 - i))) as u8;
         }
         return;
     }
-    let first = bit_offset / 8;
     let last = (bit_offset + width as usize - 1) / 8;
     let trailing = (last + 1) * 8 - (bit_offset + width as usize);
     let m = (mask(width) as u128) << trailing;
@@ -1330,22 +2062,18 @@ pub(crate) fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u6
 
 impl Model {
     /// A model of `program` with empty registers and tables. The program is compiled into
-    /// a flat instruction list here; a program the model cannot run (more than
-    /// [`MAX_CARRIED`] bridged fields, 64 headers, deep expressions) is an error.
+    /// a flat instruction list here (once per `Arc<Program>`: models of the same program
+    /// share the code); a program the model cannot run (more than [`MAX_CARRIED`] bridged
+    /// fields, 64 headers, register sizes that are not powers of two) is an error.
     pub fn new(program: Arc<Program>, routing: Routing, cpu_port: u16) -> Result<Self, ModelError> {
-        let code = Code::compile(&program)?;
+        let code = compiled(&program)?;
         if code.bridged.len() > MAX_CARRIED || code.cloned.len() > MAX_CARRIED {
             return Err(program_error(format!(
                 "more than {MAX_CARRIED} bridged or cloned fields"
             )));
         }
-        let registers = program
-            .registers
-            .iter()
-            .map(|r| vec![0u64; r.size as usize])
-            .collect();
         let st = State {
-            phv: vec![0; program.fields.len()],
+            phv: vec![0; code.slots],
             valid: 0,
             parsed: 0,
             dirty: 0,
@@ -1353,13 +2081,20 @@ impl Model {
             offsets: [0; MAX_HEADERS],
             in_order: true,
             payload_offset: 0,
-            registers,
+            slabs: code
+                .slabs
+                .iter()
+                .map(|(kind, words)| Slab::new(*kind, *words))
+                .collect(),
+            views: (0..program.registers.len())
+                .map(|_| OnceLock::new())
+                .collect(),
             tables: vec![TableState::default(); program.tables.len()],
             routing,
             routed: None,
         };
         Ok(Model {
-            code: Arc::new(code),
+            code,
             st,
             groups: HashMap::new(),
             cpu_port,
@@ -1583,14 +2318,15 @@ impl DataPlane for Model {
 
     fn register_read(&self, register: &str, index: u64) -> Result<u64, ModelError> {
         let r = self.register_id(register)?;
-        self.st.registers[r]
-            .get(index as usize)
-            .copied()
-            .ok_or(ModelError::RegisterIndex {
+        let loc = &self.code.registers[r];
+        if index >= loc.size as u64 {
+            return Err(ModelError::RegisterIndex {
                 register: register.to_string(),
                 index,
                 size: self.program.registers[r].size,
-            })
+            });
+        }
+        Ok(self.st.cell(loc, index as usize))
     }
 
     fn register_write(&mut self, register: &str, index: u64, value: u64) -> Result<(), ModelError> {
@@ -1603,22 +2339,31 @@ impl DataPlane for Model {
                 width: def.width,
             });
         }
-        let size = def.size;
-        let cell =
-            self.st.registers[r]
-                .get_mut(index as usize)
-                .ok_or(ModelError::RegisterIndex {
-                    register: register.to_string(),
-                    index,
-                    size,
-                })?;
-        *cell = value;
+        let loc = self.code.registers[r];
+        if index >= loc.size as u64 {
+            return Err(ModelError::RegisterIndex {
+                register: register.to_string(),
+                index,
+                size: def.size,
+            });
+        }
+        let w = index as usize * loc.stride + loc.offset;
+        let slab = &mut self.st.slabs[loc.slab as usize];
+        if loc.pair {
+            slab.set(w, value & 0xFFFF_FFFF);
+            slab.set(w + 1, value >> 32);
+        } else {
+            slab.set(w, value);
+        }
+        self.st.views[r].take();
         Ok(())
     }
 
     fn register_read_all(&self, register: &str) -> Result<&[u64], ModelError> {
         let r = self.register_id(register)?;
-        Ok(&self.st.registers[r])
+        let loc = &self.code.registers[r];
+        let st = &self.st;
+        Ok(st.views[r].get_or_init(|| (0..loc.size).map(|i| st.cell(loc, i)).collect()))
     }
 
     fn register_sync(&mut self, register: &str) -> Result<(), ModelError> {
@@ -1627,7 +2372,20 @@ impl DataPlane for Model {
 
     fn register_reset(&mut self, register: &str) -> Result<(), ModelError> {
         let r = self.register_id(register)?;
-        self.st.registers[r].iter_mut().for_each(|c| *c = 0);
+        let loc = self.code.registers[r];
+        let slab = &mut self.st.slabs[loc.slab as usize];
+        if loc.stride == 1 {
+            slab.clear();
+        } else {
+            for i in 0..loc.size {
+                let w = i * loc.stride + loc.offset;
+                slab.set(w, 0);
+                if loc.pair {
+                    slab.set(w + 1, 0);
+                }
+            }
+        }
+        self.st.views[r].take();
         Ok(())
     }
 
@@ -1728,6 +2486,7 @@ impl DataPlane for Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::crc32;
 
     #[test]
     fn bits_round_trip_at_odd_offsets() {
@@ -1737,5 +2496,28 @@ mod tests {
         assert_eq!(read_bits(&buf, 3, 13), 0x1ABC);
         assert_eq!(read_bits(&buf, 16, 48), 0xDEAD_BEEF_CAFE);
         assert_eq!(buf[0] >> 5, 0);
+        let mut long = [0u8; 24];
+        for (bit, width, value) in [
+            (0, 64, u64::MAX),
+            (70, 3, 5),
+            (77, 61, 0x0123_4567_89AB_CDEF),
+            (130, 9, 0x1FF),
+        ] {
+            write_bits(&mut long, bit, width, value);
+            assert_eq!(
+                read_bits(&long, bit, width),
+                value,
+                "bit {bit} width {width}"
+            );
+        }
+        assert_eq!(read_bits(&long, 0, 64), u64::MAX);
+    }
+
+    #[test]
+    fn sliced_crc_matches_the_reference() {
+        let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8).collect();
+        for n in 0..bytes.len() {
+            assert_eq!(crc32_fast(&bytes[..n]), crc32(&bytes[..n]), "{n} bytes");
+        }
     }
 }
