@@ -496,7 +496,13 @@ struct CField {
 #[derive(Clone, Debug)]
 struct CHeader {
     bytes: usize,
+    /// Every field (emitted when the header is new or was made valid again).
     fields: Vec<CField>,
+    /// The fields the program reads or writes (the parser extracts only these).
+    parse: Vec<CField>,
+    /// The fields the program writes (re-emitted over the input bytes of a header that
+    /// was written; the others still hold their input bytes).
+    emit: Vec<CField>,
 }
 
 #[derive(Clone, Debug)]
@@ -1149,6 +1155,80 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
     (locs, slabs)
 }
 
+/// Which PHV fields the program reads and which it writes.
+fn field_use(program: &Program) -> (Vec<bool>, Vec<bool>) {
+    fn expr(e: &Expr, read: &mut [bool]) {
+        match e {
+            Expr::Field(f) => read[f.0 as usize] = true,
+            Expr::Const { .. } | Expr::IsValid(_) => {}
+            Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+                expr(a, read);
+                expr(b, read);
+            }
+            Expr::Shl(a, _)
+            | Expr::Shr(a, _)
+            | Expr::Slice(a, _, _)
+            | Expr::Cast(a, _)
+            | Expr::Not(a) => expr(a, read),
+        }
+    }
+    let n = program.fields.len();
+    let (mut read, mut written) = (vec![false; n], vec![false; n]);
+    let mut note = |s: &Stmt| match s {
+        Stmt::Assign(dst, e) => {
+            written[dst.0 as usize] = true;
+            expr(e, &mut read);
+        }
+        Stmt::If(c, _, _) => expr(c, &mut read),
+        Stmt::Execute { index, output, .. } => {
+            expr(index, &mut read);
+            if let Some(o) = output {
+                written[o.0 as usize] = true;
+            }
+        }
+        Stmt::Hash(_, dst) => written[dst.0 as usize] = true,
+        Stmt::SetEgressPort(e) => expr(e, &mut read),
+        _ => {}
+    };
+    visit(&program.ingress, &mut note);
+    visit(&program.egress, &mut note);
+    for a in &program.actions {
+        visit(&a.body, &mut note);
+    }
+    let mut mark = |f: FieldId| {
+        if let Some(r) = read.get_mut(f.0 as usize) {
+            *r = true;
+        }
+    };
+    for ra in &program.register_actions {
+        let operands = ra
+            .conditions
+            .iter()
+            .flat_map(|c| [Some(c.left), c.right.map(|r| r.1)])
+            .chain(ra.updates.iter().flat_map(|u| [Some(u.a), Some(u.b)]));
+        for o in operands.flatten() {
+            if let SaluOperand::Phv(f) = o {
+                mark(f);
+            }
+        }
+    }
+    for h in &program.hashes {
+        h.inputs.iter().for_each(|f| mark(*f));
+    }
+    for t in &program.tables {
+        t.keys.iter().for_each(|(f, _)| mark(*f));
+    }
+    for d in &program.digests {
+        d.fields.iter().for_each(|f| mark(*f));
+    }
+    for s in &program.parser {
+        if let Transition::Select { field, .. } = &s.transition {
+            mark(*field);
+        }
+    }
+    (read, written)
+}
+
 impl Code {
     fn compile(program: &Program) -> Result<Code, ModelError> {
         if program.headers.len() > MAX_HEADERS {
@@ -1165,6 +1245,7 @@ impl Code {
             )));
         }
         let masks: Vec<u64> = program.fields.iter().map(|f| mask(f.width)).collect();
+        let (read, written) = field_use(program);
         let mut field_header = vec![NO_HEADER; program.fields.len()];
         let mut headers = Vec::new();
         for (h, header) in program.headers.iter().enumerate() {
@@ -1190,8 +1271,15 @@ impl Code {
                 });
                 bit += width as u16;
             }
+            let used = |f: &&CField| read[f.phv as usize] || written[f.phv as usize];
             headers.push(CHeader {
                 bytes: bit as usize / 8,
+                parse: fields.iter().filter(used).copied().collect(),
+                emit: fields
+                    .iter()
+                    .filter(|f| written[f.phv as usize])
+                    .copied()
+                    .collect(),
                 fields,
             });
         }
@@ -1489,6 +1577,8 @@ struct State {
     dirty: u64,
     /// Headers whose PHV fields may be non-zero from an earlier pass.
     stale: u64,
+    /// Headers made valid (all fields zeroed) by the program this pass.
+    zeroed: u64,
     /// Byte offset of each extracted header in the input.
     offsets: [u32; MAX_HEADERS],
     /// Whether the parser extracted headers in deparse (declaration) order.
@@ -1528,6 +1618,7 @@ impl State {
         self.valid = 0;
         self.parsed = 0;
         self.dirty = 0;
+        self.zeroed = 0;
         self.in_order = true;
     }
 
@@ -1542,7 +1633,7 @@ impl State {
                 if offset + header.bytes > packet.len() {
                     break;
                 }
-                for f in &header.fields {
+                for f in &header.parse {
                     let fast = if f.window {
                         window(packet, offset + f.byte as usize)
                     } else {
@@ -1580,33 +1671,29 @@ impl State {
         while stale != 0 {
             let h = stale.trailing_zeros() as usize;
             stale &= stale - 1;
-            for f in &code.headers[h].fields {
+            for f in &code.headers[h].parse {
                 self.phv[f.phv as usize] = 0;
             }
         }
         self.stale = self.parsed;
     }
 
-    /// Writes the fields of header `h` into `out` at byte `base`.
-    fn emit_header(&self, code: &Code, h: usize, out: &mut [u8], base: usize) {
-        for f in &code.headers[h].fields {
-            let v = self.phv[f.phv as usize];
-            let at = base + f.byte as usize;
-            match out.get_mut(at..at + 8) {
-                Some(b) if f.window => {
-                    let word = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-                    let m = f.mask << f.shift;
-                    let word = (word & !m) | ((v << f.shift) & m);
-                    b.copy_from_slice(&word.to_be_bytes());
-                }
-                _ => write_bits(out, base * 8 + f.bit as usize, f.width, v),
-            }
+    /// Writes `fields` (of a header at byte `base`) from the PHV into `out`.
+    fn emit_fields(&self, fields: &[CField], out: &mut [u8], base: usize) {
+        for f in fields {
+            write_bits(
+                out,
+                base * 8 + f.bit as usize,
+                f.width,
+                self.phv[f.phv as usize],
+            );
         }
     }
 
-    /// Writes the packet as the deparser emits it. When the valid headers are the parsed
-    /// ones (in order), only the headers written in this pass are re-emitted over a copy of
-    /// the input.
+    /// Writes the packet as the deparser emits it. A parsed header starts from its input
+    /// bytes and gets the fields the program writes re-emitted if it was written; a header
+    /// the program made valid is emitted whole. When the valid headers are the parsed ones
+    /// (in order), the output is a copy of the input with the written headers patched.
     fn deparse(&self, code: &Code, packet: &[u8], out: &mut Vec<u8>) {
         out.clear();
         if self.valid == self.parsed && self.in_order {
@@ -1615,17 +1702,32 @@ impl State {
             while dirty != 0 {
                 let h = dirty.trailing_zeros() as usize;
                 dirty &= dirty - 1;
-                self.emit_header(code, h, out, self.offsets[h] as usize);
+                let header = &code.headers[h];
+                let fields = if self.zeroed & (1 << h) != 0 {
+                    &header.fields
+                } else {
+                    &header.emit
+                };
+                self.emit_fields(fields, out, self.offsets[h] as usize);
             }
             return;
         }
         for (h, header) in code.headers.iter().enumerate() {
-            if self.valid & (1 << h) == 0 {
+            let bit = 1 << h;
+            if self.valid & bit == 0 {
                 continue;
             }
             let start = out.len();
-            out.resize(start + header.bytes, 0);
-            self.emit_header(code, h, out, start);
+            if self.parsed & !self.zeroed & bit != 0 {
+                let at = self.offsets[h] as usize;
+                out.extend_from_slice(&packet[at..at + header.bytes]);
+                if self.dirty & bit != 0 {
+                    self.emit_fields(&header.emit, out, start);
+                }
+            } else {
+                out.resize(start + header.bytes, 0);
+                self.emit_fields(&header.fields, out, start);
+            }
         }
         if self.payload_offset < packet.len() {
             out.extend_from_slice(&packet[self.payload_offset..]);
@@ -1862,6 +1964,7 @@ impl State {
                     if self.valid & (1 << h) == 0 {
                         self.valid |= 1 << h;
                         self.dirty |= 1 << h;
+                        self.zeroed |= 1 << h;
                         self.stale |= 1 << h;
                         for f in &code.headers[h as usize].fields {
                             self.phv[f.phv as usize] = 0;
@@ -2026,36 +2129,32 @@ pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
     ((v >> trailing) as u64) & mask(width)
 }
 
+/// Writes `value` into `width` bits at `bit_offset` (big-endian). Only the bytes the field
+/// covers are touched, byte by byte (no wide read-modify-write of neighbouring bytes that
+/// were just written, which would stall on store forwarding).
 #[inline]
 pub(crate) fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
-    let first = bit_offset / 8;
-    let in_byte = bit_offset % 8;
-    if in_byte + width as usize <= 64 && width > 0 {
-        if let Some(b) = buf.get_mut(first..first + 8) {
-            let word = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-            let shift = 64 - in_byte - width as usize;
-            let m = mask(width) << shift;
-            let word = (word & !m) | ((value << shift) & m);
-            b.copy_from_slice(&word.to_be_bytes());
-            return;
-        }
+    if width == 0 {
+        return;
     }
-    if in_byte == 0 && width % 8 == 0 {
-        let n = width as usize / 8;
-        for (i, b) in buf[first..first + n].iter_mut().enumerate() {
+    let first = bit_offset / 8;
+    let end = bit_offset + width as usize;
+    let last = (end - 1) / 8;
+    let bytes = &mut buf[first..=last];
+    let n = bytes.len();
+    if bit_offset % 8 == 0 && end % 8 == 0 {
+        for (i, b) in bytes.iter_mut().enumerate() {
             *b = (value >> (8 * (n - 1 - i))) as u8;
         }
         return;
     }
-    let last = (bit_offset + width as usize - 1) / 8;
-    let trailing = (last + 1) * 8 - (bit_offset + width as usize);
+    let trailing = (last + 1) * 8 - end;
     let m = (mask(width) as u128) << trailing;
     let v = ((value & mask(width)) as u128) << trailing;
-    let n = last - first + 1;
-    for (i, b) in buf[first..=last].iter_mut().enumerate() {
+    for (i, b) in bytes.iter_mut().enumerate() {
         let shift = 8 * (n - 1 - i);
-        let bm = ((m >> shift) & 0xFF) as u8;
-        let bv = ((v >> shift) & 0xFF) as u8;
+        let bm = (m >> shift) as u8;
+        let bv = (v >> shift) as u8;
         *b = (*b & !bm) | bv;
     }
 }
@@ -2078,6 +2177,7 @@ impl Model {
             parsed: 0,
             dirty: 0,
             stale: 0,
+            zeroed: 0,
             offsets: [0; MAX_HEADERS],
             in_order: true,
             payload_offset: 0,
