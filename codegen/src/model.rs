@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::error::ModelError;
@@ -230,6 +231,8 @@ const MAX_HASH_BYTES: usize = 64;
 /// Most conditions of a register action the model evaluates (TNA allows two).
 const MAX_SALU_CONDITIONS: usize = 3;
 const NO_SLOT: u16 = u16::MAX;
+/// PHV slots are `u16` indices.
+const PHV_SLOTS: usize = 1 << 16;
 const NO_HEADER: u8 = u8::MAX;
 const NONE: u8 = u8::MAX;
 
@@ -312,17 +315,16 @@ enum Ins {
         b: u16,
         mask: u64,
     },
-    /// Jumps when `op(a, b)` at width `w` holds.
+    /// Jumps when `a cmp b` holds.
     JumpCmp {
-        op: CmpOp,
-        w: u8,
+        cmp: Cmp,
         a: u16,
         b: u16,
         target: u32,
     },
+    /// Jumps when `a cmp b` holds (`b` normalised).
     JumpCmpImm {
-        op: CmpOp,
-        w: u8,
+        cmp: Cmp,
         a: u16,
         b: u64,
         target: u32,
@@ -334,6 +336,13 @@ enum Ins {
     Dirty(u8),
     Execute {
         ra: u16,
+        index: u16,
+        out: u16,
+        mask: u64,
+    },
+    /// A register action with a [`WordAction`] form.
+    ExecuteWord {
+        wa: u16,
         index: u16,
         out: u16,
         mask: u64,
@@ -409,6 +418,51 @@ fn mirror(op: CmpOp) -> CmpOp {
     }
 }
 
+/// A comparison compiled to be evaluated without branching on the operator: both operands
+/// are normalised (signed ones sign-extended from the width and offset by 2^63, so that
+/// an unsigned comparison orders them), then the relation (less, equal, greater) picks a
+/// bit of `rel`.
+#[derive(Clone, Copy, Debug)]
+struct Cmp {
+    /// Bit 0: true when less; bit 1: when equal; bit 2: when greater.
+    rel: u8,
+    /// `64 - width` for signed comparisons, else 0.
+    shift: u8,
+    signed: bool,
+}
+
+impl Cmp {
+    fn new(op: CmpOp, width: u8) -> Cmp {
+        let rel = match op {
+            CmpOp::Eq => 0b010,
+            CmpOp::Ne => 0b101,
+            CmpOp::Lt | CmpOp::SLt => 0b001,
+            CmpOp::Le | CmpOp::SLe => 0b011,
+            CmpOp::Gt | CmpOp::SGt => 0b100,
+            CmpOp::Ge | CmpOp::SGe => 0b110,
+        };
+        let signed = op.signed();
+        Cmp {
+            rel,
+            shift: if signed { 64 - width.clamp(1, 64) } else { 0 },
+            signed,
+        }
+    }
+
+    #[inline(always)]
+    fn norm(self, v: u64) -> u64 {
+        ((((v << self.shift) as i64) >> self.shift) as u64) ^ ((self.signed as u64) << 63)
+    }
+
+    /// Whether `a op b` holds, `b` already normalised.
+    #[inline(always)]
+    fn test(self, a: u64, b: u64) -> bool {
+        let a = self.norm(a);
+        let rel = ((a > b) as u32) << 1 | (a == b) as u32;
+        (self.rel >> rel) & 1 != 0
+    }
+}
+
 /// An operand of a stateful ALU.
 #[derive(Clone, Copy, Debug)]
 enum COperand {
@@ -418,13 +472,48 @@ enum COperand {
     Const(u64),
 }
 
+impl COperand {
+    fn new(o: SaluOperand) -> COperand {
+        match o {
+            SaluOperand::Reg(Word::Lo) => COperand::Lo,
+            SaluOperand::Reg(Word::Hi) => COperand::Hi,
+            SaluOperand::Phv(f) => COperand::Phv(f.0),
+            SaluOperand::Const(c) => COperand::Const(c),
+        }
+    }
+
+    #[inline(always)]
+    fn get(self, phv: &[u64; PHV_SLOTS], lo: u64, hi: u64) -> u64 {
+        match self {
+            COperand::Lo => lo,
+            COperand::Hi => hi,
+            COperand::Phv(f) => phv[f as usize],
+            COperand::Const(c) => c,
+        }
+    }
+}
+
+/// `(left ± right) & word_mask` compared with a constant (normalised for `cmp`).
 #[derive(Clone, Copy, Debug)]
 struct CCond {
     left: COperand,
     /// `None`, or the second operand and whether it is subtracted.
     right: Option<(bool, COperand)>,
-    cmp: CmpOp,
+    cmp: Cmp,
     constant: u64,
+}
+
+impl CCond {
+    #[inline(always)]
+    fn test(&self, phv: &[u64; PHV_SLOTS], lo: u64, hi: u64, m: u64) -> bool {
+        let l = self.left.get(phv, lo, hi);
+        let v = match self.right {
+            None => l,
+            Some((true, r)) => l.wrapping_sub(r.get(phv, lo, hi)),
+            Some((false, r)) => l.wrapping_add(r.get(phv, lo, hi)),
+        } & m;
+        self.cmp.test(v, self.constant)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -432,6 +521,28 @@ struct CUpdate {
     op: SaluOp,
     a: COperand,
     b: COperand,
+}
+
+impl CUpdate {
+    #[inline(always)]
+    fn apply(&self, phv: &[u64; PHV_SLOTS], lo: u64, hi: u64, m: u64) -> u64 {
+        let a = self.a.get(phv, lo, hi) & m;
+        let b = self.b.get(phv, lo, hi) & m;
+        match self.op {
+            SaluOp::Set => a,
+            SaluOp::Add => a.wrapping_add(b) & m,
+            SaluOp::Sub => a.wrapping_sub(b) & m,
+            SaluOp::SatAdd => a.saturating_add(b).min(m),
+            SaluOp::SatSub => a.saturating_sub(b),
+            SaluOp::Min => a.min(b),
+            SaluOp::Max => a.max(b),
+            SaluOp::And => a & b,
+            SaluOp::Or => a | b,
+            SaluOp::Xor => a ^ b,
+            // Rejected by the rule checker; the model keeps the word unchanged.
+            SaluOp::Shl | SaluOp::Mul => a,
+        }
+    }
 }
 
 /// What happens for one condition outcome: the update of each word and the output
@@ -451,7 +562,6 @@ struct CRegisterAction {
     stride: usize,
     offset: usize,
     pair: bool,
-    word_width: u8,
     word_mask: u64,
     /// Some update may change the cell.
     writes: bool,
@@ -459,6 +569,40 @@ struct CRegisterAction {
     updates: Vec<CUpdate>,
     outputs: Vec<SaluOutputValue>,
     outcomes: [Outcome; 1 << MAX_SALU_CONDITIONS],
+}
+
+/// What a single-word action returns.
+#[derive(Clone, Copy, Debug)]
+enum WordOut {
+    Zero,
+    Old,
+    New,
+    Const(u64),
+}
+
+/// The update (or none) and output of a single-word action for one condition outcome.
+#[derive(Clone, Copy, Debug)]
+struct WordStep {
+    /// `None`: the word keeps its value.
+    update: Option<CUpdate>,
+    out: WordOut,
+}
+
+/// A register action on a register of single words stored as 32-bit words, with at most
+/// one condition and no update of a high word: most actions, run by a shorter path than
+/// the general one.
+#[derive(Clone, Copy, Debug)]
+struct WordAction {
+    register: u16,
+    slab: u16,
+    size_mask: usize,
+    stride: usize,
+    offset: usize,
+    word_mask: u64,
+    writes: bool,
+    cond: Option<CCond>,
+    /// By the condition's outcome (`[0]` when there is none).
+    on: [WordStep; 2],
 }
 
 #[derive(Clone, Debug)]
@@ -542,12 +686,11 @@ struct Code {
     ins: Vec<Ins>,
     ingress: u32,
     egress: u32,
-    /// PHV slots: fields, then temporaries.
-    slots: usize,
     action_start: Vec<u32>,
     action_params: Vec<Vec<(u16, u64)>>,
     tables: Vec<CTable>,
     register_actions: Vec<CRegisterAction>,
+    word_actions: Vec<WordAction>,
     registers: Vec<RegLoc>,
     /// (kind, words) of each slab.
     slabs: Vec<(SlabKind, usize)>,
@@ -793,20 +936,19 @@ impl Compiler<'_> {
                     (Opnd::Slot(a, _), Opnd::Slot(b, _)) => {
                         out.push(self.ins.len());
                         self.ins.push(Ins::JumpCmp {
-                            op,
-                            w,
+                            cmp: Cmp::new(op, w),
                             a,
                             b,
                             target: 0,
                         });
                     }
                     (Opnd::Slot(a, _), Opnd::Imm(b)) => {
+                        let cmp = Cmp::new(op, w);
                         out.push(self.ins.len());
                         self.ins.push(Ins::JumpCmpImm {
-                            op,
-                            w,
+                            cmp,
                             a,
-                            b,
+                            b: cmp.norm(b),
                             target: 0,
                         });
                     }
@@ -848,8 +990,7 @@ impl Compiler<'_> {
                     Opnd::Slot(a, _) => {
                         out.push(self.ins.len());
                         self.ins.push(Ins::JumpCmpImm {
-                            op: if when { CmpOp::Ne } else { CmpOp::Eq },
-                            w: 64,
+                            cmp: Cmp::new(if when { CmpOp::Ne } else { CmpOp::Eq }, 64),
                             a,
                             b: 0,
                             target: 0,
@@ -1034,15 +1175,6 @@ impl Compiler<'_> {
     }
 }
 
-fn operand(o: SaluOperand) -> COperand {
-    match o {
-        SaluOperand::Reg(Word::Lo) => COperand::Lo,
-        SaluOperand::Reg(Word::Hi) => COperand::Hi,
-        SaluOperand::Phv(f) => COperand::Phv(f.0),
-        SaluOperand::Const(c) => COperand::Const(c),
-    }
-}
-
 /// Calls `f` for every statement of `body`, nested ones included.
 fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
     for s in body {
@@ -1153,6 +1285,47 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
         })
         .collect();
     (locs, slabs)
+}
+
+/// The single-word form of a register action, if it has one: a register of single words
+/// stored as 32-bit words, at most one condition, no update of a high word.
+fn word_action(ra: &CRegisterAction, slabs: &[(SlabKind, usize)]) -> Option<WordAction> {
+    if ra.pair || ra.conditions.len() > 1 || slabs[ra.slab as usize].0 != SlabKind::Words {
+        return None;
+    }
+    let mut on = [WordStep {
+        update: None,
+        out: WordOut::Zero,
+    }; 2];
+    for (outcome, step) in on.iter_mut().enumerate() {
+        let o = ra.outcomes[outcome];
+        if o.hi != NONE {
+            return None;
+        }
+        step.update = (o.lo != NONE).then(|| ra.updates[o.lo as usize]);
+        step.out = if o.out == NONE {
+            WordOut::Zero
+        } else {
+            match ra.outputs[o.out as usize] {
+                SaluOutputValue::Old(Word::Lo) => WordOut::Old,
+                SaluOutputValue::New(Word::Lo) => WordOut::New,
+                // A register of single words has no high word (it reads as 0).
+                SaluOutputValue::Old(Word::Hi) | SaluOutputValue::New(Word::Hi) => WordOut::Zero,
+                SaluOutputValue::Const(c) => WordOut::Const(c),
+            }
+        };
+    }
+    Some(WordAction {
+        register: ra.register,
+        slab: ra.slab,
+        size_mask: ra.size_mask,
+        stride: ra.stride,
+        offset: ra.offset,
+        word_mask: ra.word_mask,
+        writes: ra.writes,
+        cond: ra.conditions.first().copied(),
+        on,
+    })
 }
 
 /// Which PHV fields the program reads and which it writes.
@@ -1382,17 +1555,19 @@ impl Code {
                 stride: loc.stride,
                 offset: loc.offset,
                 pair: reg.is_pair(),
-                word_width: reg.word_width(),
                 word_mask: mask(reg.word_width()),
                 writes: !ra.updates.is_empty(),
                 conditions: ra
                     .conditions
                     .iter()
-                    .map(|k| CCond {
-                        left: operand(k.left),
-                        right: k.right.map(|(sub, r)| (sub, operand(r))),
-                        cmp: k.cmp,
-                        constant: (k.constant as u64) & mask(reg.word_width()),
+                    .map(|k| {
+                        let cmp = Cmp::new(k.cmp, reg.word_width());
+                        CCond {
+                            left: COperand::new(k.left),
+                            right: k.right.map(|(sub, r)| (sub, COperand::new(r))),
+                            cmp,
+                            constant: cmp.norm((k.constant as u64) & mask(reg.word_width())),
+                        }
                     })
                     .collect(),
                 updates: ra
@@ -1400,13 +1575,45 @@ impl Code {
                     .iter()
                     .map(|u| CUpdate {
                         op: u.op,
-                        a: operand(u.a),
-                        b: operand(u.b),
+                        a: COperand::new(u.a),
+                        b: COperand::new(u.b),
                     })
                     .collect(),
                 outputs: ra.outputs.iter().map(|o| o.value).collect(),
                 outcomes,
             });
+        }
+        let word_actions: Vec<Option<WordAction>> = register_actions
+            .iter()
+            .map(|ra| word_action(ra, &slabs))
+            .collect();
+        // Register actions with a single-word form run by the shorter path.
+        let mut word_index = vec![NO_SLOT; word_actions.len()];
+        let mut n = 0;
+        for (i, wa) in word_actions.iter().enumerate() {
+            if wa.is_some() {
+                word_index[i] = n;
+                n += 1;
+            }
+        }
+        let mut ins = c.ins;
+        for i in ins.iter_mut() {
+            if let Ins::Execute {
+                ra,
+                index,
+                out,
+                mask,
+            } = *i
+            {
+                if word_index[ra as usize] != NO_SLOT {
+                    *i = Ins::ExecuteWord {
+                        wa: word_index[ra as usize],
+                        index,
+                        out,
+                        mask,
+                    };
+                }
+            }
         }
         let mut hashes = Vec::new();
         for h in &program.hashes {
@@ -1463,14 +1670,14 @@ impl Code {
             intrinsics[i] = program.intrinsic(*which).0;
         }
         Ok(Code {
-            ins: c.ins,
+            ins,
             ingress,
             egress,
-            slots: c.max_temp,
             action_start,
             action_params,
             tables,
             register_actions,
+            word_actions: word_actions.iter().flatten().copied().collect(),
             registers,
             slabs,
             hashes,
@@ -1568,7 +1775,9 @@ impl Slab {
 /// Per-pass and persistent state of the interpreter.
 #[derive(Debug)]
 struct State {
-    phv: Vec<u64>,
+    /// One slot per possible `u16` slot index, so that indexing needs no bounds check (only
+    /// the first pages are ever touched).
+    phv: Box<[u64; PHV_SLOTS]>,
     /// Header validity (bit per header).
     valid: u64,
     /// Headers the parser extracted this pass.
@@ -1588,6 +1797,8 @@ struct State {
     /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
     /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
     views: Vec<OnceLock<Vec<u64>>>,
+    /// How many views exist (a register action checks its register's view only then).
+    live_views: AtomicUsize,
     tables: Vec<TableState>,
     routing: Routing,
     routed: Option<u16>,
@@ -1734,16 +1945,6 @@ impl State {
         }
     }
 
-    #[inline(always)]
-    fn operand(&self, o: COperand, lo: u64, hi: u64) -> u64 {
-        match o {
-            COperand::Lo => lo,
-            COperand::Hi => hi,
-            COperand::Phv(f) => self.phv[f as usize],
-            COperand::Const(c) => c,
-        }
-    }
-
     /// One TNA RegisterAction: conditions, predicated updates, one output.
     fn execute(&mut self, code: &Code, ra: u16, index: u64) -> u64 {
         let ra = &code.register_actions[ra as usize];
@@ -1753,38 +1954,15 @@ impl State {
         let lo = slab.get(w);
         let hi = if ra.pair { slab.get(w + 1) } else { 0 };
         let m = ra.word_mask;
+        let phv = &self.phv;
         let mut outcome = 0usize;
         for (i, c) in ra.conditions.iter().enumerate() {
-            let l = self.operand(c.left, lo, hi);
-            let v = match c.right {
-                None => l,
-                Some((true, r)) => l.wrapping_sub(self.operand(r, lo, hi)),
-                Some((false, r)) => l.wrapping_add(self.operand(r, lo, hi)),
-            } & m;
-            if c.cmp.eval(v, c.constant, ra.word_width) {
+            if c.test(phv, lo, hi, m) {
                 outcome |= 1 << i;
             }
         }
         let o = ra.outcomes[outcome];
-        let update = |u: u8| -> u64 {
-            let u = &ra.updates[u as usize];
-            let a = self.operand(u.a, lo, hi) & m;
-            let b = self.operand(u.b, lo, hi) & m;
-            match u.op {
-                SaluOp::Set => a,
-                SaluOp::Add => a.wrapping_add(b) & m,
-                SaluOp::Sub => a.wrapping_sub(b) & m,
-                SaluOp::SatAdd => a.saturating_add(b).min(m),
-                SaluOp::SatSub => a.saturating_sub(b),
-                SaluOp::Min => a.min(b),
-                SaluOp::Max => a.max(b),
-                SaluOp::And => a & b,
-                SaluOp::Or => a | b,
-                SaluOp::Xor => a ^ b,
-                // Rejected by the rule checker; the model keeps the word unchanged.
-                SaluOp::Shl | SaluOp::Mul => a,
-            }
-        };
+        let update = |u: u8| ra.updates[u as usize].apply(phv, lo, hi, m);
         let new_lo = if o.lo == NONE { lo } else { update(o.lo) };
         let new_hi = if o.hi == NONE { hi } else { update(o.hi) };
         if ra.writes {
@@ -1793,9 +1971,8 @@ impl State {
             if ra.pair {
                 slab.set(w + 1, new_hi);
             }
-            let view = &mut self.views[ra.register as usize];
-            if view.get().is_some() {
-                view.take();
+            if *self.live_views.get_mut() != 0 {
+                self.drop_view(ra.register as usize);
             }
         }
         if o.out == NONE {
@@ -1808,6 +1985,39 @@ impl State {
             SaluOutputValue::New(Word::Hi) => new_hi,
             SaluOutputValue::Const(c) => c,
         }
+    }
+
+    /// A register action in its [`WordAction`] form.
+    #[inline(always)]
+    fn execute_word(&mut self, wa: &WordAction, index: u64) -> u64 {
+        let w = ((index as usize) & wa.size_mask) * wa.stride + wa.offset;
+        let Slab::Words(lines) = &mut self.slabs[wa.slab as usize] else {
+            return 0;
+        };
+        let cell = &mut lines[w >> 4].0[w & 15];
+        let lo = *cell as u64;
+        let m = wa.word_mask;
+        let step = match &wa.cond {
+            None => &wa.on[0],
+            Some(c) => &wa.on[c.test(&self.phv, lo, 0, m) as usize],
+        };
+        let new = match &step.update {
+            None => lo,
+            Some(u) => u.apply(&self.phv, lo, 0, m),
+        };
+        let value = match step.out {
+            WordOut::Zero => 0,
+            WordOut::Old => lo,
+            WordOut::New => new,
+            WordOut::Const(c) => c,
+        };
+        if wa.writes {
+            *cell = new as u32;
+            if *self.live_views.get_mut() != 0 {
+                self.drop_view(wa.register as usize);
+            }
+        }
+        value
     }
 
     fn hash(&self, code: &Code, unit: u16) -> u64 {
@@ -1912,25 +2122,13 @@ impl State {
                     self.phv[dst as usize] =
                         (self.phv[a as usize].wrapping_shl(n as u32) | self.phv[b as usize]) & mask;
                 }
-                Ins::JumpCmp {
-                    op,
-                    w,
-                    a,
-                    b,
-                    target,
-                } => {
-                    if op.eval(self.phv[a as usize], self.phv[b as usize], w) {
+                Ins::JumpCmp { cmp, a, b, target } => {
+                    if cmp.test(self.phv[a as usize], cmp.norm(self.phv[b as usize])) {
                         pc = target as usize;
                     }
                 }
-                Ins::JumpCmpImm {
-                    op,
-                    w,
-                    a,
-                    b,
-                    target,
-                } => {
-                    if op.eval(self.phv[a as usize], b, w) {
+                Ins::JumpCmpImm { cmp, a, b, target } => {
+                    if cmp.test(self.phv[a as usize], b) {
                         pc = target as usize;
                     }
                 }
@@ -1953,6 +2151,18 @@ impl State {
                     mask,
                 } => {
                     let v = self.execute(code, ra, self.phv[index as usize]);
+                    if out != NO_SLOT {
+                        self.phv[out as usize] = v & mask;
+                    }
+                }
+                Ins::ExecuteWord {
+                    wa,
+                    index,
+                    out,
+                    mask,
+                } => {
+                    let v = self
+                        .execute_word(&code.word_actions[wa as usize], self.phv[index as usize]);
                     if out != NO_SLOT {
                         self.phv[out as usize] = v & mask;
                     }
@@ -2012,6 +2222,22 @@ impl State {
     fn set_intrinsic(&mut self, code: &Code, which: Intrinsic, value: u64) {
         let f = code.intrinsic(which);
         self.phv[f] = value & code.masks[f];
+    }
+
+    /// Drops the control-plane view of register `r` (its cells changed).
+    fn drop_view(&mut self, r: usize) {
+        if self.views[r].take().is_some() {
+            *self.live_views.get_mut() -= 1;
+        }
+    }
+
+    /// The control-plane view of register `r`, built if needed.
+    fn view(&self, code: &Code, r: usize) -> &[u64] {
+        let loc = &code.registers[r];
+        self.views[r].get_or_init(|| {
+            self.live_views.fetch_add(1, Ordering::Relaxed);
+            (0..loc.size).map(|i| self.cell(loc, i)).collect()
+        })
     }
 
     /// A register cell as the control plane sees it (`hi << 32 | lo` for pairs).
@@ -2172,7 +2398,10 @@ impl Model {
             )));
         }
         let st = State {
-            phv: vec![0; code.slots],
+            phv: match vec![0u64; PHV_SLOTS].into_boxed_slice().try_into() {
+                Ok(phv) => phv,
+                Err(_) => unreachable!("the vector has PHV_SLOTS elements"),
+            },
             valid: 0,
             parsed: 0,
             dirty: 0,
@@ -2189,6 +2418,7 @@ impl Model {
             views: (0..program.registers.len())
                 .map(|_| OnceLock::new())
                 .collect(),
+            live_views: AtomicUsize::new(0),
             tables: vec![TableState::default(); program.tables.len()],
             routing,
             routed: None,
@@ -2455,15 +2685,13 @@ impl DataPlane for Model {
         } else {
             slab.set(w, value);
         }
-        self.st.views[r].take();
+        self.st.drop_view(r);
         Ok(())
     }
 
     fn register_read_all(&self, register: &str) -> Result<&[u64], ModelError> {
         let r = self.register_id(register)?;
-        let loc = &self.code.registers[r];
-        let st = &self.st;
-        Ok(st.views[r].get_or_init(|| (0..loc.size).map(|i| st.cell(loc, i)).collect()))
+        Ok(self.st.view(&self.code, r))
     }
 
     fn register_sync(&mut self, register: &str) -> Result<(), ModelError> {
@@ -2485,7 +2713,7 @@ impl DataPlane for Model {
                 }
             }
         }
-        self.st.views[r].take();
+        self.st.drop_view(r);
         Ok(())
     }
 
