@@ -21,6 +21,7 @@
 //! - Parser: a header that does not fit the remaining bytes stops parsing (the header stays
 //!   invalid) and the packet continues, as with v1model `parser_error`.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -346,6 +347,30 @@ enum Ins {
         index: u16,
         out: u16,
         mask: u64,
+    },
+    /// `count` consecutive [`Ins::ExecuteWord`] on the same cell group (same slab and
+    /// index), members `first..first + count` of [`Code::group_members`]; the members'
+    /// own instructions follow and are skipped.
+    ExecuteGroup {
+        first: u16,
+        count: u16,
+        index: u16,
+    },
+    /// `if a cmp b { dst = value }` (`b` a slot).
+    CondSet {
+        cmp: Cmp,
+        a: u16,
+        b: u16,
+        dst: u16,
+        value: u64,
+    },
+    /// `if a cmp b { dst = value }` (`b` normalised).
+    CondSetImm {
+        cmp: Cmp,
+        a: u16,
+        dst: u16,
+        b: u64,
+        value: u64,
     },
     Hash {
         unit: u16,
@@ -691,6 +716,8 @@ struct Code {
     tables: Vec<CTable>,
     register_actions: Vec<CRegisterAction>,
     word_actions: Vec<WordAction>,
+    /// (word action, output slot, output mask) of the members of [`Ins::ExecuteGroup`].
+    group_members: Vec<(u16, u16, u64)>,
     registers: Vec<RegLoc>,
     /// (kind, words) of each slab.
     slabs: Vec<(SlabKind, usize)>,
@@ -783,69 +810,15 @@ impl Compiler<'_> {
         Ok(match e {
             Expr::Field(f) => (Opnd::Slot(f.0, self.masks[f.0 as usize]), None),
             Expr::Const { value, .. } => (Opnd::Imm(*value), None),
-            Expr::Bin(op, a, b) => {
-                let m = mask(self.width(e));
-                let omask = match op {
-                    BinOp::Add | BinOp::Sub | BinOp::SatAdd => m,
-                    _ => u64::MAX,
-                };
-                let (x, _) = self.value(a)?;
-                let (y, _) = self.value(b)?;
-                if let (Opnd::Imm(x), Opnd::Imm(y)) = (x, y) {
-                    return Ok((Opnd::Imm(bin(*op, x, y, omask)), None));
+            Expr::Bin(BinOp::Or, a, b)
+                if matches!(**a, Expr::Shl(..)) || matches!(**b, Expr::Shl(..)) =>
+            {
+                if let Some(v) = self.concat(a, b)? {
+                    return Ok(v);
                 }
-                let commutative = !matches!(op, BinOp::Sub);
-                let (x, y) = match (x, y) {
-                    (Opnd::Imm(_), Opnd::Slot(..)) if commutative => (y, x),
-                    _ => (x, y),
-                };
-                let (bx, by) = (smear(x.bound()), smear(y.bound()));
-                let bound = match op {
-                    BinOp::Add | BinOp::Sub | BinOp::SatAdd => omask,
-                    BinOp::And | BinOp::Min => bx & by,
-                    BinOp::Or | BinOp::Xor | BinOp::Max => bx | by,
-                };
-                // `((a << n) & mask) | b` where `b` fits the mask is one concatenation.
-                if let (BinOp::Or, Opnd::Slot(xs, _), Opnd::Slot(bs, _)) = (op, x, y) {
-                    if let Some(&Ins::Shl { dst, a, n, mask }) = self.ins.last() {
-                        if dst == xs
-                            && dst as usize >= self.temp_base
-                            && bs != dst
-                            && by & !mask == 0
-                        {
-                            let i = self.ins.len() - 1;
-                            self.ins[i] = Ins::ShlOr {
-                                dst,
-                                a,
-                                n,
-                                b: bs,
-                                mask,
-                            };
-                            return Ok((Opnd::Slot(dst, bound), Some(i)));
-                        }
-                    }
-                }
-                let xs = self.slot(x)?;
-                let t = self.temp()?;
-                let i = self.ins.len();
-                self.ins.push(match y {
-                    Opnd::Slot(ys, _) => Ins::Bin {
-                        op: *op,
-                        dst: t,
-                        a: xs,
-                        b: ys,
-                        mask: omask,
-                    },
-                    Opnd::Imm(k) => Ins::BinImm {
-                        op: *op,
-                        dst: t,
-                        a: xs,
-                        b: k,
-                        mask: omask,
-                    },
-                });
-                (Opnd::Slot(t, bound), Some(i))
+                self.bin(e)?
             }
+            Expr::Bin(..) => self.bin(e)?,
             Expr::Shl(a, n) => {
                 let m = mask(self.width(a));
                 let (x, _) = self.value(a)?;
@@ -868,16 +841,16 @@ impl Compiler<'_> {
                 (Opnd::Slot(t, bound), Some(self.ins.len() - 1))
             }
             Expr::Shr(a, n) => {
-                let (x, _) = self.value(a)?;
+                let x = self.value(a)?;
                 self.shr(x, *n, u64::MAX)?
             }
             Expr::Slice(a, hi, lo) => {
                 let m = mask(hi.wrapping_sub(*lo).wrapping_add(1));
-                let (x, _) = self.value(a)?;
+                let x = self.value(a)?;
                 self.shr(x, *lo, m)?
             }
             Expr::Cast(a, w) => {
-                let (x, _) = self.value(a)?;
+                let x = self.value(a)?;
                 self.shr(x, 0, mask(*w))?
             }
             Expr::Cmp(..) | Expr::And(..) | Expr::Or(..) | Expr::Not(..) | Expr::IsValid(_) => {
@@ -893,13 +866,101 @@ impl Compiler<'_> {
         })
     }
 
+    /// A binary operation (not a concatenation).
+    fn bin(&mut self, e: &Expr) -> Result<(Opnd, Option<usize>), ModelError> {
+        let Expr::Bin(op, a, b) = e else {
+            return Err(program_error("not a binary operation".into()));
+        };
+        let m = mask(self.width(e));
+        let omask = match op {
+            BinOp::Add | BinOp::Sub | BinOp::SatAdd => m,
+            _ => u64::MAX,
+        };
+        let (x, _) = self.value(a)?;
+        let (y, _) = self.value(b)?;
+        if let (Opnd::Imm(x), Opnd::Imm(y)) = (x, y) {
+            return Ok((Opnd::Imm(bin(*op, x, y, omask)), None));
+        }
+        let commutative = !matches!(op, BinOp::Sub);
+        let (x, y) = match (x, y) {
+            (Opnd::Imm(_), Opnd::Slot(..)) if commutative => (y, x),
+            _ => (x, y),
+        };
+        let (bx, by) = (smear(x.bound()), smear(y.bound()));
+        let bound = match op {
+            BinOp::Add | BinOp::Sub | BinOp::SatAdd => omask,
+            BinOp::And | BinOp::Min => bx & by,
+            BinOp::Or | BinOp::Xor | BinOp::Max => bx | by,
+        };
+        let xs = self.slot(x)?;
+        let t = self.temp()?;
+        let i = self.ins.len();
+        self.ins.push(match y {
+            Opnd::Slot(ys, _) => Ins::Bin {
+                op: *op,
+                dst: t,
+                a: xs,
+                b: ys,
+                mask: omask,
+            },
+            Opnd::Imm(k) => Ins::BinImm {
+                op: *op,
+                dst: t,
+                a: xs,
+                b: k,
+                mask: omask,
+            },
+        });
+        Ok((Opnd::Slot(t, bound), Some(i)))
+    }
+
+    /// `((x << n) & mask(width x)) | y` as one instruction when `y` fits the mask (a
+    /// concatenation), else `None`.
+    fn concat(&mut self, a: &Expr, b: &Expr) -> Result<Option<(Opnd, Option<usize>)>, ModelError> {
+        let (shl, y) = match (a, b) {
+            (Expr::Shl(..), _) => (a, b),
+            _ => (b, a),
+        };
+        let Expr::Shl(x, n) = shl else {
+            return Ok(None);
+        };
+        let m = mask(self.width(x));
+        let start = self.ins.len();
+        let (xo, _) = self.value(x)?;
+        let (yo, _) = self.value(y)?;
+        match (xo, yo) {
+            (Opnd::Slot(xs, bx), Opnd::Slot(ys, by)) if smear(by) & !m == 0 && *n < 64 => {
+                let t = self.temp()?;
+                self.ins.push(Ins::ShlOr {
+                    dst: t,
+                    a: xs,
+                    n: *n,
+                    b: ys,
+                    mask: m,
+                });
+                let bound = ((smear(bx) << n) & m) | smear(by);
+                Ok(Some((Opnd::Slot(t, bound), Some(self.ins.len() - 1))))
+            }
+            _ => {
+                // Not a concatenation: compile it as written.
+                self.ins.truncate(start);
+                Ok(None)
+            }
+        }
+    }
+
     /// `(x >> n) & m`, dropped when it cannot change the value.
-    fn shr(&mut self, x: Opnd, n: u8, m: u64) -> Result<(Opnd, Option<usize>), ModelError> {
+    fn shr(
+        &mut self,
+        (x, producer): (Opnd, Option<usize>),
+        n: u8,
+        m: u64,
+    ) -> Result<(Opnd, Option<usize>), ModelError> {
         if let Opnd::Imm(v) = x {
             return Ok((Opnd::Imm(v.wrapping_shr(n as u32) & m), None));
         }
         if n == 0 && x.bound() & !m == 0 {
-            return Ok((x, None));
+            return Ok((x, producer));
         }
         let bound = smear(x.bound()).wrapping_shr(n as u32) & m;
         let xs = self.slot(x)?;
@@ -1107,6 +1168,45 @@ impl Compiler<'_> {
         Ok(())
     }
 
+    /// `if (a op b) { dst = constant; }` as one [`Ins::CondSet`]; `false` (nothing
+    /// emitted) when the comparison folds to a constant.
+    fn cond_set(&mut self, op: CmpOp, a: &Expr, b: &Expr, then: &Stmt) -> Result<bool, ModelError> {
+        let Stmt::Assign(dst, Expr::Const { value, .. }) = then else {
+            return Ok(false);
+        };
+        let (dst, value) = (dst.0, value & self.masks[dst.0 as usize]);
+        let w = self.width(a).max(self.width(b));
+        let start = self.ins.len();
+        let (x, _) = self.value(a)?;
+        let (y, _) = self.value(b)?;
+        let (op, x, y) = match (x, y) {
+            (Opnd::Imm(_), Opnd::Slot(..)) => (mirror(op), y, x),
+            _ => (op, x, y),
+        };
+        let cmp = Cmp::new(op, w);
+        match (x, y) {
+            (Opnd::Slot(a, _), Opnd::Slot(b, _)) => self.ins.push(Ins::CondSet {
+                cmp,
+                a,
+                b,
+                dst,
+                value,
+            }),
+            (Opnd::Slot(a, _), Opnd::Imm(b)) => self.ins.push(Ins::CondSetImm {
+                cmp,
+                a,
+                dst,
+                b: cmp.norm(b),
+                value,
+            }),
+            _ => {
+                self.ins.truncate(start);
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn body(&mut self, body: &[Stmt]) -> Result<(), ModelError> {
         for s in body {
             // Temporaries live within one statement (conditions are consumed by the jumps
@@ -1114,6 +1214,14 @@ impl Compiler<'_> {
             self.next_temp = self.temp_base;
             match s {
                 Stmt::Assign(dst, e) => self.assign(dst.0, e)?,
+                Stmt::If(Expr::Cmp(op, a, b), then, otherwise)
+                    if otherwise.is_empty()
+                        && matches!(
+                            then.as_slice(),
+                            [Stmt::Assign(dst, Expr::Const { .. })]
+                                if self.field_header[dst.0 as usize] == NO_HEADER
+                        )
+                        && self.cond_set(*op, a, b, &then[0])? => {}
                 Stmt::If(c, then, otherwise) => {
                     let mut skip = Vec::new();
                     self.branch(c, false, &mut skip)?;
@@ -1326,6 +1434,125 @@ fn word_action(ra: &CRegisterAction, slabs: &[(SlabKind, usize)]) -> Option<Word
         cond: ra.conditions.first().copied(),
         on,
     })
+}
+
+/// Where a jump goes, if `ins` is one.
+fn jump_target(ins: &mut Ins) -> Option<&mut u32> {
+    match ins {
+        Ins::Jump(t)
+        | Ins::JumpValid(_, t)
+        | Ins::JumpInvalid(_, t)
+        | Ins::JumpCmp { target: t, .. }
+        | Ins::JumpCmpImm { target: t, .. } => Some(t),
+        _ => None,
+    }
+}
+
+/// Jumps to jumps go straight to the final target; a jump to a return returns.
+fn thread_jumps(ins: &mut [Ins]) {
+    for i in 0..ins.len() {
+        let mut this = ins[i];
+        let Some(t) = jump_target(&mut this) else {
+            continue;
+        };
+        for _ in 0..ins.len() {
+            match ins.get(*t as usize) {
+                Some(Ins::Jump(next)) if *next != *t => *t = *next,
+                _ => break,
+            }
+        }
+        let to_return = matches!(ins.get(*t as usize), Some(Ins::Return));
+        ins[i] = match this {
+            Ins::Jump(_) if to_return => Ins::Return,
+            other => other,
+        };
+    }
+}
+
+/// Fuses runs of [`Ins::ExecuteWord`] on the same cell group (same slab, same index slot,
+/// no jump into the run, the index not overwritten inside it) into [`Ins::ExecuteGroup`].
+fn group_word_actions(
+    ins: &mut [Ins],
+    entries: &[u32],
+    actions: &[WordAction],
+) -> Vec<(u16, u16, u64)> {
+    let mut target = vec![false; ins.len() + 1];
+    for e in entries {
+        target[*e as usize] = true;
+    }
+    for i in ins.iter() {
+        let mut this = *i;
+        if let Some(t) = jump_target(&mut this) {
+            if let Some(t) = target.get_mut(*t as usize) {
+                *t = true;
+            }
+        }
+    }
+    let word = |i: &Ins| match *i {
+        Ins::ExecuteWord {
+            wa,
+            index,
+            out,
+            mask,
+        } => Some((wa, index, out, mask)),
+        _ => None,
+    };
+    let mut members = Vec::new();
+    let mut i = 0;
+    while i < ins.len() {
+        let Some((wa, index, out, mask)) = word(&ins[i]) else {
+            i += 1;
+            continue;
+        };
+        let slab = actions[wa as usize].slab;
+        let mut run = vec![(wa, out, mask)];
+        let mut last_out = out;
+        let mut j = i + 1;
+        while j < ins.len() && !target[j] && last_out != index {
+            match word(&ins[j]) {
+                Some((wa, idx, out, mask)) if idx == index && actions[wa as usize].slab == slab => {
+                    run.push((wa, out, mask));
+                    last_out = out;
+                    j += 1;
+                }
+                _ => break,
+            }
+        }
+        if run.len() > 1 && members.len() + run.len() < u16::MAX as usize {
+            ins[i] = Ins::ExecuteGroup {
+                first: members.len() as u16,
+                count: run.len() as u16,
+                index,
+            };
+            members.extend(run);
+        }
+        i = j;
+    }
+    members
+}
+
+/// One single-word register action on its cell; returns the output.
+#[inline(always)]
+fn word_step(wa: &WordAction, cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
+    let lo = *cell as u64;
+    let m = wa.word_mask;
+    let step = match &wa.cond {
+        None => &wa.on[0],
+        Some(c) => &wa.on[c.test(phv, lo, 0, m) as usize],
+    };
+    let new = match &step.update {
+        None => lo,
+        Some(u) => u.apply(phv, lo, 0, m),
+    };
+    if wa.writes {
+        *cell = new as u32;
+    }
+    match step.out {
+        WordOut::Zero => 0,
+        WordOut::Old => lo,
+        WordOut::New => new,
+        WordOut::Const(c) => c,
+    }
 }
 
 /// Which PHV fields the program reads and which it writes.
@@ -1669,15 +1896,21 @@ impl Code {
             }
             intrinsics[i] = program.intrinsic(*which).0;
         }
+        thread_jumps(&mut ins);
+        let word_actions: Vec<WordAction> = word_actions.into_iter().flatten().collect();
+        let mut entries = vec![ingress, egress];
+        entries.extend(&action_start);
+        let group_members = group_word_actions(&mut ins, &entries, &word_actions);
         Ok(Code {
             ins,
+            group_members,
             ingress,
             egress,
             action_start,
             action_params,
             tables,
             register_actions,
-            word_actions: word_actions.iter().flatten().copied().collect(),
+            word_actions,
             registers,
             slabs,
             hashes,
@@ -1720,6 +1953,28 @@ fn compiled(program: &Arc<Program>) -> Result<Arc<Code>, ModelError> {
         cache.push((Arc::downgrade(program), Arc::clone(&code)));
     }
     Ok(code)
+}
+
+/// A PHV shared by the models of one program on one thread.
+struct Scratch {
+    code: Weak<Code>,
+    phv: Box<[u64; PHV_SLOTS]>,
+    /// Headers whose fields may be non-zero in `phv`.
+    stale: u64,
+}
+
+/// Most programs a thread keeps a shared PHV for.
+const MAX_SCRATCH: usize = 8;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
+}
+
+fn new_phv() -> Box<[u64; PHV_SLOTS]> {
+    match vec![0u64; PHV_SLOTS].into_boxed_slice().try_into() {
+        Ok(phv) => phv,
+        Err(_) => unreachable!("the vector has PHV_SLOTS elements"),
+    }
 }
 
 /// 64-byte aligned words, so that an interleaved cell group never straddles two lines.
@@ -1821,6 +2076,61 @@ fn window(buf: &[u8], at: usize) -> Option<u64> {
 }
 
 impl State {
+    /// Takes this thread's PHV for `code`'s programs (shared by every model of the program,
+    /// so it stays in cache however many switches take turns), with what it holds.
+    fn lease_phv(&mut self, code: &Arc<Code>) {
+        let leased = SCRATCH.with(|scratch| {
+            let Ok(mut scratch) = scratch.try_borrow_mut() else {
+                return false;
+            };
+            let at = match scratch
+                .iter()
+                .position(|s| std::ptr::eq(s.code.as_ptr(), Arc::as_ptr(code)))
+            {
+                Some(at) => at,
+                None => {
+                    scratch.retain(|s| s.code.strong_count() > 0);
+                    if scratch.len() >= MAX_SCRATCH {
+                        scratch.remove(0);
+                    }
+                    scratch.push(Scratch {
+                        code: Arc::downgrade(code),
+                        phv: new_phv(),
+                        stale: 0,
+                    });
+                    scratch.len() - 1
+                }
+            };
+            let s = &mut scratch[at];
+            std::mem::swap(&mut self.phv, &mut s.phv);
+            self.stale = s.stale;
+            // Until it is returned, the scratch holds this model's own PHV.
+            s.stale = u64::MAX;
+            true
+        });
+        if !leased {
+            // This model's own PHV, as another pass (or none) left it.
+            self.stale = u64::MAX;
+        }
+        self.dirty = 0;
+    }
+
+    /// Gives the PHV taken by [`State::lease_phv`] back.
+    fn return_phv(&mut self, code: &Arc<Code>) {
+        SCRATCH.with(|scratch| {
+            let Ok(mut scratch) = scratch.try_borrow_mut() else {
+                return;
+            };
+            if let Some(s) = scratch
+                .iter_mut()
+                .find(|s| std::ptr::eq(s.code.as_ptr(), Arc::as_ptr(code)))
+            {
+                std::mem::swap(&mut self.phv, &mut s.phv);
+                s.stale = self.stale | self.dirty;
+            }
+        });
+    }
+
     fn reset(&mut self, code: &Code) {
         self.stale |= self.dirty;
         for (start, end) in &code.meta_ranges {
@@ -1994,30 +2304,39 @@ impl State {
         let Slab::Words(lines) = &mut self.slabs[wa.slab as usize] else {
             return 0;
         };
-        let cell = &mut lines[w >> 4].0[w & 15];
-        let lo = *cell as u64;
-        let m = wa.word_mask;
-        let step = match &wa.cond {
-            None => &wa.on[0],
-            Some(c) => &wa.on[c.test(&self.phv, lo, 0, m) as usize],
-        };
-        let new = match &step.update {
-            None => lo,
-            Some(u) => u.apply(&self.phv, lo, 0, m),
-        };
-        let value = match step.out {
-            WordOut::Zero => 0,
-            WordOut::Old => lo,
-            WordOut::New => new,
-            WordOut::Const(c) => c,
-        };
-        if wa.writes {
-            *cell = new as u32;
-            if *self.live_views.get_mut() != 0 {
-                self.drop_view(wa.register as usize);
-            }
+        let value = word_step(wa, &mut lines[w >> 4].0[w & 15], &self.phv);
+        if wa.writes && *self.live_views.get_mut() != 0 {
+            self.drop_view(wa.register as usize);
         }
         value
+    }
+
+    /// The word actions of an [`Ins::ExecuteGroup`]: one cell group, one address.
+    fn execute_group(&mut self, code: &Code, members: &[(u16, u16, u64)], index: u64) {
+        let Some(&(first, _, _)) = members.first() else {
+            return;
+        };
+        let first = &code.word_actions[first as usize];
+        let base = ((index as usize) & first.size_mask) * first.stride;
+        let Slab::Words(lines) = &mut self.slabs[first.slab as usize] else {
+            return;
+        };
+        for &(wa, out, mask) in members {
+            let wa = &code.word_actions[wa as usize];
+            let w = base + wa.offset;
+            let value = word_step(wa, &mut lines[w >> 4].0[w & 15], &self.phv);
+            if out != NO_SLOT {
+                self.phv[out as usize] = value & mask;
+            }
+        }
+        if *self.live_views.get_mut() != 0 {
+            for &(wa, _, _) in members {
+                let wa = &code.word_actions[wa as usize];
+                if wa.writes {
+                    self.drop_view(wa.register as usize);
+                }
+            }
+        }
     }
 
     fn hash(&self, code: &Code, unit: u16) -> u64 {
@@ -2153,6 +2472,37 @@ impl State {
                     let v = self.execute(code, ra, self.phv[index as usize]);
                     if out != NO_SLOT {
                         self.phv[out as usize] = v & mask;
+                    }
+                }
+                Ins::ExecuteGroup {
+                    first,
+                    count,
+                    index,
+                } => {
+                    let members = &code.group_members[first as usize..][..count as usize];
+                    self.execute_group(code, members, self.phv[index as usize]);
+                    pc += count as usize - 1;
+                }
+                Ins::CondSet {
+                    cmp,
+                    a,
+                    b,
+                    dst,
+                    value,
+                } => {
+                    if cmp.test(self.phv[a as usize], cmp.norm(self.phv[b as usize])) {
+                        self.phv[dst as usize] = value;
+                    }
+                }
+                Ins::CondSetImm {
+                    cmp,
+                    a,
+                    dst,
+                    b,
+                    value,
+                } => {
+                    if cmp.test(self.phv[a as usize], b) {
+                        self.phv[dst as usize] = value;
                     }
                 }
                 Ins::ExecuteWord {
@@ -2398,10 +2748,7 @@ impl Model {
             )));
         }
         let st = State {
-            phv: match vec![0u64; PHV_SLOTS].into_boxed_slice().try_into() {
-                Ok(phv) => phv,
-                Err(_) => unreachable!("the vector has PHV_SLOTS elements"),
-            },
+            phv: new_phv(),
             valid: 0,
             parsed: 0,
             dirty: 0,
@@ -2479,6 +2826,7 @@ impl DataPlane for Model {
             });
         }
         out.reset();
+        self.st.lease_phv(&self.code);
         let code = &*self.code;
         let st = &mut self.st;
         st.reset(code);
@@ -2511,6 +2859,7 @@ impl DataPlane for Model {
             c.clone_kind = CLONE_INGRESS as u8;
             out.clone = Some(c);
         }
+        self.st.return_phv(&self.code);
         Ok(())
     }
 
@@ -2528,6 +2877,7 @@ impl DataPlane for Model {
             });
         }
         out.reset();
+        self.st.lease_phv(&self.code);
         let code = &*self.code;
         let st = &mut self.st;
         st.reset(code);
@@ -2568,6 +2918,7 @@ impl DataPlane for Model {
             out.clone_bytes.clear();
             out.clone_bytes.extend_from_slice(&out.bytes);
         }
+        self.st.return_phv(&self.code);
         Ok(())
     }
 
