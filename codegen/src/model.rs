@@ -482,6 +482,12 @@ impl Cmp {
     /// Whether `a op b` holds, `b` already normalised.
     #[inline(always)]
     fn test(self, a: u64, b: u64) -> bool {
+        // Equality (never signed) is the common case.
+        match self.rel {
+            0b010 => return a == b,
+            0b101 => return a != b,
+            _ => {}
+        }
         let a = self.norm(a);
         let rel = ((a > b) as u32) << 1 | (a == b) as u32;
         (self.rel >> rel) & 1 != 0
@@ -596,21 +602,47 @@ struct CRegisterAction {
     outcomes: [Outcome; 1 << MAX_SALU_CONDITIONS],
 }
 
-/// What a single-word action returns.
-#[derive(Clone, Copy, Debug)]
-enum WordOut {
-    Zero,
-    Old,
-    New,
-    Const(u64),
+/// The operation of a [`WordStep`] on the stored word and its source operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WordOp {
+    Keep,
+    Set,
+    Add,
+    Sub,
+    SatAdd,
+    SatSub,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
 }
 
-/// The update (or none) and output of a single-word action for one condition outcome.
+/// What a single-word action does for one condition outcome: `word = op(word, src)` with
+/// `src = phv[slot] & sel | konst` (a PHV field or a constant), and returns
+/// `old & out_old | new & out_new | out_konst`.
 #[derive(Clone, Copy, Debug)]
 struct WordStep {
-    /// `None`: the word keeps its value.
-    update: Option<CUpdate>,
-    out: WordOut,
+    op: WordOp,
+    slot: u16,
+    sel: u64,
+    konst: u64,
+    out_old: u64,
+    out_new: u64,
+    out_konst: u64,
+}
+
+/// The condition of a single-word action.
+#[derive(Clone, Copy, Debug)]
+enum WordCond {
+    None,
+    /// `(phv[slot] & word_mask) == k`, negated when `ne`.
+    Flag {
+        slot: u16,
+        k: u64,
+        ne: bool,
+    },
+    Any(CCond),
 }
 
 /// A register action on a register of single words stored as 32-bit words, with at most
@@ -625,7 +657,7 @@ struct WordAction {
     offset: usize,
     word_mask: u64,
     writes: bool,
-    cond: Option<CCond>,
+    cond: WordCond,
     /// By the condition's outcome (`[0]` when there is none).
     on: [WordStep; 2],
 }
@@ -1401,28 +1433,81 @@ fn word_action(ra: &CRegisterAction, slabs: &[(SlabKind, usize)]) -> Option<Word
     if ra.pair || ra.conditions.len() > 1 || slabs[ra.slab as usize].0 != SlabKind::Words {
         return None;
     }
+    // A source operand: (slot, sel, konst); the high word of a single-word register is 0.
+    let src = |o: COperand| match o {
+        COperand::Phv(f) => Some((f, u64::MAX, 0)),
+        COperand::Const(c) => Some((0, 0, c)),
+        COperand::Hi => Some((0, 0, 0)),
+        COperand::Lo => None,
+    };
     let mut on = [WordStep {
-        update: None,
-        out: WordOut::Zero,
+        op: WordOp::Keep,
+        slot: 0,
+        sel: 0,
+        konst: 0,
+        out_old: 0,
+        out_new: 0,
+        out_konst: 0,
     }; 2];
     for (outcome, step) in on.iter_mut().enumerate() {
         let o = ra.outcomes[outcome];
         if o.hi != NONE {
             return None;
         }
-        step.update = (o.lo != NONE).then(|| ra.updates[o.lo as usize]);
-        step.out = if o.out == NONE {
-            WordOut::Zero
-        } else {
+        if o.lo != NONE {
+            let u = ra.updates[o.lo as usize];
+            let (op, s) = match u.op {
+                SaluOp::Set | SaluOp::Shl | SaluOp::Mul => match u.a {
+                    COperand::Lo => (WordOp::Keep, (0, 0, 0)),
+                    a => (WordOp::Set, src(a)?),
+                },
+                op => {
+                    let op = match op {
+                        SaluOp::Add => WordOp::Add,
+                        SaluOp::Sub => WordOp::Sub,
+                        SaluOp::SatAdd => WordOp::SatAdd,
+                        SaluOp::SatSub => WordOp::SatSub,
+                        SaluOp::Min => WordOp::Min,
+                        SaluOp::Max => WordOp::Max,
+                        SaluOp::And => WordOp::And,
+                        SaluOp::Or => WordOp::Or,
+                        _ => WordOp::Xor,
+                    };
+                    let commutative = !matches!(op, WordOp::Sub | WordOp::SatSub);
+                    match (u.a, u.b) {
+                        (COperand::Lo, b) => (op, src(b)?),
+                        (a, COperand::Lo) if commutative => (op, src(a)?),
+                        _ => return None,
+                    }
+                }
+            };
+            step.op = op;
+            (step.slot, step.sel, step.konst) = s;
+        }
+        if o.out != NONE {
             match ra.outputs[o.out as usize] {
-                SaluOutputValue::Old(Word::Lo) => WordOut::Old,
-                SaluOutputValue::New(Word::Lo) => WordOut::New,
+                SaluOutputValue::Old(Word::Lo) => step.out_old = u64::MAX,
+                SaluOutputValue::New(Word::Lo) => step.out_new = u64::MAX,
                 // A register of single words has no high word (it reads as 0).
-                SaluOutputValue::Old(Word::Hi) | SaluOutputValue::New(Word::Hi) => WordOut::Zero,
-                SaluOutputValue::Const(c) => WordOut::Const(c),
+                SaluOutputValue::Old(Word::Hi) | SaluOutputValue::New(Word::Hi) => {}
+                SaluOutputValue::Const(c) => step.out_konst = c,
             }
-        };
+        }
     }
+    let cond = match ra.conditions.first() {
+        None => WordCond::None,
+        Some(CCond {
+            left: COperand::Phv(f),
+            right: None,
+            cmp,
+            constant,
+        }) if cmp.rel == 0b010 || cmp.rel == 0b101 => WordCond::Flag {
+            slot: *f,
+            k: *constant,
+            ne: cmp.rel == 0b101,
+        },
+        Some(c) => WordCond::Any(*c),
+    };
     Some(WordAction {
         register: ra.register,
         slab: ra.slab,
@@ -1431,7 +1516,7 @@ fn word_action(ra: &CRegisterAction, slabs: &[(SlabKind, usize)]) -> Option<Word
         offset: ra.offset,
         word_mask: ra.word_mask,
         writes: ra.writes,
-        cond: ra.conditions.first().copied(),
+        cond,
         on,
     })
 }
@@ -1534,25 +1619,32 @@ fn group_word_actions(
 /// One single-word register action on its cell; returns the output.
 #[inline(always)]
 fn word_step(wa: &WordAction, cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
-    let lo = *cell as u64;
     let m = wa.word_mask;
-    let step = match &wa.cond {
-        None => &wa.on[0],
-        Some(c) => &wa.on[c.test(phv, lo, 0, m) as usize],
+    let lo = *cell as u64 & m;
+    let outcome = match wa.cond {
+        WordCond::None => false,
+        WordCond::Flag { slot, k, ne } => ((phv[slot as usize] & m) == k) != ne,
+        WordCond::Any(c) => c.test(phv, lo, 0, m),
     };
-    let new = match &step.update {
-        None => lo,
-        Some(u) => u.apply(phv, lo, 0, m),
+    let step = &wa.on[outcome as usize];
+    let s = ((phv[step.slot as usize] & step.sel) | step.konst) & m;
+    let new = match step.op {
+        WordOp::Keep => lo,
+        WordOp::Set => s,
+        WordOp::Add => lo.wrapping_add(s) & m,
+        WordOp::Sub => lo.wrapping_sub(s) & m,
+        WordOp::SatAdd => lo.saturating_add(s).min(m),
+        WordOp::SatSub => lo.saturating_sub(s),
+        WordOp::Min => lo.min(s),
+        WordOp::Max => lo.max(s),
+        WordOp::And => lo & s,
+        WordOp::Or => lo | s,
+        WordOp::Xor => lo ^ s,
     };
     if wa.writes {
         *cell = new as u32;
     }
-    match step.out {
-        WordOut::Zero => 0,
-        WordOut::Old => lo,
-        WordOut::New => new,
-        WordOut::Const(c) => c,
-    }
+    (lo & step.out_old) | (new & step.out_new) | step.out_konst
 }
 
 /// Which PHV fields the program reads and which it writes.
@@ -2341,15 +2433,17 @@ impl State {
 
     fn hash(&self, code: &Code, unit: u16) -> u64 {
         let h = &code.hashes[unit as usize];
-        let mut buf = [0u8; MAX_HASH_BYTES];
+        // Each input is stored as a whole big-endian word whose tail the next input
+        // overwrites (fixed-size stores).
+        let mut buf = [0u8; MAX_HASH_BYTES + 8];
         let mut n = 0;
         for (f, bytes) in &h.inputs {
-            let v = self.phv[*f as usize];
-            let b = *bytes as usize;
-            if b <= 8 {
-                buf[n..n + b].copy_from_slice(&v.to_be_bytes()[8 - b..]);
+            let b = (*bytes as usize).min(8);
+            if b > 0 {
+                let v = self.phv[*f as usize] << (64 - 8 * b as u32);
+                buf[n..n + 8].copy_from_slice(&v.to_be_bytes());
+                n += b;
             }
-            n += b;
         }
         (crc32_fast(&buf[..n]) as u64) & h.mask
     }
@@ -2682,7 +2776,12 @@ fn mask(width: u8) -> u64 {
 pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
     let first = bit_offset / 8;
     let in_byte = bit_offset % 8;
-    if in_byte + width as usize <= 64 && width > 0 {
+    let span = in_byte + width as usize;
+    if span <= 8 && width > 0 {
+        // Within one byte.
+        return (buf[first] as u64 >> (8 - span)) & mask(width);
+    }
+    if span <= 64 && width > 0 {
         if let Some(w) = window(buf, first) {
             return (w >> (64 - in_byte - width as usize)) & mask(width);
         }
@@ -2706,24 +2805,70 @@ pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
 }
 
 /// Writes `value` into `width` bits at `bit_offset` (big-endian). Only the bytes the field
-/// covers are touched, byte by byte (no wide read-modify-write of neighbouring bytes that
-/// were just written, which would stall on store forwarding).
-#[inline]
+/// covers are touched (no wide read-modify-write of neighbouring bytes that were just
+/// written, which would stall on store forwarding); whole-byte fields are plain stores.
+#[inline(always)]
 pub(crate) fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
+    let at = bit_offset / 8;
+    if bit_offset % 8 == 0 {
+        match width {
+            8 => {
+                buf[at] = value as u8;
+                return;
+            }
+            16 => {
+                buf[at..at + 2].copy_from_slice(&(value as u16).to_be_bytes());
+                return;
+            }
+            32 => {
+                buf[at..at + 4].copy_from_slice(&(value as u32).to_be_bytes());
+                return;
+            }
+            24 => {
+                buf[at..at + 3].copy_from_slice(&(value as u32).to_be_bytes()[1..]);
+                return;
+            }
+            48 => {
+                buf[at..at + 6].copy_from_slice(&value.to_be_bytes()[2..]);
+                return;
+            }
+            64 => {
+                buf[at..at + 8].copy_from_slice(&value.to_be_bytes());
+                return;
+            }
+            _ => {}
+        }
+    }
+    write_bits_masked(buf, bit_offset, width, value);
+}
+
+/// [`write_bits`] for fields that do not cover whole bytes: read-modify-write of the bytes
+/// they cover.
+#[inline(never)]
+fn write_bits_masked(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
     if width == 0 {
         return;
     }
+    let first = bit_offset / 8;
+    let span = bit_offset % 8 + width as usize;
+    if span <= 8 {
+        // Within one byte.
+        let shift = 8 - span;
+        let m = (mask(width) << shift) as u8;
+        buf[first] = (buf[first] & !m) | ((value << shift) as u8 & m);
+        return;
+    }
+    write_bits_spanning(buf, bit_offset, width, value);
+}
+
+/// [`write_bits_masked`] for fields over several bytes.
+#[inline(never)]
+fn write_bits_spanning(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
     let first = bit_offset / 8;
     let end = bit_offset + width as usize;
     let last = (end - 1) / 8;
     let bytes = &mut buf[first..=last];
     let n = bytes.len();
-    if bit_offset % 8 == 0 && end % 8 == 0 {
-        for (i, b) in bytes.iter_mut().enumerate() {
-            *b = (value >> (8 * (n - 1 - i))) as u8;
-        }
-        return;
-    }
     let trailing = (last + 1) * 8 - end;
     let m = (mask(width) as u128) << trailing;
     let v = ((value & mask(width)) as u128) << trailing;
