@@ -619,45 +619,41 @@ enum WordOp {
 }
 
 /// What a single-word action does for one condition outcome: `word = op(word, src)` with
-/// `src = phv[slot] & sel | konst` (a PHV field or a constant), and returns
-/// `old & out_old | new & out_new | out_konst`.
+/// `src` a PHV field (`phv`) or a constant, and returns
+/// `old & out_old | new & out_new | out_konst` (single words are at most 32 bits).
 #[derive(Clone, Copy, Debug)]
 struct WordStep {
     op: WordOp,
+    phv: bool,
     slot: u16,
-    sel: u64,
-    konst: u64,
-    out_old: u64,
-    out_new: u64,
-    out_konst: u64,
+    konst: u32,
+    out_old: u32,
+    out_new: u32,
+    out_konst: u32,
 }
 
-/// The condition of a single-word action.
-#[derive(Clone, Copy, Debug)]
-enum WordCond {
-    None,
-    /// `(phv[slot] & word_mask) == k`, negated when `ne`.
-    Flag {
-        slot: u16,
-        k: u64,
-        ne: bool,
-    },
-    Any(CCond),
-}
+/// [`WordAction::cond`]: no condition, `(phv[cond_slot] & word_mask) == cond_k`, `!=`, or
+/// [`Code::word_conds`]`[cond_k]`.
+const COND_NONE: u8 = 0;
+const COND_EQ: u8 = 1;
+const COND_NE: u8 = 2;
+const COND_ANY: u8 = 3;
 
 /// A register action on a register of single words stored as 32-bit words, with at most
-/// one condition and no update of a high word: most actions, run by a shorter path than
-/// the general one.
+/// one condition, no update of a high word and 32-bit constants: most actions, run by a
+/// shorter path than the general one. One cache line.
+#[repr(align(64))]
 #[derive(Clone, Copy, Debug)]
 struct WordAction {
-    register: u16,
+    size_mask: u32,
+    stride: u16,
+    offset: u16,
+    word_mask: u32,
     slab: u16,
-    size_mask: usize,
-    stride: usize,
-    offset: usize,
-    word_mask: u64,
+    cond_slot: u16,
+    cond_k: u32,
+    cond: u8,
     writes: bool,
-    cond: WordCond,
     /// By the condition's outcome (`[0]` when there is none).
     on: [WordStep; 2],
 }
@@ -689,7 +685,6 @@ struct CField {
     byte: u16,
     /// Right shift of the big-endian 64-bit word read at `byte` (when `window`).
     shift: u8,
-    mask: u64,
     /// The field fits a 64-bit word read at `byte`.
     window: bool,
 }
@@ -706,17 +701,36 @@ struct CHeader {
     emit: Vec<CField>,
 }
 
-#[derive(Clone, Debug)]
-enum CTransition {
-    Accept,
-    Goto(usize),
-    Select(u16, Vec<(u64, Option<usize>)>),
+/// A field the parser extracts: the big-endian 64-bit word at byte `byte` of the header
+/// shifted right by `shift` (`NO_WINDOW`: the field does not fit such a word; read at
+/// bit `bit`).
+#[derive(Clone, Copy, Debug)]
+struct PField {
+    phv: u16,
+    byte: u16,
+    bit: u16,
+    shift: u8,
+    width: u8,
 }
 
-#[derive(Clone, Debug)]
-struct CState {
-    extract: u8,
-    transition: CTransition,
+const NO_WINDOW: u8 = u8::MAX;
+const ACCEPT: u8 = 0;
+const GOTO: u8 = 1;
+const SELECT: u8 = 2;
+
+/// A parser state: the header it extracts (its fields are `pfields[fields..fields_end]`),
+/// then accept, go to `next`, or select on `select` among `pcases[cases..cases_end]`.
+#[derive(Clone, Copy, Debug)]
+struct PState {
+    header: u8,
+    kind: u8,
+    bytes: u16,
+    select: u16,
+    next: u16,
+    fields: u16,
+    fields_end: u16,
+    cases: u16,
+    cases_end: u16,
 }
 
 /// Where a register's cells live: cell `i` is word `i * stride + offset` of slab `slab`
@@ -748,6 +762,10 @@ struct Code {
     tables: Vec<CTable>,
     register_actions: Vec<CRegisterAction>,
     word_actions: Vec<WordAction>,
+    /// The register of each word action.
+    word_registers: Vec<u16>,
+    /// The conditions of word actions with [`COND_ANY`].
+    word_conds: Vec<CCond>,
     /// (word action, output slot, output mask) of the members of [`Ins::ExecuteGroup`].
     group_members: Vec<(u16, u16, u64)>,
     registers: Vec<RegLoc>,
@@ -755,14 +773,21 @@ struct Code {
     slabs: Vec<(SlabKind, usize)>,
     hashes: Vec<CHash>,
     headers: Vec<CHeader>,
-    parser: Vec<CState>,
+    parser: Vec<PState>,
+    /// Extracted fields of every parser state, contiguous.
+    pfields: Vec<PField>,
+    /// Select cases: (value, next state or `NO_SLOT` to accept).
+    pcases: Vec<(u64, u16)>,
+    /// Each header's extracted fields in `pfields` (zeroed when the header is stale).
+    header_fields: Vec<(u16, u16)>,
     /// PHV index ranges of metadata and action parameters (zeroed at each pass start).
     meta_ranges: Vec<(usize, usize)>,
-    masks: Vec<u64>,
     digests: Vec<Vec<u16>>,
-    bridged: Vec<u16>,
-    cloned: Vec<u16>,
-    intrinsics: [u16; Intrinsic::ALL.len()],
+    /// (slot, mask) of the bridged / cloned fields.
+    bridged: Vec<(u16, u64)>,
+    cloned: Vec<(u16, u64)>,
+    /// (slot, mask) of each intrinsic.
+    intrinsics: [(u16, u64); Intrinsic::ALL.len()],
 }
 
 fn program_error(message: String) -> ModelError {
@@ -1429,21 +1454,27 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
 
 /// The single-word form of a register action, if it has one: a register of single words
 /// stored as 32-bit words, at most one condition, no update of a high word.
-fn word_action(ra: &CRegisterAction, slabs: &[(SlabKind, usize)]) -> Option<WordAction> {
+fn word_action(
+    ra: &CRegisterAction,
+    slabs: &[(SlabKind, usize)],
+    conds: &mut Vec<CCond>,
+) -> Option<WordAction> {
     if ra.pair || ra.conditions.len() > 1 || slabs[ra.slab as usize].0 != SlabKind::Words {
         return None;
     }
-    // A source operand: (slot, sel, konst); the high word of a single-word register is 0.
+    let m = ra.word_mask;
+    // A source operand: (is a PHV field, slot, constant); the high word of a single-word
+    // register is 0; constants are used masked to the word.
     let src = |o: COperand| match o {
-        COperand::Phv(f) => Some((f, u64::MAX, 0)),
-        COperand::Const(c) => Some((0, 0, c)),
-        COperand::Hi => Some((0, 0, 0)),
+        COperand::Phv(f) => Some((true, f, 0)),
+        COperand::Const(c) => Some((false, 0, (c & m) as u32)),
+        COperand::Hi => Some((false, 0, 0)),
         COperand::Lo => None,
     };
     let mut on = [WordStep {
         op: WordOp::Keep,
+        phv: false,
         slot: 0,
-        sel: 0,
         konst: 0,
         out_old: 0,
         out_new: 0,
@@ -1458,7 +1489,7 @@ fn word_action(ra: &CRegisterAction, slabs: &[(SlabKind, usize)]) -> Option<Word
             let u = ra.updates[o.lo as usize];
             let (op, s) = match u.op {
                 SaluOp::Set | SaluOp::Shl | SaluOp::Mul => match u.a {
-                    COperand::Lo => (WordOp::Keep, (0, 0, 0)),
+                    COperand::Lo => (WordOp::Keep, (false, 0, 0)),
                     a => (WordOp::Set, src(a)?),
                 },
                 op => {
@@ -1482,41 +1513,45 @@ fn word_action(ra: &CRegisterAction, slabs: &[(SlabKind, usize)]) -> Option<Word
                 }
             };
             step.op = op;
-            (step.slot, step.sel, step.konst) = s;
+            (step.phv, step.slot, step.konst) = s;
         }
         if o.out != NONE {
             match ra.outputs[o.out as usize] {
-                SaluOutputValue::Old(Word::Lo) => step.out_old = u64::MAX,
-                SaluOutputValue::New(Word::Lo) => step.out_new = u64::MAX,
+                SaluOutputValue::Old(Word::Lo) => step.out_old = u32::MAX,
+                SaluOutputValue::New(Word::Lo) => step.out_new = u32::MAX,
                 // A register of single words has no high word (it reads as 0).
                 SaluOutputValue::Old(Word::Hi) | SaluOutputValue::New(Word::Hi) => {}
-                SaluOutputValue::Const(c) => step.out_konst = c,
+                SaluOutputValue::Const(c) => step.out_konst = u32::try_from(c).ok()?,
             }
         }
     }
-    let cond = match ra.conditions.first() {
-        None => WordCond::None,
+    let (cond, cond_slot, cond_k) = match ra.conditions.first() {
+        None => (COND_NONE, 0, 0),
         Some(CCond {
             left: COperand::Phv(f),
             right: None,
             cmp,
             constant,
-        }) if cmp.rel == 0b010 || cmp.rel == 0b101 => WordCond::Flag {
-            slot: *f,
-            k: *constant,
-            ne: cmp.rel == 0b101,
-        },
-        Some(c) => WordCond::Any(*c),
+        }) if (cmp.rel == 0b010 || cmp.rel == 0b101) && *constant <= u32::MAX as u64 => (
+            if cmp.rel == 0b010 { COND_EQ } else { COND_NE },
+            *f,
+            *constant as u32,
+        ),
+        Some(c) => {
+            conds.push(*c);
+            (COND_ANY, 0, u32::try_from(conds.len() - 1).ok()?)
+        }
     };
     Some(WordAction {
-        register: ra.register,
+        size_mask: u32::try_from(ra.size_mask).ok()?,
+        stride: u16::try_from(ra.stride).ok()?,
+        offset: u16::try_from(ra.offset).ok()?,
+        word_mask: u32::try_from(m).ok()?,
         slab: ra.slab,
-        size_mask: ra.size_mask,
-        stride: ra.stride,
-        offset: ra.offset,
-        word_mask: ra.word_mask,
-        writes: ra.writes,
+        cond_slot,
+        cond_k,
         cond,
+        writes: ra.writes,
         on,
     })
 }
@@ -1618,16 +1653,21 @@ fn group_word_actions(
 
 /// One single-word register action on its cell; returns the output.
 #[inline(always)]
-fn word_step(wa: &WordAction, cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
+fn word_step(wa: &WordAction, conds: &[CCond], cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
     let m = wa.word_mask;
-    let lo = *cell as u64 & m;
+    let lo = *cell & m;
     let outcome = match wa.cond {
-        WordCond::None => false,
-        WordCond::Flag { slot, k, ne } => ((phv[slot as usize] & m) == k) != ne,
-        WordCond::Any(c) => c.test(phv, lo, 0, m),
+        COND_NONE => false,
+        COND_EQ => phv[wa.cond_slot as usize] as u32 & m == wa.cond_k,
+        COND_NE => phv[wa.cond_slot as usize] as u32 & m != wa.cond_k,
+        _ => conds[wa.cond_k as usize].test(phv, lo as u64, 0, m as u64),
     };
     let step = &wa.on[outcome as usize];
-    let s = ((phv[step.slot as usize] & step.sel) | step.konst) & m;
+    let s = if step.phv {
+        phv[step.slot as usize] as u32 & m
+    } else {
+        step.konst
+    };
     let new = match step.op {
         WordOp::Keep => lo,
         WordOp::Set => s,
@@ -1642,9 +1682,9 @@ fn word_step(wa: &WordAction, cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
         WordOp::Xor => lo ^ s,
     };
     if wa.writes {
-        *cell = new as u32;
+        *cell = new;
     }
-    (lo & step.out_old) | (new & step.out_new) | step.out_konst
+    ((lo & step.out_old) | (new & step.out_new) | step.out_konst) as u64
 }
 
 /// Which PHV fields the program reads and which it writes.
@@ -1758,7 +1798,6 @@ impl Code {
                     } else {
                         0
                     },
-                    mask: mask(width),
                     window,
                 });
                 bit += width as u16;
@@ -1902,9 +1941,16 @@ impl Code {
                 outcomes,
             });
         }
+        let mut word_conds = Vec::new();
         let word_actions: Vec<Option<WordAction>> = register_actions
             .iter()
-            .map(|ra| word_action(ra, &slabs))
+            .map(|ra| word_action(ra, &slabs, &mut word_conds))
+            .collect();
+        let word_registers: Vec<u16> = register_actions
+            .iter()
+            .zip(&word_actions)
+            .filter(|(_, wa)| wa.is_some())
+            .map(|(ra, _)| ra.register)
             .collect();
         // Register actions with a single-word form run by the shorter path.
         let mut word_index = vec![NO_SLOT; word_actions.len()];
@@ -1953,20 +1999,61 @@ impl Code {
                 mask: mask(h.width),
             });
         }
-        let parser = program
-            .parser
-            .iter()
-            .map(|s| CState {
-                extract: s.extract.map_or(NO_HEADER, |h| h.0 as u8),
-                transition: match &s.transition {
-                    Transition::Accept => CTransition::Accept,
-                    Transition::Goto(t) => CTransition::Goto(*t),
-                    Transition::Select { field, cases } => {
-                        CTransition::Select(field.0, cases.clone())
+        let mut pfields = Vec::new();
+        let mut header_fields = Vec::new();
+        for h in &headers {
+            let start = pfields.len();
+            for f in &h.parse {
+                pfields.push(PField {
+                    phv: f.phv,
+                    byte: f.byte,
+                    bit: f.bit,
+                    shift: if f.window { f.shift } else { NO_WINDOW },
+                    width: f.width,
+                });
+            }
+            header_fields.push((start, pfields.len()));
+        }
+        let too_big = || program_error("the parser is too large for the model".into());
+        let small = |v: usize| u16::try_from(v).map_err(|_| too_big());
+        let header_fields: Vec<(u16, u16)> = header_fields
+            .into_iter()
+            .map(|(a, b)| Ok((small(a)?, small(b)?)))
+            .collect::<Result<_, ModelError>>()?;
+        let mut pcases = Vec::new();
+        let mut parser = Vec::new();
+        for st in &program.parser {
+            let header = st.extract.map_or(NO_HEADER, |h| h.0 as u8);
+            let (fields, fields_end, bytes) = match st.extract {
+                Some(h) => {
+                    let (a, b) = header_fields[h.0 as usize];
+                    (a, b, small(headers[h.0 as usize].bytes)?)
+                }
+                None => (0, 0, 0),
+            };
+            let cases = small(pcases.len())?;
+            let (kind, select, next) = match &st.transition {
+                Transition::Accept => (ACCEPT, 0, 0),
+                Transition::Goto(t) => (GOTO, 0, small(*t)?),
+                Transition::Select { field, cases } => {
+                    for (v, t) in cases {
+                        pcases.push((*v, t.map_or(Ok(NO_SLOT), small)?));
                     }
-                },
-            })
-            .collect();
+                    (SELECT, field.0, 0)
+                }
+            };
+            parser.push(PState {
+                header,
+                kind,
+                bytes,
+                select,
+                next,
+                fields,
+                fields_end,
+                cases,
+                cases_end: small(pcases.len())?,
+            });
+        }
         let mut meta_ranges: Vec<(usize, usize)> = Vec::new();
         for (i, f) in program.fields.iter().enumerate() {
             if matches!(
@@ -1979,14 +2066,15 @@ impl Code {
                 }
             }
         }
-        let mut intrinsics = [0u16; Intrinsic::ALL.len()];
+        let mut intrinsics = [(0u16, 0u64); Intrinsic::ALL.len()];
         for (i, which) in Intrinsic::ALL.iter().enumerate() {
             if *which as usize != i {
                 return Err(program_error(
                     "Intrinsic::ALL is not in declaration order".into(),
                 ));
             }
-            intrinsics[i] = program.intrinsic(*which).0;
+            let f = program.intrinsic(*which).0;
+            intrinsics[i] = (f, masks.get(f as usize).copied().unwrap_or(0));
         }
         thread_jumps(&mut ins);
         let word_actions: Vec<WordAction> = word_actions.into_iter().flatten().collect();
@@ -2003,26 +2091,38 @@ impl Code {
             tables,
             register_actions,
             word_actions,
+            word_registers,
+            word_conds,
             registers,
             slabs,
             hashes,
             headers,
             parser,
+            pfields,
+            pcases,
+            header_fields,
             meta_ranges,
-            masks,
             digests: program
                 .digests
                 .iter()
                 .map(|d| d.fields.iter().map(|f| f.0).collect())
                 .collect(),
-            bridged: program.bridged_fields().iter().map(|f| f.0).collect(),
-            cloned: program.cloned_fields().iter().map(|f| f.0).collect(),
+            bridged: program
+                .bridged_fields()
+                .iter()
+                .map(|f| (f.0, masks[f.0 as usize]))
+                .collect(),
+            cloned: program
+                .cloned_fields()
+                .iter()
+                .map(|f| (f.0, masks[f.0 as usize]))
+                .collect(),
             intrinsics,
         })
     }
 
-    fn intrinsic(&self, which: Intrinsic) -> usize {
-        self.intrinsics[which as usize] as usize
+    fn intrinsic(&self, which: Intrinsic) -> (u16, u64) {
+        self.intrinsics[which as usize]
     }
 }
 
@@ -2168,12 +2268,13 @@ fn window(buf: &[u8], at: usize) -> Option<u64> {
 }
 
 impl State {
-    /// Takes this thread's PHV for `code`'s programs (shared by every model of the program,
-    /// so it stays in cache however many switches take turns), with what it holds.
-    fn lease_phv(&mut self, code: &Arc<Code>) {
-        let leased = SCRATCH.with(|scratch| {
+    /// Runs `pass` with this thread's PHV for `code`'s program (shared by every model of the
+    /// program, so it stays in cache however many switches take turns).
+    fn with_phv<R>(&mut self, code: &Arc<Code>, pass: impl FnOnce(&mut State) -> R) -> R {
+        let mut pass = Some(pass);
+        let shared = SCRATCH.with(|scratch| {
             let Ok(mut scratch) = scratch.try_borrow_mut() else {
-                return false;
+                return None;
             };
             let at = match scratch
                 .iter()
@@ -2196,31 +2297,25 @@ impl State {
             let s = &mut scratch[at];
             std::mem::swap(&mut self.phv, &mut s.phv);
             self.stale = s.stale;
-            // Until it is returned, the scratch holds this model's own PHV.
+            // While the pass runs the scratch holds this model's own PHV (if the pass
+            // panics, it stays there and its fields count as stale).
             s.stale = u64::MAX;
-            true
+            self.dirty = 0;
+            let r = pass.take().map(|pass| pass(self));
+            std::mem::swap(&mut self.phv, &mut s.phv);
+            s.stale = self.stale | self.dirty;
+            r
         });
-        if !leased {
-            // This model's own PHV, as another pass (or none) left it.
-            self.stale = u64::MAX;
-        }
-        self.dirty = 0;
-    }
-
-    /// Gives the PHV taken by [`State::lease_phv`] back.
-    fn return_phv(&mut self, code: &Arc<Code>) {
-        SCRATCH.with(|scratch| {
-            let Ok(mut scratch) = scratch.try_borrow_mut() else {
-                return;
-            };
-            if let Some(s) = scratch
-                .iter_mut()
-                .find(|s| std::ptr::eq(s.code.as_ptr(), Arc::as_ptr(code)))
-            {
-                std::mem::swap(&mut self.phv, &mut s.phv);
-                s.stale = self.stale | self.dirty;
+        match (shared, pass) {
+            (Some(r), _) => r,
+            (None, Some(pass)) => {
+                // This model's own PHV, as another pass (or none) left it.
+                self.stale = u64::MAX;
+                self.dirty = 0;
+                pass(self)
             }
-        });
+            (None, None) => unreachable!("the pass ran with the shared PHV"),
+        }
     }
 
     fn reset(&mut self, code: &Code) {
@@ -2240,21 +2335,21 @@ impl State {
         let mut offset = 0usize;
         let mut last: i32 = -1;
         while let Some(s) = code.parser.get(state) {
-            if s.extract != NO_HEADER {
-                let h = s.extract as usize;
-                let header = &code.headers[h];
-                if offset + header.bytes > packet.len() {
+            if s.header != NO_HEADER {
+                let h = s.header as usize;
+                if offset + s.bytes as usize > packet.len() {
                     break;
                 }
-                for f in &header.parse {
-                    let fast = if f.window {
-                        window(packet, offset + f.byte as usize)
-                    } else {
-                        None
-                    };
-                    self.phv[f.phv as usize] = match fast {
-                        Some(w) => (w >> f.shift) & f.mask,
-                        None => read_bits(packet, offset * 8 + f.bit as usize, f.width),
+                for f in &code.pfields[s.fields as usize..s.fields_end as usize] {
+                    let at = offset + f.byte as usize;
+                    self.phv[f.phv as usize] = match packet.get(at..at + 8) {
+                        Some(b) if f.shift != NO_WINDOW => {
+                            let w = u64::from_be_bytes([
+                                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                            ]);
+                            (w >> f.shift) & mask(f.width)
+                        }
+                        _ => read_bits(packet, offset * 8 + f.bit as usize, f.width),
                     };
                 }
                 self.valid |= 1 << h;
@@ -2264,18 +2359,21 @@ impl State {
                     self.in_order = false;
                 }
                 last = h as i32;
-                offset += header.bytes;
+                offset += s.bytes as usize;
             }
-            match &s.transition {
-                CTransition::Accept => break,
-                CTransition::Goto(t) => state = *t,
-                CTransition::Select(field, cases) => {
-                    let v = self.phv[*field as usize];
-                    match cases.iter().find(|(c, _)| *c == v) {
-                        Some((_, Some(t))) => state = *t,
+            match s.kind {
+                GOTO => state = s.next as usize,
+                SELECT => {
+                    let v = self.phv[s.select as usize];
+                    match code.pcases[s.cases as usize..s.cases_end as usize]
+                        .iter()
+                        .find(|(c, _)| *c == v)
+                    {
+                        Some((_, t)) if *t != NO_SLOT => state = *t as usize,
                         _ => break,
                     }
                 }
+                _ => break,
             }
         }
         self.payload_offset = offset;
@@ -2284,7 +2382,8 @@ impl State {
         while stale != 0 {
             let h = stale.trailing_zeros() as usize;
             stale &= stale - 1;
-            for f in &code.headers[h].parse {
+            let (a, b) = code.header_fields[h];
+            for f in &code.pfields[a as usize..b as usize] {
                 self.phv[f.phv as usize] = 0;
             }
         }
@@ -2391,14 +2490,15 @@ impl State {
 
     /// A register action in its [`WordAction`] form.
     #[inline(always)]
-    fn execute_word(&mut self, wa: &WordAction, index: u64) -> u64 {
-        let w = ((index as usize) & wa.size_mask) * wa.stride + wa.offset;
-        let Slab::Words(lines) = &mut self.slabs[wa.slab as usize] else {
+    fn execute_word(&mut self, code: &Code, wa: u16, index: u64) -> u64 {
+        let a = &code.word_actions[wa as usize];
+        let w = ((index as usize) & a.size_mask as usize) * a.stride as usize + a.offset as usize;
+        let Slab::Words(lines) = &mut self.slabs[a.slab as usize] else {
             return 0;
         };
-        let value = word_step(wa, &mut lines[w >> 4].0[w & 15], &self.phv);
-        if wa.writes && *self.live_views.get_mut() != 0 {
-            self.drop_view(wa.register as usize);
+        let value = word_step(a, &code.word_conds, &mut lines[w >> 4].0[w & 15], &self.phv);
+        if a.writes && *self.live_views.get_mut() != 0 {
+            self.drop_view(code.word_registers[wa as usize] as usize);
         }
         value
     }
@@ -2409,23 +2509,27 @@ impl State {
             return;
         };
         let first = &code.word_actions[first as usize];
-        let base = ((index as usize) & first.size_mask) * first.stride;
+        let base = ((index as usize) & first.size_mask as usize) * first.stride as usize;
         let Slab::Words(lines) = &mut self.slabs[first.slab as usize] else {
             return;
         };
         for &(wa, out, mask) in members {
             let wa = &code.word_actions[wa as usize];
-            let w = base + wa.offset;
-            let value = word_step(wa, &mut lines[w >> 4].0[w & 15], &self.phv);
+            let w = base + wa.offset as usize;
+            let value = word_step(
+                wa,
+                &code.word_conds,
+                &mut lines[w >> 4].0[w & 15],
+                &self.phv,
+            );
             if out != NO_SLOT {
                 self.phv[out as usize] = value & mask;
             }
         }
         if *self.live_views.get_mut() != 0 {
             for &(wa, _, _) in members {
-                let wa = &code.word_actions[wa as usize];
-                if wa.writes {
-                    self.drop_view(wa.register as usize);
+                if code.word_actions[wa as usize].writes {
+                    self.drop_view(code.word_registers[wa as usize] as usize);
                 }
             }
         }
@@ -2605,8 +2709,7 @@ impl State {
                     out,
                     mask,
                 } => {
-                    let v = self
-                        .execute_word(&code.word_actions[wa as usize], self.phv[index as usize]);
+                    let v = self.execute_word(code, wa, self.phv[index as usize]);
                     if out != NO_SLOT {
                         self.phv[out as usize] = v & mask;
                     }
@@ -2649,23 +2752,29 @@ impl State {
         }
     }
 
-    fn carry(&self, fields: &[u16]) -> Carried {
-        let mut c = Carried::default();
-        for (i, f) in fields.iter().enumerate() {
-            c.values[i] = self.phv[*f as usize];
+    /// Fills `c` (which holds the default) with the values of `fields`.
+    fn carry_into(&self, fields: &[(u16, u64)], c: &mut Carried) {
+        for (v, (f, _)) in c.values.iter_mut().zip(fields) {
+            *v = self.phv[*f as usize];
         }
+    }
+
+    fn carry(&self, fields: &[(u16, u64)]) -> Carried {
+        let mut c = Carried::default();
+        self.carry_into(fields, &mut c);
         c
     }
 
-    fn restore(&mut self, code: &Code, fields: &[u16], carried: &Carried) {
-        for (i, f) in fields.iter().enumerate() {
-            self.phv[*f as usize] = carried.values[i] & code.masks[*f as usize];
+    fn restore(&mut self, fields: &[(u16, u64)], carried: &Carried) {
+        for (v, (f, m)) in carried.values.iter().zip(fields) {
+            self.phv[*f as usize] = v & m;
         }
     }
 
+    #[inline(always)]
     fn set_intrinsic(&mut self, code: &Code, which: Intrinsic, value: u64) {
-        let f = code.intrinsic(which);
-        self.phv[f] = value & code.masks[f];
+        let (f, m) = code.intrinsic(which);
+        self.phv[f as usize] = value & m;
     }
 
     /// Drops the control-plane view of register `r` (its cells changed).
@@ -2696,58 +2805,43 @@ impl State {
     }
 }
 
-/// CRC-32 tables for slicing by 8 ([`crate::hash::crc32`], eight bytes per step).
-const fn crc_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
+/// The CRC-32 byte table of [`crate::hash::crc32`] split by nibble: the table is linear,
+/// so `T[x] = T[x & 15] ^ T[x & 0xF0]`. Two 16-entry tables are two cache lines (a byte
+/// table is sixteen, and a switch pass finds them evicted by the simulator between
+/// packets).
+const fn crc_nibble_tables() -> [[u32; 16]; 2] {
+    let mut t = [[0u32; 16]; 2];
+    let mut half = 0;
+    while half < 2 {
+        let mut i = 0;
+        while i < 16 {
+            let mut c = (i << (4 * half)) as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            t[half][i] = c;
+            i += 1;
         }
-        t[0][i] = c;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 256 {
-        let mut s = 1;
-        while s < 8 {
-            let prev = t[s - 1][i];
-            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
-            s += 1;
-        }
-        i += 1;
+        half += 1;
     }
     t
 }
 
-static CRC_TABLES: [[u32; 256]; 8] = crc_tables();
+static CRC_NIBBLES: [[u32; 16]; 2] = crc_nibble_tables();
 
-/// The CRC-32 of [`crate::hash::crc32`], eight bytes at a time.
+/// The CRC-32 of [`crate::hash::crc32`].
 fn crc32_fast(bytes: &[u8]) -> u32 {
-    let t = &CRC_TABLES;
+    let [lo, hi] = &CRC_NIBBLES;
     let mut c = 0xFFFF_FFFFu32;
-    let mut chunks = bytes.chunks_exact(8);
-    for ch in &mut chunks {
-        let a = u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]) ^ c;
-        let b = u32::from_le_bytes([ch[4], ch[5], ch[6], ch[7]]);
-        c = t[7][(a & 0xFF) as usize]
-            ^ t[6][((a >> 8) & 0xFF) as usize]
-            ^ t[5][((a >> 16) & 0xFF) as usize]
-            ^ t[4][(a >> 24) as usize]
-            ^ t[3][(b & 0xFF) as usize]
-            ^ t[2][((b >> 8) & 0xFF) as usize]
-            ^ t[1][((b >> 16) & 0xFF) as usize]
-            ^ t[0][(b >> 24) as usize];
-    }
-    for b in chunks.remainder() {
-        c = t[0][((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8);
+    for b in bytes {
+        let x = (c ^ *b as u32) as usize;
+        c = lo[x & 15] ^ hi[(x >> 4) & 15] ^ (c >> 8);
     }
     c ^ 0xFFFF_FFFF
 }
@@ -2971,40 +3065,39 @@ impl DataPlane for Model {
             });
         }
         out.reset();
-        self.st.lease_phv(&self.code);
-        let code = &*self.code;
-        let st = &mut self.st;
-        st.reset(code);
-        st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
-        st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
-        st.routed = input.routed_egress_port;
-        st.parse(code, packet);
-        let mut ctx = PassCtx {
-            packet,
-            clone_bytes: &mut out.clone_bytes,
-            digests: &mut out.digests,
-            forward: Forward::None,
-            dropped: false,
-            clone: false,
-        };
-        st.run(code, code.ingress, &mut ctx);
-        let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
-        st.deparse(code, packet, &mut out.bytes);
-        out.dropped = dropped;
-        out.forward = forward;
-        out.bridged = st.carry(&code.bridged);
-        for d in out.digests.iter_mut() {
-            d.values = code.digests[d.digest.0 as usize]
-                .iter()
-                .map(|f| st.phv[*f as usize])
-                .collect();
-        }
-        if clone {
-            let mut c = st.carry(&code.cloned);
-            c.clone_kind = CLONE_INGRESS as u8;
-            out.clone = Some(c);
-        }
-        self.st.return_phv(&self.code);
+        let code = &self.code;
+        self.st.with_phv(code, |st| {
+            st.reset(code);
+            st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
+            st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
+            st.routed = input.routed_egress_port;
+            st.parse(code, packet);
+            let mut ctx = PassCtx {
+                packet,
+                clone_bytes: &mut out.clone_bytes,
+                digests: &mut out.digests,
+                forward: Forward::None,
+                dropped: false,
+                clone: false,
+            };
+            st.run(code, code.ingress, &mut ctx);
+            let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
+            st.deparse(code, packet, &mut out.bytes);
+            out.dropped = dropped;
+            out.forward = forward;
+            st.carry_into(&code.bridged, &mut out.bridged);
+            for d in out.digests.iter_mut() {
+                d.values = code.digests[d.digest.0 as usize]
+                    .iter()
+                    .map(|f| st.phv[*f as usize])
+                    .collect();
+            }
+            if clone {
+                let mut c = st.carry(&code.cloned);
+                c.clone_kind = CLONE_INGRESS as u8;
+                out.clone = Some(c);
+            }
+        });
         Ok(())
     }
 
@@ -3022,48 +3115,44 @@ impl DataPlane for Model {
             });
         }
         out.reset();
-        self.st.lease_phv(&self.code);
-        let code = &*self.code;
-        let st = &mut self.st;
-        st.reset(code);
-        st.set_intrinsic(
-            code,
-            Intrinsic::EgressIngressPort,
-            input.ingress_port as u64,
-        );
-        st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
-        st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
-        st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
-        st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
-        st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
-        st.set_intrinsic(code, Intrinsic::CloneKind, carried.clone_kind as u64);
-        if carried.clone_kind == 0 {
-            st.restore(code, &code.bridged, carried);
-        } else {
-            st.restore(code, &code.cloned, carried);
-        }
-        st.parse(code, packet);
-        let mut unused = Vec::new();
-        let mut ctx = PassCtx {
-            packet,
-            clone_bytes: &mut unused,
-            digests: &mut out.digests,
-            forward: Forward::None,
-            dropped: false,
-            clone: false,
-        };
-        st.run(code, code.egress, &mut ctx);
-        let (dropped, clone) = (ctx.dropped, ctx.clone);
-        st.deparse(code, packet, &mut out.bytes);
-        out.dropped = dropped;
-        if clone {
-            let mut c = st.carry(&code.cloned);
-            c.clone_kind = CLONE_EGRESS as u8;
-            out.clone = Some(c);
-            out.clone_bytes.clear();
-            out.clone_bytes.extend_from_slice(&out.bytes);
-        }
-        self.st.return_phv(&self.code);
+        let code = &self.code;
+        self.st.with_phv(code, |st| {
+            st.reset(code);
+            let port = input.ingress_port as u64;
+            st.set_intrinsic(code, Intrinsic::EgressIngressPort, port);
+            st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
+            st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
+            st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
+            st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
+            st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
+            st.set_intrinsic(code, Intrinsic::CloneKind, carried.clone_kind as u64);
+            if carried.clone_kind == 0 {
+                st.restore(&code.bridged, carried);
+            } else {
+                st.restore(&code.cloned, carried);
+            }
+            st.parse(code, packet);
+            let mut unused = Vec::new();
+            let mut ctx = PassCtx {
+                packet,
+                clone_bytes: &mut unused,
+                digests: &mut out.digests,
+                forward: Forward::None,
+                dropped: false,
+                clone: false,
+            };
+            st.run(code, code.egress, &mut ctx);
+            let (dropped, clone) = (ctx.dropped, ctx.clone);
+            st.deparse(code, packet, &mut out.bytes);
+            out.dropped = dropped;
+            if clone {
+                let mut c = st.carry(&code.cloned);
+                c.clone_kind = CLONE_EGRESS as u8;
+                out.clone = Some(c);
+                out.clone_bytes.clear();
+                out.clone_bytes.extend_from_slice(&out.bytes);
+            }
+        });
         Ok(())
     }
 
@@ -3338,7 +3427,7 @@ mod tests {
     }
 
     #[test]
-    fn sliced_crc_matches_the_reference() {
+    fn nibble_crc_matches_the_reference() {
         let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8).collect();
         for n in 0..bytes.len() {
             assert_eq!(crc32_fast(&bytes[..n]), crc32(&bytes[..n]), "{n} bytes");
