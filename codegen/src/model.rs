@@ -21,11 +21,13 @@
 //! - Parser: a header that does not fit the remaining bytes stops parsing (the header stays
 //!   invalid) and the packet continues, as with v1model `parser_error`.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::error::ModelError;
-use crate::hash::crc32;
 use crate::ir::*;
 
 /// Largest packet the model accepts.
@@ -208,90 +210,176 @@ pub trait DataPlane {
     fn multicast_group_set(&mut self, group: u16, ports: Vec<u16>);
 }
 
-#[derive(Clone, Debug, Default)]
-struct TableState {
-    exact: HashMap<u128, (ActionId, Vec<u64>)>,
-    ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
-    entries: usize,
-}
-
 // ---------------------------------------------------------------------------------------
-// The compiled program: a flat instruction list with jumps, expressions in postfix form
-// with every width and mask precomputed, register actions / hash units / tables / header
-// layouts resolved to indices. Nothing is looked up by name or hashed per packet (except
-// exact-match tables installed by the control plane).
+// The compiled program. `Code::compile` turns the IR once into:
+// - a flat list of three-address instructions over PHV slots (program fields, then
+//   temporaries for intermediate values), with every width and mask precomputed, constant
+//   sub-expressions folded, casts and slices that cannot change a value dropped, and
+//   conditions compiled into short-circuit jumps;
+// - register actions resolved to a storage location and per-outcome tables (which update
+//   applies to each word, which output is returned);
+// - parser states with every field's byte offset, shift and mask.
+// Registers live at native width; registers that every register action indexes with the
+// same expression are interleaved in one array (one cache line per packet instead of one
+// per register). Nothing is looked up by name or hashed per packet (except exact-match
+// tables installed by the control plane).
 // ---------------------------------------------------------------------------------------
 
-/// Deepest expression stack the compiler accepts.
-const STACK: usize = 8;
 /// Most header instances (validity is a 64-bit mask).
 const MAX_HEADERS: usize = 64;
 /// Most bytes a hash unit hashes.
 const MAX_HASH_BYTES: usize = 64;
-const NO_FIELD: u16 = u16::MAX;
+/// Most conditions of a register action the model evaluates (TNA allows two).
+const MAX_SALU_CONDITIONS: usize = 3;
+const NO_SLOT: u16 = u16::MAX;
+/// PHV slots are `u16` indices.
+const PHV_SLOTS: usize = 1 << 16;
 const NO_HEADER: u8 = u8::MAX;
+const NONE: u8 = u8::MAX;
 
-/// A postfix expression operation.
-#[derive(Clone, Copy, Debug)]
-enum EOp {
-    Field(u16),
-    Const(u64),
-    Valid(u8),
-    /// `op` at a width whose mask is given.
-    Bin(BinOp, u64),
-    /// `(a << n) & mask`.
-    Shl(u8, u64),
-    Shr(u8),
-    /// `(a >> lo) & mask` (slices and casts).
-    Slice(u8, u64),
-    Cmp(CmpOp, u8),
-    /// Fused `field cmp constant`.
-    CmpFieldConst(u16, CmpOp, u64, u8),
-    And,
-    Or,
-    Not,
+/// Exact-match key hasher (keys are installed by the control plane; no need for SipHash).
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        x ^ (x >> 33)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = (self.0 ^ v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ ((v >> 64) as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    }
 }
 
-type Span = (u32, u32);
+#[derive(Clone, Debug, Default)]
+struct TableState {
+    exact: HashMap<u128, (ActionId, Vec<u64>), BuildHasherDefault<KeyHasher>>,
+    ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
+    entries: usize,
+}
 
-#[derive(Clone, Debug)]
+/// One instruction. Slots index the PHV (fields, then temporaries); every result is
+/// `op(..) & mask`.
+#[derive(Clone, Copy, Debug)]
 enum Ins {
-    Assign {
-        dst: u16,
-        mask: u64,
-        expr: Span,
-        header: u8,
-    },
-    AssignField {
+    Mov {
         dst: u16,
         src: u16,
         mask: u64,
-        header: u8,
     },
-    AssignConst {
+    Imm {
         dst: u16,
         value: u64,
-        header: u8,
     },
-    JumpUnless(Span, u32),
-    /// Fused `if (field cmp constant)`: jump when false.
-    JumpUnlessCmp(u16, CmpOp, u64, u8, u32),
-    /// Fused `if (h.isValid())`: jump when false.
-    JumpUnlessValid(u8, u32),
+    /// `bin(op, a, b, mask)`.
+    Bin {
+        op: BinOp,
+        dst: u16,
+        a: u16,
+        b: u16,
+        mask: u64,
+    },
+    BinImm {
+        op: BinOp,
+        dst: u16,
+        a: u16,
+        b: u64,
+        mask: u64,
+    },
+    /// `(a << n) & mask`.
+    Shl {
+        dst: u16,
+        a: u16,
+        n: u8,
+        mask: u64,
+    },
+    /// `(a >> n) & mask` (shifts, slices, casts).
+    Shr {
+        dst: u16,
+        a: u16,
+        n: u8,
+        mask: u64,
+    },
+    /// `((a << n) | b) & mask` (concatenation).
+    ShlOr {
+        dst: u16,
+        a: u16,
+        n: u8,
+        b: u16,
+        mask: u64,
+    },
+    /// Jumps when `a cmp b` holds.
+    JumpCmp {
+        cmp: Cmp,
+        a: u16,
+        b: u16,
+        target: u32,
+    },
+    /// Jumps when `a cmp b` holds (`b` normalised).
+    JumpCmpImm {
+        cmp: Cmp,
+        a: u16,
+        b: u64,
+        target: u32,
+    },
+    JumpValid(u8, u32),
+    JumpInvalid(u8, u32),
     Jump(u32),
+    /// The header was written (re-emit it in the deparser).
+    Dirty(u8),
     Execute {
         ra: u16,
-        index: Span,
+        index: u16,
         out: u16,
-        out_mask: u64,
+        mask: u64,
+    },
+    /// A register action with a [`WordAction`] form.
+    ExecuteWord {
+        wa: u16,
+        index: u16,
+        out: u16,
+        mask: u64,
+    },
+    /// `count` consecutive [`Ins::ExecuteWord`] on the same cell group (same slab and
+    /// index), members `first..first + count` of [`Code::group_members`]; the members'
+    /// own instructions follow and are skipped.
+    ExecuteGroup {
+        first: u16,
+        count: u16,
+        index: u16,
+    },
+    /// `if a cmp b { dst = value }` (`b` a slot).
+    CondSet {
+        cmp: Cmp,
+        a: u16,
+        b: u16,
+        dst: u16,
+        value: u64,
+    },
+    /// `if a cmp b { dst = value }` (`b` normalised).
+    CondSetImm {
+        cmp: Cmp,
+        a: u16,
+        dst: u16,
+        b: u64,
+        value: u64,
     },
     Hash {
         unit: u16,
         dst: u16,
+        mask: u64,
     },
     SetValid(u8),
     SetInvalid(u8),
-    Unicast(Span),
+    Unicast(u16),
     Multicast(u16),
     Drop,
     Clone,
@@ -300,6 +388,113 @@ enum Ins {
     Return,
 }
 
+#[inline(always)]
+fn bin(op: BinOp, x: u64, y: u64, mask: u64) -> u64 {
+    match op {
+        BinOp::Add => x.wrapping_add(y) & mask,
+        BinOp::Sub => x.wrapping_sub(y) & mask,
+        // The saturation bound is the mask (the expression's width).
+        BinOp::SatAdd => x.saturating_add(y).min(mask),
+        BinOp::And => x & y & mask,
+        BinOp::Or => (x | y) & mask,
+        BinOp::Xor => (x ^ y) & mask,
+        BinOp::Min => x.min(y) & mask,
+        BinOp::Max => x.max(y) & mask,
+    }
+}
+
+/// All ones up to the highest set bit of `v` (an upper bound of values `<= v`).
+fn smear(v: u64) -> u64 {
+    if v == 0 {
+        0
+    } else {
+        u64::MAX >> v.leading_zeros()
+    }
+}
+
+fn negate(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Eq => CmpOp::Ne,
+        CmpOp::Ne => CmpOp::Eq,
+        CmpOp::Lt => CmpOp::Ge,
+        CmpOp::Ge => CmpOp::Lt,
+        CmpOp::Le => CmpOp::Gt,
+        CmpOp::Gt => CmpOp::Le,
+        CmpOp::SLt => CmpOp::SGe,
+        CmpOp::SGe => CmpOp::SLt,
+        CmpOp::SGt => CmpOp::SLe,
+        CmpOp::SLe => CmpOp::SGt,
+    }
+}
+
+/// The comparison with its operands swapped.
+fn mirror(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Eq => CmpOp::Eq,
+        CmpOp::Ne => CmpOp::Ne,
+        CmpOp::Lt => CmpOp::Gt,
+        CmpOp::Gt => CmpOp::Lt,
+        CmpOp::Le => CmpOp::Ge,
+        CmpOp::Ge => CmpOp::Le,
+        CmpOp::SLt => CmpOp::SGt,
+        CmpOp::SGt => CmpOp::SLt,
+        CmpOp::SLe => CmpOp::SGe,
+        CmpOp::SGe => CmpOp::SLe,
+    }
+}
+
+/// A comparison compiled to be evaluated without branching on the operator: both operands
+/// are normalised (signed ones sign-extended from the width and offset by 2^63, so that
+/// an unsigned comparison orders them), then the relation (less, equal, greater) picks a
+/// bit of `rel`.
+#[derive(Clone, Copy, Debug)]
+struct Cmp {
+    /// Bit 0: true when less; bit 1: when equal; bit 2: when greater.
+    rel: u8,
+    /// `64 - width` for signed comparisons, else 0.
+    shift: u8,
+    signed: bool,
+}
+
+impl Cmp {
+    fn new(op: CmpOp, width: u8) -> Cmp {
+        let rel = match op {
+            CmpOp::Eq => 0b010,
+            CmpOp::Ne => 0b101,
+            CmpOp::Lt | CmpOp::SLt => 0b001,
+            CmpOp::Le | CmpOp::SLe => 0b011,
+            CmpOp::Gt | CmpOp::SGt => 0b100,
+            CmpOp::Ge | CmpOp::SGe => 0b110,
+        };
+        let signed = op.signed();
+        Cmp {
+            rel,
+            shift: if signed { 64 - width.clamp(1, 64) } else { 0 },
+            signed,
+        }
+    }
+
+    #[inline(always)]
+    fn norm(self, v: u64) -> u64 {
+        ((((v << self.shift) as i64) >> self.shift) as u64) ^ ((self.signed as u64) << 63)
+    }
+
+    /// Whether `a op b` holds, `b` already normalised.
+    #[inline(always)]
+    fn test(self, a: u64, b: u64) -> bool {
+        // Equality (never signed) is the common case.
+        match self.rel {
+            0b010 => return a == b,
+            0b101 => return a != b,
+            _ => {}
+        }
+        let a = self.norm(a);
+        let rel = ((a > b) as u32) << 1 | (a == b) as u32;
+        (self.rel >> rel) & 1 != 0
+    }
+}
+
+/// An operand of a stateful ALU.
 #[derive(Clone, Copy, Debug)]
 enum COperand {
     Lo,
@@ -308,33 +503,159 @@ enum COperand {
     Const(u64),
 }
 
+impl COperand {
+    fn new(o: SaluOperand) -> COperand {
+        match o {
+            SaluOperand::Reg(Word::Lo) => COperand::Lo,
+            SaluOperand::Reg(Word::Hi) => COperand::Hi,
+            SaluOperand::Phv(f) => COperand::Phv(f.0),
+            SaluOperand::Const(c) => COperand::Const(c),
+        }
+    }
+
+    #[inline(always)]
+    fn get(self, phv: &[u64; PHV_SLOTS], lo: u64, hi: u64) -> u64 {
+        match self {
+            COperand::Lo => lo,
+            COperand::Hi => hi,
+            COperand::Phv(f) => phv[f as usize],
+            COperand::Const(c) => c,
+        }
+    }
+}
+
+/// `(left ± right) & word_mask` compared with a constant (normalised for `cmp`).
 #[derive(Clone, Copy, Debug)]
 struct CCond {
     left: COperand,
+    /// `None`, or the second operand and whether it is subtracted.
     right: Option<(bool, COperand)>,
-    cmp: CmpOp,
+    cmp: Cmp,
     constant: u64,
+}
+
+impl CCond {
+    #[inline(always)]
+    fn test(&self, phv: &[u64; PHV_SLOTS], lo: u64, hi: u64, m: u64) -> bool {
+        let l = self.left.get(phv, lo, hi);
+        let v = match self.right {
+            None => l,
+            Some((true, r)) => l.wrapping_sub(r.get(phv, lo, hi)),
+            Some((false, r)) => l.wrapping_add(r.get(phv, lo, hi)),
+        } & m;
+        self.cmp.test(v, self.constant)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
 struct CUpdate {
-    when: Pred,
-    hi: bool,
     op: SaluOp,
     a: COperand,
     b: COperand,
 }
 
+impl CUpdate {
+    #[inline(always)]
+    fn apply(&self, phv: &[u64; PHV_SLOTS], lo: u64, hi: u64, m: u64) -> u64 {
+        let a = self.a.get(phv, lo, hi) & m;
+        let b = self.b.get(phv, lo, hi) & m;
+        match self.op {
+            SaluOp::Set => a,
+            SaluOp::Add => a.wrapping_add(b) & m,
+            SaluOp::Sub => a.wrapping_sub(b) & m,
+            SaluOp::SatAdd => a.saturating_add(b).min(m),
+            SaluOp::SatSub => a.saturating_sub(b),
+            SaluOp::Min => a.min(b),
+            SaluOp::Max => a.max(b),
+            SaluOp::And => a & b,
+            SaluOp::Or => a | b,
+            SaluOp::Xor => a ^ b,
+            // Rejected by the rule checker; the model keeps the word unchanged.
+            SaluOp::Shl | SaluOp::Mul => a,
+        }
+    }
+}
+
+/// What happens for one condition outcome: the update of each word and the output
+/// (indices into the action's lists, [`NONE`] for none).
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    lo: u8,
+    hi: u8,
+    out: u8,
+}
+
 #[derive(Clone, Debug)]
 struct CRegisterAction {
-    register: usize,
+    register: u16,
+    slab: u16,
     size_mask: usize,
+    stride: usize,
+    offset: usize,
     pair: bool,
-    word_width: u8,
     word_mask: u64,
+    /// Some update may change the cell.
+    writes: bool,
     conditions: Vec<CCond>,
     updates: Vec<CUpdate>,
-    outputs: Vec<(Pred, SaluOutputValue)>,
+    outputs: Vec<SaluOutputValue>,
+    outcomes: [Outcome; 1 << MAX_SALU_CONDITIONS],
+}
+
+/// The operation of a [`WordStep`] on the stored word and its source operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WordOp {
+    Keep,
+    Set,
+    Add,
+    Sub,
+    SatAdd,
+    SatSub,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+}
+
+/// What a single-word action does for one condition outcome: `word = op(word, src)` with
+/// `src` a PHV field (`phv`) or a constant, and returns
+/// `old & out_old | new & out_new | out_konst` (single words are at most 32 bits).
+#[derive(Clone, Copy, Debug)]
+struct WordStep {
+    op: WordOp,
+    phv: bool,
+    slot: u16,
+    konst: u32,
+    out_old: u32,
+    out_new: u32,
+    out_konst: u32,
+}
+
+/// [`WordAction::cond`]: no condition, `(phv[cond_slot] & word_mask) == cond_k`, `!=`, or
+/// [`Code::word_conds`]`[cond_k]`.
+const COND_NONE: u8 = 0;
+const COND_EQ: u8 = 1;
+const COND_NE: u8 = 2;
+const COND_ANY: u8 = 3;
+
+/// A register action on a register of single words stored as 32-bit words, with at most
+/// one condition, no update of a high word and 32-bit constants: most actions, run by a
+/// shorter path than the general one. One cache line.
+#[repr(align(64))]
+#[derive(Clone, Copy, Debug)]
+struct WordAction {
+    size_mask: u32,
+    stride: u16,
+    offset: u16,
+    word_mask: u32,
+    slab: u16,
+    cond_slot: u16,
+    cond_k: u32,
+    cond: u8,
+    writes: bool,
+    /// By the condition's outcome (`[0]` when there is none).
+    on: [WordStep; 2],
 }
 
 #[derive(Clone, Debug)]
@@ -353,35 +674,86 @@ struct CTable {
     all_exact: bool,
 }
 
+/// A header field as the parser and deparser see it.
 #[derive(Clone, Copy, Debug)]
 struct CField {
     phv: u16,
+    /// Bit offset in the header.
     bit: u16,
     width: u8,
+    /// First byte in the header.
+    byte: u16,
+    /// Right shift of the big-endian 64-bit word read at `byte` (when `window`).
+    shift: u8,
+    /// The field fits a 64-bit word read at `byte`.
+    window: bool,
 }
 
 #[derive(Clone, Debug)]
 struct CHeader {
     bytes: usize,
+    /// Every field (emitted when the header is new or was made valid again).
     fields: Vec<CField>,
+    /// The fields the program reads or writes (the parser extracts only these).
+    parse: Vec<CField>,
+    /// The fields the program writes (re-emitted over the input bytes of a header that
+    /// was written; the others still hold their input bytes).
+    emit: Vec<CField>,
 }
 
-#[derive(Clone, Debug)]
-enum CTransition {
-    Accept,
-    Goto(usize),
-    Select(u16, Vec<(u64, Option<usize>)>),
+/// A field the parser extracts: the big-endian 64-bit word at byte `byte` of the header
+/// shifted right by `shift` (`NO_WINDOW`: the field does not fit such a word; read at
+/// bit `bit`).
+#[derive(Clone, Copy, Debug)]
+struct PField {
+    phv: u16,
+    byte: u16,
+    bit: u16,
+    shift: u8,
+    width: u8,
 }
 
-#[derive(Clone, Debug)]
-struct CState {
-    extract: u8,
-    transition: CTransition,
+const NO_WINDOW: u8 = u8::MAX;
+const ACCEPT: u8 = 0;
+const GOTO: u8 = 1;
+const SELECT: u8 = 2;
+
+/// A parser state: the header it extracts (its fields are `pfields[fields..fields_end]`),
+/// then accept, go to `next`, or select on `select` among `pcases[cases..cases_end]`.
+#[derive(Clone, Copy, Debug)]
+struct PState {
+    header: u8,
+    kind: u8,
+    bytes: u16,
+    select: u16,
+    next: u16,
+    fields: u16,
+    fields_end: u16,
+    cases: u16,
+    cases_end: u16,
+}
+
+/// Where a register's cells live: cell `i` is word `i * stride + offset` of slab `slab`
+/// (a pair uses that word and the next).
+#[derive(Clone, Copy, Debug)]
+struct RegLoc {
+    slab: u16,
+    stride: usize,
+    offset: usize,
+    pair: bool,
+    size: usize,
+}
+
+/// The kind of storage of a slab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlabKind {
+    Bytes,
+    Halves,
+    Words,
 }
 
 #[derive(Debug)]
 struct Code {
-    eops: Vec<EOp>,
     ins: Vec<Ins>,
     ingress: u32,
     egress: u32,
@@ -389,16 +761,33 @@ struct Code {
     action_params: Vec<Vec<(u16, u64)>>,
     tables: Vec<CTable>,
     register_actions: Vec<CRegisterAction>,
+    word_actions: Vec<WordAction>,
+    /// The register of each word action.
+    word_registers: Vec<u16>,
+    /// The conditions of word actions with [`COND_ANY`].
+    word_conds: Vec<CCond>,
+    /// (word action, output slot, output mask) of the members of [`Ins::ExecuteGroup`].
+    group_members: Vec<(u16, u16, u64)>,
+    registers: Vec<RegLoc>,
+    /// (kind, words) of each slab.
+    slabs: Vec<(SlabKind, usize)>,
     hashes: Vec<CHash>,
     headers: Vec<CHeader>,
-    parser: Vec<CState>,
+    parser: Vec<PState>,
+    /// Extracted fields of every parser state, contiguous.
+    pfields: Vec<PField>,
+    /// Select cases: (value, next state or `NO_SLOT` to accept).
+    pcases: Vec<(u64, u16)>,
+    /// Each header's extracted fields in `pfields` (zeroed when the header is stale).
+    header_fields: Vec<(u16, u16)>,
     /// PHV index ranges of metadata and action parameters (zeroed at each pass start).
     meta_ranges: Vec<(usize, usize)>,
-    masks: Vec<u64>,
     digests: Vec<Vec<u16>>,
-    bridged: Vec<u16>,
-    cloned: Vec<u16>,
-    intrinsics: [u16; Intrinsic::ALL.len()],
+    /// (slot, mask) of the bridged / cloned fields.
+    bridged: Vec<(u16, u64)>,
+    cloned: Vec<(u16, u64)>,
+    /// (slot, mask) of each intrinsic.
+    intrinsics: [(u16, u64); Intrinsic::ALL.len()],
 }
 
 fn program_error(message: String) -> ModelError {
@@ -408,11 +797,31 @@ fn program_error(message: String) -> ModelError {
     }
 }
 
+/// A compiled operand: a PHV slot with an upper bound of its value (as a mask), or an
+/// immediate.
+#[derive(Clone, Copy, Debug)]
+enum Opnd {
+    Slot(u16, u64),
+    Imm(u64),
+}
+
+impl Opnd {
+    fn bound(self) -> u64 {
+        match self {
+            Opnd::Slot(_, b) => b,
+            Opnd::Imm(v) => smear(v),
+        }
+    }
+}
+
 struct Compiler<'p> {
     program: &'p Program,
     field_header: Vec<u8>,
-    eops: Vec<EOp>,
+    masks: Vec<u64>,
     ins: Vec<Ins>,
+    temp_base: usize,
+    next_temp: usize,
+    max_temp: usize,
 }
 
 impl Compiler<'_> {
@@ -422,154 +831,466 @@ impl Compiler<'_> {
             Expr::Const { width, .. } => *width,
             Expr::Bin(_, a, b) => self.width(a).max(self.width(b)),
             Expr::Shl(a, _) | Expr::Shr(a, _) => self.width(a),
-            Expr::Slice(_, hi, lo) => hi - lo + 1,
+            Expr::Slice(_, hi, lo) => hi.wrapping_sub(*lo).wrapping_add(1),
             Expr::Cast(_, w) => *w,
             _ => 1,
         }
     }
 
-    /// Appends `e` in postfix form; returns the stack depth it needs.
-    fn expr(&mut self, e: &Expr) -> usize {
-        match e {
-            Expr::Field(f) => {
-                self.eops.push(EOp::Field(f.0));
-                1
-            }
-            Expr::Const { value, .. } => {
-                self.eops.push(EOp::Const(*value));
-                1
-            }
-            Expr::IsValid(h) => {
-                self.eops.push(EOp::Valid(h.0 as u8));
-                1
-            }
-            Expr::Bin(op, a, b) => {
-                let w = self.width(e);
-                let da = self.expr(a);
-                let db = self.expr(b);
-                self.eops.push(EOp::Bin(*op, mask(w)));
-                da.max(db + 1)
-            }
-            Expr::Shl(a, n) => {
-                let w = self.width(a);
-                let d = self.expr(a);
-                self.eops.push(EOp::Shl(*n, mask(w)));
-                d
-            }
-            Expr::Shr(a, n) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Shr(*n));
-                d
-            }
-            Expr::Slice(a, hi, lo) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Slice(*lo, mask(hi - lo + 1)));
-                d
-            }
-            Expr::Cast(a, w) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Slice(0, mask(*w)));
-                d
-            }
-            Expr::Cmp(op, a, b) => {
-                let w = self.width(a).max(self.width(b));
-                if let (Expr::Field(f), Expr::Const { value, .. }) = (&**a, &**b) {
-                    self.eops.push(EOp::CmpFieldConst(f.0, *op, *value, w));
-                    return 1;
-                }
-                let da = self.expr(a);
-                let db = self.expr(b);
-                self.eops.push(EOp::Cmp(*op, w));
-                da.max(db + 1)
-            }
-            Expr::And(a, b) | Expr::Or(a, b) => {
-                let da = self.expr(a);
-                let db = self.expr(b);
-                self.eops.push(if matches!(e, Expr::And(..)) {
-                    EOp::And
-                } else {
-                    EOp::Or
-                });
-                da.max(db + 1)
-            }
-            Expr::Not(a) => {
-                let d = self.expr(a);
-                self.eops.push(EOp::Not);
-                d
+    fn temp(&mut self) -> Result<u16, ModelError> {
+        let t = self.next_temp;
+        if t >= NO_SLOT as usize {
+            return Err(program_error(
+                "the program needs more than 65535 PHV slots".into(),
+            ));
+        }
+        self.next_temp += 1;
+        self.max_temp = self.max_temp.max(self.next_temp);
+        Ok(t as u16)
+    }
+
+    /// The operand in a slot (immediates are loaded into a temporary).
+    fn slot(&mut self, o: Opnd) -> Result<u16, ModelError> {
+        match o {
+            Opnd::Slot(s, _) => Ok(s),
+            Opnd::Imm(v) => {
+                let t = self.temp()?;
+                self.ins.push(Ins::Imm { dst: t, value: v });
+                Ok(t)
             }
         }
     }
 
-    fn span(&mut self, e: &Expr) -> Result<Span, ModelError> {
-        let start = self.eops.len() as u32;
-        let depth = self.expr(e);
-        if depth > STACK {
-            return Err(program_error(format!(
-                "an expression needs a stack of {depth} (the model allows {STACK})"
-            )));
+    /// Compiles `e` as a value. Returns the operand and, when the value is a temporary
+    /// computed by exactly one instruction, that instruction's index.
+    fn value(&mut self, e: &Expr) -> Result<(Opnd, Option<usize>), ModelError> {
+        Ok(match e {
+            Expr::Field(f) => (Opnd::Slot(f.0, self.masks[f.0 as usize]), None),
+            Expr::Const { value, .. } => (Opnd::Imm(*value), None),
+            Expr::Bin(BinOp::Or, a, b)
+                if matches!(**a, Expr::Shl(..)) || matches!(**b, Expr::Shl(..)) =>
+            {
+                if let Some(v) = self.concat(a, b)? {
+                    return Ok(v);
+                }
+                self.bin(e)?
+            }
+            Expr::Bin(..) => self.bin(e)?,
+            Expr::Shl(a, n) => {
+                let m = mask(self.width(a));
+                let (x, _) = self.value(a)?;
+                if let Opnd::Imm(v) = x {
+                    return Ok((Opnd::Imm(v.wrapping_shl(*n as u32) & m), None));
+                }
+                let bound = if *n < 64 {
+                    (smear(x.bound()) << n) & m
+                } else {
+                    m
+                };
+                let xs = self.slot(x)?;
+                let t = self.temp()?;
+                self.ins.push(Ins::Shl {
+                    dst: t,
+                    a: xs,
+                    n: *n,
+                    mask: m,
+                });
+                (Opnd::Slot(t, bound), Some(self.ins.len() - 1))
+            }
+            Expr::Shr(a, n) => {
+                let x = self.value(a)?;
+                self.shr(x, *n, u64::MAX)?
+            }
+            Expr::Slice(a, hi, lo) => {
+                let m = mask(hi.wrapping_sub(*lo).wrapping_add(1));
+                let x = self.value(a)?;
+                self.shr(x, *lo, m)?
+            }
+            Expr::Cast(a, w) => {
+                let x = self.value(a)?;
+                self.shr(x, 0, mask(*w))?
+            }
+            Expr::Cmp(..) | Expr::And(..) | Expr::Or(..) | Expr::Not(..) | Expr::IsValid(_) => {
+                // A boolean as a value: 0 or 1.
+                let t = self.temp()?;
+                self.ins.push(Ins::Imm { dst: t, value: 0 });
+                let mut skip = Vec::new();
+                self.branch(e, false, &mut skip)?;
+                self.ins.push(Ins::Imm { dst: t, value: 1 });
+                self.patch(&skip);
+                (Opnd::Slot(t, 1), None)
+            }
+        })
+    }
+
+    /// A binary operation (not a concatenation).
+    fn bin(&mut self, e: &Expr) -> Result<(Opnd, Option<usize>), ModelError> {
+        let Expr::Bin(op, a, b) = e else {
+            return Err(program_error("not a binary operation".into()));
+        };
+        let m = mask(self.width(e));
+        let omask = match op {
+            BinOp::Add | BinOp::Sub | BinOp::SatAdd => m,
+            _ => u64::MAX,
+        };
+        let (x, _) = self.value(a)?;
+        let (y, _) = self.value(b)?;
+        if let (Opnd::Imm(x), Opnd::Imm(y)) = (x, y) {
+            return Ok((Opnd::Imm(bin(*op, x, y, omask)), None));
         }
-        Ok((start, self.eops.len() as u32))
+        let commutative = !matches!(op, BinOp::Sub);
+        let (x, y) = match (x, y) {
+            (Opnd::Imm(_), Opnd::Slot(..)) if commutative => (y, x),
+            _ => (x, y),
+        };
+        let (bx, by) = (smear(x.bound()), smear(y.bound()));
+        let bound = match op {
+            BinOp::Add | BinOp::Sub | BinOp::SatAdd => omask,
+            BinOp::And | BinOp::Min => bx & by,
+            BinOp::Or | BinOp::Xor | BinOp::Max => bx | by,
+        };
+        let xs = self.slot(x)?;
+        let t = self.temp()?;
+        let i = self.ins.len();
+        self.ins.push(match y {
+            Opnd::Slot(ys, _) => Ins::Bin {
+                op: *op,
+                dst: t,
+                a: xs,
+                b: ys,
+                mask: omask,
+            },
+            Opnd::Imm(k) => Ins::BinImm {
+                op: *op,
+                dst: t,
+                a: xs,
+                b: k,
+                mask: omask,
+            },
+        });
+        Ok((Opnd::Slot(t, bound), Some(i)))
+    }
+
+    /// `((x << n) & mask(width x)) | y` as one instruction when `y` fits the mask (a
+    /// concatenation), else `None`.
+    fn concat(&mut self, a: &Expr, b: &Expr) -> Result<Option<(Opnd, Option<usize>)>, ModelError> {
+        let (shl, y) = match (a, b) {
+            (Expr::Shl(..), _) => (a, b),
+            _ => (b, a),
+        };
+        let Expr::Shl(x, n) = shl else {
+            return Ok(None);
+        };
+        let m = mask(self.width(x));
+        let start = self.ins.len();
+        let (xo, _) = self.value(x)?;
+        let (yo, _) = self.value(y)?;
+        match (xo, yo) {
+            (Opnd::Slot(xs, bx), Opnd::Slot(ys, by)) if smear(by) & !m == 0 && *n < 64 => {
+                let t = self.temp()?;
+                self.ins.push(Ins::ShlOr {
+                    dst: t,
+                    a: xs,
+                    n: *n,
+                    b: ys,
+                    mask: m,
+                });
+                let bound = ((smear(bx) << n) & m) | smear(by);
+                Ok(Some((Opnd::Slot(t, bound), Some(self.ins.len() - 1))))
+            }
+            _ => {
+                // Not a concatenation: compile it as written.
+                self.ins.truncate(start);
+                Ok(None)
+            }
+        }
+    }
+
+    /// `(x >> n) & m`, dropped when it cannot change the value.
+    fn shr(
+        &mut self,
+        (x, producer): (Opnd, Option<usize>),
+        n: u8,
+        m: u64,
+    ) -> Result<(Opnd, Option<usize>), ModelError> {
+        if let Opnd::Imm(v) = x {
+            return Ok((Opnd::Imm(v.wrapping_shr(n as u32) & m), None));
+        }
+        if n == 0 && x.bound() & !m == 0 {
+            return Ok((x, producer));
+        }
+        let bound = smear(x.bound()).wrapping_shr(n as u32) & m;
+        let xs = self.slot(x)?;
+        let t = self.temp()?;
+        self.ins.push(Ins::Shr {
+            dst: t,
+            a: xs,
+            n,
+            mask: m,
+        });
+        Ok((Opnd::Slot(t, bound), Some(self.ins.len() - 1)))
+    }
+
+    /// Emits code that jumps (to a target patched later, recorded in `out`) when `e`
+    /// evaluates to `when`, and falls through otherwise.
+    fn branch(&mut self, e: &Expr, when: bool, out: &mut Vec<usize>) -> Result<(), ModelError> {
+        match e {
+            Expr::Cmp(op, a, b) => {
+                let w = self.width(a).max(self.width(b));
+                let (x, _) = self.value(a)?;
+                let (y, _) = self.value(b)?;
+                let op = if when { *op } else { negate(*op) };
+                let (op, x, y) = match (x, y) {
+                    (Opnd::Imm(_), Opnd::Slot(..)) => (mirror(op), y, x),
+                    _ => (op, x, y),
+                };
+                match (x, y) {
+                    (Opnd::Imm(x), Opnd::Imm(y)) => {
+                        if op.eval(x, y, w) {
+                            out.push(self.ins.len());
+                            self.ins.push(Ins::Jump(0));
+                        }
+                    }
+                    (Opnd::Slot(a, _), Opnd::Slot(b, _)) => {
+                        out.push(self.ins.len());
+                        self.ins.push(Ins::JumpCmp {
+                            cmp: Cmp::new(op, w),
+                            a,
+                            b,
+                            target: 0,
+                        });
+                    }
+                    (Opnd::Slot(a, _), Opnd::Imm(b)) => {
+                        let cmp = Cmp::new(op, w);
+                        out.push(self.ins.len());
+                        self.ins.push(Ins::JumpCmpImm {
+                            cmp,
+                            a,
+                            b: cmp.norm(b),
+                            target: 0,
+                        });
+                    }
+                    (Opnd::Imm(_), Opnd::Slot(..)) => unreachable!("operands were swapped"),
+                }
+            }
+            Expr::IsValid(h) => {
+                out.push(self.ins.len());
+                self.ins.push(if when {
+                    Ins::JumpValid(h.0 as u8, 0)
+                } else {
+                    Ins::JumpInvalid(h.0 as u8, 0)
+                });
+            }
+            Expr::Not(a) => self.branch(a, !when, out)?,
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                let and = matches!(e, Expr::And(..));
+                if and != when {
+                    // `a && b` is false when either is; `a || b` true when either is.
+                    self.branch(a, when, out)?;
+                    self.branch(b, when, out)?;
+                } else {
+                    let mut skip = Vec::new();
+                    self.branch(a, !when, &mut skip)?;
+                    self.branch(b, when, out)?;
+                    self.patch(&skip);
+                }
+            }
+            _ => {
+                // A value as a condition: true when non-zero.
+                let (x, _) = self.value(e)?;
+                match x {
+                    Opnd::Imm(v) => {
+                        if (v != 0) == when {
+                            out.push(self.ins.len());
+                            self.ins.push(Ins::Jump(0));
+                        }
+                    }
+                    Opnd::Slot(a, _) => {
+                        out.push(self.ins.len());
+                        self.ins.push(Ins::JumpCmpImm {
+                            cmp: Cmp::new(if when { CmpOp::Ne } else { CmpOp::Eq }, 64),
+                            a,
+                            b: 0,
+                            target: 0,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Points the jumps at `list` to the next instruction.
+    fn patch(&mut self, list: &[usize]) {
+        let here = self.ins.len() as u32;
+        for i in list {
+            match &mut self.ins[*i] {
+                Ins::Jump(t)
+                | Ins::JumpValid(_, t)
+                | Ins::JumpInvalid(_, t)
+                | Ins::JumpCmp { target: t, .. }
+                | Ins::JumpCmpImm { target: t, .. } => *t = here,
+                _ => {}
+            }
+        }
+    }
+
+    fn dirty(&mut self, field: u16) {
+        let h = self.field_header[field as usize];
+        if h != NO_HEADER {
+            self.ins.push(Ins::Dirty(h));
+        }
+    }
+
+    fn assign(&mut self, dst: u16, e: &Expr) -> Result<(), ModelError> {
+        let dmask = self.masks[dst as usize];
+        let (v, producer) = self.value(e)?;
+        let retargeted = match producer.map(|i| (i, self.ins[i])) {
+            Some((i, ins)) if i + 1 == self.ins.len() => {
+                let new = match ins {
+                    Ins::Bin { op, a, b, mask, .. }
+                        if op != BinOp::SatAdd || mask & !dmask == 0 =>
+                    {
+                        Some(Ins::Bin {
+                            op,
+                            dst,
+                            a,
+                            b,
+                            mask: if op == BinOp::SatAdd {
+                                mask
+                            } else {
+                                mask & dmask
+                            },
+                        })
+                    }
+                    Ins::BinImm { op, a, b, mask, .. }
+                        if op != BinOp::SatAdd || mask & !dmask == 0 =>
+                    {
+                        Some(Ins::BinImm {
+                            op,
+                            dst,
+                            a,
+                            b,
+                            mask: if op == BinOp::SatAdd {
+                                mask
+                            } else {
+                                mask & dmask
+                            },
+                        })
+                    }
+                    Ins::Shl { a, n, mask, .. } => Some(Ins::Shl {
+                        dst,
+                        a,
+                        n,
+                        mask: mask & dmask,
+                    }),
+                    Ins::Shr { a, n, mask, .. } => Some(Ins::Shr {
+                        dst,
+                        a,
+                        n,
+                        mask: mask & dmask,
+                    }),
+                    Ins::ShlOr { a, n, b, mask, .. } => Some(Ins::ShlOr {
+                        dst,
+                        a,
+                        n,
+                        b,
+                        mask: mask & dmask,
+                    }),
+                    _ => None,
+                };
+                if let Some(new) = new {
+                    self.ins[i] = new;
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if !retargeted {
+            match v {
+                Opnd::Imm(value) => self.ins.push(Ins::Imm {
+                    dst,
+                    value: value & dmask,
+                }),
+                Opnd::Slot(src, _) => self.ins.push(Ins::Mov {
+                    dst,
+                    src,
+                    mask: dmask,
+                }),
+            }
+        }
+        self.dirty(dst);
+        Ok(())
+    }
+
+    /// `if (a op b) { dst = constant; }` as one [`Ins::CondSet`]; `false` (nothing
+    /// emitted) when the comparison folds to a constant.
+    fn cond_set(&mut self, op: CmpOp, a: &Expr, b: &Expr, then: &Stmt) -> Result<bool, ModelError> {
+        let Stmt::Assign(dst, Expr::Const { value, .. }) = then else {
+            return Ok(false);
+        };
+        let (dst, value) = (dst.0, value & self.masks[dst.0 as usize]);
+        let w = self.width(a).max(self.width(b));
+        let start = self.ins.len();
+        let (x, _) = self.value(a)?;
+        let (y, _) = self.value(b)?;
+        let (op, x, y) = match (x, y) {
+            (Opnd::Imm(_), Opnd::Slot(..)) => (mirror(op), y, x),
+            _ => (op, x, y),
+        };
+        let cmp = Cmp::new(op, w);
+        match (x, y) {
+            (Opnd::Slot(a, _), Opnd::Slot(b, _)) => self.ins.push(Ins::CondSet {
+                cmp,
+                a,
+                b,
+                dst,
+                value,
+            }),
+            (Opnd::Slot(a, _), Opnd::Imm(b)) => self.ins.push(Ins::CondSetImm {
+                cmp,
+                a,
+                dst,
+                b: cmp.norm(b),
+                value,
+            }),
+            _ => {
+                self.ins.truncate(start);
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn body(&mut self, body: &[Stmt]) -> Result<(), ModelError> {
         for s in body {
+            // Temporaries live within one statement (conditions are consumed by the jumps
+            // before the branches run).
+            self.next_temp = self.temp_base;
             match s {
-                Stmt::Assign(dst, e) => {
-                    let header = self.field_header[dst.0 as usize];
-                    let m = mask(self.program.fields[dst.0 as usize].width);
-                    match e {
-                        Expr::Field(src) => self.ins.push(Ins::AssignField {
-                            dst: dst.0,
-                            src: src.0,
-                            mask: m,
-                            header,
-                        }),
-                        Expr::Const { value, .. } => self.ins.push(Ins::AssignConst {
-                            dst: dst.0,
-                            value: value & m,
-                            header,
-                        }),
-                        _ => {
-                            let expr = self.span(e)?;
-                            self.ins.push(Ins::Assign {
-                                dst: dst.0,
-                                mask: m,
-                                expr,
-                                header,
-                            });
-                        }
-                    }
-                }
+                Stmt::Assign(dst, e) => self.assign(dst.0, e)?,
+                Stmt::If(Expr::Cmp(op, a, b), then, otherwise)
+                    if otherwise.is_empty()
+                        && matches!(
+                            then.as_slice(),
+                            [Stmt::Assign(dst, Expr::Const { .. })]
+                                if self.field_header[dst.0 as usize] == NO_HEADER
+                        )
+                        && self.cond_set(*op, a, b, &then[0])? => {}
                 Stmt::If(c, then, otherwise) => {
-                    let cond = self.span(c)?;
-                    // One-op conditions become fused jumps.
-                    let fused = if cond.1 - cond.0 == 1 {
-                        match self.eops[cond.0 as usize] {
-                            EOp::CmpFieldConst(f, op, k, w) => Some(Err((f, op, k, w))),
-                            EOp::Valid(h) => Some(Ok(h)),
-                            _ => None,
-                        }
-                    } else {
-                        None
-                    };
-                    let jump_to = move |target: u32| match fused {
-                        Some(Err((f, op, k, w))) => Ins::JumpUnlessCmp(f, op, k, w, target),
-                        Some(Ok(h)) => Ins::JumpUnlessValid(h, target),
-                        None => Ins::JumpUnless(cond, target),
-                    };
-                    let jump_unless = self.ins.len();
-                    self.ins.push(jump_to(0));
+                    let mut skip = Vec::new();
+                    self.branch(c, false, &mut skip)?;
                     self.body(then)?;
                     if otherwise.is_empty() {
-                        let end = self.ins.len() as u32;
-                        self.ins[jump_unless] = jump_to(end);
+                        self.patch(&skip);
                     } else {
                         let jump = self.ins.len();
                         self.ins.push(Ins::Jump(0));
-                        let else_start = self.ins.len() as u32;
-                        self.ins[jump_unless] = jump_to(else_start);
+                        self.patch(&skip);
                         self.body(otherwise)?;
-                        self.ins[jump] = Ins::Jump(self.ins.len() as u32);
+                        self.patch(&[jump]);
                     }
                 }
                 Stmt::Apply(t) => self.ins.push(Ins::Apply(t.0)),
@@ -578,27 +1299,36 @@ impl Compiler<'_> {
                     index,
                     output,
                 } => {
-                    let index = self.span(index)?;
-                    let (out, out_mask) = match output {
-                        Some(o) => (o.0, mask(self.program.fields[o.0 as usize].width)),
-                        None => (NO_FIELD, 0),
+                    let (x, _) = self.value(index)?;
+                    let index = self.slot(x)?;
+                    let (out, mask) = match output {
+                        Some(o) => (o.0, self.masks[o.0 as usize]),
+                        None => (NO_SLOT, 0),
                     };
                     self.ins.push(Ins::Execute {
                         ra: action.0,
                         index,
                         out,
-                        out_mask,
+                        mask,
                     });
+                    if out != NO_SLOT {
+                        self.dirty(out);
+                    }
                 }
-                Stmt::Hash(h, dst) => self.ins.push(Ins::Hash {
-                    unit: h.0,
-                    dst: dst.0,
-                }),
+                Stmt::Hash(h, dst) => {
+                    self.ins.push(Ins::Hash {
+                        unit: h.0,
+                        dst: dst.0,
+                        mask: self.masks[dst.0 as usize],
+                    });
+                    self.dirty(dst.0);
+                }
                 Stmt::SetValid(h) => self.ins.push(Ins::SetValid(h.0 as u8)),
                 Stmt::SetInvalid(h) => self.ins.push(Ins::SetInvalid(h.0 as u8)),
                 Stmt::SetEgressPort(e) => {
-                    let span = self.span(e)?;
-                    self.ins.push(Ins::Unicast(span));
+                    let (x, _) = self.value(e)?;
+                    let port = self.slot(x)?;
+                    self.ins.push(Ins::Unicast(port));
                 }
                 Stmt::SetMulticastGroup(g) => self.ins.push(Ins::Multicast(*g)),
                 Stmt::Drop => self.ins.push(Ins::Drop),
@@ -610,13 +1340,425 @@ impl Compiler<'_> {
     }
 }
 
-fn operand(o: SaluOperand) -> COperand {
-    match o {
-        SaluOperand::Reg(Word::Lo) => COperand::Lo,
-        SaluOperand::Reg(Word::Hi) => COperand::Hi,
-        SaluOperand::Phv(f) => COperand::Phv(f.0),
-        SaluOperand::Const(c) => COperand::Const(c),
+/// Calls `f` for every statement of `body`, nested ones included.
+fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+    for s in body {
+        f(s);
+        if let Stmt::If(_, then, otherwise) = s {
+            visit(then, f);
+            visit(otherwise, f);
+        }
     }
+}
+
+/// Register storage layout: registers whose register actions all use the same index
+/// expression (and have the same size) share one interleaved slab of 32-bit words, each
+/// cell group padded to a power of two of words up to a 64-byte line; the others get a
+/// slab of their native width.
+fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) {
+    // The index expression (as text) of each register, `None` when it has several or
+    // none.
+    let mut index: Vec<Option<Option<String>>> = vec![None; program.registers.len()];
+    let mut note = |s: &Stmt| {
+        if let Stmt::Execute {
+            action, index: e, ..
+        } = s
+        {
+            if let Some(ra) = program.register_actions.get(action.0 as usize) {
+                let r = ra.register.0 as usize;
+                if r < index.len() {
+                    let key = format!("{e:?}");
+                    index[r] = match &index[r] {
+                        None => Some(Some(key)),
+                        Some(Some(k)) if *k == key => Some(Some(key)),
+                        _ => Some(None),
+                    };
+                }
+            }
+        }
+    };
+    visit(&program.ingress, &mut note);
+    visit(&program.egress, &mut note);
+    for a in &program.actions {
+        visit(&a.body, &mut note);
+    }
+    let mut groups: Vec<((String, u32), Vec<usize>)> = Vec::new();
+    for (r, key) in index.into_iter().enumerate() {
+        if let Some(Some(key)) = key {
+            let k = (key, program.registers[r].size);
+            match groups.iter_mut().find(|(g, _)| *g == k) {
+                Some((_, members)) => members.push(r),
+                None => groups.push((k, vec![r])),
+            }
+        }
+    }
+    let mut locs: Vec<Option<RegLoc>> = vec![None; program.registers.len()];
+    let mut slabs = Vec::new();
+    for (_, members) in groups.iter().filter(|(_, m)| m.len() > 1) {
+        let words: usize = members
+            .iter()
+            .map(|r| {
+                if program.registers[*r].is_pair() {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum();
+        let stride = if words <= 16 {
+            words.next_power_of_two()
+        } else {
+            words.div_ceil(16) * 16
+        };
+        let size = program.registers[members[0]].size as usize;
+        let mut offset = 0;
+        for r in members {
+            let pair = program.registers[*r].is_pair();
+            locs[*r] = Some(RegLoc {
+                slab: slabs.len() as u16,
+                stride,
+                offset,
+                pair,
+                size,
+            });
+            offset += if pair { 2 } else { 1 };
+        }
+        slabs.push((SlabKind::Words, size * stride));
+    }
+    let locs = locs
+        .into_iter()
+        .enumerate()
+        .map(|(r, loc)| {
+            loc.unwrap_or_else(|| {
+                let reg = &program.registers[r];
+                let size = reg.size as usize;
+                let (kind, stride) = match reg.width {
+                    0..=8 => (SlabKind::Bytes, 1),
+                    9..=16 => (SlabKind::Halves, 1),
+                    17..=32 => (SlabKind::Words, 1),
+                    _ => (SlabKind::Words, 2),
+                };
+                slabs.push((kind, size * stride));
+                RegLoc {
+                    slab: slabs.len() as u16 - 1,
+                    stride,
+                    offset: 0,
+                    pair: reg.is_pair(),
+                    size,
+                }
+            })
+        })
+        .collect();
+    (locs, slabs)
+}
+
+/// The single-word form of a register action, if it has one: a register of single words
+/// stored as 32-bit words, at most one condition, no update of a high word.
+fn word_action(
+    ra: &CRegisterAction,
+    slabs: &[(SlabKind, usize)],
+    conds: &mut Vec<CCond>,
+) -> Option<WordAction> {
+    if ra.pair || ra.conditions.len() > 1 || slabs[ra.slab as usize].0 != SlabKind::Words {
+        return None;
+    }
+    let m = ra.word_mask;
+    // A source operand: (is a PHV field, slot, constant); the high word of a single-word
+    // register is 0; constants are used masked to the word.
+    let src = |o: COperand| match o {
+        COperand::Phv(f) => Some((true, f, 0)),
+        COperand::Const(c) => Some((false, 0, (c & m) as u32)),
+        COperand::Hi => Some((false, 0, 0)),
+        COperand::Lo => None,
+    };
+    let mut on = [WordStep {
+        op: WordOp::Keep,
+        phv: false,
+        slot: 0,
+        konst: 0,
+        out_old: 0,
+        out_new: 0,
+        out_konst: 0,
+    }; 2];
+    for (outcome, step) in on.iter_mut().enumerate() {
+        let o = ra.outcomes[outcome];
+        if o.hi != NONE {
+            return None;
+        }
+        if o.lo != NONE {
+            let u = ra.updates[o.lo as usize];
+            let (op, s) = match u.op {
+                SaluOp::Set | SaluOp::Shl | SaluOp::Mul => match u.a {
+                    COperand::Lo => (WordOp::Keep, (false, 0, 0)),
+                    a => (WordOp::Set, src(a)?),
+                },
+                op => {
+                    let op = match op {
+                        SaluOp::Add => WordOp::Add,
+                        SaluOp::Sub => WordOp::Sub,
+                        SaluOp::SatAdd => WordOp::SatAdd,
+                        SaluOp::SatSub => WordOp::SatSub,
+                        SaluOp::Min => WordOp::Min,
+                        SaluOp::Max => WordOp::Max,
+                        SaluOp::And => WordOp::And,
+                        SaluOp::Or => WordOp::Or,
+                        _ => WordOp::Xor,
+                    };
+                    let commutative = !matches!(op, WordOp::Sub | WordOp::SatSub);
+                    match (u.a, u.b) {
+                        (COperand::Lo, b) => (op, src(b)?),
+                        (a, COperand::Lo) if commutative => (op, src(a)?),
+                        _ => return None,
+                    }
+                }
+            };
+            step.op = op;
+            (step.phv, step.slot, step.konst) = s;
+        }
+        if o.out != NONE {
+            match ra.outputs[o.out as usize] {
+                SaluOutputValue::Old(Word::Lo) => step.out_old = u32::MAX,
+                SaluOutputValue::New(Word::Lo) => step.out_new = u32::MAX,
+                // A register of single words has no high word (it reads as 0).
+                SaluOutputValue::Old(Word::Hi) | SaluOutputValue::New(Word::Hi) => {}
+                SaluOutputValue::Const(c) => step.out_konst = u32::try_from(c).ok()?,
+            }
+        }
+    }
+    let (cond, cond_slot, cond_k) = match ra.conditions.first() {
+        None => (COND_NONE, 0, 0),
+        Some(CCond {
+            left: COperand::Phv(f),
+            right: None,
+            cmp,
+            constant,
+        }) if (cmp.rel == 0b010 || cmp.rel == 0b101) && *constant <= u32::MAX as u64 => (
+            if cmp.rel == 0b010 { COND_EQ } else { COND_NE },
+            *f,
+            *constant as u32,
+        ),
+        Some(c) => {
+            conds.push(*c);
+            (COND_ANY, 0, u32::try_from(conds.len() - 1).ok()?)
+        }
+    };
+    Some(WordAction {
+        size_mask: u32::try_from(ra.size_mask).ok()?,
+        stride: u16::try_from(ra.stride).ok()?,
+        offset: u16::try_from(ra.offset).ok()?,
+        word_mask: u32::try_from(m).ok()?,
+        slab: ra.slab,
+        cond_slot,
+        cond_k,
+        cond,
+        writes: ra.writes,
+        on,
+    })
+}
+
+/// Where a jump goes, if `ins` is one.
+fn jump_target(ins: &mut Ins) -> Option<&mut u32> {
+    match ins {
+        Ins::Jump(t)
+        | Ins::JumpValid(_, t)
+        | Ins::JumpInvalid(_, t)
+        | Ins::JumpCmp { target: t, .. }
+        | Ins::JumpCmpImm { target: t, .. } => Some(t),
+        _ => None,
+    }
+}
+
+/// Jumps to jumps go straight to the final target; a jump to a return returns.
+fn thread_jumps(ins: &mut [Ins]) {
+    for i in 0..ins.len() {
+        let mut this = ins[i];
+        let Some(t) = jump_target(&mut this) else {
+            continue;
+        };
+        for _ in 0..ins.len() {
+            match ins.get(*t as usize) {
+                Some(Ins::Jump(next)) if *next != *t => *t = *next,
+                _ => break,
+            }
+        }
+        let to_return = matches!(ins.get(*t as usize), Some(Ins::Return));
+        ins[i] = match this {
+            Ins::Jump(_) if to_return => Ins::Return,
+            other => other,
+        };
+    }
+}
+
+/// Fuses runs of [`Ins::ExecuteWord`] on the same cell group (same slab, same index slot,
+/// no jump into the run, the index not overwritten inside it) into [`Ins::ExecuteGroup`].
+fn group_word_actions(
+    ins: &mut [Ins],
+    entries: &[u32],
+    actions: &[WordAction],
+) -> Vec<(u16, u16, u64)> {
+    let mut target = vec![false; ins.len() + 1];
+    for e in entries {
+        target[*e as usize] = true;
+    }
+    for i in ins.iter() {
+        let mut this = *i;
+        if let Some(t) = jump_target(&mut this) {
+            if let Some(t) = target.get_mut(*t as usize) {
+                *t = true;
+            }
+        }
+    }
+    let word = |i: &Ins| match *i {
+        Ins::ExecuteWord {
+            wa,
+            index,
+            out,
+            mask,
+        } => Some((wa, index, out, mask)),
+        _ => None,
+    };
+    let mut members = Vec::new();
+    let mut i = 0;
+    while i < ins.len() {
+        let Some((wa, index, out, mask)) = word(&ins[i]) else {
+            i += 1;
+            continue;
+        };
+        let slab = actions[wa as usize].slab;
+        let mut run = vec![(wa, out, mask)];
+        let mut last_out = out;
+        let mut j = i + 1;
+        while j < ins.len() && !target[j] && last_out != index {
+            match word(&ins[j]) {
+                Some((wa, idx, out, mask)) if idx == index && actions[wa as usize].slab == slab => {
+                    run.push((wa, out, mask));
+                    last_out = out;
+                    j += 1;
+                }
+                _ => break,
+            }
+        }
+        if run.len() > 1 && members.len() + run.len() < u16::MAX as usize {
+            ins[i] = Ins::ExecuteGroup {
+                first: members.len() as u16,
+                count: run.len() as u16,
+                index,
+            };
+            members.extend(run);
+        }
+        i = j;
+    }
+    members
+}
+
+/// One single-word register action on its cell; returns the output.
+#[inline(always)]
+fn word_step(wa: &WordAction, conds: &[CCond], cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
+    let m = wa.word_mask;
+    let lo = *cell & m;
+    let outcome = match wa.cond {
+        COND_NONE => false,
+        COND_EQ => phv[wa.cond_slot as usize] as u32 & m == wa.cond_k,
+        COND_NE => phv[wa.cond_slot as usize] as u32 & m != wa.cond_k,
+        _ => conds[wa.cond_k as usize].test(phv, lo as u64, 0, m as u64),
+    };
+    let step = &wa.on[outcome as usize];
+    let s = if step.phv {
+        phv[step.slot as usize] as u32 & m
+    } else {
+        step.konst
+    };
+    let new = match step.op {
+        WordOp::Keep => lo,
+        WordOp::Set => s,
+        WordOp::Add => lo.wrapping_add(s) & m,
+        WordOp::Sub => lo.wrapping_sub(s) & m,
+        WordOp::SatAdd => lo.saturating_add(s).min(m),
+        WordOp::SatSub => lo.saturating_sub(s),
+        WordOp::Min => lo.min(s),
+        WordOp::Max => lo.max(s),
+        WordOp::And => lo & s,
+        WordOp::Or => lo | s,
+        WordOp::Xor => lo ^ s,
+    };
+    if wa.writes {
+        *cell = new;
+    }
+    ((lo & step.out_old) | (new & step.out_new) | step.out_konst) as u64
+}
+
+/// Which PHV fields the program reads and which it writes.
+fn field_use(program: &Program) -> (Vec<bool>, Vec<bool>) {
+    fn expr(e: &Expr, read: &mut [bool]) {
+        match e {
+            Expr::Field(f) => read[f.0 as usize] = true,
+            Expr::Const { .. } | Expr::IsValid(_) => {}
+            Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+                expr(a, read);
+                expr(b, read);
+            }
+            Expr::Shl(a, _)
+            | Expr::Shr(a, _)
+            | Expr::Slice(a, _, _)
+            | Expr::Cast(a, _)
+            | Expr::Not(a) => expr(a, read),
+        }
+    }
+    let n = program.fields.len();
+    let (mut read, mut written) = (vec![false; n], vec![false; n]);
+    let mut note = |s: &Stmt| match s {
+        Stmt::Assign(dst, e) => {
+            written[dst.0 as usize] = true;
+            expr(e, &mut read);
+        }
+        Stmt::If(c, _, _) => expr(c, &mut read),
+        Stmt::Execute { index, output, .. } => {
+            expr(index, &mut read);
+            if let Some(o) = output {
+                written[o.0 as usize] = true;
+            }
+        }
+        Stmt::Hash(_, dst) => written[dst.0 as usize] = true,
+        Stmt::SetEgressPort(e) => expr(e, &mut read),
+        _ => {}
+    };
+    visit(&program.ingress, &mut note);
+    visit(&program.egress, &mut note);
+    for a in &program.actions {
+        visit(&a.body, &mut note);
+    }
+    let mut mark = |f: FieldId| {
+        if let Some(r) = read.get_mut(f.0 as usize) {
+            *r = true;
+        }
+    };
+    for ra in &program.register_actions {
+        let operands = ra
+            .conditions
+            .iter()
+            .flat_map(|c| [Some(c.left), c.right.map(|r| r.1)])
+            .chain(ra.updates.iter().flat_map(|u| [Some(u.a), Some(u.b)]));
+        for o in operands.flatten() {
+            if let SaluOperand::Phv(f) = o {
+                mark(f);
+            }
+        }
+    }
+    for h in &program.hashes {
+        h.inputs.iter().for_each(|f| mark(*f));
+    }
+    for t in &program.tables {
+        t.keys.iter().for_each(|(f, _)| mark(*f));
+    }
+    for d in &program.digests {
+        d.fields.iter().for_each(|f| mark(*f));
+    }
+    for s in &program.parser {
+        if let Transition::Select { field, .. } = &s.transition {
+            mark(*field);
+        }
+    }
+    (read, written)
 }
 
 impl Code {
@@ -627,6 +1769,15 @@ impl Code {
                 program.headers.len()
             )));
         }
+        if program.fields.len() >= NO_SLOT as usize {
+            return Err(program_error(format!(
+                "{} fields; the model allows {}",
+                program.fields.len(),
+                NO_SLOT - 1
+            )));
+        }
+        let masks: Vec<u64> = program.fields.iter().map(|f| mask(f.width)).collect();
+        let (read, written) = field_use(program);
         let mut field_header = vec![NO_HEADER; program.fields.len()];
         let mut headers = Vec::new();
         for (h, header) in program.headers.iter().enumerate() {
@@ -635,23 +1786,42 @@ impl Code {
             for f in &header.fields {
                 let width = program.field(*f).width;
                 field_header[f.0 as usize] = h as u8;
+                let in_byte = bit % 8;
+                let window = in_byte as u32 + width as u32 <= 64 && width > 0;
                 fields.push(CField {
                     phv: f.0,
                     bit,
                     width,
+                    byte: bit / 8,
+                    shift: if window {
+                        (64 - in_byte as u32 - width as u32) as u8
+                    } else {
+                        0
+                    },
+                    window,
                 });
                 bit += width as u16;
             }
+            let used = |f: &&CField| read[f.phv as usize] || written[f.phv as usize];
             headers.push(CHeader {
                 bytes: bit as usize / 8,
+                parse: fields.iter().filter(used).copied().collect(),
+                emit: fields
+                    .iter()
+                    .filter(|f| written[f.phv as usize])
+                    .copied()
+                    .collect(),
                 fields,
             });
         }
         let mut c = Compiler {
             program,
             field_header,
-            eops: Vec::new(),
+            masks: masks.clone(),
             ins: Vec::new(),
+            temp_base: program.fields.len(),
+            next_temp: program.fields.len(),
+            max_temp: program.fields.len(),
         };
         let ingress = c.ins.len() as u32;
         c.body(&program.ingress)?;
@@ -688,42 +1858,128 @@ impl Code {
                 all_exact: t.keys.iter().all(|(_, k)| *k == MatchKind::Exact),
             })
             .collect();
-        let register_actions = program
-            .register_actions
-            .iter()
-            .map(|ra| {
-                let reg = &program.registers[ra.register.0 as usize];
-                CRegisterAction {
-                    register: ra.register.0 as usize,
-                    size_mask: reg.size as usize - 1,
-                    pair: reg.is_pair(),
-                    word_width: reg.word_width(),
-                    word_mask: mask(reg.word_width()),
-                    conditions: ra
-                        .conditions
-                        .iter()
-                        .map(|k| CCond {
-                            left: operand(k.left),
-                            right: k.right.map(|(sub, r)| (sub, operand(r))),
-                            cmp: k.cmp,
-                            constant: (k.constant as u64) & mask(reg.word_width()),
-                        })
-                        .collect(),
-                    updates: ra
-                        .updates
-                        .iter()
-                        .map(|u| CUpdate {
-                            when: u.when,
-                            hi: u.word == Word::Hi,
-                            op: u.op,
-                            a: operand(u.a),
-                            b: operand(u.b),
-                        })
-                        .collect(),
-                    outputs: ra.outputs.iter().map(|o| (o.when, o.value)).collect(),
+        let (registers, slabs) = layout_registers(program);
+        let mut register_actions = Vec::new();
+        for ra in &program.register_actions {
+            let r = ra.register.0 as usize;
+            let reg = &program.registers[r];
+            let loc = registers[r];
+            if ra.conditions.len() > MAX_SALU_CONDITIONS {
+                return Err(program_error(format!(
+                    "register action `{}` has {} conditions; the model allows {MAX_SALU_CONDITIONS}",
+                    ra.name,
+                    ra.conditions.len()
+                )));
+            }
+            if ra.updates.len() >= NONE as usize || ra.outputs.len() >= NONE as usize {
+                return Err(program_error(format!(
+                    "register action `{}` has too many updates or outputs",
+                    ra.name
+                )));
+            }
+            if !reg.size.is_power_of_two() {
+                return Err(program_error(format!(
+                    "register `{}` has {} cells (not a power of two)",
+                    reg.name, reg.size
+                )));
+            }
+            // Per outcome: the last update of each word that covers it (later ones
+            // overwrite earlier ones), and the first output that covers it.
+            let mut outcomes = [Outcome {
+                lo: NONE,
+                hi: NONE,
+                out: NONE,
+            }; 1 << MAX_SALU_CONDITIONS];
+            for (outcome, o) in outcomes.iter_mut().enumerate() {
+                for (i, u) in ra.updates.iter().enumerate() {
+                    if u.when.covers(outcome as u8) {
+                        if u.word == Word::Hi {
+                            o.hi = i as u8;
+                        } else {
+                            o.lo = i as u8;
+                        }
+                    }
                 }
-            })
+                o.out = ra
+                    .outputs
+                    .iter()
+                    .position(|out| out.when.covers(outcome as u8))
+                    .map_or(NONE, |i| i as u8);
+            }
+            register_actions.push(CRegisterAction {
+                register: r as u16,
+                slab: loc.slab,
+                size_mask: reg.size as usize - 1,
+                stride: loc.stride,
+                offset: loc.offset,
+                pair: reg.is_pair(),
+                word_mask: mask(reg.word_width()),
+                writes: !ra.updates.is_empty(),
+                conditions: ra
+                    .conditions
+                    .iter()
+                    .map(|k| {
+                        let cmp = Cmp::new(k.cmp, reg.word_width());
+                        CCond {
+                            left: COperand::new(k.left),
+                            right: k.right.map(|(sub, r)| (sub, COperand::new(r))),
+                            cmp,
+                            constant: cmp.norm((k.constant as u64) & mask(reg.word_width())),
+                        }
+                    })
+                    .collect(),
+                updates: ra
+                    .updates
+                    .iter()
+                    .map(|u| CUpdate {
+                        op: u.op,
+                        a: COperand::new(u.a),
+                        b: COperand::new(u.b),
+                    })
+                    .collect(),
+                outputs: ra.outputs.iter().map(|o| o.value).collect(),
+                outcomes,
+            });
+        }
+        let mut word_conds = Vec::new();
+        let word_actions: Vec<Option<WordAction>> = register_actions
+            .iter()
+            .map(|ra| word_action(ra, &slabs, &mut word_conds))
             .collect();
+        let word_registers: Vec<u16> = register_actions
+            .iter()
+            .zip(&word_actions)
+            .filter(|(_, wa)| wa.is_some())
+            .map(|(ra, _)| ra.register)
+            .collect();
+        // Register actions with a single-word form run by the shorter path.
+        let mut word_index = vec![NO_SLOT; word_actions.len()];
+        let mut n = 0;
+        for (i, wa) in word_actions.iter().enumerate() {
+            if wa.is_some() {
+                word_index[i] = n;
+                n += 1;
+            }
+        }
+        let mut ins = c.ins;
+        for i in ins.iter_mut() {
+            if let Ins::Execute {
+                ra,
+                index,
+                out,
+                mask,
+            } = *i
+            {
+                if word_index[ra as usize] != NO_SLOT {
+                    *i = Ins::ExecuteWord {
+                        wa: word_index[ra as usize],
+                        index,
+                        out,
+                        mask,
+                    };
+                }
+            }
+        }
         let mut hashes = Vec::new();
         for h in &program.hashes {
             let inputs: Vec<(u16, u8)> = h
@@ -743,20 +1999,61 @@ impl Code {
                 mask: mask(h.width),
             });
         }
-        let parser = program
-            .parser
-            .iter()
-            .map(|s| CState {
-                extract: s.extract.map_or(NO_HEADER, |h| h.0 as u8),
-                transition: match &s.transition {
-                    Transition::Accept => CTransition::Accept,
-                    Transition::Goto(t) => CTransition::Goto(*t),
-                    Transition::Select { field, cases } => {
-                        CTransition::Select(field.0, cases.clone())
+        let mut pfields = Vec::new();
+        let mut header_fields = Vec::new();
+        for h in &headers {
+            let start = pfields.len();
+            for f in &h.parse {
+                pfields.push(PField {
+                    phv: f.phv,
+                    byte: f.byte,
+                    bit: f.bit,
+                    shift: if f.window { f.shift } else { NO_WINDOW },
+                    width: f.width,
+                });
+            }
+            header_fields.push((start, pfields.len()));
+        }
+        let too_big = || program_error("the parser is too large for the model".into());
+        let small = |v: usize| u16::try_from(v).map_err(|_| too_big());
+        let header_fields: Vec<(u16, u16)> = header_fields
+            .into_iter()
+            .map(|(a, b)| Ok((small(a)?, small(b)?)))
+            .collect::<Result<_, ModelError>>()?;
+        let mut pcases = Vec::new();
+        let mut parser = Vec::new();
+        for st in &program.parser {
+            let header = st.extract.map_or(NO_HEADER, |h| h.0 as u8);
+            let (fields, fields_end, bytes) = match st.extract {
+                Some(h) => {
+                    let (a, b) = header_fields[h.0 as usize];
+                    (a, b, small(headers[h.0 as usize].bytes)?)
+                }
+                None => (0, 0, 0),
+            };
+            let cases = small(pcases.len())?;
+            let (kind, select, next) = match &st.transition {
+                Transition::Accept => (ACCEPT, 0, 0),
+                Transition::Goto(t) => (GOTO, 0, small(*t)?),
+                Transition::Select { field, cases } => {
+                    for (v, t) in cases {
+                        pcases.push((*v, t.map_or(Ok(NO_SLOT), small)?));
                     }
-                },
-            })
-            .collect();
+                    (SELECT, field.0, 0)
+                }
+            };
+            parser.push(PState {
+                header,
+                kind,
+                bytes,
+                select,
+                next,
+                fields,
+                fields_end,
+                cases,
+                cases_end: small(pcases.len())?,
+            });
+        }
         let mut meta_ranges: Vec<(usize, usize)> = Vec::new();
         for (i, f) in program.fields.iter().enumerate() {
             if matches!(
@@ -769,49 +2066,165 @@ impl Code {
                 }
             }
         }
-        let mut intrinsics = [0u16; Intrinsic::ALL.len()];
+        let mut intrinsics = [(0u16, 0u64); Intrinsic::ALL.len()];
         for (i, which) in Intrinsic::ALL.iter().enumerate() {
             if *which as usize != i {
                 return Err(program_error(
                     "Intrinsic::ALL is not in declaration order".into(),
                 ));
             }
-            intrinsics[i] = program.intrinsic(*which).0;
+            let f = program.intrinsic(*which).0;
+            intrinsics[i] = (f, masks.get(f as usize).copied().unwrap_or(0));
         }
+        thread_jumps(&mut ins);
+        let word_actions: Vec<WordAction> = word_actions.into_iter().flatten().collect();
+        let mut entries = vec![ingress, egress];
+        entries.extend(&action_start);
+        let group_members = group_word_actions(&mut ins, &entries, &word_actions);
         Ok(Code {
-            eops: c.eops,
-            ins: c.ins,
+            ins,
+            group_members,
             ingress,
             egress,
             action_start,
             action_params,
             tables,
             register_actions,
+            word_actions,
+            word_registers,
+            word_conds,
+            registers,
+            slabs,
             hashes,
             headers,
             parser,
+            pfields,
+            pcases,
+            header_fields,
             meta_ranges,
-            masks: program.fields.iter().map(|f| mask(f.width)).collect(),
             digests: program
                 .digests
                 .iter()
                 .map(|d| d.fields.iter().map(|f| f.0).collect())
                 .collect(),
-            bridged: program.bridged_fields().iter().map(|f| f.0).collect(),
-            cloned: program.cloned_fields().iter().map(|f| f.0).collect(),
+            bridged: program
+                .bridged_fields()
+                .iter()
+                .map(|f| (f.0, masks[f.0 as usize]))
+                .collect(),
+            cloned: program
+                .cloned_fields()
+                .iter()
+                .map(|f| (f.0, masks[f.0 as usize]))
+                .collect(),
             intrinsics,
         })
     }
 
-    fn intrinsic(&self, which: Intrinsic) -> usize {
-        self.intrinsics[which as usize] as usize
+    fn intrinsic(&self, which: Intrinsic) -> (u16, u64) {
+        self.intrinsics[which as usize]
+    }
+}
+
+/// Compiled programs, shared by every model of the same `Arc<Program>` (a fabric of many
+/// switches runs one or two programs; one copy of the code stays in cache).
+static COMPILED: Mutex<Vec<(Weak<Program>, Arc<Code>)>> = Mutex::new(Vec::new());
+
+fn compiled(program: &Arc<Program>) -> Result<Arc<Code>, ModelError> {
+    if let Ok(mut cache) = COMPILED.lock() {
+        cache.retain(|(p, _)| p.strong_count() > 0);
+        if let Some((_, code)) = cache
+            .iter()
+            .find(|(p, _)| std::ptr::eq(p.as_ptr(), Arc::as_ptr(program)))
+        {
+            return Ok(Arc::clone(code));
+        }
+    }
+    let code = Arc::new(Code::compile(program)?);
+    if let Ok(mut cache) = COMPILED.lock() {
+        cache.push((Arc::downgrade(program), Arc::clone(&code)));
+    }
+    Ok(code)
+}
+
+/// A PHV shared by the models of one program on one thread.
+struct Scratch {
+    code: Weak<Code>,
+    phv: Box<[u64; PHV_SLOTS]>,
+    /// Headers whose fields may be non-zero in `phv`.
+    stale: u64,
+}
+
+/// Most programs a thread keeps a shared PHV for.
+const MAX_SCRATCH: usize = 8;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
+}
+
+fn new_phv() -> Box<[u64; PHV_SLOTS]> {
+    match vec![0u64; PHV_SLOTS].into_boxed_slice().try_into() {
+        Ok(phv) => phv,
+        Err(_) => unreachable!("the vector has PHV_SLOTS elements"),
+    }
+}
+
+/// 64-byte aligned words, so that an interleaved cell group never straddles two lines.
+#[repr(align(64))]
+#[derive(Clone, Copy, Debug, Default)]
+struct Line([u32; 16]);
+
+/// Register storage.
+#[derive(Clone, Debug)]
+enum Slab {
+    Bytes(Vec<u8>),
+    Halves(Vec<u16>),
+    Words(Vec<Line>),
+}
+
+impl Slab {
+    fn new(kind: SlabKind, words: usize) -> Slab {
+        match kind {
+            SlabKind::Bytes => Slab::Bytes(vec![0; words]),
+            SlabKind::Halves => Slab::Halves(vec![0; words]),
+            SlabKind::Words => Slab::Words(vec![Line::default(); words.div_ceil(16)]),
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, w: usize) -> u64 {
+        match self {
+            Slab::Bytes(v) => v[w] as u64,
+            Slab::Halves(v) => v[w] as u64,
+            Slab::Words(v) => v[w >> 4].0[w & 15] as u64,
+        }
+    }
+
+    /// Stores the low bits of `value` (values always fit the register's width).
+    #[inline(always)]
+    fn set(&mut self, w: usize, value: u64) {
+        match self {
+            Slab::Bytes(v) => v[w] = value as u8,
+            Slab::Halves(v) => v[w] = value as u16,
+            Slab::Words(v) => v[w >> 4].0[w & 15] = value as u32,
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Slab::Bytes(v) => v.fill(0),
+            Slab::Halves(v) => v.fill(0),
+            Slab::Words(v) => v.fill(Line::default()),
+        }
     }
 }
 
 /// Per-pass and persistent state of the interpreter.
 #[derive(Debug)]
 struct State {
-    phv: Vec<u64>,
+    /// One slot per possible `u16` slot index, so that indexing needs no bounds check (only
+    /// the first pages are ever touched).
+    phv: Box<[u64; PHV_SLOTS]>,
     /// Header validity (bit per header).
     valid: u64,
     /// Headers the parser extracted this pass.
@@ -820,12 +2233,19 @@ struct State {
     dirty: u64,
     /// Headers whose PHV fields may be non-zero from an earlier pass.
     stale: u64,
+    /// Headers made valid (all fields zeroed) by the program this pass.
+    zeroed: u64,
     /// Byte offset of each extracted header in the input.
     offsets: [u32; MAX_HEADERS],
     /// Whether the parser extracted headers in deparse (declaration) order.
     in_order: bool,
     payload_offset: usize,
-    registers: Vec<Vec<u64>>,
+    slabs: Vec<Slab>,
+    /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
+    /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
+    views: Vec<OnceLock<Vec<u64>>>,
+    /// How many views exist (a register action checks its register's view only then).
+    live_views: AtomicUsize,
     tables: Vec<TableState>,
     routing: Routing,
     routed: Option<u16>,
@@ -840,7 +2260,64 @@ struct PassCtx<'a> {
     clone: bool,
 }
 
+/// The big-endian 64-bit word at `at`, if the buffer holds it.
+#[inline(always)]
+fn window(buf: &[u8], at: usize) -> Option<u64> {
+    buf.get(at..at + 8)
+        .map(|b| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+}
+
 impl State {
+    /// Runs `pass` with this thread's PHV for `code`'s program (shared by every model of the
+    /// program, so it stays in cache however many switches take turns).
+    fn with_phv<R>(&mut self, code: &Arc<Code>, pass: impl FnOnce(&mut State) -> R) -> R {
+        let mut pass = Some(pass);
+        let shared = SCRATCH.with(|scratch| {
+            let Ok(mut scratch) = scratch.try_borrow_mut() else {
+                return None;
+            };
+            let at = match scratch
+                .iter()
+                .position(|s| std::ptr::eq(s.code.as_ptr(), Arc::as_ptr(code)))
+            {
+                Some(at) => at,
+                None => {
+                    scratch.retain(|s| s.code.strong_count() > 0);
+                    if scratch.len() >= MAX_SCRATCH {
+                        scratch.remove(0);
+                    }
+                    scratch.push(Scratch {
+                        code: Arc::downgrade(code),
+                        phv: new_phv(),
+                        stale: 0,
+                    });
+                    scratch.len() - 1
+                }
+            };
+            let s = &mut scratch[at];
+            std::mem::swap(&mut self.phv, &mut s.phv);
+            self.stale = s.stale;
+            // While the pass runs the scratch holds this model's own PHV (if the pass
+            // panics, it stays there and its fields count as stale).
+            s.stale = u64::MAX;
+            self.dirty = 0;
+            let r = pass.take().map(|pass| pass(self));
+            std::mem::swap(&mut self.phv, &mut s.phv);
+            s.stale = self.stale | self.dirty;
+            r
+        });
+        match (shared, pass) {
+            (Some(r), _) => r,
+            (None, Some(pass)) => {
+                // This model's own PHV, as another pass (or none) left it.
+                self.stale = u64::MAX;
+                self.dirty = 0;
+                pass(self)
+            }
+            (None, None) => unreachable!("the pass ran with the shared PHV"),
+        }
+    }
+
     fn reset(&mut self, code: &Code) {
         self.stale |= self.dirty;
         for (start, end) in &code.meta_ranges {
@@ -849,6 +2326,7 @@ impl State {
         self.valid = 0;
         self.parsed = 0;
         self.dirty = 0;
+        self.zeroed = 0;
         self.in_order = true;
     }
 
@@ -857,15 +2335,22 @@ impl State {
         let mut offset = 0usize;
         let mut last: i32 = -1;
         while let Some(s) = code.parser.get(state) {
-            if s.extract != NO_HEADER {
-                let h = s.extract as usize;
-                let header = &code.headers[h];
-                if offset + header.bytes > packet.len() {
+            if s.header != NO_HEADER {
+                let h = s.header as usize;
+                if offset + s.bytes as usize > packet.len() {
                     break;
                 }
-                let base = offset * 8;
-                for f in &header.fields {
-                    self.phv[f.phv as usize] = read_bits(packet, base + f.bit as usize, f.width);
+                for f in &code.pfields[s.fields as usize..s.fields_end as usize] {
+                    let at = offset + f.byte as usize;
+                    self.phv[f.phv as usize] = match packet.get(at..at + 8) {
+                        Some(b) if f.shift != NO_WINDOW => {
+                            let w = u64::from_be_bytes([
+                                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                            ]);
+                            (w >> f.shift) & mask(f.width)
+                        }
+                        _ => read_bits(packet, offset * 8 + f.bit as usize, f.width),
+                    };
                 }
                 self.valid |= 1 << h;
                 self.parsed |= 1 << h;
@@ -874,18 +2359,21 @@ impl State {
                     self.in_order = false;
                 }
                 last = h as i32;
-                offset += header.bytes;
+                offset += s.bytes as usize;
             }
-            match &s.transition {
-                CTransition::Accept => break,
-                CTransition::Goto(t) => state = *t,
-                CTransition::Select(field, cases) => {
-                    let v = self.phv[*field as usize];
-                    match cases.iter().find(|(c, _)| *c == v) {
-                        Some((_, Some(t))) => state = *t,
+            match s.kind {
+                GOTO => state = s.next as usize,
+                SELECT => {
+                    let v = self.phv[s.select as usize];
+                    match code.pcases[s.cases as usize..s.cases_end as usize]
+                        .iter()
+                        .find(|(c, _)| *c == v)
+                    {
+                        Some((_, t)) if *t != NO_SLOT => state = *t as usize,
                         _ => break,
                     }
                 }
+                _ => break,
             }
         }
         self.payload_offset = offset;
@@ -894,16 +2382,30 @@ impl State {
         while stale != 0 {
             let h = stale.trailing_zeros() as usize;
             stale &= stale - 1;
-            for f in &code.headers[h].fields {
+            let (a, b) = code.header_fields[h];
+            for f in &code.pfields[a as usize..b as usize] {
                 self.phv[f.phv as usize] = 0;
             }
         }
         self.stale = self.parsed;
     }
 
-    /// Writes the packet as the deparser emits it. When the valid headers are the parsed
-    /// ones (in order), only the headers written in this pass are re-emitted over a copy of
-    /// the input.
+    /// Writes `fields` (of a header at byte `base`) from the PHV into `out`.
+    fn emit_fields(&self, fields: &[CField], out: &mut [u8], base: usize) {
+        for f in fields {
+            write_bits(
+                out,
+                base * 8 + f.bit as usize,
+                f.width,
+                self.phv[f.phv as usize],
+            );
+        }
+    }
+
+    /// Writes the packet as the deparser emits it. A parsed header starts from its input
+    /// bytes and gets the fields the program writes re-emitted if it was written; a header
+    /// the program made valid is emitted whole. When the valid headers are the parsed ones
+    /// (in order), the output is a copy of the input with the written headers patched.
     fn deparse(&self, code: &Code, packet: &[u8], out: &mut Vec<u8>) {
         out.clear();
         if self.valid == self.parsed && self.in_order {
@@ -912,31 +2414,31 @@ impl State {
             while dirty != 0 {
                 let h = dirty.trailing_zeros() as usize;
                 dirty &= dirty - 1;
-                let base = self.offsets[h] as usize * 8;
-                for f in &code.headers[h].fields {
-                    write_bits(
-                        out,
-                        base + f.bit as usize,
-                        f.width,
-                        self.phv[f.phv as usize],
-                    );
-                }
+                let header = &code.headers[h];
+                let fields = if self.zeroed & (1 << h) != 0 {
+                    &header.fields
+                } else {
+                    &header.emit
+                };
+                self.emit_fields(fields, out, self.offsets[h] as usize);
             }
             return;
         }
         for (h, header) in code.headers.iter().enumerate() {
-            if self.valid & (1 << h) == 0 {
+            let bit = 1 << h;
+            if self.valid & bit == 0 {
                 continue;
             }
             let start = out.len();
-            out.resize(start + header.bytes, 0);
-            for f in &header.fields {
-                write_bits(
-                    &mut out[start..],
-                    f.bit as usize,
-                    f.width,
-                    self.phv[f.phv as usize],
-                );
+            if self.parsed & !self.zeroed & bit != 0 {
+                let at = self.offsets[h] as usize;
+                out.extend_from_slice(&packet[at..at + header.bytes]);
+                if self.dirty & bit != 0 {
+                    self.emit_fields(&header.emit, out, start);
+                }
+            } else {
+                out.resize(start + header.bytes, 0);
+                self.emit_fields(&header.fields, out, start);
             }
         }
         if self.payload_offset < packet.len() {
@@ -944,159 +2446,110 @@ impl State {
         }
     }
 
-    #[inline]
-    fn eval(&self, code: &Code, span: Span) -> u64 {
-        let mut stack = [0u64; STACK];
-        let mut sp = 0usize;
-        for op in &code.eops[span.0 as usize..span.1 as usize] {
-            match *op {
-                EOp::Field(f) => {
-                    stack[sp] = self.phv[f as usize];
-                    sp += 1;
-                }
-                EOp::Const(v) => {
-                    stack[sp] = v;
-                    sp += 1;
-                }
-                EOp::Valid(h) => {
-                    stack[sp] = (self.valid >> h) & 1;
-                    sp += 1;
-                }
-                EOp::CmpFieldConst(f, op, c, w) => {
-                    stack[sp] = op.eval(self.phv[f as usize], c, w) as u64;
-                    sp += 1;
-                }
-                EOp::Shl(n, m) => stack[sp - 1] = (stack[sp - 1] << n) & m,
-                EOp::Shr(n) => stack[sp - 1] >>= n,
-                EOp::Slice(lo, m) => stack[sp - 1] = (stack[sp - 1] >> lo) & m,
-                EOp::Not => stack[sp - 1] = (stack[sp - 1] == 0) as u64,
-                EOp::Bin(op, m) => {
-                    sp -= 1;
-                    let (x, y) = (stack[sp - 1], stack[sp]);
-                    stack[sp - 1] = match op {
-                        BinOp::Add => x.wrapping_add(y) & m,
-                        BinOp::Sub => x.wrapping_sub(y) & m,
-                        BinOp::SatAdd => x.saturating_add(y).min(m),
-                        BinOp::And => x & y,
-                        BinOp::Or => x | y,
-                        BinOp::Xor => x ^ y,
-                        BinOp::Min => x.min(y),
-                        BinOp::Max => x.max(y),
-                    };
-                }
-                EOp::Cmp(op, w) => {
-                    sp -= 1;
-                    stack[sp - 1] = op.eval(stack[sp - 1], stack[sp], w) as u64;
-                }
-                EOp::And => {
-                    sp -= 1;
-                    stack[sp - 1] = (stack[sp - 1] != 0 && stack[sp] != 0) as u64;
-                }
-                EOp::Or => {
-                    sp -= 1;
-                    stack[sp - 1] = (stack[sp - 1] != 0 || stack[sp] != 0) as u64;
-                }
-            }
-        }
-        if sp == 0 {
-            0
-        } else {
-            stack[sp - 1]
-        }
-    }
-
-    #[inline]
-    fn operand(&self, o: COperand, lo: u64, hi: u64) -> u64 {
-        match o {
-            COperand::Lo => lo,
-            COperand::Hi => hi,
-            COperand::Phv(f) => self.phv[f as usize],
-            COperand::Const(c) => c,
-        }
-    }
-
     /// One TNA RegisterAction: conditions, predicated updates, one output.
     fn execute(&mut self, code: &Code, ra: u16, index: u64) -> u64 {
         let ra = &code.register_actions[ra as usize];
         // Registers are powers of two; masking the index is the hardware's behaviour.
-        let idx = (index as usize) & ra.size_mask;
-        let cell = self.registers[ra.register][idx];
+        let w = ((index as usize) & ra.size_mask) * ra.stride + ra.offset;
+        let slab = &self.slabs[ra.slab as usize];
+        let lo = slab.get(w);
+        let hi = if ra.pair { slab.get(w + 1) } else { 0 };
         let m = ra.word_mask;
-        let (lo, hi) = if ra.pair {
-            (cell & 0xFFFF_FFFF, cell >> 32)
-        } else {
-            (cell, 0)
-        };
-        let mut outcome = 0u8;
+        let phv = &self.phv;
+        let mut outcome = 0usize;
         for (i, c) in ra.conditions.iter().enumerate() {
-            let l = self.operand(c.left, lo, hi);
-            let v = match c.right {
-                None => l,
-                Some((true, r)) => l.wrapping_sub(self.operand(r, lo, hi)),
-                Some((false, r)) => l.wrapping_add(self.operand(r, lo, hi)),
-            } & m;
-            if c.cmp.eval(v, c.constant, ra.word_width) {
+            if c.test(phv, lo, hi, m) {
                 outcome |= 1 << i;
             }
         }
-        let (mut new_lo, mut new_hi) = (lo, hi);
-        for u in &ra.updates {
-            if !u.when.covers(outcome) {
-                continue;
+        let o = ra.outcomes[outcome];
+        let update = |u: u8| ra.updates[u as usize].apply(phv, lo, hi, m);
+        let new_lo = if o.lo == NONE { lo } else { update(o.lo) };
+        let new_hi = if o.hi == NONE { hi } else { update(o.hi) };
+        if ra.writes {
+            let slab = &mut self.slabs[ra.slab as usize];
+            slab.set(w, new_lo);
+            if ra.pair {
+                slab.set(w + 1, new_hi);
             }
-            let a = self.operand(u.a, lo, hi) & m;
-            let b = self.operand(u.b, lo, hi) & m;
-            let v = match u.op {
-                SaluOp::Set => a,
-                SaluOp::Add => a.wrapping_add(b) & m,
-                SaluOp::Sub => a.wrapping_sub(b) & m,
-                SaluOp::SatAdd => a.saturating_add(b).min(m),
-                SaluOp::SatSub => a.saturating_sub(b),
-                SaluOp::Min => a.min(b),
-                SaluOp::Max => a.max(b),
-                SaluOp::And => a & b,
-                SaluOp::Or => a | b,
-                SaluOp::Xor => a ^ b,
-                // Rejected by the rule checker; the model keeps the word unchanged.
-                SaluOp::Shl | SaluOp::Mul => a,
-            };
-            if u.hi {
-                new_hi = v;
-            } else {
-                new_lo = v;
+            if *self.live_views.get_mut() != 0 {
+                self.drop_view(ra.register as usize);
             }
         }
-        self.registers[ra.register][idx] = if ra.pair {
-            (new_hi << 32) | new_lo
-        } else {
-            new_lo
+        if o.out == NONE {
+            return 0;
+        }
+        match ra.outputs[o.out as usize] {
+            SaluOutputValue::Old(Word::Lo) => lo,
+            SaluOutputValue::Old(Word::Hi) => hi,
+            SaluOutputValue::New(Word::Lo) => new_lo,
+            SaluOutputValue::New(Word::Hi) => new_hi,
+            SaluOutputValue::Const(c) => c,
+        }
+    }
+
+    /// A register action in its [`WordAction`] form.
+    #[inline(always)]
+    fn execute_word(&mut self, code: &Code, wa: u16, index: u64) -> u64 {
+        let a = &code.word_actions[wa as usize];
+        let w = ((index as usize) & a.size_mask as usize) * a.stride as usize + a.offset as usize;
+        let Slab::Words(lines) = &mut self.slabs[a.slab as usize] else {
+            return 0;
         };
-        for (when, value) in &ra.outputs {
-            if when.covers(outcome) {
-                return match *value {
-                    SaluOutputValue::Old(Word::Lo) => lo,
-                    SaluOutputValue::Old(Word::Hi) => hi,
-                    SaluOutputValue::New(Word::Lo) => new_lo,
-                    SaluOutputValue::New(Word::Hi) => new_hi,
-                    SaluOutputValue::Const(c) => c,
-                };
+        let value = word_step(a, &code.word_conds, &mut lines[w >> 4].0[w & 15], &self.phv);
+        if a.writes && *self.live_views.get_mut() != 0 {
+            self.drop_view(code.word_registers[wa as usize] as usize);
+        }
+        value
+    }
+
+    /// The word actions of an [`Ins::ExecuteGroup`]: one cell group, one address.
+    fn execute_group(&mut self, code: &Code, members: &[(u16, u16, u64)], index: u64) {
+        let Some(&(first, _, _)) = members.first() else {
+            return;
+        };
+        let first = &code.word_actions[first as usize];
+        let base = ((index as usize) & first.size_mask as usize) * first.stride as usize;
+        let Slab::Words(lines) = &mut self.slabs[first.slab as usize] else {
+            return;
+        };
+        for &(wa, out, mask) in members {
+            let wa = &code.word_actions[wa as usize];
+            let w = base + wa.offset as usize;
+            let value = word_step(
+                wa,
+                &code.word_conds,
+                &mut lines[w >> 4].0[w & 15],
+                &self.phv,
+            );
+            if out != NO_SLOT {
+                self.phv[out as usize] = value & mask;
             }
         }
-        0
+        if *self.live_views.get_mut() != 0 {
+            for &(wa, _, _) in members {
+                if code.word_actions[wa as usize].writes {
+                    self.drop_view(code.word_registers[wa as usize] as usize);
+                }
+            }
+        }
     }
 
     fn hash(&self, code: &Code, unit: u16) -> u64 {
         let h = &code.hashes[unit as usize];
-        let mut buf = [0u8; MAX_HASH_BYTES];
+        // Each input is stored as a whole big-endian word whose tail the next input
+        // overwrites (fixed-size stores).
+        let mut buf = [0u8; MAX_HASH_BYTES + 8];
         let mut n = 0;
         for (f, bytes) in &h.inputs {
-            let v = self.phv[*f as usize];
-            for i in (0..*bytes as usize).rev() {
-                buf[n] = (v >> (8 * i)) as u8;
-                n += 1;
+            let b = (*bytes as usize).min(8);
+            if b > 0 {
+                let v = self.phv[*f as usize] << (64 - 8 * b as u32);
+                buf[n..n + 8].copy_from_slice(&v.to_be_bytes());
+                n += b;
             }
         }
-        (crc32(&buf[..n]) as u64) & h.mask
+        (crc32_fast(&buf[..n]) as u64) & h.mask
     }
 
     fn set_params(&mut self, code: &Code, action: u16, args: &[u64]) {
@@ -1153,69 +2606,122 @@ impl State {
         while let Some(ins) = code.ins.get(pc) {
             pc += 1;
             match *ins {
-                Ins::Assign {
-                    dst,
-                    mask,
-                    expr,
-                    header,
-                } => {
-                    self.phv[dst as usize] = self.eval(code, expr) & mask;
-                    if header != NO_HEADER {
-                        self.dirty |= 1 << header;
-                    }
-                }
-                Ins::AssignField {
-                    dst,
-                    src,
-                    mask,
-                    header,
-                } => {
+                Ins::Mov { dst, src, mask } => {
                     self.phv[dst as usize] = self.phv[src as usize] & mask;
-                    if header != NO_HEADER {
-                        self.dirty |= 1 << header;
-                    }
                 }
-                Ins::AssignConst { dst, value, header } => {
-                    self.phv[dst as usize] = value;
-                    if header != NO_HEADER {
-                        self.dirty |= 1 << header;
-                    }
+                Ins::Imm { dst, value } => self.phv[dst as usize] = value,
+                Ins::Bin {
+                    op,
+                    dst,
+                    a,
+                    b,
+                    mask,
+                } => {
+                    self.phv[dst as usize] =
+                        bin(op, self.phv[a as usize], self.phv[b as usize], mask);
                 }
-                Ins::JumpUnless(cond, target) => {
-                    if self.eval(code, cond) == 0 {
+                Ins::BinImm {
+                    op,
+                    dst,
+                    a,
+                    b,
+                    mask,
+                } => {
+                    self.phv[dst as usize] = bin(op, self.phv[a as usize], b, mask);
+                }
+                Ins::Shl { dst, a, n, mask } => {
+                    self.phv[dst as usize] = self.phv[a as usize].wrapping_shl(n as u32) & mask;
+                }
+                Ins::Shr { dst, a, n, mask } => {
+                    self.phv[dst as usize] = self.phv[a as usize].wrapping_shr(n as u32) & mask;
+                }
+                Ins::ShlOr { dst, a, n, b, mask } => {
+                    self.phv[dst as usize] =
+                        (self.phv[a as usize].wrapping_shl(n as u32) | self.phv[b as usize]) & mask;
+                }
+                Ins::JumpCmp { cmp, a, b, target } => {
+                    if cmp.test(self.phv[a as usize], cmp.norm(self.phv[b as usize])) {
                         pc = target as usize;
                     }
                 }
-                Ins::JumpUnlessCmp(f, op, k, w, target) => {
-                    if !op.eval(self.phv[f as usize], k, w) {
+                Ins::JumpCmpImm { cmp, a, b, target } => {
+                    if cmp.test(self.phv[a as usize], b) {
                         pc = target as usize;
                     }
                 }
-                Ins::JumpUnlessValid(h, target) => {
+                Ins::JumpValid(h, target) => {
+                    if self.valid & (1 << h) != 0 {
+                        pc = target as usize;
+                    }
+                }
+                Ins::JumpInvalid(h, target) => {
                     if self.valid & (1 << h) == 0 {
                         pc = target as usize;
                     }
                 }
                 Ins::Jump(target) => pc = target as usize,
+                Ins::Dirty(h) => self.dirty |= 1 << h,
                 Ins::Execute {
                     ra,
                     index,
                     out,
-                    out_mask,
+                    mask,
                 } => {
-                    let idx = self.eval(code, index);
-                    let v = self.execute(code, ra, idx);
-                    if out != NO_FIELD {
-                        self.phv[out as usize] = v & out_mask;
+                    let v = self.execute(code, ra, self.phv[index as usize]);
+                    if out != NO_SLOT {
+                        self.phv[out as usize] = v & mask;
                     }
                 }
-                Ins::Hash { unit, dst } => {
-                    self.phv[dst as usize] = self.hash(code, unit) & code.masks[dst as usize];
+                Ins::ExecuteGroup {
+                    first,
+                    count,
+                    index,
+                } => {
+                    let members = &code.group_members[first as usize..][..count as usize];
+                    self.execute_group(code, members, self.phv[index as usize]);
+                    pc += count as usize - 1;
+                }
+                Ins::CondSet {
+                    cmp,
+                    a,
+                    b,
+                    dst,
+                    value,
+                } => {
+                    if cmp.test(self.phv[a as usize], cmp.norm(self.phv[b as usize])) {
+                        self.phv[dst as usize] = value;
+                    }
+                }
+                Ins::CondSetImm {
+                    cmp,
+                    a,
+                    dst,
+                    b,
+                    value,
+                } => {
+                    if cmp.test(self.phv[a as usize], b) {
+                        self.phv[dst as usize] = value;
+                    }
+                }
+                Ins::ExecuteWord {
+                    wa,
+                    index,
+                    out,
+                    mask,
+                } => {
+                    let v = self.execute_word(code, wa, self.phv[index as usize]);
+                    if out != NO_SLOT {
+                        self.phv[out as usize] = v & mask;
+                    }
+                }
+                Ins::Hash { unit, dst, mask } => {
+                    self.phv[dst as usize] = self.hash(code, unit) & mask;
                 }
                 Ins::SetValid(h) => {
                     if self.valid & (1 << h) == 0 {
                         self.valid |= 1 << h;
                         self.dirty |= 1 << h;
+                        self.zeroed |= 1 << h;
                         self.stale |= 1 << h;
                         for f in &code.headers[h as usize].fields {
                             self.phv[f.phv as usize] = 0;
@@ -1223,7 +2729,9 @@ impl State {
                     }
                 }
                 Ins::SetInvalid(h) => self.valid &= !(1 << h),
-                Ins::Unicast(e) => ctx.forward = Forward::Unicast(self.eval(code, e) as u16),
+                Ins::Unicast(port) => {
+                    ctx.forward = Forward::Unicast(self.phv[port as usize] as u16);
+                }
                 Ins::Multicast(g) => ctx.forward = Forward::Multicast(g),
                 Ins::Drop => ctx.dropped = true,
                 Ins::Clone => {
@@ -1244,24 +2752,98 @@ impl State {
         }
     }
 
-    fn carry(&self, fields: &[u16]) -> Carried {
-        let mut c = Carried::default();
-        for (i, f) in fields.iter().enumerate() {
-            c.values[i] = self.phv[*f as usize];
+    /// Fills `c` (which holds the default) with the values of `fields`.
+    fn carry_into(&self, fields: &[(u16, u64)], c: &mut Carried) {
+        for (v, (f, _)) in c.values.iter_mut().zip(fields) {
+            *v = self.phv[*f as usize];
         }
+    }
+
+    fn carry(&self, fields: &[(u16, u64)]) -> Carried {
+        let mut c = Carried::default();
+        self.carry_into(fields, &mut c);
         c
     }
 
-    fn restore(&mut self, code: &Code, fields: &[u16], carried: &Carried) {
-        for (i, f) in fields.iter().enumerate() {
-            self.phv[*f as usize] = carried.values[i] & code.masks[*f as usize];
+    fn restore(&mut self, fields: &[(u16, u64)], carried: &Carried) {
+        for (v, (f, m)) in carried.values.iter().zip(fields) {
+            self.phv[*f as usize] = v & m;
         }
     }
 
+    #[inline(always)]
     fn set_intrinsic(&mut self, code: &Code, which: Intrinsic, value: u64) {
-        let f = code.intrinsic(which);
-        self.phv[f] = value & code.masks[f];
+        let (f, m) = code.intrinsic(which);
+        self.phv[f as usize] = value & m;
     }
+
+    /// Drops the control-plane view of register `r` (its cells changed).
+    fn drop_view(&mut self, r: usize) {
+        if self.views[r].take().is_some() {
+            *self.live_views.get_mut() -= 1;
+        }
+    }
+
+    /// The control-plane view of register `r`, built if needed.
+    fn view(&self, code: &Code, r: usize) -> &[u64] {
+        let loc = &code.registers[r];
+        self.views[r].get_or_init(|| {
+            self.live_views.fetch_add(1, Ordering::Relaxed);
+            (0..loc.size).map(|i| self.cell(loc, i)).collect()
+        })
+    }
+
+    /// A register cell as the control plane sees it (`hi << 32 | lo` for pairs).
+    fn cell(&self, loc: &RegLoc, index: usize) -> u64 {
+        let w = index * loc.stride + loc.offset;
+        let slab = &self.slabs[loc.slab as usize];
+        if loc.pair {
+            (slab.get(w + 1) << 32) | slab.get(w)
+        } else {
+            slab.get(w)
+        }
+    }
+}
+
+/// The CRC-32 byte table of [`crate::hash::crc32`] split by nibble: the table is linear,
+/// so `T[x] = T[x & 15] ^ T[x & 0xF0]`. Two 16-entry tables are two cache lines (a byte
+/// table is sixteen, and a switch pass finds them evicted by the simulator between
+/// packets).
+const fn crc_nibble_tables() -> [[u32; 16]; 2] {
+    let mut t = [[0u32; 16]; 2];
+    let mut half = 0;
+    while half < 2 {
+        let mut i = 0;
+        while i < 16 {
+            let mut c = (i << (4 * half)) as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            t[half][i] = c;
+            i += 1;
+        }
+        half += 1;
+    }
+    t
+}
+
+static CRC_NIBBLES: [[u32; 16]; 2] = crc_nibble_tables();
+
+/// The CRC-32 of [`crate::hash::crc32`].
+fn crc32_fast(bytes: &[u8]) -> u32 {
+    let [lo, hi] = &CRC_NIBBLES;
+    let mut c = 0xFFFF_FFFFu32;
+    for b in bytes {
+        let x = (c ^ *b as u32) as usize;
+        c = lo[x & 15] ^ hi[(x >> 4) & 15] ^ (c >> 8);
+    }
+    c ^ 0xFFFF_FFFF
 }
 
 /// The interpreter: the program compiled once (see the module docs), then run per packet
@@ -1286,16 +2868,28 @@ fn mask(width: u8) -> u64 {
 
 #[inline]
 pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
-    if bit_offset % 8 == 0 && width % 8 == 0 {
-        // Byte-aligned fields (most of them): a plain big-endian read.
-        let start = bit_offset / 8;
+    let first = bit_offset / 8;
+    let in_byte = bit_offset % 8;
+    let span = in_byte + width as usize;
+    if span <= 8 && width > 0 {
+        // Within one byte.
+        return (buf[first] as u64 >> (8 - span)) & mask(width);
+    }
+    if span <= 64 && width > 0 {
+        if let Some(w) = window(buf, first) {
+            return (w >> (64 - in_byte - width as usize)) & mask(width);
+        }
+    }
+    if in_byte == 0 && width % 8 == 0 {
+        // Byte-aligned fields near the end of the buffer: a plain big-endian read.
         let n = width as usize / 8;
-        let mut word = [0u8; 8];
-        word[8 - n..].copy_from_slice(&buf[start..start + n]);
-        return u64::from_be_bytes(word);
+        let mut v = 0u64;
+        for b in &buf[first..first + n] {
+            v = (v << 8) | *b as u64;
+        }
+        return v;
     }
     let mut v: u128 = 0;
-    let first = bit_offset / 8;
     let last = (bit_offset + width as usize - 1) / 8;
     for b in &buf[first..=last] {
         v = (v << 8) | *b as u128;
@@ -1304,62 +2898,119 @@ pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
     ((v >> trailing) as u64) & mask(width)
 }
 
-#[inline]
+/// Writes `value` into `width` bits at `bit_offset` (big-endian). Only the bytes the field
+/// covers are touched (no wide read-modify-write of neighbouring bytes that were just
+/// written, which would stall on store forwarding); whole-byte fields are plain stores.
+#[inline(always)]
 pub(crate) fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
-    if bit_offset % 8 == 0 && width % 8 == 0 {
-        let start = bit_offset / 8;
-        let n = width as usize / 8;
-        for (i, b) in buf[start..start + n].iter_mut().enumerate() {
-            *b = (value >> (8 * (n - 1 - i))) as u8;
+    let at = bit_offset / 8;
+    if bit_offset % 8 == 0 {
+        match width {
+            8 => {
+                buf[at] = value as u8;
+                return;
+            }
+            16 => {
+                buf[at..at + 2].copy_from_slice(&(value as u16).to_be_bytes());
+                return;
+            }
+            32 => {
+                buf[at..at + 4].copy_from_slice(&(value as u32).to_be_bytes());
+                return;
+            }
+            24 => {
+                buf[at..at + 3].copy_from_slice(&(value as u32).to_be_bytes()[1..]);
+                return;
+            }
+            48 => {
+                buf[at..at + 6].copy_from_slice(&value.to_be_bytes()[2..]);
+                return;
+            }
+            64 => {
+                buf[at..at + 8].copy_from_slice(&value.to_be_bytes());
+                return;
+            }
+            _ => {}
         }
+    }
+    write_bits_masked(buf, bit_offset, width, value);
+}
+
+/// [`write_bits`] for fields that do not cover whole bytes: read-modify-write of the bytes
+/// they cover.
+#[inline(never)]
+fn write_bits_masked(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
+    if width == 0 {
         return;
     }
     let first = bit_offset / 8;
-    let last = (bit_offset + width as usize - 1) / 8;
-    let trailing = (last + 1) * 8 - (bit_offset + width as usize);
+    let span = bit_offset % 8 + width as usize;
+    if span <= 8 {
+        // Within one byte.
+        let shift = 8 - span;
+        let m = (mask(width) << shift) as u8;
+        buf[first] = (buf[first] & !m) | ((value << shift) as u8 & m);
+        return;
+    }
+    write_bits_spanning(buf, bit_offset, width, value);
+}
+
+/// [`write_bits_masked`] for fields over several bytes.
+#[inline(never)]
+fn write_bits_spanning(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
+    let first = bit_offset / 8;
+    let end = bit_offset + width as usize;
+    let last = (end - 1) / 8;
+    let bytes = &mut buf[first..=last];
+    let n = bytes.len();
+    let trailing = (last + 1) * 8 - end;
     let m = (mask(width) as u128) << trailing;
     let v = ((value & mask(width)) as u128) << trailing;
-    let n = last - first + 1;
-    for (i, b) in buf[first..=last].iter_mut().enumerate() {
+    for (i, b) in bytes.iter_mut().enumerate() {
         let shift = 8 * (n - 1 - i);
-        let bm = ((m >> shift) & 0xFF) as u8;
-        let bv = ((v >> shift) & 0xFF) as u8;
+        let bm = (m >> shift) as u8;
+        let bv = (v >> shift) as u8;
         *b = (*b & !bm) | bv;
     }
 }
 
 impl Model {
     /// A model of `program` with empty registers and tables. The program is compiled into
-    /// a flat instruction list here; a program the model cannot run (more than
-    /// [`MAX_CARRIED`] bridged fields, 64 headers, deep expressions) is an error.
+    /// a flat instruction list here (once per `Arc<Program>`: models of the same program
+    /// share the code); a program the model cannot run (more than [`MAX_CARRIED`] bridged
+    /// fields, 64 headers, register sizes that are not powers of two) is an error.
     pub fn new(program: Arc<Program>, routing: Routing, cpu_port: u16) -> Result<Self, ModelError> {
-        let code = Code::compile(&program)?;
+        let code = compiled(&program)?;
         if code.bridged.len() > MAX_CARRIED || code.cloned.len() > MAX_CARRIED {
             return Err(program_error(format!(
                 "more than {MAX_CARRIED} bridged or cloned fields"
             )));
         }
-        let registers = program
-            .registers
-            .iter()
-            .map(|r| vec![0u64; r.size as usize])
-            .collect();
         let st = State {
-            phv: vec![0; program.fields.len()],
+            phv: new_phv(),
             valid: 0,
             parsed: 0,
             dirty: 0,
             stale: 0,
+            zeroed: 0,
             offsets: [0; MAX_HEADERS],
             in_order: true,
             payload_offset: 0,
-            registers,
+            slabs: code
+                .slabs
+                .iter()
+                .map(|(kind, words)| Slab::new(*kind, *words))
+                .collect(),
+            views: (0..program.registers.len())
+                .map(|_| OnceLock::new())
+                .collect(),
+            live_views: AtomicUsize::new(0),
             tables: vec![TableState::default(); program.tables.len()],
             routing,
             routed: None,
         };
         Ok(Model {
-            code: Arc::new(code),
+            code,
             st,
             groups: HashMap::new(),
             cpu_port,
@@ -1414,38 +3065,39 @@ impl DataPlane for Model {
             });
         }
         out.reset();
-        let code = &*self.code;
-        let st = &mut self.st;
-        st.reset(code);
-        st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
-        st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
-        st.routed = input.routed_egress_port;
-        st.parse(code, packet);
-        let mut ctx = PassCtx {
-            packet,
-            clone_bytes: &mut out.clone_bytes,
-            digests: &mut out.digests,
-            forward: Forward::None,
-            dropped: false,
-            clone: false,
-        };
-        st.run(code, code.ingress, &mut ctx);
-        let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
-        st.deparse(code, packet, &mut out.bytes);
-        out.dropped = dropped;
-        out.forward = forward;
-        out.bridged = st.carry(&code.bridged);
-        for d in out.digests.iter_mut() {
-            d.values = code.digests[d.digest.0 as usize]
-                .iter()
-                .map(|f| st.phv[*f as usize])
-                .collect();
-        }
-        if clone {
-            let mut c = st.carry(&code.cloned);
-            c.clone_kind = CLONE_INGRESS as u8;
-            out.clone = Some(c);
-        }
+        let code = &self.code;
+        self.st.with_phv(code, |st| {
+            st.reset(code);
+            st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
+            st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
+            st.routed = input.routed_egress_port;
+            st.parse(code, packet);
+            let mut ctx = PassCtx {
+                packet,
+                clone_bytes: &mut out.clone_bytes,
+                digests: &mut out.digests,
+                forward: Forward::None,
+                dropped: false,
+                clone: false,
+            };
+            st.run(code, code.ingress, &mut ctx);
+            let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
+            st.deparse(code, packet, &mut out.bytes);
+            out.dropped = dropped;
+            out.forward = forward;
+            st.carry_into(&code.bridged, &mut out.bridged);
+            for d in out.digests.iter_mut() {
+                d.values = code.digests[d.digest.0 as usize]
+                    .iter()
+                    .map(|f| st.phv[*f as usize])
+                    .collect();
+            }
+            if clone {
+                let mut c = st.carry(&code.cloned);
+                c.clone_kind = CLONE_INGRESS as u8;
+                out.clone = Some(c);
+            }
+        });
         Ok(())
     }
 
@@ -1463,46 +3115,44 @@ impl DataPlane for Model {
             });
         }
         out.reset();
-        let code = &*self.code;
-        let st = &mut self.st;
-        st.reset(code);
-        st.set_intrinsic(
-            code,
-            Intrinsic::EgressIngressPort,
-            input.ingress_port as u64,
-        );
-        st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
-        st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
-        st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
-        st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
-        st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
-        st.set_intrinsic(code, Intrinsic::CloneKind, carried.clone_kind as u64);
-        if carried.clone_kind == 0 {
-            st.restore(code, &code.bridged, carried);
-        } else {
-            st.restore(code, &code.cloned, carried);
-        }
-        st.parse(code, packet);
-        let mut unused = Vec::new();
-        let mut ctx = PassCtx {
-            packet,
-            clone_bytes: &mut unused,
-            digests: &mut out.digests,
-            forward: Forward::None,
-            dropped: false,
-            clone: false,
-        };
-        st.run(code, code.egress, &mut ctx);
-        let (dropped, clone) = (ctx.dropped, ctx.clone);
-        st.deparse(code, packet, &mut out.bytes);
-        out.dropped = dropped;
-        if clone {
-            let mut c = st.carry(&code.cloned);
-            c.clone_kind = CLONE_EGRESS as u8;
-            out.clone = Some(c);
-            out.clone_bytes.clear();
-            out.clone_bytes.extend_from_slice(&out.bytes);
-        }
+        let code = &self.code;
+        self.st.with_phv(code, |st| {
+            st.reset(code);
+            let port = input.ingress_port as u64;
+            st.set_intrinsic(code, Intrinsic::EgressIngressPort, port);
+            st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
+            st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
+            st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
+            st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
+            st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
+            st.set_intrinsic(code, Intrinsic::CloneKind, carried.clone_kind as u64);
+            if carried.clone_kind == 0 {
+                st.restore(&code.bridged, carried);
+            } else {
+                st.restore(&code.cloned, carried);
+            }
+            st.parse(code, packet);
+            let mut unused = Vec::new();
+            let mut ctx = PassCtx {
+                packet,
+                clone_bytes: &mut unused,
+                digests: &mut out.digests,
+                forward: Forward::None,
+                dropped: false,
+                clone: false,
+            };
+            st.run(code, code.egress, &mut ctx);
+            let (dropped, clone) = (ctx.dropped, ctx.clone);
+            st.deparse(code, packet, &mut out.bytes);
+            out.dropped = dropped;
+            if clone {
+                let mut c = st.carry(&code.cloned);
+                c.clone_kind = CLONE_EGRESS as u8;
+                out.clone = Some(c);
+                out.clone_bytes.clear();
+                out.clone_bytes.extend_from_slice(&out.bytes);
+            }
+        });
         Ok(())
     }
 
@@ -1583,14 +3233,15 @@ impl DataPlane for Model {
 
     fn register_read(&self, register: &str, index: u64) -> Result<u64, ModelError> {
         let r = self.register_id(register)?;
-        self.st.registers[r]
-            .get(index as usize)
-            .copied()
-            .ok_or(ModelError::RegisterIndex {
+        let loc = &self.code.registers[r];
+        if index >= loc.size as u64 {
+            return Err(ModelError::RegisterIndex {
                 register: register.to_string(),
                 index,
                 size: self.program.registers[r].size,
-            })
+            });
+        }
+        Ok(self.st.cell(loc, index as usize))
     }
 
     fn register_write(&mut self, register: &str, index: u64, value: u64) -> Result<(), ModelError> {
@@ -1603,22 +3254,29 @@ impl DataPlane for Model {
                 width: def.width,
             });
         }
-        let size = def.size;
-        let cell =
-            self.st.registers[r]
-                .get_mut(index as usize)
-                .ok_or(ModelError::RegisterIndex {
-                    register: register.to_string(),
-                    index,
-                    size,
-                })?;
-        *cell = value;
+        let loc = self.code.registers[r];
+        if index >= loc.size as u64 {
+            return Err(ModelError::RegisterIndex {
+                register: register.to_string(),
+                index,
+                size: def.size,
+            });
+        }
+        let w = index as usize * loc.stride + loc.offset;
+        let slab = &mut self.st.slabs[loc.slab as usize];
+        if loc.pair {
+            slab.set(w, value & 0xFFFF_FFFF);
+            slab.set(w + 1, value >> 32);
+        } else {
+            slab.set(w, value);
+        }
+        self.st.drop_view(r);
         Ok(())
     }
 
     fn register_read_all(&self, register: &str) -> Result<&[u64], ModelError> {
         let r = self.register_id(register)?;
-        Ok(&self.st.registers[r])
+        Ok(self.st.view(&self.code, r))
     }
 
     fn register_sync(&mut self, register: &str) -> Result<(), ModelError> {
@@ -1627,7 +3285,20 @@ impl DataPlane for Model {
 
     fn register_reset(&mut self, register: &str) -> Result<(), ModelError> {
         let r = self.register_id(register)?;
-        self.st.registers[r].iter_mut().for_each(|c| *c = 0);
+        let loc = self.code.registers[r];
+        let slab = &mut self.st.slabs[loc.slab as usize];
+        if loc.stride == 1 {
+            slab.clear();
+        } else {
+            for i in 0..loc.size {
+                let w = i * loc.stride + loc.offset;
+                slab.set(w, 0);
+                if loc.pair {
+                    slab.set(w + 1, 0);
+                }
+            }
+        }
+        self.st.drop_view(r);
         Ok(())
     }
 
@@ -1728,6 +3399,7 @@ impl DataPlane for Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::crc32;
 
     #[test]
     fn bits_round_trip_at_odd_offsets() {
@@ -1737,5 +3409,28 @@ mod tests {
         assert_eq!(read_bits(&buf, 3, 13), 0x1ABC);
         assert_eq!(read_bits(&buf, 16, 48), 0xDEAD_BEEF_CAFE);
         assert_eq!(buf[0] >> 5, 0);
+        let mut long = [0u8; 24];
+        for (bit, width, value) in [
+            (0, 64, u64::MAX),
+            (70, 3, 5),
+            (77, 61, 0x0123_4567_89AB_CDEF),
+            (130, 9, 0x1FF),
+        ] {
+            write_bits(&mut long, bit, width, value);
+            assert_eq!(
+                read_bits(&long, bit, width),
+                value,
+                "bit {bit} width {width}"
+            );
+        }
+        assert_eq!(read_bits(&long, 0, 64), u64::MAX);
+    }
+
+    #[test]
+    fn nibble_crc_matches_the_reference() {
+        let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8).collect();
+        for n in 0..bytes.len() {
+            assert_eq!(crc32_fast(&bytes[..n]), crc32(&bytes[..n]), "{n} bytes");
+        }
     }
 }
