@@ -201,6 +201,7 @@ fn reports(topology: &FabricTopology, victim: FiveTuple) -> Vec<TelemetryReport>
                 victim,
                 egress: Vec::new(),
             },
+            paused_ports: Vec::new(),
             epochs,
         });
     }

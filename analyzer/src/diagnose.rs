@@ -235,7 +235,31 @@ impl<'a> Context<'a> {
             ),
         }];
         let flows = self.contributors(sink);
-        if !flows.is_empty() {
+        // A host that paused its port decides the sink over the port's contention when the
+        // pause outlasted the contention (a storm that followed a burst: the sink is
+        // classified by its latest state) or when the contention only began once the host
+        // was pausing (the backlog the pause built, draining). The contention is kept as
+        // evidence.
+        let host_paused =
+            summary.peer_is_host && (summary.paused > 0 || summary.first_paused_epoch.is_some());
+        let storm_outlasts_contention = host_paused
+            && (summary.last_paused_epoch > summary.last_contention_epoch
+                || summary.first_contention_epoch >= summary.first_paused_epoch);
+        if !flows.is_empty() && storm_outlasts_contention {
+            for flow in flows.iter().take(5) {
+                evidence.push(Evidence {
+                    rule: "earlier_flow_contention".into(),
+                    from: sink_label.clone(),
+                    to: flow.flow.to_string(),
+                    weight: flow.weight,
+                    note: format!(
+                        "{} contended at {sink_label} (weight {:.1}), but the host's pause outlasted that contention or came first (the queue it met is the backlog of the pause)",
+                        flow.flow, flow.weight
+                    ),
+                });
+            }
+        }
+        if !flows.is_empty() && !storm_outlasts_contention {
             for flow in flows.iter().take(5) {
                 evidence.push(Evidence {
                     rule: "flow_contention".into(),
@@ -309,15 +333,21 @@ impl<'a> Context<'a> {
             .peer
             .map(|p| incident.node_name(p.node))
             .unwrap_or_else(|| "-".into());
-        let (anomaly_type, kind, injector) = if summary.paused > 0 && summary.peer_is_host {
+        let (anomaly_type, kind, injector) = if host_paused {
             evidence.push(Evidence {
                 rule: "host_pfc_injection".into(),
                 from: peer_name.clone(),
                 to: sink_label.clone(),
                 weight: summary.paused as f64,
                 note: format!(
-                    "host {peer_name} paused {sink_label} ({} paused packets) although the port had no contention: PFC injected by the host (Alg. 2 l.5)",
-                    summary.paused
+                    "host {peer_name} paused {sink_label} ({} paused packets{}) although the port had no contention{}: PFC injected by the host (Alg. 2 l.5)",
+                    summary.paused,
+                    if summary.paused_at_collection {
+                        ", still paused at collection"
+                    } else {
+                        ""
+                    },
+                    if flows.is_empty() { "" } else { " in its latest epochs" }
                 ),
             });
             (
@@ -692,6 +722,60 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// The victim met contention at a port that is also the origin of PFC spreading (the
+    /// initial congestion point of a backpressure tree, or a port of a deadlocked loop or of
+    /// its out-of-loop initiator) that its walk did not reach through a pause — e.g. it is
+    /// one of the incast flows at the root itself. That is one anomaly, not two: the
+    /// contention draft is folded into the PFC anomaly, which then affects the victim.
+    fn absorb_contention_at_pfc_origins(&mut self) {
+        let contended: Vec<PortRef> = self
+            .drafts
+            .keys()
+            .filter_map(|key| match key {
+                AnomalyKey::Contention(port) => Some(*port),
+                _ => None,
+            })
+            .collect();
+        for port in contended {
+            let origin = self.drafts.iter().find_map(|(key, draft)| {
+                let holds = match key {
+                    AnomalyKey::Sink(sink) => {
+                        *sink == port && draft.anomaly_type == AnomalyType::PfcBackpressure
+                    }
+                    AnomalyKey::Loop(_) => {
+                        draft.loop_ports.contains(&port) || draft.root_ports.contains(&port)
+                    }
+                    AnomalyKey::Contention(_) => false,
+                };
+                holds.then_some(*key)
+            });
+            let Some(origin) = origin else {
+                continue;
+            };
+            let Some(contention) = self.drafts.remove(&AnomalyKey::Contention(port)) else {
+                continue;
+            };
+            let port_label = label(self.incident, port);
+            if let Some(draft) = self.drafts.get_mut(&origin) {
+                draft.affects_victim = true;
+                draft.evidence.push(Evidence {
+                    rule: "victim_at_pfc_origin".into(),
+                    from: port_label.clone(),
+                    to: String::new(),
+                    weight: 0.0,
+                    note: format!(
+                        "the victim met contention at {port_label}, which is where this PFC spreading starts: it is one of the flows at the origin"
+                    ),
+                });
+                for evidence in contention.evidence {
+                    if !draft.evidence.contains(&evidence) {
+                        draft.evidence.push(evidence);
+                    }
+                }
+            }
+        }
+    }
+
     /// Normal flow contention at a victim port (Alg. 2 l.39-40).
     fn check_contention(&mut self, port: PortRef, victim: FiveTuple) {
         let contributors: Vec<FlowContribution> = self
@@ -977,6 +1061,7 @@ pub fn diagnose(
         context.trace_pfc(start, false, Vec::new());
         context.visited.insert(start);
     }
+    context.absorb_contention_at_pfc_origins();
     // Findings about the PFC path leaving the telemetry.
     for (port, summary) in &graph.ports {
         if summary.pause.peer_unreported_epochs > 0 {

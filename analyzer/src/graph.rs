@@ -19,7 +19,7 @@
 //!   port ([`crate::replay`]), summed over the epochs in which the port had local contention
 //!   (its non-paused packets saw a mean queue of at least the congestion threshold).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hawkmesh_wire::telemetry::FiveTuple;
 use hawkmesh_wire::topology::{NodeId, PortNo, PortRef};
@@ -91,6 +91,18 @@ pub struct PortSummary {
     pub peer_is_host: bool,
     /// Epochs with local contention (replayed).
     pub contention_epochs: usize,
+    /// Start of the earliest / latest epoch with local contention, ns.
+    pub first_contention_epoch: Option<u64>,
+    /// See `first_contention_epoch`.
+    pub last_contention_epoch: Option<u64>,
+    /// Start of the earliest / latest epoch in which the port was paused: paused packets,
+    /// the end of a pause the switch reported (port status), the switch's latest epoch for
+    /// a pause in force at collection.
+    pub first_paused_epoch: Option<u64>,
+    /// See `first_paused_epoch`.
+    pub last_paused_epoch: Option<u64>,
+    /// The port was paused by PFC when its switch collected (port status).
+    pub paused_at_collection: bool,
     /// Of those, epochs replayed without flow timing.
     pub untimed_epochs: usize,
     /// Why pauses could not be followed downstream.
@@ -100,6 +112,14 @@ pub struct PortSummary {
 }
 
 impl PortSummary {
+    fn note_paused(&mut self, epoch_start: u64) {
+        self.first_paused_epoch = Some(
+            self.first_paused_epoch
+                .map_or(epoch_start, |e| e.min(epoch_start)),
+        );
+        self.last_paused_epoch = self.last_paused_epoch.max(Some(epoch_start));
+    }
+
     /// Mean queue depth over non-paused packets, bytes.
     pub fn mean_unpaused_depth(&self) -> f64 {
         let n = self.packets.saturating_sub(self.paused);
@@ -294,7 +314,7 @@ impl ProvenanceGraph {
 
         // Alg. 1 l.2-5: port nodes and per-port totals.
         for (switch, data) in &incident.switches {
-            for epoch in data.epochs.values() {
+            for (start, epoch) in &data.epochs {
                 for (port_no, record) in &epoch.ports {
                     let port = PortRef {
                         node: *switch,
@@ -302,6 +322,9 @@ impl ProvenanceGraph {
                     };
                     graph.port_node(port);
                     let summary = graph.ports.entry(port).or_default();
+                    if record.paused_packet_count > 0 {
+                        summary.note_paused(*start);
+                    }
                     summary.packets += u64::from(record.packet_count);
                     summary.paused += u64::from(record.paused_packet_count);
                     summary.queue_depth_sum += record.queue_depth_sum_bytes;
@@ -321,6 +344,27 @@ impl ProvenanceGraph {
                     graph.port_node(port);
                     graph.ports.entry(port).or_default();
                 }
+            }
+        }
+        // Port status at collection: a pause in force belongs to the switch's latest epoch,
+        // even when nothing could be enqueued behind it any more.
+        for (switch, data) in &incident.switches {
+            let (Some(first), Some(latest)) = (
+                data.epochs.keys().next().copied(),
+                data.epochs.keys().next_back().copied(),
+            ) else {
+                continue;
+            };
+            for (port_no, (in_force, until_ns)) in &data.pause_status {
+                let port = PortRef {
+                    node: *switch,
+                    port: *port_no,
+                };
+                graph.port_node(port);
+                let summary = graph.ports.entry(port).or_default();
+                let ended_in = (until_ns / epoch_ns * epoch_ns).clamp(first, latest);
+                summary.note_paused(if *in_force { latest } else { ended_in });
+                summary.paused_at_collection |= *in_force;
             }
         }
         let ports: Vec<PortRef> = graph.ports.keys().copied().collect();
@@ -348,18 +392,54 @@ impl ProvenanceGraph {
             }
         }
 
+        // Ports the data plane found paused when a polling packet passed (the PFC bit of
+        // its egress decision, HAWKEYE §3.4) or the agent found paused when it collected
+        // (port status). A pause that began just before the poll may
+        // not have held any packet yet, so no epoch counts it: in the switch's latest epoch
+        // such a port is treated as paused (one packet) so its wait-for edges exist.
+        let paused_at_poll: BTreeSet<PortRef> = incident
+            .switches
+            .iter()
+            .flat_map(|(switch, data)| {
+                data.polling
+                    .iter()
+                    .flat_map(|p| p.egress.iter())
+                    .filter(|e| e.reason.pfc_causality())
+                    .map(|e| e.port)
+                    .chain(
+                        data.pause_status
+                            .iter()
+                            .filter(|(_, (in_force, _))| *in_force)
+                            .map(|(port, _)| *port),
+                    )
+                    .map(|port| PortRef {
+                        node: *switch,
+                        port,
+                    })
+            })
+            .collect();
+
         // Alg. 1 l.6-9: port→port wait-for edges, per epoch.
         let mut port_weights: BTreeMap<(PortRef, PortRef), f64> = BTreeMap::new();
         for (switch, data) in &incident.switches {
+            let latest = data.epochs.keys().next_back().copied();
             for (start, epoch) in &data.epochs {
                 for (port_no, record) in &epoch.ports {
-                    if record.paused_packet_count == 0 {
-                        continue;
-                    }
                     let upstream = PortRef {
                         node: *switch,
                         port: *port_no,
                     };
+                    let paused_packets = if record.paused_packet_count == 0
+                        && Some(*start) == latest
+                        && paused_at_poll.contains(&upstream)
+                    {
+                        1
+                    } else {
+                        record.paused_packet_count
+                    };
+                    if paused_packets == 0 {
+                        continue;
+                    }
                     let mut follow = PauseFollowUp {
                         paused_epochs: 1,
                         ..PauseFollowUp::default()
@@ -417,7 +497,7 @@ impl ProvenanceGraph {
                                             if !congested {
                                                 continue;
                                             }
-                                            let weight = f64::from(record.paused_packet_count)
+                                            let weight = f64::from(paused_packets)
                                                 * (*bytes as f64 / meter_sum as f64)
                                                 * depth;
                                             if weight > 0.0 {
@@ -491,7 +571,7 @@ impl ProvenanceGraph {
         let mut heads: Vec<usize> = Vec::new();
         for (switch, data) in &incident.switches {
             runs.clear();
-            for epoch in data.epochs.values() {
+            for (start, epoch) in &data.epochs {
                 let mut index = 0;
                 while index < epoch.flows.len() {
                     let port_no = epoch.flows[index].egress_port;
@@ -557,6 +637,13 @@ impl ProvenanceGraph {
                     graph.stats.replayed_port_epochs += 1;
                     if let Some(summary) = graph.ports.get_mut(&port) {
                         summary.contention_epochs += 1;
+                        summary.first_contention_epoch = Some(
+                            summary
+                                .first_contention_epoch
+                                .map_or(*start, |e| e.min(*start)),
+                        );
+                        summary.last_contention_epoch =
+                            summary.last_contention_epoch.max(Some(*start));
                         if result.mode == ReplayMode::Untimed {
                             summary.untimed_epochs += 1;
                         }

@@ -187,6 +187,9 @@ impl EpochData {
 pub struct SwitchData {
     /// Polling contexts, one per report.
     pub polling: Vec<PollingContext>,
+    /// Port status (union over its reports): per port, whether a pause was in force at
+    /// collection and the latest pause end, ns.
+    pub pause_status: BTreeMap<PortNo, (bool, u64)>,
     /// Epochs by start time.
     pub epochs: BTreeMap<u64, EpochData>,
 }
@@ -425,6 +428,11 @@ impl Incident {
                 "polling egress port".into()
             })?;
         }
+        for paused in &report.paused_ports {
+            self.check_port(&source_name, switch, paused.port, || {
+                "paused port (port status)".into()
+            })?;
+        }
         if polling.victim != self.victim {
             self.findings.push(Finding {
                 severity: Severity::Info,
@@ -474,6 +482,11 @@ impl Incident {
         let name = self.node_name(switch);
         let entry = self.switches.entry(switch).or_default();
         entry.polling.push(report.polling.clone());
+        for paused in &report.paused_ports {
+            let status = entry.pause_status.entry(paused.port).or_default();
+            status.0 |= paused.in_force;
+            status.1 = status.1.max(paused.until_ns);
+        }
         for (start_ns, data) in parsed {
             if data.lost_evictions > 0 {
                 self.findings.push(Finding {

@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hawkmesh_wire::telemetry::{
-    EpochTelemetry, FiveTuple, FlowRecord, MeterRecord, PollingContext, PollingEgress, PortRecord,
-    TelemetryReport, TraceFlags, TELEMETRY_FORMAT_VERSION,
+    EpochTelemetry, FiveTuple, FlowRecord, MeterRecord, PausedPort, PollingContext, PollingEgress,
+    PortRecord, TelemetryReport, TraceFlags, TELEMETRY_FORMAT_VERSION,
 };
 use hawkmesh_wire::topology::{
     FabricTopology, LinkDesc, NodeDesc, NodeId, NodeKind, PortNo, PortRef,
@@ -209,6 +209,7 @@ pub struct IncidentBuilder {
     flows: Vec<FlowSpec>,
     silent: BTreeSet<NodeId>,
     lost_evictions: BTreeMap<(NodeId, usize), u32>,
+    paused_now: BTreeMap<NodeId, Vec<PausedPort>>,
     errors: Vec<String>,
     event_id: u64,
 }
@@ -226,6 +227,7 @@ impl IncidentBuilder {
             flows: Vec::new(),
             silent: BTreeSet::new(),
             lost_evictions: BTreeMap::new(),
+            paused_now: BTreeMap::new(),
             errors: Vec::new(),
             event_id: 42,
         }
@@ -305,6 +307,28 @@ impl IncidentBuilder {
                 self.silent.insert(node.id);
             }
             None => self.errors.push(format!("unknown switch {switch}")),
+        }
+        self
+    }
+
+    /// At collection, `switch`'s port toward `toward` is paused on priority 3 (a pause in
+    /// force, reported as port status).
+    pub fn paused_at_collection(&mut self, switch: &str, toward: &str) -> &mut Self {
+        let until_ns = self.epoch_start(self.epochs) + self.epoch_ns;
+        match port_towards(&self.topology, switch, toward) {
+            Some(port) => self
+                .paused_now
+                .entry(port.node)
+                .or_default()
+                .push(PausedPort {
+                    port: port.port,
+                    priorities: 1 << 3,
+                    in_force: true,
+                    until_ns,
+                }),
+            None => self
+                .errors
+                .push(format!("{switch} has no link toward {toward}")),
         }
         self
     }
@@ -492,6 +516,7 @@ impl IncidentBuilder {
                     victim: self.victim,
                     egress,
                 },
+                paused_ports: self.paused_now.get(&switch).cloned().unwrap_or_default(),
                 epochs,
             });
         }

@@ -26,6 +26,11 @@ pub struct EvalArgs {
     /// deadlock-in-loop, deadlock-out-of-loop, flow-contention.
     #[arg(long, value_delimiter = ',')]
     classes: Vec<String>,
+    /// Keep the switch reports of every judged incident at the fixed point under
+    /// OUT/incidents/<trace>/ (with the trace's topology.json), to re-run
+    /// `hawkmesh diagnose` on any of them.
+    #[arg(long)]
+    keep_incidents: bool,
 }
 
 /// Runs the evaluation and writes its files.
@@ -45,6 +50,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         classes,
         grid,
         work_dir: args.out.join(".work"),
+        keep_incidents: args.keep_incidents.then(|| args.out.join("incidents")),
     };
     config.validate()?;
     std::fs::create_dir_all(&args.out)

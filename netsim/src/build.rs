@@ -176,6 +176,10 @@ impl Simulation {
                 headroom_used: [0; 8],
                 xoff_sent: [false; 8],
                 pfc_generation: [0; 8],
+                ingress_to: match owners[g as usize] {
+                    Owner::Switch(_) => vec![0; port_counts[node as usize] as usize],
+                    Owner::Nic(_) => Vec::new(),
+                },
                 headroom,
                 pfc_shift: shift,
                 kmin,

@@ -112,6 +112,9 @@ pub(crate) struct Port {
     pub headroom_used: [u64; 8],
     pub xoff_sent: [bool; 8],
     pub pfc_generation: [u32; 8],
+    /// Bytes held in this ingress's buffer by egress port (local number), all lossless
+    /// priorities: what an XOFF sent here is waiting for (ground truth only; empty for NICs).
+    pub ingress_to: Vec<u64>,
     pub headroom: u64,
     pub pfc_shift: u32,
     pub kmin: u64,
@@ -213,6 +216,10 @@ pub struct PfcEvent {
     pub priority: u8,
     /// Quanta (0 = XON / resume).
     pub quanta: u16,
+    /// For an XOFF from a switch: the egress port (local number) holding most of the
+    /// pausing ingress's buffered bytes — the queue the upstream is made to wait for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<PortNo>,
 }
 
 /// One queue-depth sample.
@@ -797,6 +804,10 @@ impl Simulation {
                 p.ingress_bytes[prio] += size;
                 self.switches[s as usize].shared_used += size.min(new_bytes - reserve);
             }
+            let out_local = self.ports[out_port as usize].local as usize;
+            if let Some(held) = self.ports[in_port as usize].ingress_to.get_mut(out_local) {
+                *held += size;
+            }
             self.check_pause(s, in_port, prio);
         }
         self.enqueue_egress(out_port, id);
@@ -848,22 +859,25 @@ impl Simulation {
         packet.pfc_quanta[prio as usize] = quanta;
         let p = &mut self.ports[port as usize];
         p.counters.pause_frames_sent[prio as usize] += 1;
-        if self.p.record_pfc_events {
+        // The ground-truth spreading tree needs XOFFs even when events are not exported.
+        if self.p.record_pfc_events || quanta > 0 {
+            let cause = if quanta > 0 {
+                p.ingress_to
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, held)| **held > 0)
+                    .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
+                    .map(|(local, _)| local as PortNo)
+            } else {
+                None
+            };
             self.pfc_log.push(PfcEvent {
                 time_ns: self.now / NS,
                 node: p.node,
                 port: p.local,
                 priority: prio,
                 quanta,
-            });
-        } else if quanta > 0 {
-            // The ground-truth spreading tree needs XOFFs even when not exported.
-            self.pfc_log.push(PfcEvent {
-                time_ns: self.now / NS,
-                node: p.node,
-                port: p.local,
-                priority: prio,
-                quanta,
+                cause,
             });
         }
         self.packets.alloc(packet)
@@ -994,7 +1008,8 @@ impl Simulation {
             }
             let in_port = self.packets.get(id).in_port;
             if prio != ctrl && in_port != u32::MAX {
-                self.release_ingress(in_port, prio, size);
+                let out_local = self.ports[port as usize].local as usize;
+                self.release_ingress(in_port, out_local, prio, size);
             }
             // ECN marking at dequeue on the instantaneous queue (after removal, as the
             // reference does), linear between Kmin and Kmax up to Pmax.
@@ -1063,12 +1078,15 @@ impl Simulation {
         }
     }
 
-    fn release_ingress(&mut self, in_port: u32, prio: usize, size: u64) {
+    fn release_ingress(&mut self, in_port: u32, out_local: usize, prio: usize, size: u64) {
         let reserve = self.p.reserve;
         let Owner::Switch(s) = self.ports[in_port as usize].owner else {
             return;
         };
         let p = &mut self.ports[in_port as usize];
+        if let Some(held) = p.ingress_to.get_mut(out_local) {
+            *held = held.saturating_sub(size);
+        }
         let from_headroom = p.headroom_used[prio].min(size);
         let from_shared = (size - from_headroom).min(p.ingress_bytes[prio].saturating_sub(reserve));
         p.headroom_used[prio] -= from_headroom;

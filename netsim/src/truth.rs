@@ -1,12 +1,16 @@
 //! Ground truth of injected anomalies, including the PFC spreading tree each one caused.
 //!
 //! The spreading tree is reconstructed from the XOFF frames actually sent during the
-//! anomaly: starting from the anomaly's origin nodes, every XOFF sent by an already-affected
-//! node pauses the egress port at the other end of that link, whose node becomes affected in
-//! turn (its queues toward the paused port fill and it may pause its own upstream).
+//! anomaly, port by port: the anomaly's own ports (initial congestion points, loop ports)
+//! are affected from the start; an XOFF a switch sends is part of the tree when the egress
+//! port holding most of the pausing ingress's buffer (what the upstream is made to wait
+//! for, recorded with the XOFF) is affected, and the egress port it pauses upstream becomes
+//! affected in turn. XOFFs from the anomaly's origin hosts (a storm's injector) belong to
+//! it. A switch under several concurrent congestions thus only spreads this anomaly's PFC
+//! where its buffers actually wait for this anomaly's ports, not every PAUSE it sends.
 
 use crate::sim::PfcEvent;
-use hawkmesh_wire::topology::{FabricTopology, NodeId, PortRef};
+use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortRef};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -39,6 +43,9 @@ pub struct SpreadEdge {
     pub sender: PortRef,
     /// The egress port it paused (upstream neighbour).
     pub paused: PortRef,
+    /// What the paused port was made to wait for: the egress port of the sender's node
+    /// holding most of the pausing ingress's buffer (the sender itself for a host's XOFF).
+    pub cause: PortRef,
     /// Priority.
     pub priority: u8,
 }
@@ -80,7 +87,12 @@ pub fn compute_spreading(
     log: &[PfcEvent],
     topo: &FabricTopology,
 ) {
-    let mut affected: BTreeSet<NodeId> = origins.iter().copied().collect();
+    let mut affected: BTreeSet<PortRef> = anomaly
+        .initial_ports
+        .iter()
+        .chain(anomaly.loop_ports.iter())
+        .copied()
+        .collect();
     let mut seen_edges = BTreeSet::new();
     let mut paused = BTreeSet::new();
     let window_end = anomaly.end_ns.saturating_add(SPREAD_SLACK_NS);
@@ -88,12 +100,27 @@ pub fn compute_spreading(
         if event.quanta == 0 || event.time_ns < anomaly.start_ns || event.time_ns > window_end {
             continue;
         }
-        if !affected.contains(&event.node) {
-            continue;
-        }
+        let is_host = topo
+            .nodes
+            .get(event.node as usize)
+            .is_some_and(|n| n.kind == NodeKind::Host);
         let sender = PortRef {
             node: event.node,
             port: event.port,
+        };
+        let cause = if is_host {
+            origins.contains(&event.node).then_some(sender)
+        } else {
+            event
+                .cause
+                .map(|port| PortRef {
+                    node: event.node,
+                    port,
+                })
+                .filter(|cause| affected.contains(cause))
+        };
+        let Some(cause) = cause else {
+            continue;
         };
         let Some(peer) = topo.peer(sender) else {
             continue;
@@ -103,11 +130,12 @@ pub fn compute_spreading(
                 time_ns: event.time_ns,
                 sender,
                 paused: peer,
+                cause,
                 priority: event.priority,
             });
         }
         paused.insert(peer);
-        affected.insert(peer.node);
+        affected.insert(peer);
     }
     anomaly.paused_ports = paused.into_iter().collect();
 }

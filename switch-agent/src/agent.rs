@@ -13,13 +13,13 @@
 //! - Reports are cut into chunks of at most `chunk_bytes` (an MTU) for streaming.
 
 use crate::backend::{CpuFrame, CpuFrameKind, SwitchBackend};
-use crate::collect::{CollectError, Eviction, Geometry, ReadCost, RegisterSnapshot};
+use crate::collect::{paused_ports, CollectError, Eviction, Geometry, ReadCost, RegisterSnapshot};
 use hawkmesh_codegen::ir::Program;
 use hawkmesh_codegen::packets::{polling_offset, Polling};
 use hawkmesh_wire::dataplane;
 use hawkmesh_wire::telemetry::{
-    EpochTelemetry, PollingContext, PollingEgress, TelemetryReport, TelemetryWireError, TraceFlags,
-    TELEMETRY_FORMAT_VERSION,
+    EpochTelemetry, PausedPort, PollingContext, PollingEgress, TelemetryReport, TelemetryWireError,
+    TraceFlags, TELEMETRY_FORMAT_VERSION,
 };
 use hawkmesh_wire::topology::NodeId;
 use std::collections::BTreeSet;
@@ -111,7 +111,7 @@ pub struct SwitchAgent<B: SwitchBackend> {
     config: AgentConfig,
     backend: B,
     program: Arc<Program>,
-    last_read: Option<(u64, Vec<EpochTelemetry>)>,
+    last_read: Option<(u64, Vec<EpochTelemetry>, Vec<PausedPort>)>,
     reported: BTreeSet<u64>,
     evictions: Vec<Eviction>,
     lost_evictions: u32,
@@ -202,13 +202,19 @@ impl<B: SwitchBackend> SwitchAgent<B> {
         // a poll in a later epoch than the last read reads again, since the reused read
         // would lack the very epoch the victim is asking about.
         let epoch = |t: u64| t >> geometry.epoch_log2_ns;
-        let reuse = self.last_read.as_ref().is_some_and(|(at, _)| {
+        let reuse = self.last_read.as_ref().is_some_and(|(at, _, _)| {
             now_ns.saturating_sub(*at) < self.config.guard_ns && epoch(*at) == epoch(now_ns)
         });
         let mut cost = ReadCost::default();
         if !reuse {
             let (snapshot, read_cost) = RegisterSnapshot::read(&mut self.backend, &geometry)?;
-            cost = read_cost;
+            let lookback = u64::from(geometry.epochs) * geometry.epoch_ns();
+            let (paused, status_cost) =
+                paused_ports(&mut self.backend, &geometry, now_ns, lookback)?;
+            cost = ReadCost {
+                registers: read_cost.registers + status_cost.registers,
+                cells: read_cost.cells + status_cost.cells,
+            };
             self.stats.register_reads += 1;
             let current = now_ns >> geometry.epoch_log2_ns;
             let first = current.saturating_sub(u64::from(geometry.epochs) - 1);
@@ -237,12 +243,12 @@ impl<B: SwitchBackend> SwitchAgent<B> {
                     && e.flows.is_empty()
                     && e.lost_evictions == 0)
             });
-            self.last_read = Some((now_ns, epochs));
+            self.last_read = Some((now_ns, epochs, paused));
         }
-        let epochs = self
+        let (epochs, paused_ports) = self
             .last_read
             .as_ref()
-            .map(|(_, epochs)| epochs.clone())
+            .map(|(_, epochs, paused)| (epochs.clone(), paused.clone()))
             .unwrap_or_default();
         let context = polling_context(polling, &epochs);
         let report = TelemetryReport {
@@ -251,6 +257,7 @@ impl<B: SwitchBackend> SwitchAgent<B> {
             event_id: polling.event_id,
             epoch_ns: geometry.epoch_ns(),
             polling: context,
+            paused_ports,
             epochs,
         };
         let chunks = report.to_chunks(self.config.chunk_bytes)?;

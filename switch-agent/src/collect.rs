@@ -13,7 +13,7 @@
 use crate::backend::{BackendError, SwitchBackend};
 use hawkmesh_wire::dataplane;
 use hawkmesh_wire::telemetry::{
-    EpochTelemetry, FiveTuple, FlowRecord, MeterRecord, PortRecord, IP_PROTOCOL_UDP,
+    EpochTelemetry, FiveTuple, FlowRecord, MeterRecord, PausedPort, PortRecord, IP_PROTOCOL_UDP,
 };
 use std::collections::BTreeMap;
 
@@ -110,6 +110,80 @@ pub const TELEMETRY_REGISTERS: &[&str] = &[
     "flow_first_offset",
     "flow_last_offset",
     "flow_egress_port",
+];
+
+/// The longest pause one PFC frame can ask for at the slowest port speed the program
+/// supports: 65,535 quanta × 512 bit times at 25 Gbit/s = 1.342 ms (IEEE 802.1Qbb), plus
+/// the data plane's 0.1 % rounding. A stored pause end further ahead than this is a stale
+/// value seen across the 32-bit wrap of the ns clock, not a pause in force.
+pub const MAX_PAUSE_NS: u32 = 1_344_000;
+
+/// Port status at `now_ns` from the per-priority pause-end registers (`pause_end_p{q}`,
+/// low 32 bits of the ns time the pause ends; HAWKEYE Fig. 3): a pause is in force while
+/// its end lies ahead of now by at most [`MAX_PAUSE_NS`]; a pause that ended within the
+/// `lookback_ns` before now (the epochs read) is reported as ended. A zero register was
+/// never written. Returns the ports and what the read cost.
+pub fn paused_ports(
+    backend: &mut dyn SwitchBackend,
+    geometry: &Geometry,
+    now_ns: u64,
+    lookback_ns: u64,
+) -> Result<(Vec<PausedPort>, ReadCost), CollectError> {
+    let ports = geometry.ports as usize;
+    let now = now_ns as u32;
+    let lookback = lookback_ns.min(u64::from(u32::MAX / 2)) as u32;
+    let mut found: BTreeMap<u16, PausedPort> = BTreeMap::new();
+    let mut cost = ReadCost::default();
+    for q in 0..8u8 {
+        let name = PAUSE_END_REGISTERS[usize::from(q)];
+        let cells = backend.read_register(name)?;
+        if cells.len() < ports {
+            return Err(CollectError::Geometry {
+                register: name,
+                found: cells.len(),
+                needed: ports,
+            });
+        }
+        cost.registers += 1;
+        cost.cells += cells.len();
+        for (port, end) in cells.iter().take(ports).enumerate() {
+            let end = *end as u32;
+            if end == 0 {
+                continue;
+            }
+            let ahead = end.wrapping_sub(now);
+            let behind = now.wrapping_sub(end);
+            let (in_force, until_ns) = if ahead != 0 && ahead <= MAX_PAUSE_NS {
+                (true, now_ns + u64::from(ahead))
+            } else if behind <= lookback && u64::from(behind) <= now_ns {
+                (false, now_ns - u64::from(behind))
+            } else {
+                continue;
+            };
+            let entry = found.entry(port as u16).or_insert(PausedPort {
+                port: port as u16,
+                priorities: 0,
+                in_force,
+                until_ns,
+            });
+            entry.priorities |= 1 << q;
+            entry.in_force |= in_force;
+            entry.until_ns = entry.until_ns.max(until_ns);
+        }
+    }
+    Ok((found.into_values().collect(), cost))
+}
+
+/// The per-priority pause-end registers, priority 0 to 7 (codegen/src/hawkeye.rs).
+pub const PAUSE_END_REGISTERS: [&str; 8] = [
+    "pause_end_p0",
+    "pause_end_p1",
+    "pause_end_p2",
+    "pause_end_p3",
+    "pause_end_p4",
+    "pause_end_p5",
+    "pause_end_p6",
+    "pause_end_p7",
 ];
 
 /// Why a snapshot could not be used.

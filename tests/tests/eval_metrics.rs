@@ -5,7 +5,7 @@
 use hawkmesh_e2e::eval::judge::{attributed, FlowPaths};
 use hawkmesh_e2e::eval::run::IncidentRecord;
 use hawkmesh_e2e::eval::run::{summarise, ModeRun, Overhead, Point, RunRecord};
-use hawkmesh_e2e::eval::{judge, AnomalyClass, Score, Truth, Verdict};
+use hawkmesh_e2e::eval::{judge, judge_victim, AnomalyClass, Exposure, Score, Truth, Verdict};
 use hawkmesh_e2e::PollingMode;
 use hawkmesh_netsim::truth::SpreadEdge;
 use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeKind, PortRef};
@@ -207,6 +207,125 @@ fn root_causes_per_class() {
     );
 }
 
+#[test]
+fn what_is_correct_follows_how_the_anomaly_reached_the_victim() {
+    let never_paused = Exposure {
+        paused: false,
+        reaches_loop: false,
+    };
+    let paused_outside_loop = Exposure {
+        paused: true,
+        reaches_loop: false,
+    };
+    // Backpressure: a victim never paused met the incast as contention at its port.
+    let t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
+    let contention = diagnosis(vec![anomaly(
+        "normal_flow_contention",
+        true,
+        &[(19, 0)],
+        None,
+    )]);
+    assert_eq!(
+        judge_victim(&t, never_paused, Some(&contention)).verdict,
+        Verdict::Correct
+    );
+    // ... but not a paused victim, and not contention somewhere else.
+    assert_eq!(
+        judge_victim(&t, Exposure::FULL, Some(&contention)).verdict,
+        Verdict::WrongType
+    );
+    let elsewhere = diagnosis(vec![anomaly(
+        "normal_flow_contention",
+        true,
+        &[(20, 1)],
+        None,
+    )]);
+    assert_eq!(
+        judge_victim(&t, never_paused, Some(&elsewhere)).verdict,
+        Verdict::WrongType
+    );
+    // Out-of-loop deadlock: a victim whose PAUSE chain stays outside the loop met the
+    // initiator's backpressure; one behind the loop must be told about the deadlock.
+    let mut out = truth(
+        AnomalyClass::DeadlockOutOfLoop,
+        "deadlock_initiator_out_of_loop_flow_contention",
+    );
+    out.loop_ports = vec![port(26, 2), port(32, 1)];
+    let backpressure = diagnosis(vec![anomaly("pfc_backpressure", true, &[(19, 0)], None)]);
+    assert_eq!(
+        judge_victim(&out, paused_outside_loop, Some(&backpressure)).verdict,
+        Verdict::Correct
+    );
+    assert_eq!(
+        judge_victim(&out, Exposure::FULL, Some(&backpressure)).verdict,
+        Verdict::WrongType
+    );
+    // A storm-initiated one: the storm, by its injector.
+    out.injector = Some("h6".into());
+    let storm = diagnosis(vec![anomaly("pfc_storm", true, &[(19, 0)], Some("h6"))]);
+    assert_eq!(
+        judge_victim(&out, paused_outside_loop, Some(&storm)).verdict,
+        Verdict::Correct
+    );
+    // The storm class accepts nothing but the storm.
+    let s = truth(AnomalyClass::PfcStorm, "pfc_storm");
+    assert_eq!(
+        judge_victim(&s, never_paused, Some(&backpressure)).verdict,
+        Verdict::WrongType
+    );
+}
+
+#[test]
+fn exposure_follows_what_each_paused_port_waited_for() {
+    let mut t = truth(
+        AnomalyClass::DeadlockOutOfLoop,
+        "deadlock_initiator_out_of_loop_flow_contention",
+    );
+    // On the line, tor1.p1 (4,1) is the initiator; agg1.p1 (3,1) is a loop port. tor1
+    // pauses agg1.p1 for tor1.p1; agg1 pauses core0.p1 waiting for agg1.p1; core0 pauses
+    // agg0.p0 (1,0) waiting for a port (2,0) that is not on the chain.
+    t.root_ports = vec![port(4, 1)];
+    t.loop_ports = vec![port(3, 1)];
+    let edge = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
+        time_ns,
+        sender,
+        paused,
+        cause,
+        priority: 3,
+    };
+    t.spreading = vec![
+        edge(1_000_100, port(4, 0), port(3, 1), port(4, 1)),
+        edge(1_000_200, port(3, 0), port(2, 1), port(3, 1)),
+        edge(1_000_300, port(2, 0), port(1, 0), port(2, 0)),
+    ];
+    // Through core0.p1: paused, and waiting for the loop.
+    let through: BTreeSet<PortRef> = [port(0, 1), port(1, 1), port(2, 1)].into();
+    assert_eq!(
+        t.exposure(&through, 1_000_500),
+        Exposure {
+            paused: true,
+            reaches_loop: true
+        }
+    );
+    // Before core0.p1 was paused: not exposed.
+    assert_eq!(
+        t.exposure(&through, 1_000_150),
+        Exposure {
+            paused: false,
+            reaches_loop: false
+        }
+    );
+    // agg0.p0 was paused for something else at core0: paused, but not behind the loop.
+    let other: BTreeSet<PortRef> = [port(1, 0)].into();
+    assert_eq!(
+        t.exposure(&other, 1_000_500),
+        Exposure {
+            paused: true,
+            reaches_loop: false
+        }
+    );
+}
+
 /// tor0(0) - agg0(1) - core0(2) - agg1(3) - tor1(4), hosts h0 on tor0 and h1 on tor1.
 fn line_topology() -> FabricTopology {
     let names = ["tor0", "agg0", "core0", "agg1", "tor1", "h0", "h1"];
@@ -252,10 +371,12 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     // branch: core0 pauses agg0.p1 only later.
     t.root_ports = vec![port(4, 1)];
     t.initial_causal = vec![port(4, 1)];
+    // On this line every switch's congested direction is port 1.
     let edge = |time_ns, sender: PortRef, paused: PortRef| SpreadEdge {
         time_ns,
         sender,
         paused,
+        cause: port(sender.node, 1),
         priority: 3,
     };
     t.spreading = vec![
@@ -300,6 +421,7 @@ fn incidents_are_attributed_by_window_and_causal_path() {
         time_ns: 1_050_000,
         sender: port(19, 2),
         paused: port(27, 1),
+        cause: port(19, 0),
         priority: 3,
     }];
     let mut paths = BTreeMap::new();
@@ -356,6 +478,7 @@ fn run(class: AnomalyClass, point: Point, verdicts: &[Verdict]) -> RunRecord {
             victim: "v".into(),
             state: "complete".into(),
             verdict: *v,
+            exposure: Exposure::FULL,
             claims: vec![format!("pfc_storm@tor{i}.p1")],
             top_flow_injected: None,
             switches_collected: 4,

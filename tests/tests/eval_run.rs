@@ -84,6 +84,7 @@ fn a_tiny_evaluation_writes_results_report_and_figures_for_every_class() {
         classes: AnomalyClass::ALL.to_vec(),
         grid: Grid::Fixed,
         work_dir: out.join(".work"),
+        keep_incidents: Some(out.join("incidents")),
     };
     let mut lines = Vec::new();
     let (results, timing) = run_eval(&config, &mut |line| lines.push(line.to_string())).unwrap();
@@ -220,6 +221,42 @@ fn a_tiny_evaluation_writes_results_report_and_figures_for_every_class() {
             }
         }
     }
+    // The kept evidence of every judged incident gives the same claims when
+    // `hawkmesh diagnose` reads it back from the files.
+    for run in results.runs.iter().filter(|r| r.realized) {
+        let dir = out.join("incidents").join(&run.trace);
+        for mode in &run.modes {
+            for incident in &mode.attributed {
+                let reports = dir
+                    .join(mode.mode.as_str())
+                    .join(format!("{}.json", incident.event_id));
+                let output = hawkmesh_analyzer::diagnose_files(
+                    &reports,
+                    &dir.join("topology.json"),
+                    &incident.victim,
+                    None,
+                )
+                .unwrap_or_else(|e| panic!("{}: {e}", reports.display()));
+                let json: serde_json::Value = serde_json::from_str(
+                    &hawkmesh_analyzer::render::to_json(&output.diagnosis).unwrap(),
+                )
+                .unwrap();
+                let claims: Vec<String> = json["anomalies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|a| a["affects_victim"] == true)
+                    .map(|a| a["type"].as_str().unwrap().to_string())
+                    .collect();
+                let kept: Vec<String> = incident
+                    .claims
+                    .iter()
+                    .map(|c| c.split('@').next().unwrap().to_string())
+                    .collect();
+                assert_eq!(claims, kept, "{}", reports.display());
+            }
+        }
+    }
     // The written traces are scenarios `hawkmesh sim run` accepts.
     for trace in &results.traces {
         let path = out.join("traces").join(format!("{}.toml", trace.spec.id));
@@ -241,6 +278,7 @@ fn the_same_seed_gives_the_same_results() {
             ],
             grid: Grid::Fixed,
             work_dir: out.join(".work"),
+            keep_incidents: None,
         };
         let (results, _) = run_eval(&config, &mut |_| {}).unwrap();
         let _ = std::fs::remove_dir_all(&out);

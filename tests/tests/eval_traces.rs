@@ -122,6 +122,7 @@ fn drawing_checks_that_the_anomaly_materialises_and_is_deterministic() {
         classes: AnomalyClass::ALL.to_vec(),
         grid: Grid::Fixed,
         work_dir: std::env::temp_dir(),
+        keep_incidents: None,
     };
     let first = draw_traces(&config).unwrap();
     let second = draw_traces(&config).unwrap();
@@ -170,6 +171,7 @@ fn bad_configuration_is_rejected_with_a_clear_message() {
         classes: vec![AnomalyClass::PfcStorm],
         grid: Grid::Sweep,
         work_dir: std::env::temp_dir(),
+        keep_incidents: None,
     };
     assert!(config
         .validate()

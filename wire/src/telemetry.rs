@@ -24,7 +24,7 @@
 //! ```text
 //! chunk header (32 bytes, big endian)
 //!   0..4   magic "HKTR"
-//!   4      format version (1)
+//!   4      format version (2)
 //!   5      chunk flags: bit 0 = last chunk of this report
 //!   6..8   chunk index within the report, from 0
 //!   8..12  switch node id
@@ -32,16 +32,19 @@
 //!  20..28  epoch size in ns (power of two)
 //!  28..32  payload length: bytes of sections after this header
 //! section header (16 bytes)
-//!   0      kind (1 polling, 2 polling egress, 3 epoch, 4 port, 5 meter, 6 flow)
+//!   0      kind (1 polling, 2 polling egress, 3 epoch, 4 port, 5 meter, 6 flow,
+//!          7 paused port)
 //!   1      reserved (0)
 //!   2..4   record count
 //!   4..6   record length (must equal the kind's fixed length)
 //!   6..8   reserved (0)
-//!   8..16  epoch start ns (0 for the two polling kinds)
+//!   8..16  epoch start ns (0 for the polling and paused-port kinds)
 //! records
 //!   polling (20):  ingress port u16, trace flags u8, reserved u8, victim 5-tuple (13),
 //!                  reserved (3)
 //!   polling egress (4): port u16, reason flags u8, reserved u8
+//!   paused port (12): port u16, priorities u8 (bit q = priority q), flags u8 (bit 0 =
+//!                  in force at collection), latest pause end ns u64
 //!   epoch (16):    epoch id u64, lost eviction digests u32, reserved u32
 //!   port (28):     port u16, reserved u16, packets u32, paused packets u32,
 //!                  queue-depth sum over all packets u64, over non-paused packets u64
@@ -63,7 +66,7 @@ use serde::{Deserialize, Serialize};
 use crate::topology::{NodeId, PortNo};
 
 /// The format version written by this build, in JSON (`version`) and in chunk headers.
-pub const TELEMETRY_FORMAT_VERSION: u8 = 1;
+pub const TELEMETRY_FORMAT_VERSION: u8 = 2;
 /// The RoCEv2 UDP destination port and the UDP protocol number, from the switch program.
 pub use crate::dataplane::{IP_PROTOCOL_UDP, ROCEV2_UDP_PORT};
 /// Magic bytes that open every binary chunk.
@@ -303,6 +306,23 @@ pub struct PollingContext {
     pub egress: Vec<PollingEgress>,
 }
 
+/// A port paused by PFC when the switch CPU collected, or whose pause ended within the
+/// epochs read (HAWKEYE §3.3, Fig. 3 "port status"). A pause can be in force although no
+/// packet was enqueued behind it in the epochs read (a storm that froze everything upstream
+/// leaves no paused packets), and a pause that just ended explains the backlog its port is
+/// still draining.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PausedPort {
+    /// The egress port.
+    pub port: PortNo,
+    /// Priorities, bit q = priority q.
+    pub priorities: u8,
+    /// The pause was in force at collection (otherwise it ended at `until_ns`).
+    pub in_force: bool,
+    /// When the latest of those pauses ends or ended, ns (switch clock, absolute).
+    pub until_ns: u64,
+}
+
 /// Port-level telemetry of one egress port in one epoch (HAWKEYE §3.3, Fig. 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortRecord {
@@ -402,6 +422,9 @@ pub struct TelemetryReport {
     pub epoch_ns: u64,
     /// How the polling packet met this switch.
     pub polling: PollingContext,
+    /// Ports paused by PFC at the time of collection.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paused_ports: Vec<PausedPort>,
     /// The epochs read from the ring buffer, oldest first.
     pub epochs: Vec<EpochTelemetry>,
 }
@@ -456,7 +479,7 @@ pub enum TelemetryWireError {
         found: [u8; 4],
     },
     /// A version this build does not read.
-    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads version 1)")]
+    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads version 2)")]
     UnsupportedVersion {
         /// Byte offset of the version field.
         offset: usize,
@@ -497,6 +520,8 @@ pub enum SectionKind {
     Meter = 5,
     /// Flow records.
     Flow = 6,
+    /// Ports paused at collection time.
+    PausedPort = 7,
 }
 
 impl SectionKind {
@@ -509,6 +534,7 @@ impl SectionKind {
             SectionKind::Port => 28,
             SectionKind::Meter => 12,
             SectionKind::Flow => 40,
+            SectionKind::PausedPort => 12,
         }
     }
 
@@ -520,6 +546,7 @@ impl SectionKind {
             4 => SectionKind::Port,
             5 => SectionKind::Meter,
             6 => SectionKind::Flow,
+            7 => SectionKind::PausedPort,
             _ => return None,
         })
     }
@@ -847,6 +874,18 @@ fn encode_records(report: &TelemetryReport) -> Vec<EncodedRecord> {
             bytes,
         });
     }
+    for paused in &report.paused_ports {
+        let mut bytes = Vec::with_capacity(12);
+        bytes.extend_from_slice(&paused.port.to_be_bytes());
+        bytes.push(paused.priorities);
+        bytes.push(u8::from(paused.in_force));
+        bytes.extend_from_slice(&paused.until_ns.to_be_bytes());
+        out.push(EncodedRecord {
+            kind: SectionKind::PausedPort,
+            epoch_start_ns: 0,
+            bytes,
+        });
+    }
     for epoch in &report.epochs {
         let start = epoch.start_ns;
         let mut bytes = Vec::with_capacity(16);
@@ -1004,6 +1043,7 @@ struct PartialReport {
     header: ChunkHeaderRepr,
     next_index: u16,
     polling: Option<PollingContext>,
+    paused_ports: Vec<PausedPort>,
     epochs: Vec<EpochTelemetry>,
     epochs_with_meta: Vec<u64>,
 }
@@ -1065,16 +1105,19 @@ fn parse_section(
             available: reader.remaining(),
         });
     }
-    let polling_kind = matches!(kind, SectionKind::Polling | SectionKind::PollingEgress);
-    if polling_kind && epoch_start_ns != 0 {
+    let no_epoch = matches!(
+        kind,
+        SectionKind::Polling | SectionKind::PollingEgress | SectionKind::PausedPort
+    );
+    if no_epoch && epoch_start_ns != 0 {
         return Err(TelemetryWireError::InvalidField {
             offset: epoch_offset,
             field: "section epoch start",
-            reason: "polling sections carry no epoch and must hold 0".into(),
+            reason: "polling and paused-port sections carry no epoch and must hold 0".into(),
         });
     }
     let epoch_ns = report.header.epoch_ns;
-    if !polling_kind && epoch_start_ns % epoch_ns != 0 {
+    if !no_epoch && epoch_start_ns % epoch_ns != 0 {
         return Err(TelemetryWireError::InvalidField {
             offset: epoch_offset,
             field: "section epoch start",
@@ -1188,6 +1231,34 @@ fn parse_section(
                     bytes,
                 });
             }
+            SectionKind::PausedPort => {
+                let port = reader.u16("paused port")?;
+                let priorities_offset = reader.offset();
+                let priorities = reader.u8("paused port priorities")?;
+                if priorities == 0 {
+                    return Err(TelemetryWireError::InvalidField {
+                        offset: priorities_offset,
+                        field: "paused port priorities",
+                        reason: "a paused port names at least one paused priority".into(),
+                    });
+                }
+                let flags_offset = reader.offset();
+                let flags = reader.u8("paused port flags")?;
+                if flags & !1 != 0 {
+                    return Err(TelemetryWireError::InvalidField {
+                        offset: flags_offset,
+                        field: "paused port flags",
+                        reason: format!("undefined bits set in {flags:#04x}"),
+                    });
+                }
+                let until_ns = reader.u64("paused port pause end")?;
+                report.paused_ports.push(PausedPort {
+                    port,
+                    priorities,
+                    in_force: flags & 1 != 0,
+                    until_ns,
+                });
+            }
             SectionKind::Flow => {
                 let flow = FiveTuple::read(reader, "flow 5-tuple")?;
                 let flags_offset = reader.offset();
@@ -1251,6 +1322,7 @@ fn finish_report(
         event_id: partial.header.event_id,
         epoch_ns: partial.header.epoch_ns,
         polling,
+        paused_ports: partial.paused_ports,
         epochs: partial.epochs,
     })
 }
@@ -1332,6 +1404,7 @@ pub fn decode_reports(bytes: &[u8]) -> Result<Vec<TelemetryReport>, TelemetryWir
                     header,
                     next_index: 0,
                     polling: None,
+                    paused_ports: Vec::new(),
                     epochs: Vec::new(),
                     epochs_with_meta: Vec::new(),
                 });
@@ -1443,6 +1516,12 @@ mod tests {
                     },
                 ],
             },
+            paused_ports: vec![PausedPort {
+                port: 2,
+                priorities: 0b1000,
+                in_force: true,
+                until_ns: 1_234_567,
+            }],
             epochs,
         }
     }
@@ -1571,6 +1650,19 @@ mod tests {
             Err(TelemetryWireError::InvalidField {
                 field: "section record length",
                 offset: 36,
+                ..
+            })
+        ));
+        // Header 32, polling section 16 + 20, egress section 16 + 2 × 4, paused-port section
+        // header 16: the record's priorities byte is at 110.
+        let mut bad = stream.clone();
+        assert_eq!(bad[92], SectionKind::PausedPort as u8);
+        bad[110] = 0;
+        assert!(matches!(
+            decode_reports(&bad),
+            Err(TelemetryWireError::InvalidField {
+                field: "paused port priorities",
+                offset: 110,
                 ..
             })
         ));

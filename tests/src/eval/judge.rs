@@ -68,9 +68,9 @@ impl Truth {
     /// Switches causally relevant to a victim at `time_ns` (HAWKEYE Fig. 11): the switches
     /// of its path, the anomaly's origin (initial congestion and loop switches), and every
     /// switch on the PFC spreading paths from the victim's paused ports back to the origin —
-    /// the PAUSE senders of the victim's paused ports, the senders that paused those, and so
-    /// on (spreading edges up to `time_ns`). Branches of the spreading tree that never reach
-    /// the victim's path are not causal for it.
+    /// the PAUSE sender of a paused port, then the sender that paused the port it waited
+    /// for, and so on (spreading edges up to `time_ns`). Branches of the spreading tree that
+    /// never reach the victim's path are not causal for it.
     pub fn causal_switches_for(
         &self,
         victim_path: &BTreeSet<PortRef>,
@@ -84,32 +84,73 @@ impl Truth {
             .collect();
         let mut nodes: BTreeSet<NodeId> = victim_path.iter().map(|p| p.node).collect();
         nodes.extend(self.initial_causal.iter().map(|p| p.node));
-        let mut frontier: Vec<NodeId> = edges
-            .iter()
-            .filter(|e| victim_path.contains(&e.paused))
-            .map(|e| e.sender.node)
-            .collect();
-        let mut seen: BTreeSet<NodeId> = BTreeSet::new();
-        while let Some(node) = frontier.pop() {
-            if !seen.insert(node) {
+        // From each paused port of the path, what it waited for, port by port.
+        let mut frontier: Vec<PortRef> = victim_path.iter().copied().collect();
+        let mut seen: BTreeSet<PortRef> = BTreeSet::new();
+        while let Some(port) = frontier.pop() {
+            if !seen.insert(port) {
                 continue;
             }
-            nodes.insert(node);
-            frontier.extend(
-                edges
-                    .iter()
-                    .filter(|e| e.paused.node == node)
-                    .map(|e| e.sender.node),
-            );
+            for edge in edges.iter().filter(|e| e.paused == port) {
+                nodes.insert(edge.sender.node);
+                frontier.push(edge.cause);
+            }
         }
         nodes.retain(|n| is_switch(topology, *n));
         nodes
+    }
+
+    /// How the anomaly reached a victim with the egress ports `victim_path`, triggered at
+    /// `time_ns`: whether any of its ports had been paused by the anomaly's PFC, and whether
+    /// the chain of PAUSE senders from those ports reaches the loop (deadlocks).
+    pub fn exposure(&self, victim_path: &BTreeSet<PortRef>, time_ns: u64) -> Exposure {
+        let edges: Vec<&SpreadEdge> = self
+            .spreading
+            .iter()
+            .filter(|e| e.time_ns <= time_ns)
+            .collect();
+        let paused = edges.iter().any(|e| victim_path.contains(&e.paused));
+        // Follow what each paused port waited for, port by port, back to the origin.
+        let mut reaches_loop = victim_path.iter().any(|p| self.loop_ports.contains(p));
+        let mut frontier: Vec<PortRef> = victim_path.iter().copied().collect();
+        let mut seen: BTreeSet<PortRef> = BTreeSet::new();
+        while let Some(port) = frontier.pop() {
+            if !seen.insert(port) {
+                continue;
+            }
+            reaches_loop |= self.loop_ports.contains(&port);
+            frontier.extend(edges.iter().filter(|e| e.paused == port).map(|e| e.cause));
+        }
+        Exposure {
+            paused,
+            reaches_loop,
+        }
     }
 
     /// Whether an incident triggered at `time_ns` falls in the anomaly's window.
     pub fn in_window(&self, time_ns: u64) -> bool {
         time_ns >= self.start_ns && time_ns <= self.end_ns.saturating_add(SPREAD_SLACK_NS)
     }
+}
+
+/// How an anomaly reached one victim (ground truth at its trigger time). A victim that was
+/// never paused met the anomaly only as contention at its origin; a victim whose PFC chain
+/// never reaches a deadlock's loop met only the initiator's backpressure. What a correct
+/// diagnosis may name for it follows (see [`judge_victim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Exposure {
+    /// A port of the victim's path had been paused by the anomaly's PFC.
+    pub paused: bool,
+    /// The PAUSE chain from the victim's paused ports (or its path) reaches a loop port.
+    pub reaches_loop: bool,
+}
+
+impl Exposure {
+    /// Paused, and through the loop (the strict reading: only the class's own type counts).
+    pub const FULL: Exposure = Exposure {
+        paused: true,
+        reaches_loop: true,
+    };
 }
 
 /// Whether a node is a switch.
@@ -378,27 +419,87 @@ fn claim_text(anomaly: &serde_json::Value) -> String {
     format!("{kind}@{}", at.join(","))
 }
 
+/// How a claim's root cause is checked against the truth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RootRule {
+    /// Names one of the initial congestion ports.
+    Ports,
+    /// Names the injecting host or one of the initial ports.
+    PortsOrInjector,
+    /// Names loop ports only.
+    LoopPorts,
+}
+
 /// Whether one anomaly of a diagnosis names the truth's root cause.
-fn root_cause_matches(truth: &Truth, anomaly: &serde_json::Value) -> bool {
+fn root_cause_matches(truth: &Truth, rule: RootRule, anomaly: &serde_json::Value) -> bool {
     let root = &anomaly["root_cause"];
     let ports = ports_of(&root["ports"]);
     let injector = root["injector"].as_str();
-    match truth.class {
-        AnomalyClass::PfcBackpressure | AnomalyClass::FlowContention => {
-            ports.iter().any(|p| truth.root_ports.contains(p))
-        }
-        AnomalyClass::PfcStorm | AnomalyClass::DeadlockOutOfLoop => {
+    match rule {
+        RootRule::Ports => ports.iter().any(|p| truth.root_ports.contains(p)),
+        RootRule::PortsOrInjector => {
             let by_host = truth.injector.is_some() && injector == truth.injector.as_deref();
             by_host || ports.iter().any(|p| truth.root_ports.contains(p))
         }
-        AnomalyClass::DeadlockInLoop => {
+        RootRule::LoopPorts => {
             !ports.is_empty() && ports.iter().all(|p| truth.loop_ports.contains(p))
         }
     }
 }
 
-/// Judges one diagnosis (JSON schema of analyzer/README.md; `None` = not diagnosed).
+/// The (type, root rule) pairs that are a correct report for a victim with `exposure`: the
+/// class's own anomaly always; for a victim the PFC never reached (not paused), contention
+/// at the origin of an incast-started anomaly; for a victim of an out-of-loop deadlock
+/// whose PAUSE chain does not reach the loop, the initiator's own anomaly.
+fn accepted(truth: &Truth, exposure: Exposure) -> Vec<(&str, RootRule)> {
+    let own = truth.expected_type.as_str();
+    let storm_initiated = truth.injector.is_some();
+    let mut out = Vec::new();
+    match truth.class {
+        AnomalyClass::PfcBackpressure => {
+            out.push((own, RootRule::Ports));
+            if !exposure.paused {
+                out.push(("normal_flow_contention", RootRule::Ports));
+            }
+        }
+        AnomalyClass::FlowContention => out.push((own, RootRule::Ports)),
+        AnomalyClass::PfcStorm => out.push((own, RootRule::PortsOrInjector)),
+        AnomalyClass::DeadlockInLoop => out.push((own, RootRule::LoopPorts)),
+        AnomalyClass::DeadlockOutOfLoop => {
+            out.push((own, RootRule::PortsOrInjector));
+            if !exposure.reaches_loop {
+                if storm_initiated {
+                    out.push(("pfc_storm", RootRule::PortsOrInjector));
+                } else {
+                    out.push(("pfc_backpressure", RootRule::Ports));
+                    if !exposure.paused {
+                        out.push(("normal_flow_contention", RootRule::Ports));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Judges one diagnosis (JSON schema of analyzer/README.md; `None` = not diagnosed) of a
+/// victim the anomaly reached fully (paused, through the loop): only the class's own type
+/// with its root cause is correct.
 pub fn judge(truth: &Truth, diagnosis: Option<&serde_json::Value>) -> Judgement {
+    judge_victim(truth, Exposure::FULL, diagnosis)
+}
+
+/// Judges one diagnosis of a victim the anomaly reached as `exposure` says (ground truth):
+/// a claim is correct when it has one of the types the exposure admits with its root cause
+/// (a never-paused victim of an incast met contention at the incast's port; a victim of an
+/// out-of-loop deadlock's initiator that is not behind the loop met the initiator's
+/// backpressure or storm). Otherwise `WrongRootCause` when the class's own type is named,
+/// `WrongType` when not.
+pub fn judge_victim(
+    truth: &Truth,
+    exposure: Exposure,
+    diagnosis: Option<&serde_json::Value>,
+) -> Judgement {
     let Some(diagnosis) = diagnosis else {
         return Judgement {
             verdict: Verdict::Undiagnosed,
@@ -417,7 +518,12 @@ pub fn judge(truth: &Truth, diagnosis: Option<&serde_json::Value>) -> Judgement 
         .iter()
         .filter(|a| a["type"].as_str() == Some(truth.expected_type.as_str()))
         .collect();
-    let correct = typed.iter().find(|a| root_cause_matches(truth, a));
+    let accepted = accepted(truth, exposure);
+    let correct = claims.iter().find(|a| {
+        accepted.iter().any(|(kind, rule)| {
+            a["type"].as_str() == Some(kind) && root_cause_matches(truth, *rule, a)
+        })
+    });
     let verdict = if claims.is_empty() {
         Verdict::Silent
     } else if correct.is_some() {

@@ -17,7 +17,7 @@ pub mod run;
 pub mod svg;
 pub mod traces;
 
-pub use judge::{judge, truth_of, Judgement, Score, Truth, Verdict};
+pub use judge::{judge, judge_victim, truth_of, Exposure, Judgement, Score, Truth, Verdict};
 pub use run::{run_eval, EvalConfig, EvalResults, EvalTiming, Grid, Point};
 pub use traces::{generate, AnomalyClass, TraceSpec};
 

@@ -1,7 +1,9 @@
 //! The evaluation runner: traces × parameter points × collection methods, judged against
 //! ground truth, plus the telemetry ablations.
 
-use super::judge::{attributed, judge, round4, truth_of, FlowPaths, Score, Truth, Verdict};
+use super::judge::{
+    attributed, judge_victim, round4, truth_of, Exposure, FlowPaths, Score, Truth, Verdict,
+};
 use super::traces::{generate, AnomalyClass, TraceSpec};
 use super::EvalError;
 use crate::{IncidentOutcome, LoopConfig, LoopOutcome, PollingMode};
@@ -10,7 +12,7 @@ use hawkmesh_wire::telemetry::TelemetryReport;
 use hawkmesh_wire::topology::{FabricTopology, NodeId};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Version of the `results.json` layout.
@@ -125,6 +127,10 @@ pub struct EvalConfig {
     pub grid: Grid,
     /// Scratch directory for the analyzers' stores (emptied as runs finish).
     pub work_dir: PathBuf,
+    /// Where to keep the evidence of every attributed incident at the fixed point
+    /// (`<dir>/<trace>/topology.json` and `<dir>/<trace>/<method>/<event>.json` with the
+    /// switch reports, for `hawkmesh diagnose`); `None` keeps nothing.
+    pub keep_incidents: Option<PathBuf>,
 }
 
 impl EvalConfig {
@@ -184,6 +190,8 @@ pub struct IncidentRecord {
     pub state: String,
     /// The verdict.
     pub verdict: Verdict,
+    /// How the anomaly reached the victim (ground truth; decides which claims are correct).
+    pub exposure: Exposure,
     /// Victim-affecting anomalies named.
     pub claims: Vec<String>,
     /// Correct reports: whether the largest root-cause flow is an injected flow.
@@ -627,7 +635,8 @@ fn judge_mode(
             unattributed += 1;
             continue;
         }
-        let judgement = judge(truth, incident.diagnosis.as_ref());
+        let exposure = exposure(truth, paths, victim, *at);
+        let judgement = judge_victim(truth, exposure, incident.diagnosis.as_ref());
         let (collected, bytes) = by_event.get(&event).cloned().unwrap_or_default();
         let causal = causal_switches(truth, paths, victim, *at, topology);
         attributed_records.push(IncidentRecord {
@@ -636,6 +645,7 @@ fn judge_mode(
             victim: victim.clone(),
             state: incident.summary.state.as_str().to_string(),
             verdict: judgement.verdict,
+            exposure,
             claims: judgement.claims,
             top_flow_injected: judgement.top_flow_injected,
             switches_collected: collected.len(),
@@ -666,6 +676,41 @@ fn judge_mode(
     }
 }
 
+/// Writes the switch reports of judged incidents where `hawkmesh diagnose` reads them.
+fn keep_incidents(
+    dir: &Path,
+    mode: PollingMode,
+    incidents: &[IncidentOutcome],
+    topology: &FabricTopology,
+) -> Result<(), EvalError> {
+    let mode_dir = dir.join(mode.as_str());
+    std::fs::create_dir_all(&mode_dir).map_err(|source| EvalError::Io {
+        path: mode_dir.display().to_string(),
+        source,
+    })?;
+    write_json(&dir.join("topology.json"), topology)?;
+    for incident in incidents {
+        let path = mode_dir.join(format!("{}.json", incident.summary.event_id));
+        write_json(&path, &incident.reports)?;
+    }
+    Ok(())
+}
+
+fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), EvalError> {
+    let io = |source| EvalError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let text = serde_json::to_string_pretty(value).map_err(|e| io(std::io::Error::other(e)))?;
+    std::fs::write(path, text + "\n").map_err(io)
+}
+
+/// How the anomaly reached a victim (see [`Truth::exposure`]).
+fn exposure(truth: &Truth, paths: &FlowPaths, victim: &str, at: u64) -> Exposure {
+    let empty = BTreeSet::new();
+    truth.exposure(paths.ports(victim).unwrap_or(&empty), at)
+}
+
 /// Causally relevant switches of an incident (see [`Truth::causal_switches_for`]).
 fn causal_switches(
     truth: &Truth,
@@ -681,6 +726,7 @@ fn causal_switches(
 
 fn ablate(
     incidents: &[IncidentOutcome],
+    exposures: &[Exposure],
     truth: &Truth,
     topology: &FabricTopology,
 ) -> Vec<AblationRun> {
@@ -689,7 +735,7 @@ fn ablate(
         .map(|telemetry| {
             let mut verdicts = Vec::new();
             let mut claims = Vec::new();
-            for incident in incidents {
+            for (incident, exposure) in incidents.iter().zip(exposures) {
                 let diagnosis = incident.reports.first().and_then(|first| {
                     let victim = first.polling.victim;
                     diagnose_reports(
@@ -702,7 +748,7 @@ fn ablate(
                     .and_then(|out| render::to_json(&out.diagnosis).ok())
                     .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
                 });
-                let judgement = judge(truth, diagnosis.as_ref());
+                let judgement = judge_victim(truth, *exposure, diagnosis.as_ref());
                 verdicts.push(judgement.verdict);
                 claims.push(judgement.claims);
             }
@@ -781,7 +827,26 @@ pub fn run_eval(
                     for mode in PollingMode::ALL {
                         let mut judged = judge_mode(mode, &outcome, &truth, &paths);
                         if mode == PollingMode::Hawkeye && *point == fixed && truth.realized {
-                            ablations = ablate(&judged.incidents, &truth, &outcome.sim.topology);
+                            let exposures: Vec<Exposure> = judged
+                                .mode_run
+                                .attributed
+                                .iter()
+                                .map(|i| i.exposure)
+                                .collect();
+                            ablations = ablate(
+                                &judged.incidents,
+                                &exposures,
+                                &truth,
+                                &outcome.sim.topology,
+                            );
+                        }
+                        if let (Some(dir), true) = (&config.keep_incidents, *point == fixed) {
+                            keep_incidents(
+                                &dir.join(&record.spec.id),
+                                mode,
+                                &judged.incidents,
+                                &outcome.sim.topology,
+                            )?;
                         }
                         if *point != fixed {
                             judged.mode_run.attributed.clear();
