@@ -244,7 +244,7 @@ impl<'a> Context<'a> {
             summary.peer_is_host && (summary.paused > 0 || summary.first_paused_epoch.is_some());
         let storm_outlasts_contention = host_paused
             && (summary.last_paused_epoch > summary.last_contention_epoch
-                || summary.first_contention_epoch >= summary.first_paused_epoch);
+                || summary.first_contention_epoch > summary.first_paused_epoch);
         if !flows.is_empty() && storm_outlasts_contention {
             for flow in flows.iter().take(5) {
                 evidence.push(Evidence {

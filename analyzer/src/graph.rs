@@ -635,15 +635,23 @@ impl ProvenanceGraph {
                     let service = line_gbps / 8.0 / epoch_packet_bytes;
                     let result = replay(&replay_input, epoch_ns, service, bins);
                     graph.stats.replayed_port_epochs += 1;
+                    // An epoch has contention when some flow contributed to the queue, not
+                    // merely when a lone flow met one.
+                    let contended = result
+                        .contributions
+                        .iter()
+                        .any(|c| *c >= options.min_contribution_packets);
                     if let Some(summary) = graph.ports.get_mut(&port) {
                         summary.contention_epochs += 1;
-                        summary.first_contention_epoch = Some(
-                            summary
-                                .first_contention_epoch
-                                .map_or(*start, |e| e.min(*start)),
-                        );
-                        summary.last_contention_epoch =
-                            summary.last_contention_epoch.max(Some(*start));
+                        if contended {
+                            summary.first_contention_epoch = Some(
+                                summary
+                                    .first_contention_epoch
+                                    .map_or(*start, |e| e.min(*start)),
+                            );
+                            summary.last_contention_epoch =
+                                summary.last_contention_epoch.max(Some(*start));
+                        }
                         if result.mode == ReplayMode::Untimed {
                             summary.untimed_epochs += 1;
                         }

@@ -512,3 +512,128 @@ fn healthy_fabric_has_no_anomaly() {
     assert!(output.diagnosis.anomalies.is_empty());
     assert!(output.diagnosis.verdict.starts_with("no anomaly"));
 }
+
+/// Contention at tor2.p(h7) from two bursts toward h7 in `epoch`, nobody paused.
+fn burst_toward_h7(builder: &mut IncidentBuilder, epoch: usize) {
+    for index in 0..2u8 {
+        builder.flow(
+            epoch,
+            flow(40 + index, 53000 + u16::from(index), 17),
+            &["a1", "tor2", "h7"],
+            &[Hop::new(400).depth(150_000).window(10_000, 30_000)],
+        );
+    }
+}
+
+#[test]
+fn a_storm_that_outlasts_an_earlier_burst_is_a_storm() {
+    // Epoch 0: a burst contends at tor2.p(h7). Epoch 1: h7 pauses the port and the pause
+    // spreads to the victim. The port's latest state is the host's pause.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    burst_toward_h7(&mut builder, 0);
+    // Packets of the victim in epoch 0 keep its path known.
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[Hop::new(50), Hop::new(50), Hop::new(50)],
+    );
+    let mut storm = builder.clone();
+    storm_in_epoch(&mut storm, 1);
+    let output = run(&storm);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+    assert!(anomalies[0]
+        .evidence
+        .iter()
+        .any(|e| e.rule == "earlier_flow_contention"));
+}
+
+/// storm_at_h7's pattern in `epoch`, the victim paused along it.
+fn storm_in_epoch(builder: &mut IncidentBuilder, epoch: usize) {
+    builder.flow(
+        epoch,
+        flow(4, 49300, 17),
+        &["h3", "tor1", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(300).paused(220, 250_000).depth(40_000),
+            Hop::new(300).paused(240, 300_000).depth(40_000),
+            Hop::new(300).paused(260, 400_000).depth(120_000),
+        ],
+    );
+    builder.flow(
+        epoch,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(180, 200_000).depth(30_000),
+            Hop::new(250).paused(200, 300_000).depth(40_000),
+            Hop::new(250).paused(220, 400_000).depth(120_000),
+        ],
+    );
+}
+
+#[test]
+fn a_pause_still_in_force_at_collection_decides_a_port_that_also_saw_a_burst() {
+    // Epoch 0: a burst and h7's pause at tor2.p(h7) in the same epoch — from the counters
+    // alone contention dominates (Table 2). Epoch 1: nothing could reach the frozen port,
+    // but the switch reports it still paused at collection: the pause outlasted the burst.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    burst_toward_h7(&mut builder, 0);
+    storm_in_epoch(&mut builder, 0);
+    // Some traffic elsewhere at tor2 in epoch 1, so that epoch is read at tor2.
+    builder.flow(
+        1,
+        flow(44, 53100, 19),
+        &["a2", "tor2", "h9"],
+        &[Hop::new(20)],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcBackpressure);
+
+    builder.paused_at_collection("tor2", "h7");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+    assert!(anomalies[0]
+        .evidence
+        .iter()
+        .any(|e| e.rule == "host_pfc_injection" && e.note.contains("still paused")));
+}
+
+#[test]
+fn a_victim_contending_at_the_root_of_a_pfc_tree_is_told_about_the_backpressure() {
+    // The incast's bursts contend at tor2.p(h9), whose congestion paused agg0 and tor0
+    // upstream. The victim here is one of the bursts: it was never paused, it met the
+    // queue at the root itself.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, burst(1));
+    incast(&mut builder);
+    let reports = builder.build_reports().expect("reports");
+    let output = hawkmesh_analyzer::diagnose_reports(
+        hawkmesh_analyzer::loaded(reports),
+        builder.topology().clone(),
+        burst(1),
+        &hawkmesh_analyzer::DiagnoseOptions::default(),
+    )
+    .expect("diagnosis");
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcBackpressure);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p6"]);
+    assert!(anomaly
+        .evidence
+        .iter()
+        .any(|e| e.rule == "victim_at_pfc_origin"));
+    assert!(!output
+        .diagnosis
+        .anomalies
+        .iter()
+        .any(|a| a.anomaly_type == AnomalyType::NormalFlowContention));
+}

@@ -386,3 +386,93 @@ impl Eviction {
         u64::from(self.epoch_index) == slot && u64::from(self.epoch_id) == id
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::CpuFrame;
+    use hawkmesh_codegen::model::TableEntry;
+
+    /// Pause-end registers only; everything else is refused.
+    struct PauseRegisters(BTreeMap<&'static str, Vec<u64>>);
+
+    impl SwitchBackend for PauseRegisters {
+        fn read_register(&mut self, register: &str) -> Result<Vec<u64>, BackendError> {
+            self.0
+                .get(register)
+                .cloned()
+                .ok_or_else(|| BackendError::DataPlane(format!("no register {register}")))
+        }
+        fn reset_register(&mut self, register: &str) -> Result<(), BackendError> {
+            Err(BackendError::DataPlane(format!("reset {register}")))
+        }
+        fn add_table_entry(&mut self, table: &str, _: TableEntry) -> Result<(), BackendError> {
+            Err(BackendError::DataPlane(format!("table {table}")))
+        }
+        fn set_multicast_group(&mut self, group: u16, _: Vec<u16>) -> Result<(), BackendError> {
+            Err(BackendError::DataPlane(format!("group {group}")))
+        }
+        fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn geometry() -> Geometry {
+        Geometry {
+            ports: 8,
+            ..Geometry::default_variant()
+        }
+    }
+
+    #[test]
+    fn port_status_tells_pauses_in_force_from_ended_stale_and_never_written() {
+        // Now: 5 s after boot, past the 32-bit wrap of the ns clock (4.29 s).
+        let now: u64 = 5_000_000_000;
+        let lo = |t: u64| u64::from(t as u32);
+        let mut registers: BTreeMap<&'static str, Vec<u64>> = PAUSE_END_REGISTERS
+            .iter()
+            .map(|name| (*name, vec![0; 8]))
+            .collect();
+        let p3 = registers.get_mut("pause_end_p3").unwrap();
+        p3[1] = lo(now + 200_000); // in force for 200 µs more
+        p3[2] = lo(now - 300_000); // ended 300 µs ago, inside the lookback
+        p3[4] = lo(now - 3_000_000_000); // ended 3 s ago: beyond 2^31 ns it looks "ahead"
+        p3[5] = lo(now + 10_000_000); // 10 ms ahead: no PFC frame pauses that long
+        registers.get_mut("pause_end_p5").unwrap()[1] = lo(now + 50_000);
+        let mut backend = PauseRegisters(registers);
+        let (paused, cost) = paused_ports(&mut backend, &geometry(), now, 1_048_576).unwrap();
+        assert_eq!(cost.registers, 8);
+        assert_eq!(
+            paused,
+            vec![
+                PausedPort {
+                    port: 1,
+                    priorities: (1 << 3) | (1 << 5),
+                    in_force: true,
+                    until_ns: now + 200_000,
+                },
+                PausedPort {
+                    port: 2,
+                    priorities: 1 << 3,
+                    in_force: false,
+                    until_ns: now - 300_000,
+                },
+            ]
+        );
+        // A short register is a geometry error naming it.
+        let mut short = PauseRegisters(
+            PAUSE_END_REGISTERS
+                .iter()
+                .map(|name| (*name, vec![0; 4]))
+                .collect(),
+        );
+        assert!(matches!(
+            paused_ports(&mut short, &geometry(), now, 1_048_576),
+            Err(CollectError::Geometry {
+                register: "pause_end_p0",
+                found: 4,
+                needed: 8
+            })
+        ));
+    }
+}
