@@ -30,6 +30,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use crate::error::ModelError;
 use crate::ir::*;
 
+#[rustfmt::skip]
+mod generated;
+mod native;
+
 /// Largest packet the model accepts.
 pub const MAX_PACKET_BYTES: usize = 16 * 1024;
 /// Most bridged / cloned metadata fields a program may have.
@@ -457,6 +461,11 @@ struct Cmp {
 }
 
 impl Cmp {
+    /// A comparison by its parts (emitted code).
+    const fn raw(rel: u8, shift: u8, signed: bool) -> Cmp {
+        Cmp { rel, shift, signed }
+    }
+
     fn new(op: CmpOp, width: u8) -> Cmp {
         let rel = match op {
             CmpOp::Eq => 0b010,
@@ -788,6 +797,9 @@ struct Code {
     cloned: Vec<(u16, u64)>,
     /// (slot, mask) of each intrinsic.
     intrinsics: [(u16, u64); Intrinsic::ALL.len()],
+    /// The emitted variant of this code in [`generated::VARIANTS`], if any (set after the
+    /// fingerprint is taken).
+    native: Option<usize>,
 }
 
 fn program_error(message: String) -> ModelError {
@@ -2118,6 +2130,7 @@ impl Code {
                 .map(|f| (f.0, masks[f.0 as usize]))
                 .collect(),
             intrinsics,
+            native: None,
         })
     }
 
@@ -2140,7 +2153,9 @@ fn compiled(program: &Arc<Program>) -> Result<Arc<Code>, ModelError> {
             return Ok(Arc::clone(code));
         }
     }
-    let code = Arc::new(Code::compile(program)?);
+    let mut code = Code::compile(program)?;
+    code.native = native::lookup(&code);
+    let code = Arc::new(code);
     if let Ok(mut cache) = COMPILED.lock() {
         cache.push((Arc::downgrade(program), Arc::clone(&code)));
     }
@@ -2260,6 +2275,21 @@ struct PassCtx<'a> {
     clone: bool,
 }
 
+/// A header field at byte `offset` of the packet (the header fits): the big-endian 64-bit
+/// word at its first byte shifted right by `shift`, or read bit by bit (`NO_WINDOW`, or
+/// the word runs past the end of the packet).
+#[inline(always)]
+fn extract(packet: &[u8], offset: usize, byte: u16, bit: u16, shift: u8, width: u8) -> u64 {
+    let at = offset + byte as usize;
+    match packet.get(at..at + 8) {
+        Some(b) if shift != NO_WINDOW => {
+            let w = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            (w >> shift) & mask(width)
+        }
+        _ => read_bits(packet, offset * 8 + bit as usize, width),
+    }
+}
+
 /// The big-endian 64-bit word at `at`, if the buffer holds it.
 #[inline(always)]
 fn window(buf: &[u8], at: usize) -> Option<u64> {
@@ -2341,24 +2371,10 @@ impl State {
                     break;
                 }
                 for f in &code.pfields[s.fields as usize..s.fields_end as usize] {
-                    let at = offset + f.byte as usize;
-                    self.phv[f.phv as usize] = match packet.get(at..at + 8) {
-                        Some(b) if f.shift != NO_WINDOW => {
-                            let w = u64::from_be_bytes([
-                                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-                            ]);
-                            (w >> f.shift) & mask(f.width)
-                        }
-                        _ => read_bits(packet, offset * 8 + f.bit as usize, f.width),
-                    };
+                    self.phv[f.phv as usize] =
+                        extract(packet, offset, f.byte, f.bit, f.shift, f.width);
                 }
-                self.valid |= 1 << h;
-                self.parsed |= 1 << h;
-                self.offsets[h] = offset as u32;
-                if (h as i32) < last {
-                    self.in_order = false;
-                }
-                last = h as i32;
+                self.extracted(h, offset, &mut last);
                 offset += s.bytes as usize;
             }
             match s.kind {
@@ -2376,6 +2392,23 @@ impl State {
                 _ => break,
             }
         }
+        self.parse_done(code, offset);
+    }
+
+    /// Header `h` was extracted at byte `offset`; `last` is the previous header extracted.
+    #[inline(always)]
+    fn extracted(&mut self, h: usize, offset: usize, last: &mut i32) {
+        self.valid |= 1 << h;
+        self.parsed |= 1 << h;
+        self.offsets[h] = offset as u32;
+        if (h as i32) < *last {
+            self.in_order = false;
+        }
+        *last = h as i32;
+    }
+
+    /// The parser stopped at byte `offset`.
+    fn parse_done(&mut self, code: &Code, offset: usize) {
         self.payload_offset = offset;
         // Fields of headers not extracted now read as zero, as after a fresh reset.
         let mut stale = self.stale & !self.parsed;
@@ -2488,6 +2521,23 @@ impl State {
         }
     }
 
+    /// A [`WordAction`] on word `w` of its slab (emitted code passes a constant action).
+    #[inline(always)]
+    fn word_at(&mut self, code: &Code, a: &WordAction, w: usize) -> u64 {
+        let Slab::Words(lines) = &mut self.slabs[a.slab as usize] else {
+            return 0;
+        };
+        word_step(a, &code.word_conds, &mut lines[w >> 4].0[w & 15], &self.phv)
+    }
+
+    /// Register `r` was written by the data plane.
+    #[inline(always)]
+    fn written(&mut self, r: u16) {
+        if *self.live_views.get_mut() != 0 {
+            self.drop_view(r as usize);
+        }
+    }
+
     /// A register action in its [`WordAction`] form.
     #[inline(always)]
     fn execute_word(&mut self, code: &Code, wa: u16, index: u64) -> u64 {
@@ -2558,19 +2608,18 @@ impl State {
         }
     }
 
-    fn apply(&mut self, code: &Code, t: u16, ctx: &mut PassCtx) {
+    /// Looks `t` up: sets the chosen action's parameters and returns the action.
+    fn select(&mut self, code: &Code, t: u16) -> u16 {
         let table = &code.tables[t as usize];
         if table.forwarding && self.routing == Routing::FromInput {
             if let (Some(port), Some(action)) = (self.routed, table.first_action) {
                 if let Some((p, m)) = code.action_params[action as usize].first() {
                     self.phv[*p as usize] = port as u64 & m;
                 }
-                self.run(code, code.action_start[action as usize], ctx);
-                return;
+                return action;
             }
             self.set_params(code, table.default_action, &table.default_params);
-            self.run(code, code.action_start[table.default_action as usize], ctx);
-            return;
+            return table.default_action;
         }
         let mut key: u128 = 0;
         for (f, w) in &table.keys {
@@ -2586,7 +2635,7 @@ impl State {
                 .find(|(v, m, _, _, _)| key & m == *v & m)
                 .map(|(_, _, _, a, p)| (a.0, p))
         };
-        let action = match hit {
+        match hit {
             Some((a, params)) => {
                 for ((p, m), v) in code.action_params[a as usize].iter().zip(params) {
                     self.phv[*p as usize] = v & m;
@@ -2597,8 +2646,7 @@ impl State {
                 self.set_params(code, table.default_action, &table.default_params);
                 table.default_action
             }
-        };
-        self.run(code, code.action_start[action as usize], ctx);
+        }
     }
 
     fn run(&mut self, code: &Code, start: u32, ctx: &mut PassCtx) {
@@ -2717,17 +2765,7 @@ impl State {
                 Ins::Hash { unit, dst, mask } => {
                     self.phv[dst as usize] = self.hash(code, unit) & mask;
                 }
-                Ins::SetValid(h) => {
-                    if self.valid & (1 << h) == 0 {
-                        self.valid |= 1 << h;
-                        self.dirty |= 1 << h;
-                        self.zeroed |= 1 << h;
-                        self.stale |= 1 << h;
-                        for f in &code.headers[h as usize].fields {
-                            self.phv[f.phv as usize] = 0;
-                        }
-                    }
-                }
+                Ins::SetValid(h) => self.set_valid(code, h),
                 Ins::SetInvalid(h) => self.valid &= !(1 << h),
                 Ins::Unicast(port) => {
                     ctx.forward = Forward::Unicast(self.phv[port as usize] as u16);
@@ -2746,8 +2784,23 @@ impl State {
                     digest: DigestId(d),
                     values: Vec::new(),
                 }),
-                Ins::Apply(t) => self.apply(code, t, ctx),
+                Ins::Apply(t) => {
+                    let action = self.select(code, t);
+                    self.run(code, code.action_start[action as usize], ctx);
+                }
                 Ins::Return => return,
+            }
+        }
+    }
+
+    fn set_valid(&mut self, code: &Code, h: u8) {
+        if self.valid & (1 << h) == 0 {
+            self.valid |= 1 << h;
+            self.dirty |= 1 << h;
+            self.zeroed |= 1 << h;
+            self.stale |= 1 << h;
+            for f in &code.headers[h as usize].fields {
+                self.phv[f.phv as usize] = 0;
             }
         }
     }
@@ -2805,45 +2858,78 @@ impl State {
     }
 }
 
-/// The CRC-32 byte table of [`crate::hash::crc32`] split by nibble: the table is linear,
-/// so `T[x] = T[x & 15] ^ T[x & 0xF0]`. Two 16-entry tables are two cache lines (a byte
-/// table is sixteen, and a switch pass finds them evicted by the simulator between
-/// packets).
-const fn crc_nibble_tables() -> [[u32; 16]; 2] {
-    let mut t = [[0u32; 16]; 2];
-    let mut half = 0;
-    while half < 2 {
+/// The CRC-32 byte table of [`crate::hash::crc32`] extended for eight bytes per step
+/// (`T[k][x]` is the CRC of byte `x` followed by `k` zero bytes). The hashed keys are 4 to
+/// 12 bytes: one or two steps whose table loads are independent, instead of a chain of
+/// one dependent load per byte.
+const fn crc_slice_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut k = 1;
+    while k < 8 {
         let mut i = 0;
-        while i < 16 {
-            let mut c = (i << (4 * half)) as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            t[half][i] = c;
+        while i < 256 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
             i += 1;
         }
-        half += 1;
+        k += 1;
     }
     t
 }
 
-static CRC_NIBBLES: [[u32; 16]; 2] = crc_nibble_tables();
+static CRC_SLICES: [[u32; 256]; 8] = crc_slice_tables();
 
 /// The CRC-32 of [`crate::hash::crc32`].
 fn crc32_fast(bytes: &[u8]) -> u32 {
-    let [lo, hi] = &CRC_NIBBLES;
+    let t = &CRC_SLICES;
     let mut c = 0xFFFF_FFFFu32;
-    for b in bytes {
-        let x = (c ^ *b as u32) as usize;
-        c = lo[x & 15] ^ hi[(x >> 4) & 15] ^ (c >> 8);
+    let mut chunks = bytes.chunks_exact(8);
+    for b in &mut chunks {
+        let lo = c ^ u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let hi = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        c = t[7][(lo & 0xFF) as usize]
+            ^ t[6][((lo >> 8) & 0xFF) as usize]
+            ^ t[5][((lo >> 16) & 0xFF) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xFF) as usize]
+            ^ t[2][((hi >> 8) & 0xFF) as usize]
+            ^ t[1][((hi >> 16) & 0xFF) as usize]
+            ^ t[0][(hi >> 24) as usize];
+    }
+    let mut rest = chunks.remainder();
+    if let [b0, b1, b2, b3, tail @ ..] = rest {
+        let x = c ^ u32::from_le_bytes([*b0, *b1, *b2, *b3]);
+        c = t[3][(x & 0xFF) as usize]
+            ^ t[2][((x >> 8) & 0xFF) as usize]
+            ^ t[1][((x >> 16) & 0xFF) as usize]
+            ^ t[0][(x >> 24) as usize];
+        rest = tail;
+    }
+    for b in rest {
+        c = t[0][((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8);
     }
     c ^ 0xFFFF_FFFF
+}
+
+/// The Rust source of the native back end for `variants` (name, program): the file
+/// `codegen/src/model/generated.rs` that `hawkmesh-codegen --write` writes.
+pub fn emit_native(variants: &[(&str, &Program)]) -> Result<String, ModelError> {
+    native::emit(variants)
 }
 
 /// The interpreter: the program compiled once (see the module docs), then run per packet
@@ -2856,6 +2942,9 @@ pub struct Model {
     groups: HashMap<u16, Vec<u16>>,
     cpu_port: u16,
     scratch: [PassOutput; 2],
+    /// Run on the interpreter even when the code has an emitted variant (differential
+    /// tests).
+    interpreted: bool,
 }
 
 fn mask(width: u8) -> u64 {
@@ -3015,8 +3104,15 @@ impl Model {
             groups: HashMap::new(),
             cpu_port,
             scratch: [PassOutput::default(), PassOutput::default()],
+            interpreted: false,
             program,
         })
+    }
+
+    /// Whether passes run as emitted Rust (the program's compiled code has a variant in
+    /// the generated native back end) rather than on the interpreter.
+    pub fn is_native(&self) -> bool {
+        self.code.native.is_some() && !self.interpreted
     }
 
     /// The program.
@@ -3066,12 +3162,19 @@ impl DataPlane for Model {
         }
         out.reset();
         let code = &self.code;
+        let native = code
+            .native
+            .filter(|_| !self.interpreted)
+            .map(|n| &generated::VARIANTS[n]);
         self.st.with_phv(code, |st| {
             st.reset(code);
             st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
             st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
             st.routed = input.routed_egress_port;
-            st.parse(code, packet);
+            match native {
+                Some(n) => (n.parse)(st, code, packet),
+                None => st.parse(code, packet),
+            }
             let mut ctx = PassCtx {
                 packet,
                 clone_bytes: &mut out.clone_bytes,
@@ -3080,7 +3183,10 @@ impl DataPlane for Model {
                 dropped: false,
                 clone: false,
             };
-            st.run(code, code.ingress, &mut ctx);
+            match native {
+                Some(n) => (n.ingress)(st, code, &mut ctx),
+                None => st.run(code, code.ingress, &mut ctx),
+            }
             let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
             st.deparse(code, packet, &mut out.bytes);
             out.dropped = dropped;
@@ -3116,6 +3222,10 @@ impl DataPlane for Model {
         }
         out.reset();
         let code = &self.code;
+        let native = code
+            .native
+            .filter(|_| !self.interpreted)
+            .map(|n| &generated::VARIANTS[n]);
         self.st.with_phv(code, |st| {
             st.reset(code);
             let port = input.ingress_port as u64;
@@ -3131,7 +3241,10 @@ impl DataPlane for Model {
             } else {
                 st.restore(&code.cloned, carried);
             }
-            st.parse(code, packet);
+            match native {
+                Some(n) => (n.parse)(st, code, packet),
+                None => st.parse(code, packet),
+            }
             let mut unused = Vec::new();
             let mut ctx = PassCtx {
                 packet,
@@ -3141,7 +3254,10 @@ impl DataPlane for Model {
                 dropped: false,
                 clone: false,
             };
-            st.run(code, code.egress, &mut ctx);
+            match native {
+                Some(n) => (n.egress)(st, code, &mut ctx),
+                None => st.run(code, code.egress, &mut ctx),
+            }
             let (dropped, clone) = (ctx.dropped, ctx.clone);
             st.deparse(code, packet, &mut out.bytes);
             out.dropped = dropped;
@@ -3427,10 +3543,13 @@ mod tests {
     }
 
     #[test]
-    fn nibble_crc_matches_the_reference() {
+    fn sliced_crc_matches_the_reference() {
         let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8).collect();
-        for n in 0..bytes.len() {
-            assert_eq!(crc32_fast(&bytes[..n]), crc32(&bytes[..n]), "{n} bytes");
+        for start in 0..8 {
+            for n in start..bytes.len() {
+                let b = &bytes[start..n];
+                assert_eq!(crc32_fast(b), crc32(b), "bytes {start}..{n}");
+            }
         }
     }
 }
