@@ -263,8 +263,28 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// Most parameters of an action of a [`CTable::direct`] table.
+const DIRECT_PARAMS: usize = 2;
+/// Keys below this are looked up in [`TableState::direct`] (ports); others in the hash map.
+const DIRECT_KEYS: u128 = 1024;
+
+/// An entry of a directly indexed exact table (`action` is `NO_SLOT` where none).
+#[derive(Clone, Copy, Debug)]
+struct Direct {
+    action: u16,
+    params: [u64; DIRECT_PARAMS],
+}
+
+const NO_DIRECT: Direct = Direct {
+    action: NO_SLOT,
+    params: [0; DIRECT_PARAMS],
+};
+
 #[derive(Clone, Debug, Default)]
 struct TableState {
+    /// The entries of `exact` with a key below `direct.len()` (ports), by key: one load per
+    /// lookup instead of a hash probe and the parameters' own allocation.
+    direct: Vec<Direct>,
     exact: HashMap<u128, (ActionId, Vec<u64>), BuildHasherDefault<KeyHasher>>,
     ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
     entries: usize,
@@ -681,6 +701,9 @@ struct CTable {
     default_params: Vec<u64>,
     keys: Vec<(u16, u8)>,
     all_exact: bool,
+    /// Exact keys and actions of at most [`DIRECT_PARAMS`] parameters: entries with small
+    /// keys also live in [`TableState::direct`].
+    direct: bool,
 }
 
 /// A header field as the parser and deparser see it.
@@ -1868,6 +1891,10 @@ impl Code {
                     .map(|(f, _)| (f.0, program.field(*f).width))
                     .collect(),
                 all_exact: t.keys.iter().all(|(_, k)| *k == MatchKind::Exact),
+                direct: t.keys.iter().all(|(_, k)| *k == MatchKind::Exact)
+                    && t.actions
+                        .iter()
+                        .all(|a| program.actions[a.0 as usize].params.len() <= DIRECT_PARAMS),
             })
             .collect();
         let (registers, slabs) = layout_registers(program);
@@ -2626,6 +2653,17 @@ impl State {
             key = (key << w) | self.phv[*f as usize] as u128;
         }
         let state = &self.tables[t as usize];
+        if key < state.direct.len() as u128 {
+            let d = state.direct[key as usize];
+            if d.action == NO_SLOT {
+                self.set_params(code, table.default_action, &table.default_params);
+                return table.default_action;
+            }
+            for ((p, m), v) in code.action_params[d.action as usize].iter().zip(d.params) {
+                self.phv[*p as usize] = v & m;
+            }
+            return d.action;
+        }
         let hit = if table.all_exact {
             state.exact.get(&key).map(|(a, p)| (a.0, p))
         } else {
@@ -3094,7 +3132,25 @@ impl Model {
                 .map(|_| OnceLock::new())
                 .collect(),
             live_views: AtomicUsize::new(0),
-            tables: vec![TableState::default(); program.tables.len()],
+            tables: code
+                .tables
+                .iter()
+                .zip(&program.tables)
+                .map(|(c, t)| TableState {
+                    direct: if c.direct {
+                        let bits: u32 = t
+                            .keys
+                            .iter()
+                            .map(|(f, _)| program.field(*f).width as u32)
+                            .sum();
+                        let keys = (1u128 << bits.min(64)).min(DIRECT_KEYS);
+                        vec![NO_DIRECT; keys as usize]
+                    } else {
+                        Vec::new()
+                    },
+                    ..TableState::default()
+                })
+                .collect(),
             routing,
             routed: None,
         };
@@ -3487,6 +3543,13 @@ impl DataPlane for Model {
                     table: table.to_string(),
                     size,
                 });
+            }
+            if key < state.direct.len() as u128 {
+                let d = &mut state.direct[key as usize];
+                d.action = action.0;
+                for (slot, v) in d.params.iter_mut().zip(&entry.params) {
+                    *slot = *v;
+                }
             }
             if state.exact.insert(key, (action, entry.params)).is_none() {
                 state.entries += 1;

@@ -1422,6 +1422,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0xA5E134566890C456, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
-Native { fingerprint: 0x3F3303EC70D85905, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
+Native { fingerprint: 0x5D0888938B47BD04, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
+Native { fingerprint: 0x8BB1A463254F3B8F, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
 ];
