@@ -618,6 +618,9 @@ struct Outcome {
 struct CRegisterAction {
     register: u16,
     slab: u16,
+    kind: SlabKind,
+    /// First element of the slab in its kind's array of [`Regs`].
+    base: usize,
     size_mask: usize,
     stride: usize,
     offset: usize,
@@ -674,6 +677,8 @@ const COND_ANY: u8 = 3;
 #[repr(align(64))]
 #[derive(Clone, Copy, Debug)]
 struct WordAction {
+    /// First word of the slab in [`Regs::words`] (a multiple of 16).
+    base: u32,
     size_mask: u32,
     stride: u16,
     offset: u16,
@@ -770,6 +775,9 @@ struct PState {
 #[derive(Clone, Copy, Debug)]
 struct RegLoc {
     slab: u16,
+    kind: SlabKind,
+    /// First element of the slab in its kind's array of [`Regs`].
+    base: usize,
     stride: usize,
     offset: usize,
     pair: bool,
@@ -801,8 +809,8 @@ struct Code {
     /// (word action, output slot, output mask) of the members of [`Ins::ExecuteGroup`].
     group_members: Vec<(u16, u16, u64)>,
     registers: Vec<RegLoc>,
-    /// (kind, words) of each slab.
-    slabs: Vec<(SlabKind, usize)>,
+    /// Elements of [`Regs::bytes`], [`Regs::halves`] and [`Regs::words`].
+    regs_len: [usize; 3],
     hashes: Vec<CHash>,
     headers: Vec<CHeader>,
     parser: Vec<PState>,
@@ -1451,6 +1459,8 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
             let pair = program.registers[*r].is_pair();
             locs[*r] = Some(RegLoc {
                 slab: slabs.len() as u16,
+                kind: SlabKind::Words,
+                base: 0,
                 stride,
                 offset,
                 pair,
@@ -1476,6 +1486,8 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
                 slabs.push((kind, size * stride));
                 RegLoc {
                     slab: slabs.len() as u16 - 1,
+                    kind,
+                    base: 0,
                     stride,
                     offset: 0,
                     pair: reg.is_pair(),
@@ -1483,8 +1495,37 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
                 }
             })
         })
+        .collect::<Vec<RegLoc>>();
+    let bases = slab_bases(&slabs).0;
+    let locs = locs
+        .into_iter()
+        .map(|l| RegLoc {
+            kind: slabs[l.slab as usize].0,
+            base: bases[l.slab as usize],
+            ..l
+        })
         .collect();
     (locs, slabs)
+}
+
+/// Where each slab starts in its kind's array of [`Regs`] (slabs of words on a line
+/// boundary, so that a cell group stays within one line), and the arrays' lengths.
+fn slab_bases(slabs: &[(SlabKind, usize)]) -> (Vec<usize>, [usize; 3]) {
+    let mut len = [0usize; 3];
+    let bases = slabs
+        .iter()
+        .map(|(kind, words)| {
+            let (i, size) = match kind {
+                SlabKind::Bytes => (0, *words),
+                SlabKind::Halves => (1, *words),
+                SlabKind::Words => (2, words.div_ceil(16) * 16),
+            };
+            let base = len[i];
+            len[i] += size;
+            base
+        })
+        .collect();
+    (bases, len)
 }
 
 /// The single-word form of a register action, if it has one: a register of single words
@@ -1578,6 +1619,7 @@ fn word_action(
         }
     };
     Some(WordAction {
+        base: u32::try_from(ra.base).ok()?,
         size_mask: u32::try_from(ra.size_mask).ok()?,
         stride: u16::try_from(ra.stride).ok()?,
         offset: u16::try_from(ra.offset).ok()?,
@@ -1948,6 +1990,8 @@ impl Code {
             register_actions.push(CRegisterAction {
                 register: r as u16,
                 slab: loc.slab,
+                kind: loc.kind,
+                base: loc.base,
                 size_mask: reg.size as usize - 1,
                 stride: loc.stride,
                 offset: loc.offset,
@@ -2133,7 +2177,7 @@ impl Code {
             word_registers,
             word_conds,
             registers,
-            slabs,
+            regs_len: slab_bases(&slabs).1,
             hashes,
             headers,
             parser,
@@ -2216,47 +2260,42 @@ fn new_phv() -> Box<[u64; PHV_SLOTS]> {
 #[derive(Clone, Copy, Debug, Default)]
 struct Line([u32; 16]);
 
-/// Register storage.
-#[derive(Clone, Debug)]
-enum Slab {
-    Bytes(Vec<u8>),
-    Halves(Vec<u16>),
-    Words(Vec<Line>),
+/// Register storage: the slabs of each kind one after another in one array (a slab of
+/// words starts on a line), so that a register access goes straight to its cell, without
+/// a per-slab descriptor to load first.
+#[derive(Clone, Debug, Default)]
+struct Regs {
+    bytes: Vec<u8>,
+    halves: Vec<u16>,
+    words: Vec<Line>,
 }
 
-impl Slab {
-    fn new(kind: SlabKind, words: usize) -> Slab {
-        match kind {
-            SlabKind::Bytes => Slab::Bytes(vec![0; words]),
-            SlabKind::Halves => Slab::Halves(vec![0; words]),
-            SlabKind::Words => Slab::Words(vec![Line::default(); words.div_ceil(16)]),
+impl Regs {
+    fn new(code: &Code) -> Regs {
+        let [bytes, halves, words] = code.regs_len;
+        Regs {
+            bytes: vec![0; bytes],
+            halves: vec![0; halves],
+            words: vec![Line::default(); words.div_ceil(16)],
         }
     }
 
     #[inline(always)]
-    fn get(&self, w: usize) -> u64 {
-        match self {
-            Slab::Bytes(v) => v[w] as u64,
-            Slab::Halves(v) => v[w] as u64,
-            Slab::Words(v) => v[w >> 4].0[w & 15] as u64,
+    fn get(&self, kind: SlabKind, w: usize) -> u64 {
+        match kind {
+            SlabKind::Bytes => self.bytes[w] as u64,
+            SlabKind::Halves => self.halves[w] as u64,
+            SlabKind::Words => self.words[w >> 4].0[w & 15] as u64,
         }
     }
 
     /// Stores the low bits of `value` (values always fit the register's width).
     #[inline(always)]
-    fn set(&mut self, w: usize, value: u64) {
-        match self {
-            Slab::Bytes(v) => v[w] = value as u8,
-            Slab::Halves(v) => v[w] = value as u16,
-            Slab::Words(v) => v[w >> 4].0[w & 15] = value as u32,
-        }
-    }
-
-    fn clear(&mut self) {
-        match self {
-            Slab::Bytes(v) => v.fill(0),
-            Slab::Halves(v) => v.fill(0),
-            Slab::Words(v) => v.fill(Line::default()),
+    fn set(&mut self, kind: SlabKind, w: usize, value: u64) {
+        match kind {
+            SlabKind::Bytes => self.bytes[w] = value as u8,
+            SlabKind::Halves => self.halves[w] = value as u16,
+            SlabKind::Words => self.words[w >> 4].0[w & 15] = value as u32,
         }
     }
 }
@@ -2282,7 +2321,7 @@ struct State {
     /// Whether the parser extracted headers in deparse (declaration) order.
     in_order: bool,
     payload_offset: usize,
-    slabs: Vec<Slab>,
+    regs: Regs,
     /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
     /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
     views: Vec<OnceLock<Vec<u64>>>,
@@ -2510,10 +2549,13 @@ impl State {
     fn execute(&mut self, code: &Code, ra: u16, index: u64) -> u64 {
         let ra = &code.register_actions[ra as usize];
         // Registers are powers of two; masking the index is the hardware's behaviour.
-        let w = ((index as usize) & ra.size_mask) * ra.stride + ra.offset;
-        let slab = &self.slabs[ra.slab as usize];
-        let lo = slab.get(w);
-        let hi = if ra.pair { slab.get(w + 1) } else { 0 };
+        let w = ra.base + ((index as usize) & ra.size_mask) * ra.stride + ra.offset;
+        let lo = self.regs.get(ra.kind, w);
+        let hi = if ra.pair {
+            self.regs.get(ra.kind, w + 1)
+        } else {
+            0
+        };
         let m = ra.word_mask;
         let phv = &self.phv;
         let mut outcome = 0usize;
@@ -2527,10 +2569,9 @@ impl State {
         let new_lo = if o.lo == NONE { lo } else { update(o.lo) };
         let new_hi = if o.hi == NONE { hi } else { update(o.hi) };
         if ra.writes {
-            let slab = &mut self.slabs[ra.slab as usize];
-            slab.set(w, new_lo);
+            self.regs.set(ra.kind, w, new_lo);
             if ra.pair {
-                slab.set(w + 1, new_hi);
+                self.regs.set(ra.kind, w + 1, new_hi);
             }
             if *self.live_views.get_mut() != 0 {
                 self.drop_view(ra.register as usize);
@@ -2551,10 +2592,9 @@ impl State {
     /// A [`WordAction`] on word `w` of its slab (emitted code passes a constant action).
     #[inline(always)]
     fn word_at(&mut self, code: &Code, a: &WordAction, w: usize) -> u64 {
-        let Slab::Words(lines) = &mut self.slabs[a.slab as usize] else {
-            return 0;
-        };
-        word_step(a, &code.word_conds, &mut lines[w >> 4].0[w & 15], &self.phv)
+        let w = a.base as usize + w;
+        let cell = &mut self.regs.words[w >> 4].0[w & 15];
+        word_step(a, &code.word_conds, cell, &self.phv)
     }
 
     /// Register `r` was written by the data plane.
@@ -2569,11 +2609,11 @@ impl State {
     #[inline(always)]
     fn execute_word(&mut self, code: &Code, wa: u16, index: u64) -> u64 {
         let a = &code.word_actions[wa as usize];
-        let w = ((index as usize) & a.size_mask as usize) * a.stride as usize + a.offset as usize;
-        let Slab::Words(lines) = &mut self.slabs[a.slab as usize] else {
-            return 0;
-        };
-        let value = word_step(a, &code.word_conds, &mut lines[w >> 4].0[w & 15], &self.phv);
+        let w = a.base as usize
+            + ((index as usize) & a.size_mask as usize) * a.stride as usize
+            + a.offset as usize;
+        let cell = &mut self.regs.words[w >> 4].0[w & 15];
+        let value = word_step(a, &code.word_conds, cell, &self.phv);
         if a.writes && *self.live_views.get_mut() != 0 {
             self.drop_view(code.word_registers[wa as usize] as usize);
         }
@@ -2586,10 +2626,9 @@ impl State {
             return;
         };
         let first = &code.word_actions[first as usize];
-        let base = ((index as usize) & first.size_mask as usize) * first.stride as usize;
-        let Slab::Words(lines) = &mut self.slabs[first.slab as usize] else {
-            return;
-        };
+        let base = first.base as usize
+            + ((index as usize) & first.size_mask as usize) * first.stride as usize;
+        let lines = &mut self.regs.words;
         for &(wa, out, mask) in members {
             let wa = &code.word_actions[wa as usize];
             let w = base + wa.offset as usize;
@@ -2886,12 +2925,11 @@ impl State {
 
     /// A register cell as the control plane sees it (`hi << 32 | lo` for pairs).
     fn cell(&self, loc: &RegLoc, index: usize) -> u64 {
-        let w = index * loc.stride + loc.offset;
-        let slab = &self.slabs[loc.slab as usize];
+        let w = loc.base + index * loc.stride + loc.offset;
         if loc.pair {
-            (slab.get(w + 1) << 32) | slab.get(w)
+            (self.regs.get(loc.kind, w + 1) << 32) | self.regs.get(loc.kind, w)
         } else {
-            slab.get(w)
+            self.regs.get(loc.kind, w)
         }
     }
 }
@@ -3123,11 +3161,7 @@ impl Model {
             offsets: [0; MAX_HEADERS],
             in_order: true,
             payload_offset: 0,
-            slabs: code
-                .slabs
-                .iter()
-                .map(|(kind, words)| Slab::new(*kind, *words))
-                .collect(),
+            regs: Regs::new(&code),
             views: (0..program.registers.len())
                 .map(|_| OnceLock::new())
                 .collect(),
@@ -3434,13 +3468,13 @@ impl DataPlane for Model {
                 size: def.size,
             });
         }
-        let w = index as usize * loc.stride + loc.offset;
-        let slab = &mut self.st.slabs[loc.slab as usize];
+        let w = loc.base + index as usize * loc.stride + loc.offset;
+        let regs = &mut self.st.regs;
         if loc.pair {
-            slab.set(w, value & 0xFFFF_FFFF);
-            slab.set(w + 1, value >> 32);
+            regs.set(loc.kind, w, value & 0xFFFF_FFFF);
+            regs.set(loc.kind, w + 1, value >> 32);
         } else {
-            slab.set(w, value);
+            regs.set(loc.kind, w, value);
         }
         self.st.drop_view(r);
         Ok(())
@@ -3458,15 +3492,22 @@ impl DataPlane for Model {
     fn register_reset(&mut self, register: &str) -> Result<(), ModelError> {
         let r = self.register_id(register)?;
         let loc = self.code.registers[r];
-        let slab = &mut self.st.slabs[loc.slab as usize];
-        if loc.stride == 1 {
-            slab.clear();
-        } else {
-            for i in 0..loc.size {
-                let w = i * loc.stride + loc.offset;
-                slab.set(w, 0);
-                if loc.pair {
-                    slab.set(w + 1, 0);
+        let regs = &mut self.st.regs;
+        match loc.kind {
+            // A register alone in its slab: the slab's range at once.
+            SlabKind::Bytes if loc.stride == 1 => {
+                regs.bytes[loc.base..loc.base + loc.size].fill(0);
+            }
+            SlabKind::Halves if loc.stride == 1 => {
+                regs.halves[loc.base..loc.base + loc.size].fill(0);
+            }
+            _ => {
+                for i in 0..loc.size {
+                    let w = loc.base + i * loc.stride + loc.offset;
+                    regs.set(loc.kind, w, 0);
+                    if loc.pair {
+                        regs.set(loc.kind, w + 1, 0);
+                    }
                 }
             }
         }

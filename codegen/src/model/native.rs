@@ -8,6 +8,11 @@
 //! Each program's code is identified by a fingerprint of its compiled form. A model whose
 //! code has no emitted variant (other parameters, or the compiler changed since the file
 //! was written) runs on the interpreter, which stays the reference.
+//!
+//! The emitted file uses the model's private types and helpers. If a change to them keeps
+//! the stale file from compiling, replace it by
+//! `use super::native::Native; pub(super) static VARIANTS: &[Native] = &[];`, build, and
+//! run `hawkmesh-codegen --write`.
 
 use std::fmt::Write;
 
@@ -83,7 +88,8 @@ fn step_lit(s: &WordStep) -> String {
 
 fn word_action_lit(a: &WordAction) -> String {
     format!(
-        "WordAction {{ size_mask: {}, stride: {}, offset: {}, word_mask: {}, slab: {}, cond_slot: {}, cond_k: {}, cond: {}, writes: {}, on: [{}, {}] }}",
+        "WordAction {{ base: {}, size_mask: {}, stride: {}, offset: {}, word_mask: {}, slab: {}, cond_slot: {}, cond_k: {}, cond: {}, writes: {}, on: [{}, {}] }}",
+        a.base,
         hex(a.size_mask as u64),
         a.stride,
         a.offset,
@@ -142,16 +148,17 @@ fn word_base(code: &Code, wa: u16, index: u16) -> String {
 /// [`State::execute`] with the action's tables unrolled.
 fn register_action(code: &Code, ra: u16, index: u16, out: u16, mask: u64) -> String {
     let a = &code.register_actions[ra as usize];
+    let kind = format!("SlabKind::{:?}", a.kind);
     let mut s = format!(
-        "{{ let w = (({} as usize) & {}) * {} + {}; let lo = st.slabs[{}].get(w); ",
+        "{{ let w = {} + (({} as usize) & {}) * {} + {}; let lo = st.regs.get({kind}, w); ",
+        a.base,
         phv(index),
         hex(a.size_mask as u64),
         a.stride,
         a.offset,
-        a.slab
     );
     if a.pair {
-        let _ = write!(s, "let hi = st.slabs[{}].get(w + 1); ", a.slab);
+        let _ = write!(s, "let hi = st.regs.get({kind}, w + 1); ");
     } else {
         s.push_str("let hi = 0u64; ");
     }
@@ -214,9 +221,9 @@ fn register_action(code: &Code, ra: u16, index: u16, out: u16, mask: u64) -> Str
     }
     s.push_str("_ => (lo, hi, 0), }; ");
     if a.writes {
-        let _ = write!(s, "st.slabs[{}].set(w, new_lo); ", a.slab);
+        let _ = write!(s, "st.regs.set({kind}, w, new_lo); ");
         if a.pair {
-            let _ = write!(s, "st.slabs[{}].set(w + 1, new_hi); ", a.slab);
+            let _ = write!(s, "st.regs.set({kind}, w + 1, new_hi); ");
         }
         let _ = write!(s, "st.written({}); ", a.register);
     }
@@ -813,6 +820,68 @@ mod tests {
                 seen.iter().all(|s| *s > 0),
                 "{name}: events reached {seen:?}"
             );
+        }
+    }
+    #[test]
+    fn a_register_reset_clears_that_register_only() {
+        // Registers share interleaved storage; a reset must leave its neighbours intact.
+        let params = HawkeyeParams::default();
+        let p = Arc::new(program(&params).expect("program"));
+        let mut m = Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("model");
+        configure_model(&mut m, "s", &[100.0; 64]).expect("configure");
+        let mut rng = Rng(7);
+        let flows: Vec<FiveTuple> = (0..50)
+            .map(|i| FiveTuple::rocev2([10, 0, 0, i], 49152 + i as u16, [10, 1, 0, 1]))
+            .collect();
+        let (mut ing, mut eg) = (PassOutput::default(), PassOutput::default());
+        for n in 0..3000u64 {
+            let bytes = packet(&p, &mut rng, &flows);
+            let input = IngressInput {
+                ingress_port: (n % 64) as u16,
+                tstamp_ns: n * 5000,
+                routed_egress_port: Some(((n / 3) % 64) as u16),
+            };
+            m.ingress(&bytes, &input, &mut ing).expect("ingress");
+            if let (false, Forward::Unicast(port)) = (ing.dropped, ing.forward) {
+                let e = EgressInput {
+                    ingress_port: input.ingress_port,
+                    egress_port: port,
+                    queue: 3,
+                    enq_tstamp_ns: input.tstamp_ns,
+                    enq_qdepth: (n % 700) as u32,
+                    packet_length: 1000,
+                };
+                m.egress(&ing.bytes, &e, &ing.bridged, &mut eg)
+                    .expect("egress");
+            }
+        }
+        let read = |m: &Model, r: &str| m.register_read_all(r).expect("register").to_vec();
+        let before: Vec<Vec<u64>> = p.registers.iter().map(|r| read(&m, &r.name)).collect();
+        let touched = before.iter().filter(|v| v.iter().any(|x| *x != 0)).count();
+        assert!(
+            touched > p.registers.len() / 2,
+            "{touched} registers written"
+        );
+        for (i, r) in p.registers.iter().enumerate() {
+            m.register_reset(&r.name).expect("reset");
+            for (j, other) in p.registers.iter().enumerate() {
+                let now = read(&m, &other.name);
+                if j <= i {
+                    assert!(
+                        now.iter().all(|v| *v == 0),
+                        "{} after resetting {}",
+                        other.name,
+                        r.name
+                    );
+                } else {
+                    assert!(
+                        now == before[j],
+                        "{} changed by resetting {}",
+                        other.name,
+                        r.name
+                    );
+                }
+            }
         }
     }
 }
