@@ -35,7 +35,21 @@ fn outputs() -> Result<Vec<(&'static str, String)>, String> {
         ("p4/tna/hawkmesh.p4", emit(&p, Target::Tna)),
         ("p4/v1model/hawkmesh.p4", emit(&p, Target::V1model)),
         ("wire/src/dataplane.rs", rust_consts::emit(&p)),
+        ("codegen/src/model/generated.rs", native_source()?),
     ])
+}
+
+/// The native back end for the variants netsim runs on every switch: the default
+/// parameters on ToRs, and without the Elastic Sketch elsewhere.
+fn native_source() -> Result<String, String> {
+    let tor = program(&HawkeyeParams::default()).map_err(|e| e.to_string())?;
+    let fabric = program(&HawkeyeParams {
+        sketch: None,
+        ..HawkeyeParams::default()
+    })
+    .map_err(|e| e.to_string())?;
+    hawkmesh_codegen::model::emit_native(&[("tor", &tor), ("fabric", &fabric)])
+        .map_err(|e| e.to_string())
 }
 
 fn bench(n: u64) -> Result<String, String> {

@@ -30,6 +30,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use crate::error::ModelError;
 use crate::ir::*;
 
+#[rustfmt::skip]
+mod generated;
+mod native;
+
 /// Largest packet the model accepts.
 pub const MAX_PACKET_BYTES: usize = 16 * 1024;
 /// Most bridged / cloned metadata fields a program may have.
@@ -259,8 +263,28 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// Most parameters of an action of a [`CTable::direct`] table.
+const DIRECT_PARAMS: usize = 2;
+/// Keys below this are looked up in [`TableState::direct`] (ports); others in the hash map.
+const DIRECT_KEYS: u128 = 1024;
+
+/// An entry of a directly indexed exact table (`action` is `NO_SLOT` where none).
+#[derive(Clone, Copy, Debug)]
+struct Direct {
+    action: u16,
+    params: [u64; DIRECT_PARAMS],
+}
+
+const NO_DIRECT: Direct = Direct {
+    action: NO_SLOT,
+    params: [0; DIRECT_PARAMS],
+};
+
 #[derive(Clone, Debug, Default)]
 struct TableState {
+    /// The entries of `exact` with a key below `direct.len()` (ports), by key: one load per
+    /// lookup instead of a hash probe and the parameters' own allocation.
+    direct: Vec<Direct>,
     exact: HashMap<u128, (ActionId, Vec<u64>), BuildHasherDefault<KeyHasher>>,
     ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
     entries: usize,
@@ -457,6 +481,11 @@ struct Cmp {
 }
 
 impl Cmp {
+    /// A comparison by its parts (emitted code).
+    const fn raw(rel: u8, shift: u8, signed: bool) -> Cmp {
+        Cmp { rel, shift, signed }
+    }
+
     fn new(op: CmpOp, width: u8) -> Cmp {
         let rel = match op {
             CmpOp::Eq => 0b010,
@@ -589,6 +618,9 @@ struct Outcome {
 struct CRegisterAction {
     register: u16,
     slab: u16,
+    kind: SlabKind,
+    /// First element of the slab in its kind's array of [`Regs`].
+    base: usize,
     size_mask: usize,
     stride: usize,
     offset: usize,
@@ -645,6 +677,8 @@ const COND_ANY: u8 = 3;
 #[repr(align(64))]
 #[derive(Clone, Copy, Debug)]
 struct WordAction {
+    /// First word of the slab in [`Regs::words`] (a multiple of 16).
+    base: u32,
     size_mask: u32,
     stride: u16,
     offset: u16,
@@ -672,6 +706,9 @@ struct CTable {
     default_params: Vec<u64>,
     keys: Vec<(u16, u8)>,
     all_exact: bool,
+    /// Exact keys and actions of at most [`DIRECT_PARAMS`] parameters: entries with small
+    /// keys also live in [`TableState::direct`].
+    direct: bool,
 }
 
 /// A header field as the parser and deparser see it.
@@ -738,6 +775,9 @@ struct PState {
 #[derive(Clone, Copy, Debug)]
 struct RegLoc {
     slab: u16,
+    kind: SlabKind,
+    /// First element of the slab in its kind's array of [`Regs`].
+    base: usize,
     stride: usize,
     offset: usize,
     pair: bool,
@@ -769,8 +809,8 @@ struct Code {
     /// (word action, output slot, output mask) of the members of [`Ins::ExecuteGroup`].
     group_members: Vec<(u16, u16, u64)>,
     registers: Vec<RegLoc>,
-    /// (kind, words) of each slab.
-    slabs: Vec<(SlabKind, usize)>,
+    /// Elements of [`Regs::bytes`], [`Regs::halves`] and [`Regs::words`].
+    regs_len: [usize; 3],
     hashes: Vec<CHash>,
     headers: Vec<CHeader>,
     parser: Vec<PState>,
@@ -788,6 +828,9 @@ struct Code {
     cloned: Vec<(u16, u64)>,
     /// (slot, mask) of each intrinsic.
     intrinsics: [(u16, u64); Intrinsic::ALL.len()],
+    /// The emitted variant of this code in [`generated::VARIANTS`], if any (set after the
+    /// fingerprint is taken).
+    native: Option<usize>,
 }
 
 fn program_error(message: String) -> ModelError {
@@ -1416,6 +1459,8 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
             let pair = program.registers[*r].is_pair();
             locs[*r] = Some(RegLoc {
                 slab: slabs.len() as u16,
+                kind: SlabKind::Words,
+                base: 0,
                 stride,
                 offset,
                 pair,
@@ -1441,6 +1486,8 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
                 slabs.push((kind, size * stride));
                 RegLoc {
                     slab: slabs.len() as u16 - 1,
+                    kind,
+                    base: 0,
                     stride,
                     offset: 0,
                     pair: reg.is_pair(),
@@ -1448,8 +1495,37 @@ fn layout_registers(program: &Program) -> (Vec<RegLoc>, Vec<(SlabKind, usize)>) 
                 }
             })
         })
+        .collect::<Vec<RegLoc>>();
+    let bases = slab_bases(&slabs).0;
+    let locs = locs
+        .into_iter()
+        .map(|l| RegLoc {
+            kind: slabs[l.slab as usize].0,
+            base: bases[l.slab as usize],
+            ..l
+        })
         .collect();
     (locs, slabs)
+}
+
+/// Where each slab starts in its kind's array of [`Regs`] (slabs of words on a line
+/// boundary, so that a cell group stays within one line), and the arrays' lengths.
+fn slab_bases(slabs: &[(SlabKind, usize)]) -> (Vec<usize>, [usize; 3]) {
+    let mut len = [0usize; 3];
+    let bases = slabs
+        .iter()
+        .map(|(kind, words)| {
+            let (i, size) = match kind {
+                SlabKind::Bytes => (0, *words),
+                SlabKind::Halves => (1, *words),
+                SlabKind::Words => (2, words.div_ceil(16) * 16),
+            };
+            let base = len[i];
+            len[i] += size;
+            base
+        })
+        .collect();
+    (bases, len)
 }
 
 /// The single-word form of a register action, if it has one: a register of single words
@@ -1543,6 +1619,7 @@ fn word_action(
         }
     };
     Some(WordAction {
+        base: u32::try_from(ra.base).ok()?,
         size_mask: u32::try_from(ra.size_mask).ok()?,
         stride: u16::try_from(ra.stride).ok()?,
         offset: u16::try_from(ra.offset).ok()?,
@@ -1856,6 +1933,10 @@ impl Code {
                     .map(|(f, _)| (f.0, program.field(*f).width))
                     .collect(),
                 all_exact: t.keys.iter().all(|(_, k)| *k == MatchKind::Exact),
+                direct: t.keys.iter().all(|(_, k)| *k == MatchKind::Exact)
+                    && t.actions
+                        .iter()
+                        .all(|a| program.actions[a.0 as usize].params.len() <= DIRECT_PARAMS),
             })
             .collect();
         let (registers, slabs) = layout_registers(program);
@@ -1909,6 +1990,8 @@ impl Code {
             register_actions.push(CRegisterAction {
                 register: r as u16,
                 slab: loc.slab,
+                kind: loc.kind,
+                base: loc.base,
                 size_mask: reg.size as usize - 1,
                 stride: loc.stride,
                 offset: loc.offset,
@@ -2094,7 +2177,7 @@ impl Code {
             word_registers,
             word_conds,
             registers,
-            slabs,
+            regs_len: slab_bases(&slabs).1,
             hashes,
             headers,
             parser,
@@ -2118,6 +2201,7 @@ impl Code {
                 .map(|f| (f.0, masks[f.0 as usize]))
                 .collect(),
             intrinsics,
+            native: None,
         })
     }
 
@@ -2140,7 +2224,9 @@ fn compiled(program: &Arc<Program>) -> Result<Arc<Code>, ModelError> {
             return Ok(Arc::clone(code));
         }
     }
-    let code = Arc::new(Code::compile(program)?);
+    let mut code = Code::compile(program)?;
+    code.native = native::lookup(&code);
+    let code = Arc::new(code);
     if let Ok(mut cache) = COMPILED.lock() {
         cache.push((Arc::downgrade(program), Arc::clone(&code)));
     }
@@ -2174,47 +2260,42 @@ fn new_phv() -> Box<[u64; PHV_SLOTS]> {
 #[derive(Clone, Copy, Debug, Default)]
 struct Line([u32; 16]);
 
-/// Register storage.
-#[derive(Clone, Debug)]
-enum Slab {
-    Bytes(Vec<u8>),
-    Halves(Vec<u16>),
-    Words(Vec<Line>),
+/// Register storage: the slabs of each kind one after another in one array (a slab of
+/// words starts on a line), so that a register access goes straight to its cell, without
+/// a per-slab descriptor to load first.
+#[derive(Clone, Debug, Default)]
+struct Regs {
+    bytes: Vec<u8>,
+    halves: Vec<u16>,
+    words: Vec<Line>,
 }
 
-impl Slab {
-    fn new(kind: SlabKind, words: usize) -> Slab {
-        match kind {
-            SlabKind::Bytes => Slab::Bytes(vec![0; words]),
-            SlabKind::Halves => Slab::Halves(vec![0; words]),
-            SlabKind::Words => Slab::Words(vec![Line::default(); words.div_ceil(16)]),
+impl Regs {
+    fn new(code: &Code) -> Regs {
+        let [bytes, halves, words] = code.regs_len;
+        Regs {
+            bytes: vec![0; bytes],
+            halves: vec![0; halves],
+            words: vec![Line::default(); words.div_ceil(16)],
         }
     }
 
     #[inline(always)]
-    fn get(&self, w: usize) -> u64 {
-        match self {
-            Slab::Bytes(v) => v[w] as u64,
-            Slab::Halves(v) => v[w] as u64,
-            Slab::Words(v) => v[w >> 4].0[w & 15] as u64,
+    fn get(&self, kind: SlabKind, w: usize) -> u64 {
+        match kind {
+            SlabKind::Bytes => self.bytes[w] as u64,
+            SlabKind::Halves => self.halves[w] as u64,
+            SlabKind::Words => self.words[w >> 4].0[w & 15] as u64,
         }
     }
 
     /// Stores the low bits of `value` (values always fit the register's width).
     #[inline(always)]
-    fn set(&mut self, w: usize, value: u64) {
-        match self {
-            Slab::Bytes(v) => v[w] = value as u8,
-            Slab::Halves(v) => v[w] = value as u16,
-            Slab::Words(v) => v[w >> 4].0[w & 15] = value as u32,
-        }
-    }
-
-    fn clear(&mut self) {
-        match self {
-            Slab::Bytes(v) => v.fill(0),
-            Slab::Halves(v) => v.fill(0),
-            Slab::Words(v) => v.fill(Line::default()),
+    fn set(&mut self, kind: SlabKind, w: usize, value: u64) {
+        match kind {
+            SlabKind::Bytes => self.bytes[w] = value as u8,
+            SlabKind::Halves => self.halves[w] = value as u16,
+            SlabKind::Words => self.words[w >> 4].0[w & 15] = value as u32,
         }
     }
 }
@@ -2240,7 +2321,7 @@ struct State {
     /// Whether the parser extracted headers in deparse (declaration) order.
     in_order: bool,
     payload_offset: usize,
-    slabs: Vec<Slab>,
+    regs: Regs,
     /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
     /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
     views: Vec<OnceLock<Vec<u64>>>,
@@ -2258,6 +2339,21 @@ struct PassCtx<'a> {
     forward: Forward,
     dropped: bool,
     clone: bool,
+}
+
+/// A header field at byte `offset` of the packet (the header fits): the big-endian 64-bit
+/// word at its first byte shifted right by `shift`, or read bit by bit (`NO_WINDOW`, or
+/// the word runs past the end of the packet).
+#[inline(always)]
+fn extract(packet: &[u8], offset: usize, byte: u16, bit: u16, shift: u8, width: u8) -> u64 {
+    let at = offset + byte as usize;
+    match packet.get(at..at + 8) {
+        Some(b) if shift != NO_WINDOW => {
+            let w = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            (w >> shift) & mask(width)
+        }
+        _ => read_bits(packet, offset * 8 + bit as usize, width),
+    }
 }
 
 /// The big-endian 64-bit word at `at`, if the buffer holds it.
@@ -2341,24 +2437,10 @@ impl State {
                     break;
                 }
                 for f in &code.pfields[s.fields as usize..s.fields_end as usize] {
-                    let at = offset + f.byte as usize;
-                    self.phv[f.phv as usize] = match packet.get(at..at + 8) {
-                        Some(b) if f.shift != NO_WINDOW => {
-                            let w = u64::from_be_bytes([
-                                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-                            ]);
-                            (w >> f.shift) & mask(f.width)
-                        }
-                        _ => read_bits(packet, offset * 8 + f.bit as usize, f.width),
-                    };
+                    self.phv[f.phv as usize] =
+                        extract(packet, offset, f.byte, f.bit, f.shift, f.width);
                 }
-                self.valid |= 1 << h;
-                self.parsed |= 1 << h;
-                self.offsets[h] = offset as u32;
-                if (h as i32) < last {
-                    self.in_order = false;
-                }
-                last = h as i32;
+                self.extracted(h, offset, &mut last);
                 offset += s.bytes as usize;
             }
             match s.kind {
@@ -2376,6 +2458,23 @@ impl State {
                 _ => break,
             }
         }
+        self.parse_done(code, offset);
+    }
+
+    /// Header `h` was extracted at byte `offset`; `last` is the previous header extracted.
+    #[inline(always)]
+    fn extracted(&mut self, h: usize, offset: usize, last: &mut i32) {
+        self.valid |= 1 << h;
+        self.parsed |= 1 << h;
+        self.offsets[h] = offset as u32;
+        if (h as i32) < *last {
+            self.in_order = false;
+        }
+        *last = h as i32;
+    }
+
+    /// The parser stopped at byte `offset`.
+    fn parse_done(&mut self, code: &Code, offset: usize) {
         self.payload_offset = offset;
         // Fields of headers not extracted now read as zero, as after a fresh reset.
         let mut stale = self.stale & !self.parsed;
@@ -2450,10 +2549,13 @@ impl State {
     fn execute(&mut self, code: &Code, ra: u16, index: u64) -> u64 {
         let ra = &code.register_actions[ra as usize];
         // Registers are powers of two; masking the index is the hardware's behaviour.
-        let w = ((index as usize) & ra.size_mask) * ra.stride + ra.offset;
-        let slab = &self.slabs[ra.slab as usize];
-        let lo = slab.get(w);
-        let hi = if ra.pair { slab.get(w + 1) } else { 0 };
+        let w = ra.base + ((index as usize) & ra.size_mask) * ra.stride + ra.offset;
+        let lo = self.regs.get(ra.kind, w);
+        let hi = if ra.pair {
+            self.regs.get(ra.kind, w + 1)
+        } else {
+            0
+        };
         let m = ra.word_mask;
         let phv = &self.phv;
         let mut outcome = 0usize;
@@ -2467,10 +2569,9 @@ impl State {
         let new_lo = if o.lo == NONE { lo } else { update(o.lo) };
         let new_hi = if o.hi == NONE { hi } else { update(o.hi) };
         if ra.writes {
-            let slab = &mut self.slabs[ra.slab as usize];
-            slab.set(w, new_lo);
+            self.regs.set(ra.kind, w, new_lo);
             if ra.pair {
-                slab.set(w + 1, new_hi);
+                self.regs.set(ra.kind, w + 1, new_hi);
             }
             if *self.live_views.get_mut() != 0 {
                 self.drop_view(ra.register as usize);
@@ -2488,15 +2589,31 @@ impl State {
         }
     }
 
+    /// A [`WordAction`] on word `w` of its slab (emitted code passes a constant action).
+    #[inline(always)]
+    fn word_at(&mut self, code: &Code, a: &WordAction, w: usize) -> u64 {
+        let w = a.base as usize + w;
+        let cell = &mut self.regs.words[w >> 4].0[w & 15];
+        word_step(a, &code.word_conds, cell, &self.phv)
+    }
+
+    /// Register `r` was written by the data plane.
+    #[inline(always)]
+    fn written(&mut self, r: u16) {
+        if *self.live_views.get_mut() != 0 {
+            self.drop_view(r as usize);
+        }
+    }
+
     /// A register action in its [`WordAction`] form.
     #[inline(always)]
     fn execute_word(&mut self, code: &Code, wa: u16, index: u64) -> u64 {
         let a = &code.word_actions[wa as usize];
-        let w = ((index as usize) & a.size_mask as usize) * a.stride as usize + a.offset as usize;
-        let Slab::Words(lines) = &mut self.slabs[a.slab as usize] else {
-            return 0;
-        };
-        let value = word_step(a, &code.word_conds, &mut lines[w >> 4].0[w & 15], &self.phv);
+        let w = a.base as usize
+            + ((index as usize) & a.size_mask as usize) * a.stride as usize
+            + a.offset as usize;
+        let cell = &mut self.regs.words[w >> 4].0[w & 15];
+        let value = word_step(a, &code.word_conds, cell, &self.phv);
         if a.writes && *self.live_views.get_mut() != 0 {
             self.drop_view(code.word_registers[wa as usize] as usize);
         }
@@ -2509,10 +2626,9 @@ impl State {
             return;
         };
         let first = &code.word_actions[first as usize];
-        let base = ((index as usize) & first.size_mask as usize) * first.stride as usize;
-        let Slab::Words(lines) = &mut self.slabs[first.slab as usize] else {
-            return;
-        };
+        let base = first.base as usize
+            + ((index as usize) & first.size_mask as usize) * first.stride as usize;
+        let lines = &mut self.regs.words;
         for &(wa, out, mask) in members {
             let wa = &code.word_actions[wa as usize];
             let w = base + wa.offset as usize;
@@ -2558,25 +2674,35 @@ impl State {
         }
     }
 
-    fn apply(&mut self, code: &Code, t: u16, ctx: &mut PassCtx) {
+    /// Looks `t` up: sets the chosen action's parameters and returns the action.
+    fn select(&mut self, code: &Code, t: u16) -> u16 {
         let table = &code.tables[t as usize];
         if table.forwarding && self.routing == Routing::FromInput {
             if let (Some(port), Some(action)) = (self.routed, table.first_action) {
                 if let Some((p, m)) = code.action_params[action as usize].first() {
                     self.phv[*p as usize] = port as u64 & m;
                 }
-                self.run(code, code.action_start[action as usize], ctx);
-                return;
+                return action;
             }
             self.set_params(code, table.default_action, &table.default_params);
-            self.run(code, code.action_start[table.default_action as usize], ctx);
-            return;
+            return table.default_action;
         }
         let mut key: u128 = 0;
         for (f, w) in &table.keys {
             key = (key << w) | self.phv[*f as usize] as u128;
         }
         let state = &self.tables[t as usize];
+        if key < state.direct.len() as u128 {
+            let d = state.direct[key as usize];
+            if d.action == NO_SLOT {
+                self.set_params(code, table.default_action, &table.default_params);
+                return table.default_action;
+            }
+            for ((p, m), v) in code.action_params[d.action as usize].iter().zip(d.params) {
+                self.phv[*p as usize] = v & m;
+            }
+            return d.action;
+        }
         let hit = if table.all_exact {
             state.exact.get(&key).map(|(a, p)| (a.0, p))
         } else {
@@ -2586,7 +2712,7 @@ impl State {
                 .find(|(v, m, _, _, _)| key & m == *v & m)
                 .map(|(_, _, _, a, p)| (a.0, p))
         };
-        let action = match hit {
+        match hit {
             Some((a, params)) => {
                 for ((p, m), v) in code.action_params[a as usize].iter().zip(params) {
                     self.phv[*p as usize] = v & m;
@@ -2597,8 +2723,7 @@ impl State {
                 self.set_params(code, table.default_action, &table.default_params);
                 table.default_action
             }
-        };
-        self.run(code, code.action_start[action as usize], ctx);
+        }
     }
 
     fn run(&mut self, code: &Code, start: u32, ctx: &mut PassCtx) {
@@ -2717,17 +2842,7 @@ impl State {
                 Ins::Hash { unit, dst, mask } => {
                     self.phv[dst as usize] = self.hash(code, unit) & mask;
                 }
-                Ins::SetValid(h) => {
-                    if self.valid & (1 << h) == 0 {
-                        self.valid |= 1 << h;
-                        self.dirty |= 1 << h;
-                        self.zeroed |= 1 << h;
-                        self.stale |= 1 << h;
-                        for f in &code.headers[h as usize].fields {
-                            self.phv[f.phv as usize] = 0;
-                        }
-                    }
-                }
+                Ins::SetValid(h) => self.set_valid(code, h),
                 Ins::SetInvalid(h) => self.valid &= !(1 << h),
                 Ins::Unicast(port) => {
                     ctx.forward = Forward::Unicast(self.phv[port as usize] as u16);
@@ -2746,8 +2861,23 @@ impl State {
                     digest: DigestId(d),
                     values: Vec::new(),
                 }),
-                Ins::Apply(t) => self.apply(code, t, ctx),
+                Ins::Apply(t) => {
+                    let action = self.select(code, t);
+                    self.run(code, code.action_start[action as usize], ctx);
+                }
                 Ins::Return => return,
+            }
+        }
+    }
+
+    fn set_valid(&mut self, code: &Code, h: u8) {
+        if self.valid & (1 << h) == 0 {
+            self.valid |= 1 << h;
+            self.dirty |= 1 << h;
+            self.zeroed |= 1 << h;
+            self.stale |= 1 << h;
+            for f in &code.headers[h as usize].fields {
+                self.phv[f.phv as usize] = 0;
             }
         }
     }
@@ -2795,55 +2925,87 @@ impl State {
 
     /// A register cell as the control plane sees it (`hi << 32 | lo` for pairs).
     fn cell(&self, loc: &RegLoc, index: usize) -> u64 {
-        let w = index * loc.stride + loc.offset;
-        let slab = &self.slabs[loc.slab as usize];
+        let w = loc.base + index * loc.stride + loc.offset;
         if loc.pair {
-            (slab.get(w + 1) << 32) | slab.get(w)
+            (self.regs.get(loc.kind, w + 1) << 32) | self.regs.get(loc.kind, w)
         } else {
-            slab.get(w)
+            self.regs.get(loc.kind, w)
         }
     }
 }
 
-/// The CRC-32 byte table of [`crate::hash::crc32`] split by nibble: the table is linear,
-/// so `T[x] = T[x & 15] ^ T[x & 0xF0]`. Two 16-entry tables are two cache lines (a byte
-/// table is sixteen, and a switch pass finds them evicted by the simulator between
-/// packets).
-const fn crc_nibble_tables() -> [[u32; 16]; 2] {
-    let mut t = [[0u32; 16]; 2];
-    let mut half = 0;
-    while half < 2 {
+/// The CRC-32 byte table of [`crate::hash::crc32`] extended for eight bytes per step
+/// (`T[k][x]` is the CRC of byte `x` followed by `k` zero bytes). The hashed keys are 4 to
+/// 12 bytes: one or two steps whose table loads are independent, instead of a chain of
+/// one dependent load per byte.
+const fn crc_slice_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut k = 1;
+    while k < 8 {
         let mut i = 0;
-        while i < 16 {
-            let mut c = (i << (4 * half)) as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            t[half][i] = c;
+        while i < 256 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
             i += 1;
         }
-        half += 1;
+        k += 1;
     }
     t
 }
 
-static CRC_NIBBLES: [[u32; 16]; 2] = crc_nibble_tables();
+static CRC_SLICES: [[u32; 256]; 8] = crc_slice_tables();
 
 /// The CRC-32 of [`crate::hash::crc32`].
 fn crc32_fast(bytes: &[u8]) -> u32 {
-    let [lo, hi] = &CRC_NIBBLES;
+    let t = &CRC_SLICES;
     let mut c = 0xFFFF_FFFFu32;
-    for b in bytes {
-        let x = (c ^ *b as u32) as usize;
-        c = lo[x & 15] ^ hi[(x >> 4) & 15] ^ (c >> 8);
+    let mut chunks = bytes.chunks_exact(8);
+    for b in &mut chunks {
+        let lo = c ^ u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let hi = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        c = t[7][(lo & 0xFF) as usize]
+            ^ t[6][((lo >> 8) & 0xFF) as usize]
+            ^ t[5][((lo >> 16) & 0xFF) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xFF) as usize]
+            ^ t[2][((hi >> 8) & 0xFF) as usize]
+            ^ t[1][((hi >> 16) & 0xFF) as usize]
+            ^ t[0][(hi >> 24) as usize];
+    }
+    let mut rest = chunks.remainder();
+    if let [b0, b1, b2, b3, tail @ ..] = rest {
+        let x = c ^ u32::from_le_bytes([*b0, *b1, *b2, *b3]);
+        c = t[3][(x & 0xFF) as usize]
+            ^ t[2][((x >> 8) & 0xFF) as usize]
+            ^ t[1][((x >> 16) & 0xFF) as usize]
+            ^ t[0][(x >> 24) as usize];
+        rest = tail;
+    }
+    for b in rest {
+        c = t[0][((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8);
     }
     c ^ 0xFFFF_FFFF
+}
+
+/// The Rust source of the native back end for `variants` (name, program): the file
+/// `codegen/src/model/generated.rs` that `hawkmesh-codegen --write` writes.
+pub fn emit_native(variants: &[(&str, &Program)]) -> Result<String, ModelError> {
+    native::emit(variants)
 }
 
 /// The interpreter: the program compiled once (see the module docs), then run per packet
@@ -2856,6 +3018,9 @@ pub struct Model {
     groups: HashMap<u16, Vec<u16>>,
     cpu_port: u16,
     scratch: [PassOutput; 2],
+    /// Run on the interpreter even when the code has an emitted variant (differential
+    /// tests).
+    interpreted: bool,
 }
 
 fn mask(width: u8) -> u64 {
@@ -2996,16 +3161,30 @@ impl Model {
             offsets: [0; MAX_HEADERS],
             in_order: true,
             payload_offset: 0,
-            slabs: code
-                .slabs
-                .iter()
-                .map(|(kind, words)| Slab::new(*kind, *words))
-                .collect(),
+            regs: Regs::new(&code),
             views: (0..program.registers.len())
                 .map(|_| OnceLock::new())
                 .collect(),
             live_views: AtomicUsize::new(0),
-            tables: vec![TableState::default(); program.tables.len()],
+            tables: code
+                .tables
+                .iter()
+                .zip(&program.tables)
+                .map(|(c, t)| TableState {
+                    direct: if c.direct {
+                        let bits: u32 = t
+                            .keys
+                            .iter()
+                            .map(|(f, _)| program.field(*f).width as u32)
+                            .sum();
+                        let keys = (1u128 << bits.min(64)).min(DIRECT_KEYS);
+                        vec![NO_DIRECT; keys as usize]
+                    } else {
+                        Vec::new()
+                    },
+                    ..TableState::default()
+                })
+                .collect(),
             routing,
             routed: None,
         };
@@ -3015,8 +3194,15 @@ impl Model {
             groups: HashMap::new(),
             cpu_port,
             scratch: [PassOutput::default(), PassOutput::default()],
+            interpreted: false,
             program,
         })
+    }
+
+    /// Whether passes run as emitted Rust (the program's compiled code has a variant in
+    /// the generated native back end) rather than on the interpreter.
+    pub fn is_native(&self) -> bool {
+        self.code.native.is_some() && !self.interpreted
     }
 
     /// The program.
@@ -3066,12 +3252,19 @@ impl DataPlane for Model {
         }
         out.reset();
         let code = &self.code;
+        let native = code
+            .native
+            .filter(|_| !self.interpreted)
+            .map(|n| &generated::VARIANTS[n]);
         self.st.with_phv(code, |st| {
             st.reset(code);
             st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
             st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
             st.routed = input.routed_egress_port;
-            st.parse(code, packet);
+            match native {
+                Some(n) => (n.parse)(st, code, packet),
+                None => st.parse(code, packet),
+            }
             let mut ctx = PassCtx {
                 packet,
                 clone_bytes: &mut out.clone_bytes,
@@ -3080,7 +3273,10 @@ impl DataPlane for Model {
                 dropped: false,
                 clone: false,
             };
-            st.run(code, code.ingress, &mut ctx);
+            match native {
+                Some(n) => (n.ingress)(st, code, &mut ctx),
+                None => st.run(code, code.ingress, &mut ctx),
+            }
             let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
             st.deparse(code, packet, &mut out.bytes);
             out.dropped = dropped;
@@ -3116,6 +3312,10 @@ impl DataPlane for Model {
         }
         out.reset();
         let code = &self.code;
+        let native = code
+            .native
+            .filter(|_| !self.interpreted)
+            .map(|n| &generated::VARIANTS[n]);
         self.st.with_phv(code, |st| {
             st.reset(code);
             let port = input.ingress_port as u64;
@@ -3131,7 +3331,10 @@ impl DataPlane for Model {
             } else {
                 st.restore(&code.cloned, carried);
             }
-            st.parse(code, packet);
+            match native {
+                Some(n) => (n.parse)(st, code, packet),
+                None => st.parse(code, packet),
+            }
             let mut unused = Vec::new();
             let mut ctx = PassCtx {
                 packet,
@@ -3141,7 +3344,10 @@ impl DataPlane for Model {
                 dropped: false,
                 clone: false,
             };
-            st.run(code, code.egress, &mut ctx);
+            match native {
+                Some(n) => (n.egress)(st, code, &mut ctx),
+                None => st.run(code, code.egress, &mut ctx),
+            }
             let (dropped, clone) = (ctx.dropped, ctx.clone);
             st.deparse(code, packet, &mut out.bytes);
             out.dropped = dropped;
@@ -3262,13 +3468,13 @@ impl DataPlane for Model {
                 size: def.size,
             });
         }
-        let w = index as usize * loc.stride + loc.offset;
-        let slab = &mut self.st.slabs[loc.slab as usize];
+        let w = loc.base + index as usize * loc.stride + loc.offset;
+        let regs = &mut self.st.regs;
         if loc.pair {
-            slab.set(w, value & 0xFFFF_FFFF);
-            slab.set(w + 1, value >> 32);
+            regs.set(loc.kind, w, value & 0xFFFF_FFFF);
+            regs.set(loc.kind, w + 1, value >> 32);
         } else {
-            slab.set(w, value);
+            regs.set(loc.kind, w, value);
         }
         self.st.drop_view(r);
         Ok(())
@@ -3286,15 +3492,22 @@ impl DataPlane for Model {
     fn register_reset(&mut self, register: &str) -> Result<(), ModelError> {
         let r = self.register_id(register)?;
         let loc = self.code.registers[r];
-        let slab = &mut self.st.slabs[loc.slab as usize];
-        if loc.stride == 1 {
-            slab.clear();
-        } else {
-            for i in 0..loc.size {
-                let w = i * loc.stride + loc.offset;
-                slab.set(w, 0);
-                if loc.pair {
-                    slab.set(w + 1, 0);
+        let regs = &mut self.st.regs;
+        match loc.kind {
+            // A register alone in its slab: the slab's range at once.
+            SlabKind::Bytes if loc.stride == 1 => {
+                regs.bytes[loc.base..loc.base + loc.size].fill(0);
+            }
+            SlabKind::Halves if loc.stride == 1 => {
+                regs.halves[loc.base..loc.base + loc.size].fill(0);
+            }
+            _ => {
+                for i in 0..loc.size {
+                    let w = loc.base + i * loc.stride + loc.offset;
+                    regs.set(loc.kind, w, 0);
+                    if loc.pair {
+                        regs.set(loc.kind, w + 1, 0);
+                    }
                 }
             }
         }
@@ -3372,6 +3585,13 @@ impl DataPlane for Model {
                     size,
                 });
             }
+            if key < state.direct.len() as u128 {
+                let d = &mut state.direct[key as usize];
+                d.action = action.0;
+                for (slot, v) in d.params.iter_mut().zip(&entry.params) {
+                    *slot = *v;
+                }
+            }
             if state.exact.insert(key, (action, entry.params)).is_none() {
                 state.entries += 1;
             }
@@ -3427,10 +3647,13 @@ mod tests {
     }
 
     #[test]
-    fn nibble_crc_matches_the_reference() {
+    fn sliced_crc_matches_the_reference() {
         let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 + 11) as u8).collect();
-        for n in 0..bytes.len() {
-            assert_eq!(crc32_fast(&bytes[..n]), crc32(&bytes[..n]), "{n} bytes");
+        for start in 0..8 {
+            for n in start..bytes.len() {
+                let b = &bytes[start..n];
+                assert_eq!(crc32_fast(b), crc32(b), "bytes {start}..{n}");
+            }
         }
     }
 }

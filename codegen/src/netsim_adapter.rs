@@ -143,10 +143,11 @@ pub struct AdapterStats {
     pub busy: u64,
 }
 
-/// Absolute bit offsets of the fields the adapter writes and reads.
+/// Absolute bit offsets of the fields the adapter writes and reads (narrow: the layout is
+/// read on every pass of every switch, and a simulator pass finds it out of cache).
 #[derive(Clone, Copy, Debug)]
 struct Pos {
-    bit: usize,
+    bit: u32,
     width: u8,
 }
 
@@ -178,15 +179,22 @@ struct Layout {
     bth_psn: Pos,
     polling_port: u16,
     ethertype_ipv4: u16,
+    /// Ethernet | IPv4 | UDP with the fields that are the same for every packet (addresses
+    /// of the Ethernet header, EtherType, IP version and header length), the rest zero.
+    prefix: Vec<u8>,
+    /// The byte of DSCP and ECN when they form it (`dscp << 2 | ecn`, as in IPv4).
+    tos: Option<usize>,
 }
 
 impl Layout {
     fn new(p: &Program) -> Result<Self, AdapterError> {
         let pos = |header: &'static str, field: &'static str, base: usize| {
             field_layout(p, header, field)
-                .map(|(bit, width)| Pos {
-                    bit: base * 8 + bit,
-                    width,
+                .and_then(|(bit, width)| {
+                    Some(Pos {
+                        bit: u32::try_from(base * 8 + bit).ok()?,
+                        width,
+                    })
                 })
                 .ok_or(AdapterError::MissingField { header, field })
         };
@@ -207,7 +215,7 @@ impl Layout {
                 field: name,
             })
         };
-        Ok(Layout {
+        let mut layout = Layout {
             eth_bytes,
             ip_bytes,
             udp_bytes,
@@ -234,7 +242,21 @@ impl Layout {
             bth_psn: pos("bth", "psn", l4)?,
             polling_port: constant("POLLING_UDP_PORT")? as u16,
             ethertype_ipv4: constant("ETHERTYPE_IPV4")? as u16,
-        })
+            prefix: Vec::new(),
+            tos: None,
+        };
+        let mut prefix = vec![0u8; layout.l4_offset()];
+        put(&mut prefix, layout.eth_dst, 0x02_00_00_00_00_02);
+        put(&mut prefix, layout.eth_src, 0x02_00_00_00_00_01);
+        put(&mut prefix, layout.eth_type, layout.ethertype_ipv4 as u64);
+        put(&mut prefix, layout.ip_version, 4);
+        put(&mut prefix, layout.ip_ihl, (ip_bytes / 4) as u64);
+        layout.prefix = prefix;
+        let (dscp, ecn) = (layout.ip_dscp, layout.ip_ecn);
+        if dscp.bit % 8 == 0 && dscp.width == 6 && ecn.bit == dscp.bit + 6 && ecn.width == 2 {
+            layout.tos = Some(dscp.bit as usize / 8);
+        }
+        Ok(layout)
     }
 
     fn l4_offset(&self) -> usize {
@@ -244,12 +266,12 @@ impl Layout {
 
 #[inline]
 fn put(buf: &mut [u8], pos: Pos, value: u64) {
-    write_bits(buf, pos.bit, pos.width, value);
+    write_bits(buf, pos.bit as usize, pos.width, value);
 }
 
 #[inline]
 fn get(buf: &[u8], pos: Pos) -> u64 {
-    read_bits(buf, pos.bit, pos.width)
+    read_bits(buf, pos.bit as usize, pos.width)
 }
 
 /// InfiniBand BTH opcodes (IBTA vol. 1 §9.2, Table 38): RC RDMA WRITE Only, RC Acknowledge;
@@ -354,16 +376,17 @@ impl NetsimAdapter {
             _ => packet.custom_len as usize,
         };
         let total = l.l4_offset() + l4;
+        buf.extend_from_slice(&l.prefix);
         buf.resize(total, 0);
         let t = &packet.tuple;
         let ip4 = |a: [u8; 4]| u32::from_be_bytes(a) as u64;
-        put(buf, l.eth_dst, 0x02_00_00_00_00_02);
-        put(buf, l.eth_src, 0x02_00_00_00_00_01);
-        put(buf, l.eth_type, l.ethertype_ipv4 as u64);
-        put(buf, l.ip_version, 4);
-        put(buf, l.ip_ihl, (l.ip_bytes / 4) as u64);
-        put(buf, l.ip_dscp, packet.dscp as u64);
-        put(buf, l.ip_ecn, packet.ecn as u64);
+        match l.tos {
+            Some(at) => buf[at] = (packet.dscp & 0x3F) << 2 | (packet.ecn & 3),
+            None => {
+                put(buf, l.ip_dscp, packet.dscp as u64);
+                put(buf, l.ip_ecn, packet.ecn as u64);
+            }
+        }
         // Lengths describe the wire packet (netsim's size covers Ethernet and FCS).
         let ip_len = packet.size.saturating_sub((l.eth_bytes + 4) as u32) as u64;
         put(buf, l.ip_total_len, ip_len.min(0xFFFF));

@@ -9,6 +9,17 @@ fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The native back end for the ToR and fabric variants (as `hawkmesh-codegen` writes it).
+fn native_source() -> String {
+    let tor = program(&HawkeyeParams::default()).expect("program");
+    let fabric = program(&HawkeyeParams {
+        sketch: None,
+        ..HawkeyeParams::default()
+    })
+    .expect("program");
+    hawkmesh_codegen::model::emit_native(&[("tor", &tor), ("fabric", &fabric)]).expect("native")
+}
+
 #[test]
 fn committed_files_are_up_to_date() {
     let p = program(&HawkeyeParams::default()).expect("program");
@@ -16,6 +27,7 @@ fn committed_files_are_up_to_date() {
         ("p4/tna/hawkmesh.p4", emit(&p, Target::Tna)),
         ("p4/v1model/hawkmesh.p4", emit(&p, Target::V1model)),
         ("wire/src/dataplane.rs", rust_consts::emit(&p)),
+        ("codegen/src/model/generated.rs", native_source()),
     ] {
         let current = std::fs::read_to_string(root().join(path)).unwrap_or_default();
         assert!(

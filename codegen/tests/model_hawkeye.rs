@@ -753,3 +753,56 @@ fn table_routing_mode_uses_installed_entries() {
     assert_eq!(out.forward, Forward::Unicast(5));
     assert!(!out.dropped);
 }
+
+#[test]
+fn exact_entries_match_with_small_and_large_keys() {
+    // Small keys (ports, here addresses below 1024) and large ones are stored differently;
+    // both must match exactly, and a missing key of either kind takes the default action.
+    let program = Arc::new(program(&params()).expect("program"));
+    let mut model = Model::new(program.clone(), Routing::FromTable, 100).expect("model");
+    let route = |model: &mut Model, dst: [u8; 4]| {
+        let t = FiveTuple::rocev2([10, 0, 0, 1], 49152, dst);
+        let bytes = packets::rocev2_data(&program, &t, 0, 2, 64, 1, 100);
+        let mut out = PassOutput::default();
+        model
+            .ingress(
+                &bytes,
+                &IngressInput {
+                    ingress_port: 0,
+                    tstamp_ns: 5,
+                    routed_egress_port: Some(3),
+                },
+                &mut out,
+            )
+            .expect("ingress");
+        (!out.dropped).then_some(out.forward)
+    };
+    for (dst, port) in [([0, 0, 2, 1], 7), ([0, 0, 0, 0], 9), ([10, 0, 1, 1], 5)] {
+        model
+            .table_add(
+                "forward",
+                hawkmesh_codegen::model::TableEntry {
+                    key: vec![u32::from_be_bytes(dst) as u64],
+                    mask: vec![],
+                    priority: 0,
+                    action: "set_route".into(),
+                    params: vec![port],
+                },
+            )
+            .expect("add");
+    }
+    assert_eq!(route(&mut model, [0, 0, 2, 1]), Some(Forward::Unicast(7)));
+    assert_eq!(route(&mut model, [0, 0, 0, 0]), Some(Forward::Unicast(9)));
+    assert_eq!(route(&mut model, [10, 0, 1, 1]), Some(Forward::Unicast(5)));
+    assert_eq!(
+        route(&mut model, [0, 0, 2, 2]),
+        None,
+        "small key not installed"
+    );
+    assert_eq!(
+        route(&mut model, [10, 0, 1, 2]),
+        None,
+        "large key not installed"
+    );
+    assert_eq!(model.table_len("forward").expect("table"), 3);
+}
