@@ -469,6 +469,15 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         32,
         "Polling duplicate suppression interval in 1024-ns units",
     );
+    // IEEE 802.1Qbb: one PFC frame pauses for at most 65,535 quanta of 512 bit times; at
+    // the slowest speed of the port-speed table (25 Gbit/s) that is 1.342 ms, plus the
+    // 0.1 % of the pipeline's quanta scaling.
+    let max_pause_ns = b.constant(
+        "MAX_PAUSE_NS",
+        1_344_000,
+        32,
+        "Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale",
+    );
     b.multicast_group(all_ports_group as u16, "every front-panel port (0..PORTS)");
 
     // ---- headers -------------------------------------------------------------------
@@ -936,10 +945,21 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             &mut b,
             &format!("pause_end_p{q}_check"),
             r,
-            "Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)",
-            vec![cond(LO, Some((true, Phv(now))), CmpOp::SGt, 0)],
+            "Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause",
+            vec![
+                cond(LO, Some((true, Phv(now))), CmpOp::SGt, 0),
+                cond(
+                    LO,
+                    Some((true, Phv(now))),
+                    CmpOp::SLe,
+                    max_pause_ns as i64,
+                ),
+            ],
             vec![],
-            vec![out(Pred::when(Some(true), None), SaluOutputValue::Const(1))],
+            vec![out(
+                Pred::when(Some(true), Some(true)),
+                SaluOutputValue::Const(1),
+            )],
         ));
     }
     // One quantum is 512 bit times: 5.12 ns at 100 Gbit/s. The pipeline has no multiplier,
@@ -1090,12 +1110,18 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             &mut b,
             &format!("pfc_paused_w{w}_xoff"),
             pfc_state,
-            "XOFF: the port's bit is set; the latest pause end moves later",
-            vec![cond(HI, Some((true, Phv(xoff_end))), CmpOp::SLt, 0)],
+            "XOFF: the port's bit is set; the latest pause end moves later (or replaces a stale one, further ahead than MAX_PAUSE_NS across the 32-bit clock wrap)",
+            vec![
+                cond(HI, Some((true, Phv(xoff_end))), CmpOp::SLt, 0),
+                // The new end is at most MAX_PAUSE_NS ahead of now: a stored end more
+                // than that beyond it is stale (one stateful ALU reads two PHV operands,
+                // so this compares with the new end rather than with now).
+                cond(HI, Some((true, Phv(xoff_end))), CmpOp::SGt, max_pause_ns as i64),
+            ],
             vec![
                 always(Word::Lo, SaluOp::Or, LO, Phv(masks[w])),
                 upd(
-                    Pred::when(Some(true), None),
+                    Pred(Pred::when(Some(true), None).0 | Pred::when(None, Some(true)).0),
                     Word::Hi,
                     SaluOp::Set,
                     Phv(xoff_end),
@@ -1117,11 +1143,14 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             &mut b,
             &format!("pfc_paused_w{w}_read"),
             pfc_state,
-            "Returns the paused-port bitmap unless every pause has expired",
-            vec![cond(HI, Some((true, Phv(now))), CmpOp::SGt, 0)],
+            "Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)",
+            vec![
+                cond(HI, Some((true, Phv(now))), CmpOp::SGt, 0),
+                cond(HI, Some((true, Phv(now))), CmpOp::SLe, max_pause_ns as i64),
+            ],
             vec![],
             vec![out(
-                Pred::when(Some(true), None),
+                Pred::when(Some(true), Some(true)),
                 SaluOutputValue::Old(Word::Lo),
             )],
         ));

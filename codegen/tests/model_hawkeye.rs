@@ -188,6 +188,37 @@ fn pfc_quanta_expire_and_xon_resumes_per_priority() {
 }
 
 #[test]
+fn pauses_are_judged_across_the_32_bit_wrap_of_the_ns_clock() {
+    // The pause end is kept in 32 bits. 3 s after boot, a never-written end (0) and an end
+    // from 2.2 s earlier both read as "ahead" of now in two's complement: neither is a pause.
+    let mut sw = Switch::new();
+    let flow = tuple(1, 49152);
+    let t = 3_000_000_000u64;
+    sw.data(&flow, 0, 2, 3, t, 5, 1000);
+    let cell = Switch::port_cell(t, 2);
+    assert_eq!(sw.reg("port_packets", cell), 1);
+    assert_eq!(
+        sw.reg("port_paused_packets", cell),
+        0,
+        "a never-paused port is not paused after 2^31 ns"
+    );
+    sw.pfc(4, 800_000_000, 1 << 3, [0, 0, 0, 100, 0, 0, 0, 0]);
+    sw.data(&flow, 0, 4, 3, t + 100, 5, 1000);
+    assert_eq!(
+        sw.reg("port_paused_packets", Switch::port_cell(t + 100, 4)),
+        0
+    );
+    // A real pause right now still counts, with the clock past the wrap (2^32 ns).
+    let late = (1u64 << 32) + 5_000;
+    sw.pfc(6, late, 1 << 3, [0, 0, 0, 100, 0, 0, 0, 0]);
+    sw.data(&flow, 0, 6, 3, late + 100, 5, 1000);
+    assert_eq!(
+        sw.reg("port_paused_packets", Switch::port_cell(late + 100, 6)),
+        1
+    );
+}
+
+#[test]
 fn port_telemetry_sums_and_epoch_wrap_resets_stale_slots() {
     let mut sw = Switch::new();
     let flow = tuple(1, 49152);
@@ -458,6 +489,32 @@ fn a_pause_in_force_keeps_the_pfc_branch_after_arrivals_stop_and_xon_ends_it() {
         out.ports.is_empty(),
         "no traffic from port 1 within the ring"
     );
+}
+
+#[test]
+fn a_pause_that_expired_long_ago_does_not_come_back_after_the_clock_wraps() {
+    // Port 2 was paused for 51 ns at 1 µs and never resumed by XON. 3 s later (past 2^31
+    // ns, where a 32-bit end reads as "ahead" in two's complement) traffic from port 1 to
+    // port 2 is not paused, and a polling packet on the PFC branch finds nothing paused.
+    let mut sw = Switch::new();
+    sw.pfc(2, 1_000, 1 << 3, [0, 0, 0, 10, 0, 0, 0, 0]);
+    let later = 3_000_000_000u64;
+    sw.enqueue(&tuple(1, 1), 1, 2, 3, later - 100, 1000);
+    assert_eq!(
+        sw.reg("port_paused_packets", Switch::port_cell(later - 100, 2)),
+        0
+    );
+    let mut p = Polling::new(31, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, later, None);
+    assert!(out.ports.is_empty(), "{:?}", out.ports);
+    // A new pause then is seen again.
+    sw.pfc(2, later + 10, 1 << 3, [0xFFFF; 8]);
+    let mut p = Polling::new(32, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, later + 20, None);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(ports, vec![2]);
 }
 
 #[test]

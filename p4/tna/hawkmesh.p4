@@ -57,6 +57,8 @@ const bit<8> QDEPTH_UNIT_BYTES_TOFINO = 80;
 const bit<16> EVICTION_REPORT_BYTES = 37;
 // Polling duplicate suppression interval in 1024-ns units
 const bit<32> DEDUPE_INTERVAL_UNITS = 2930;
+// Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
+const bit<32> MAX_PAUSE_NS = 1344000;
 // Elastic Sketch heavy-part buckets
 const bit<32> SKETCH_HEAVY_BUCKETS = 4096;
 // Elastic Sketch light-part 8-bit counters
@@ -519,11 +521,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p0) pause_end_p0_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -537,11 +539,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p1) pause_end_p1_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -555,11 +557,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p2) pause_end_p2_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -573,11 +575,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p3) pause_end_p3_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -591,11 +593,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p4) pause_end_p4_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -609,11 +611,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p5) pause_end_p5_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -627,11 +629,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p6) pause_end_p6_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -645,11 +647,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+    // Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
     RegisterAction<bit<32>, bit<6>, bit<32>>(pause_end_p7) pause_end_p7_check = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value - meta.now) > 0)) {
+            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                 rv = 32w0x1;
             }
         }
@@ -703,13 +705,19 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // XOFF: the port's bit is set; the latest pause end moves later
+    // XOFF: the port's bit is set; the latest pause end moves later (or replaces a stale one, further ahead than MAX_PAUSE_NS across the 32-bit clock wrap)
     RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w0) pfc_paused_w0_xoff = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+            if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
                 value.lo = value.lo | meta.port_mask_w0;
-            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
+                value.lo = value.lo | meta.port_mask_w0;
+                value.hi = meta.pfc_xoff_end;
+            } else if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
+                value.lo = value.lo | meta.port_mask_w0;
+                value.hi = meta.pfc_xoff_end;
+            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
                 value.lo = value.lo | meta.port_mask_w0;
                 value.hi = meta.pfc_xoff_end;
             }
@@ -724,11 +732,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns the paused-port bitmap unless every pause has expired
+    // Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
     RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w0) pfc_paused_w0_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value.hi - meta.now) > 0)) {
+            if (((int<32>)(value.hi - meta.now) > 0) && ((int<32>)(value.hi - meta.now) <= 1344000)) {
                 rv = value.lo;
             }
         }
@@ -782,13 +790,19 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // XOFF: the port's bit is set; the latest pause end moves later
+    // XOFF: the port's bit is set; the latest pause end moves later (or replaces a stale one, further ahead than MAX_PAUSE_NS across the 32-bit clock wrap)
     RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w1) pfc_paused_w1_xoff = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+            if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
                 value.lo = value.lo | meta.port_mask_w1;
-            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0)) {
+            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
+                value.lo = value.lo | meta.port_mask_w1;
+                value.hi = meta.pfc_xoff_end;
+            } else if (!((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
+                value.lo = value.lo | meta.port_mask_w1;
+                value.hi = meta.pfc_xoff_end;
+            } else if (((int<32>)(value.hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value.hi - meta.pfc_xoff_end) > 1344000)) {
                 value.lo = value.lo | meta.port_mask_w1;
                 value.hi = meta.pfc_xoff_end;
             }
@@ -803,11 +817,11 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns the paused-port bitmap unless every pause has expired
+    // Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
     RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w1) pfc_paused_w1_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (((int<32>)(value.hi - meta.now) > 0)) {
+            if (((int<32>)(value.hi - meta.now) > 0) && ((int<32>)(value.hi - meta.now) <= 1344000)) {
                 rv = value.lo;
             }
         }

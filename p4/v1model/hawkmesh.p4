@@ -57,6 +57,8 @@ const bit<8> QDEPTH_UNIT_BYTES_TOFINO = 80;
 const bit<16> EVICTION_REPORT_BYTES = 37;
 // Polling duplicate suppression interval in 1024-ns units
 const bit<32> DEDUPE_INTERVAL_UNITS = 2930;
+// Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
+const bit<32> MAX_PAUSE_NS = 1344000;
 // Elastic Sketch heavy-part buckets
 const bit<32> SKETCH_HEAVY_BUCKETS = 4096;
 // Elastic Sketch light-part 8-bit counters
@@ -718,7 +720,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                 meta.port_unmask_w0 = (meta.port_mask_w0 ^ 32w0xffffffff);
                 meta.port_unmask_w1 = (meta.port_mask_w1 ^ 32w0xffffffff);
                 if (meta.pfc_xoff_ns != 32w0) {
-                    // RegisterAction pfc_paused_w0_xoff: XOFF: the port's bit is set; the latest pause end moves later
+                    // RegisterAction pfc_paused_w0_xoff: XOFF: the port's bit is set; the latest pause end moves later (or replaces a stale one, further ahead than MAX_PAUSE_NS across the 32-bit clock wrap)
                     {
                         bit<32> pfc_paused_w0_index = (bit<32>)1w0;
                         bit<64> pfc_paused_w0_cell;
@@ -726,15 +728,21 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> value_lo = pfc_paused_w0_cell[31:0];
                         bit<32> value_hi = pfc_paused_w0_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                        if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
                             value_lo = value_lo | meta.port_mask_w0;
-                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
+                            value_lo = value_lo | meta.port_mask_w0;
+                            value_hi = meta.pfc_xoff_end;
+                        } else if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
+                            value_lo = value_lo | meta.port_mask_w0;
+                            value_hi = meta.pfc_xoff_end;
+                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
                             value_lo = value_lo | meta.port_mask_w0;
                             value_hi = meta.pfc_xoff_end;
                         }
                         pfc_paused_w0.write(pfc_paused_w0_index, value_hi ++ value_lo);
                     }
-                    // RegisterAction pfc_paused_w1_xoff: XOFF: the port's bit is set; the latest pause end moves later
+                    // RegisterAction pfc_paused_w1_xoff: XOFF: the port's bit is set; the latest pause end moves later (or replaces a stale one, further ahead than MAX_PAUSE_NS across the 32-bit clock wrap)
                     {
                         bit<32> pfc_paused_w1_index = (bit<32>)1w0;
                         bit<64> pfc_paused_w1_cell;
@@ -742,9 +750,15 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> value_lo = pfc_paused_w1_cell[31:0];
                         bit<32> value_hi = pfc_paused_w1_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                        if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
                             value_lo = value_lo | meta.port_mask_w1;
-                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0)) {
+                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
+                            value_lo = value_lo | meta.port_mask_w1;
+                            value_hi = meta.pfc_xoff_end;
+                        } else if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
+                            value_lo = value_lo | meta.port_mask_w1;
+                            value_hi = meta.pfc_xoff_end;
+                        } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && ((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
                             value_lo = value_lo | meta.port_mask_w1;
                             value_hi = meta.pfc_xoff_end;
                         }
@@ -816,7 +830,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_w0.write(paused_seen_w0_index, value_hi ++ value_lo);
                         meta.paused_seen_now_w0 = rv;
                     }
-                    // RegisterAction pfc_paused_w0_read: Returns the paused-port bitmap unless every pause has expired
+                    // RegisterAction pfc_paused_w0_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
                         bit<32> pfc_paused_w0_index = (bit<32>)1w0;
                         bit<64> pfc_paused_w0_cell;
@@ -824,7 +838,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> value_lo = pfc_paused_w0_cell[31:0];
                         bit<32> value_hi = pfc_paused_w0_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (((int<32>)(value_hi - meta.now) > 0)) {
+                        if (((int<32>)(value_hi - meta.now) > 0) && ((int<32>)(value_hi - meta.now) <= 1344000)) {
                             rv = value_lo;
                         }
                         pfc_paused_w0.write(pfc_paused_w0_index, value_hi ++ value_lo);
@@ -860,7 +874,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_w1.write(paused_seen_w1_index, value_hi ++ value_lo);
                         meta.paused_seen_now_w1 = rv;
                     }
-                    // RegisterAction pfc_paused_w1_read: Returns the paused-port bitmap unless every pause has expired
+                    // RegisterAction pfc_paused_w1_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
                         bit<32> pfc_paused_w1_index = (bit<32>)1w0;
                         bit<64> pfc_paused_w1_cell;
@@ -868,7 +882,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> value_lo = pfc_paused_w1_cell[31:0];
                         bit<32> value_hi = pfc_paused_w1_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (((int<32>)(value_hi - meta.now) > 0)) {
+                        if (((int<32>)(value_hi - meta.now) > 0) && ((int<32>)(value_hi - meta.now) <= 1344000)) {
                             rv = value_lo;
                         }
                         pfc_paused_w1.write(pfc_paused_w1_index, value_hi ++ value_lo);
@@ -1019,14 +1033,14 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         meta.traffic_class = ((bit<8>)(hdr.ipv4.dscp[5:3]));
                         meta.paused = 32w0;
                         if (meta.traffic_class == 8w0) {
-                            // RegisterAction pause_end_p0_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                            // RegisterAction pause_end_p0_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                             {
                                 bit<32> pause_end_p0_index = (bit<32>)meta.routed_port[5:0];
                                 bit<32> pause_end_p0_cell;
                                 pause_end_p0.read(pause_end_p0_cell, pause_end_p0_index);
                                 bit<32> value = pause_end_p0_cell;
                                 bit<32> rv = 32w0;
-                                if (((int<32>)(value - meta.now) > 0)) {
+                                if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                     rv = 32w0x1;
                                 }
                                 pause_end_p0.write(pause_end_p0_index, value);
@@ -1034,14 +1048,14 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             }
                         } else {
                             if (meta.traffic_class == 8w1) {
-                                // RegisterAction pause_end_p1_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                // RegisterAction pause_end_p1_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                                 {
                                     bit<32> pause_end_p1_index = (bit<32>)meta.routed_port[5:0];
                                     bit<32> pause_end_p1_cell;
                                     pause_end_p1.read(pause_end_p1_cell, pause_end_p1_index);
                                     bit<32> value = pause_end_p1_cell;
                                     bit<32> rv = 32w0;
-                                    if (((int<32>)(value - meta.now) > 0)) {
+                                    if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                         rv = 32w0x1;
                                     }
                                     pause_end_p1.write(pause_end_p1_index, value);
@@ -1049,14 +1063,14 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 }
                             } else {
                                 if (meta.traffic_class == 8w2) {
-                                    // RegisterAction pause_end_p2_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                    // RegisterAction pause_end_p2_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                                     {
                                         bit<32> pause_end_p2_index = (bit<32>)meta.routed_port[5:0];
                                         bit<32> pause_end_p2_cell;
                                         pause_end_p2.read(pause_end_p2_cell, pause_end_p2_index);
                                         bit<32> value = pause_end_p2_cell;
                                         bit<32> rv = 32w0;
-                                        if (((int<32>)(value - meta.now) > 0)) {
+                                        if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                             rv = 32w0x1;
                                         }
                                         pause_end_p2.write(pause_end_p2_index, value);
@@ -1064,14 +1078,14 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     }
                                 } else {
                                     if (meta.traffic_class == 8w3) {
-                                        // RegisterAction pause_end_p3_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                        // RegisterAction pause_end_p3_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                                         {
                                             bit<32> pause_end_p3_index = (bit<32>)meta.routed_port[5:0];
                                             bit<32> pause_end_p3_cell;
                                             pause_end_p3.read(pause_end_p3_cell, pause_end_p3_index);
                                             bit<32> value = pause_end_p3_cell;
                                             bit<32> rv = 32w0;
-                                            if (((int<32>)(value - meta.now) > 0)) {
+                                            if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                                 rv = 32w0x1;
                                             }
                                             pause_end_p3.write(pause_end_p3_index, value);
@@ -1079,14 +1093,14 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                         }
                                     } else {
                                         if (meta.traffic_class == 8w4) {
-                                            // RegisterAction pause_end_p4_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                            // RegisterAction pause_end_p4_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                                             {
                                                 bit<32> pause_end_p4_index = (bit<32>)meta.routed_port[5:0];
                                                 bit<32> pause_end_p4_cell;
                                                 pause_end_p4.read(pause_end_p4_cell, pause_end_p4_index);
                                                 bit<32> value = pause_end_p4_cell;
                                                 bit<32> rv = 32w0;
-                                                if (((int<32>)(value - meta.now) > 0)) {
+                                                if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                                     rv = 32w0x1;
                                                 }
                                                 pause_end_p4.write(pause_end_p4_index, value);
@@ -1094,14 +1108,14 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                             }
                                         } else {
                                             if (meta.traffic_class == 8w5) {
-                                                // RegisterAction pause_end_p5_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                                // RegisterAction pause_end_p5_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                                                 {
                                                     bit<32> pause_end_p5_index = (bit<32>)meta.routed_port[5:0];
                                                     bit<32> pause_end_p5_cell;
                                                     pause_end_p5.read(pause_end_p5_cell, pause_end_p5_index);
                                                     bit<32> value = pause_end_p5_cell;
                                                     bit<32> rv = 32w0;
-                                                    if (((int<32>)(value - meta.now) > 0)) {
+                                                    if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                                         rv = 32w0x1;
                                                     }
                                                     pause_end_p5.write(pause_end_p5_index, value);
@@ -1109,28 +1123,28 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                                 }
                                             } else {
                                                 if (meta.traffic_class == 8w6) {
-                                                    // RegisterAction pause_end_p6_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                                    // RegisterAction pause_end_p6_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                                                     {
                                                         bit<32> pause_end_p6_index = (bit<32>)meta.routed_port[5:0];
                                                         bit<32> pause_end_p6_cell;
                                                         pause_end_p6.read(pause_end_p6_cell, pause_end_p6_index);
                                                         bit<32> value = pause_end_p6_cell;
                                                         bit<32> rv = 32w0;
-                                                        if (((int<32>)(value - meta.now) > 0)) {
+                                                        if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                                             rv = 32w0x1;
                                                         }
                                                         pause_end_p6.write(pause_end_p6_index, value);
                                                         meta.paused = rv;
                                                     }
                                                 } else {
-                                                    // RegisterAction pause_end_p7_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3)
+                                                    // RegisterAction pause_end_p7_check: Returns 1 when the packet is enqueued before the pause ends (a paused packet, HAWKEYE §3.3): 0 < end − now ≤ MAX_PAUSE_NS, so a stale or never-written end read across the 32-bit wrap of the ns clock is not a pause
                                                     {
                                                         bit<32> pause_end_p7_index = (bit<32>)meta.routed_port[5:0];
                                                         bit<32> pause_end_p7_cell;
                                                         pause_end_p7.read(pause_end_p7_cell, pause_end_p7_index);
                                                         bit<32> value = pause_end_p7_cell;
                                                         bit<32> rv = 32w0;
-                                                        if (((int<32>)(value - meta.now) > 0)) {
+                                                        if (((int<32>)(value - meta.now) > 0) && ((int<32>)(value - meta.now) <= 1344000)) {
                                                             rv = 32w0x1;
                                                         }
                                                         pause_end_p7.write(pause_end_p7_index, value);

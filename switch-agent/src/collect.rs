@@ -112,11 +112,10 @@ pub const TELEMETRY_REGISTERS: &[&str] = &[
     "flow_egress_port",
 ];
 
-/// The longest pause one PFC frame can ask for at the slowest port speed the program
-/// supports: 65,535 quanta × 512 bit times at 25 Gbit/s = 1.342 ms (IEEE 802.1Qbb), plus
-/// the data plane's 0.1 % rounding. A stored pause end further ahead than this is a stale
-/// value seen across the 32-bit wrap of the ns clock, not a pause in force.
-pub const MAX_PAUSE_NS: u32 = 1_344_000;
+/// The longest pause one PFC frame can ask for (the program's constant, IEEE 802.1Qbb): a
+/// stored pause end further ahead than this is a stale value seen across the 32-bit wrap of
+/// the ns clock, not a pause in force — the data plane applies the same bound.
+pub const MAX_PAUSE_NS: u32 = dataplane::MAX_PAUSE_NS;
 
 /// Port status at `now_ns` from the per-priority pause-end registers (`pause_end_p{q}`,
 /// low 32 bits of the ns time the pause ends; HAWKEYE Fig. 3): a pause is in force while
