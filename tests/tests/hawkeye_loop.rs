@@ -310,3 +310,46 @@ fn contention_without_pfc_is_diagnosed_as_normal_flow_contention_at_the_receiver
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_deadlock_started_outside_its_loop_is_traced_to_the_incast_that_started_it() {
+    // HAWKEYE's evaluation point (262 µs epochs, 300 % RTT threshold).
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/k4-out-of-loop-deadlock.toml");
+    let loaded = Scenario::load(&path).unwrap();
+    let dir = data_dir("out-of-loop");
+    let mut config = LoopConfig::new(dir.clone());
+    config.epoch_log2_ns = 18;
+    config.detector.threshold = 3.0;
+    let outcome = run(&loaded, &config).unwrap();
+    let incast = outcome
+        .sim
+        .ground_truth
+        .iter()
+        .find(|a| a.kind == hawkmesh_netsim::truth::AnomalyKind::IncastBurst)
+        .expect("the incast");
+    let looped = outcome
+        .sim
+        .ground_truth
+        .iter()
+        .find(|a| a.kind == hawkmesh_netsim::truth::AnomalyKind::RoutingLoop)
+        .expect("the loop");
+    let root = incast.initial_ports[0];
+    let root = (u64::from(root.node), u64::from(root.port));
+    let loop_ports: std::collections::BTreeSet<(u64, u64)> = looped
+        .loop_ports
+        .iter()
+        .map(|p| (u64::from(p.node), u64::from(p.port)))
+        .collect();
+    let found = anomalies(&outcome);
+    assert!(
+        found.iter().any(|(kind, ports, loop_found, _)| kind
+            == "deadlock_initiator_out_of_loop_flow_contention"
+            && ports == &vec![root]
+            && !loop_found.is_empty()
+            && loop_found.iter().all(|p| loop_ports.contains(p))),
+        "no incident traces the loop {loop_ports:?} out to the incast at {root:?}:\n{}",
+        texts(&outcome)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
