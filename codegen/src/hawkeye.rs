@@ -262,21 +262,20 @@ fn epoch_bitmap_or(
     )
 }
 
-/// Reads an [`epoch_bitmap_or`] bitmap when it was written within the ring (`epochs`
-/// epochs), else 0.
-fn epoch_bitmap_read(
+/// Reads one ring slot's [`epoch_bitmap_or`] bitmap when it was written in the lap
+/// `lap` (the slot's epoch within the ring), else 0.
+fn slot_bitmap_read(
     b: &mut ProgramBuilder,
     name: &str,
     r: RegisterId,
-    epoch: FieldId,
-    epochs: u32,
+    lap: FieldId,
 ) -> RegisterActionId {
     ra(
         b,
         name,
         r,
-        "Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0",
-        vec![cond(Phv(epoch), Some((true, LO)), CmpOp::Lt, epochs as i64)],
+        "Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0",
+        vec![cond(LO, Some((true, Phv(lap))), CmpOp::Eq, 0)],
         vec![],
         vec![out(Pred::when(Some(true), None), SaluOutputValue::Old(Word::Hi))],
     )
@@ -1041,10 +1040,20 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     // Bitmaps for the polling PFC branch (HAWKEYE Fig. 6), read by the polling packet in
     // ingress and bridged to the egress copies.
     let module_bitmap = "pfc branch";
-    let mut fanout_or = Vec::new();
-    let mut fanout_read = Vec::new();
-    let mut seen_or = Vec::new();
-    let mut seen_read = Vec::new();
+    // One bitmap register per ring slot (and 32-port word), so that a polling packet sees
+    // every epoch of the ring, as the per-epoch causality meters do (HAWKEYE Fig. 6), and
+    // not only the latest one: [slot][word].
+    let slots = params.epochs as usize;
+    let mut fanout_or: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
+    let mut fanout_read: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
+    let mut seen_or: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
+    let mut seen_read: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
+    // The lap (stored epoch id) each slot's data must carry to be one of the ring's last
+    // `slots` epochs: the current lap for slots up to the current one, the previous lap
+    // for the slots after it.
+    let slot_laps: Vec<FieldId> = (0..slots)
+        .map(|k| b.meta(&format!("ring_slot_lap_{k}"), 16))
+        .collect();
     let mut xoff_set = Vec::new();
     let mut xon_clear = Vec::new();
     let mut pfc_read = Vec::new();
@@ -1057,20 +1066,48 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         .collect();
     for w in 0..mask_words {
         let lo_port = w * 32;
-        let fanout = b.register(
-            &format!("fanout_w{w}"),
-            64,
-            params.ports,
-            module_bitmap,
-            &format!("Per ingress port: lo = epoch id, hi = bitmap of egress ports {lo_port}.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)"),
-        );
-        let seen = b.register(
-            &format!("paused_seen_w{w}"),
-            64,
-            1,
-            module_bitmap,
-            &format!("lo = epoch id, hi = bitmap of egress ports {lo_port}.. where a packet was enqueued while paused in that epoch"),
-        );
+        for k in 0..slots {
+            let fanout = b.register(
+                &format!("fanout_e{k}_w{w}"),
+                64,
+                params.ports,
+                module_bitmap,
+                &format!("Ring slot {k}, per ingress port: lo = epoch id, hi = bitmap of egress ports {lo_port}.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)"),
+            );
+            let seen = b.register(
+                &format!("paused_seen_e{k}_w{w}"),
+                64,
+                1,
+                module_bitmap,
+                &format!("Ring slot {k}: lo = epoch id, hi = bitmap of egress ports {lo_port}.. where a packet was enqueued while paused in that epoch"),
+            );
+            fanout_or[k].push(epoch_bitmap_or(
+                &mut b,
+                &format!("fanout_e{k}_w{w}_or"),
+                fanout,
+                ig_epoch_id,
+                masks[w],
+            ));
+            fanout_read[k].push(slot_bitmap_read(
+                &mut b,
+                &format!("fanout_e{k}_w{w}_read"),
+                fanout,
+                slot_laps[k],
+            ));
+            seen_or[k].push(epoch_bitmap_or(
+                &mut b,
+                &format!("paused_seen_e{k}_w{w}_or"),
+                seen,
+                ig_epoch_id,
+                masks[w],
+            ));
+            seen_read[k].push(slot_bitmap_read(
+                &mut b,
+                &format!("paused_seen_e{k}_w{w}_read"),
+                seen,
+                slot_laps[k],
+            ));
+        }
         let pfc_state = b.register(
             &format!("pfc_paused_w{w}"),
             64,
@@ -1078,34 +1115,6 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             module_bitmap,
             &format!("lo = bitmap of ports {lo_port}.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past)"),
         );
-        fanout_or.push(epoch_bitmap_or(
-            &mut b,
-            &format!("fanout_w{w}_or"),
-            fanout,
-            ig_epoch_id,
-            masks[w],
-        ));
-        fanout_read.push(epoch_bitmap_read(
-            &mut b,
-            &format!("fanout_w{w}_read"),
-            fanout,
-            ig_epoch_id,
-            params.epochs,
-        ));
-        seen_or.push(epoch_bitmap_or(
-            &mut b,
-            &format!("paused_seen_w{w}_or"),
-            seen,
-            ig_epoch_id,
-            masks[w],
-        ));
-        seen_read.push(epoch_bitmap_read(
-            &mut b,
-            &format!("paused_seen_w{w}_read"),
-            seen,
-            ig_epoch_id,
-            params.epochs,
-        ));
         xoff_set.push(ra(
             &mut b,
             &format!("pfc_paused_w{w}_xoff"),
@@ -1344,16 +1353,26 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             ),
             exec(meter_add, f(meter_index), None),
         ]);
-        for action in &fanout_or {
-            v.push(exec(*action, slice(f(ig_port), port_bits - 1, 0), None));
+        // The current ring slot's bitmaps (each slot register is touched on one path only).
+        for k in 0..slots {
+            let mut slot_stmts: Vec<Stmt> = fanout_or[k]
+                .iter()
+                .map(|action| exec(*action, slice(f(ig_port), port_bits - 1, 0), None))
+                .collect();
+            slot_stmts.push(Stmt::If(
+                eq(f(paused_bridged), c(1, 1)),
+                seen_or[k]
+                    .iter()
+                    .map(|action| exec(*action, c(0, 1), None))
+                    .collect(),
+                vec![],
+            ));
+            v.push(Stmt::If(
+                eq(f(ig_epoch_index), c(k as u64, epoch_bits.max(1))),
+                slot_stmts,
+                vec![],
+            ));
         }
-        v.push(Stmt::If(
-            eq(f(paused_bridged), c(1, 1)),
-            (0..mask_words)
-                .map(|w| exec(seen_or[w], c(0, 1), None))
-                .collect(),
-            vec![],
-        ));
         v
     };
 
@@ -1406,6 +1425,13 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         .collect();
     let mut polling_decide = vec![Stmt::Assign(victim_port, c(no_port, 16))];
     polling_decide.extend(ig_prologue.clone());
+    for (k, lap) in slot_laps.iter().enumerate() {
+        polling_decide.push(Stmt::If(
+            gt(c(k as u64, epoch_bits.max(1)), f(ig_epoch_index)),
+            vec![Stmt::Assign(*lap, sub(f(ig_epoch_id), c(1, 16)))],
+            vec![Stmt::Assign(*lap, f(ig_epoch_id))],
+        ));
+    }
     polling_decide.push(Stmt::If(
         all(
             ne(and(f(po_flag), c(1, 2)), c(0, 2)),
@@ -1416,13 +1442,36 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     ));
     let mut victim_hit: Option<Expr> = None;
     for w in 0..mask_words {
+        // Every slot of the ring, OR-ed: traffic and paused packets of any epoch it keeps.
+        let mut fan_any: Option<Expr> = None;
+        let mut seen_any: Option<Expr> = None;
+        for k in 0..slots {
+            let fan_k = b.meta(&format!("fanout_e{k}_seen_w{w}"), 32);
+            let seen_k = b.meta(&format!("paused_seen_e{k}_now_w{w}"), 32);
+            polling_decide.extend([
+                exec(
+                    fanout_read[k][w],
+                    slice(f(ig_port), port_bits - 1, 0),
+                    Some(fan_k),
+                ),
+                exec(seen_read[k][w], c(0, 1), Some(seen_k)),
+            ]);
+            fan_any = Some(match fan_any {
+                None => f(fan_k),
+                Some(e) => or(e, f(fan_k)),
+            });
+            seen_any = Some(match seen_any {
+                None => f(seen_k),
+                Some(e) => or(e, f(seen_k)),
+            });
+        }
+        if let (Some(fan_any), Some(seen_any)) = (fan_any, seen_any) {
+            polling_decide.extend([
+                Stmt::Assign(fan[w], fan_any),
+                Stmt::Assign(seen[w], seen_any),
+            ]);
+        }
         polling_decide.extend([
-            exec(
-                fanout_read[w],
-                slice(f(ig_port), port_bits - 1, 0),
-                Some(fan[w]),
-            ),
-            exec(seen_read[w], c(0, 1), Some(seen[w])),
             exec(pfc_read[w], c(0, 1), Some(held[w])),
             // Paused ports: paused packets enqueued within the ring, or a pause in force.
             Stmt::Assign(seen[w], or(f(seen[w]), f(held[w]))),

@@ -518,6 +518,30 @@ fn a_pause_that_expired_long_ago_does_not_come_back_after_the_clock_wraps() {
 }
 
 #[test]
+fn the_pfc_branch_sees_every_epoch_of_the_ring_not_only_the_latest() {
+    // Epoch 1 (the last of a lap of the 2-epoch ring): traffic from port 1 goes to port 2,
+    // which is then paused (a deadlock-like freeze). Epoch 2 (a new lap): traffic from port
+    // 1 only reaches port 3. A polling packet arriving by port 1 in epoch 2 must still
+    // follow the pause to port 2: the pair 1 → 2 is in the ring (HAWKEYE's per-epoch
+    // causality meters), though not in the latest epoch.
+    let mut sw = Switch::new();
+    sw.enqueue(&tuple(1, 1), 1, 2, 3, 1024 + 100, 1000);
+    sw.pfc(2, 1024 + 500, 1 << 3, [0xFFFF; 8]);
+    sw.enqueue(&tuple(1, 2), 1, 3, 3, 2048 + 100, 1000);
+    let mut p = Polling::new(41, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, 2048 + 300, None);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(ports, vec![2]);
+    // Two epochs later the pair has left the ring: only port 3's traffic of epoch 2...
+    // and by epoch 4 nothing from port 1 is left either.
+    let mut p = Polling::new(42, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, 4 * 1024 + 300, None);
+    assert!(out.ports.is_empty(), "{:?}", out.ports);
+}
+
+#[test]
 fn polling_pfc_branch_keeps_only_causal_ports() {
     let mut sw = Switch::new();
     // Traffic from port 1 to ports 3 (paused) and 5 (paused, but no traffic from 1) and 6

@@ -283,6 +283,10 @@ struct metadata_t {
     bit<16> mask_port;
     bit<32> port_mask_w0;
     bit<32> port_mask_w1;
+    bit<16> ring_slot_lap_0;
+    bit<16> ring_slot_lap_1;
+    bit<16> ring_slot_lap_2;
+    bit<16> ring_slot_lap_3;
     bit<2> ig_epoch_index;
     bit<16> ig_epoch_id;
     bit<32> pfc_xoff_ns;
@@ -302,6 +306,22 @@ struct metadata_t {
     bit<32> paused_seen_now_w1;
     bit<32> pfc_paused_now_w0;
     bit<32> pfc_paused_now_w1;
+    bit<32> fanout_e0_seen_w0;
+    bit<32> paused_seen_e0_now_w0;
+    bit<32> fanout_e1_seen_w0;
+    bit<32> paused_seen_e1_now_w0;
+    bit<32> fanout_e2_seen_w0;
+    bit<32> paused_seen_e2_now_w0;
+    bit<32> fanout_e3_seen_w0;
+    bit<32> paused_seen_e3_now_w0;
+    bit<32> fanout_e0_seen_w1;
+    bit<32> paused_seen_e0_now_w1;
+    bit<32> fanout_e1_seen_w1;
+    bit<32> paused_seen_e1_now_w1;
+    bit<32> fanout_e2_seen_w1;
+    bit<32> paused_seen_e2_now_w1;
+    bit<32> fanout_e3_seen_w1;
+    bit<32> paused_seen_e3_now_w1;
     bit<2> epoch_index;
     bit<16> epoch_id;
     bit<32> epoch_offset;
@@ -412,16 +432,40 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     Register<bit<32>, bit<6>>(64, 0) pause_end_p6;
     // Per port: low 32 bits of the ns time when the PFC pause of priority 7 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
     Register<bit<32>, bit<6>>(64, 0) pause_end_p7;
-    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
-    Register<pair_t, bit<6>>(64, {0, 0}) fanout_w0;
-    // lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
-    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_w0;
+    // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e0_w0;
+    // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e0_w0;
+    // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e1_w0;
+    // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e1_w0;
+    // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e2_w0;
+    // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e2_w0;
+    // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e3_w0;
+    // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e3_w0;
     // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w0;
-    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
-    Register<pair_t, bit<6>>(64, {0, 0}) fanout_w1;
-    // lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
-    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_w1;
+    // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e0_w1;
+    // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e0_w1;
+    // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e1_w1;
+    // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e1_w1;
+    // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e2_w1;
+    // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e2_w1;
+    // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_e3_w1;
+    // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e3_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w1;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
@@ -658,7 +702,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
-    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w0) fanout_w0_or = {
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e0_w0) fanout_e0_w0_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
             if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
@@ -671,18 +715,18 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
-    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w0) fanout_w0_read = {
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e0_w0) fanout_e0_w0_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_0))) {
                 rv = value.hi;
             }
         }
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
-    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w0) paused_seen_w0_or = {
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e0_w0) paused_seen_e0_w0_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
             if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
@@ -695,11 +739,155 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
-    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w0) paused_seen_w0_read = {
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e0_w0) paused_seen_e0_w0_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_0))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e1_w0) fanout_e1_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e1_w0) fanout_e1_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e1_w0) paused_seen_e1_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e1_w0) paused_seen_e1_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e2_w0) fanout_e2_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e2_w0) fanout_e2_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e2_w0) paused_seen_e2_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e2_w0) paused_seen_e2_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e3_w0) fanout_e3_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e3_w0) fanout_e3_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e3_w0) paused_seen_e3_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e3_w0) paused_seen_e3_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_3))) {
                 rv = value.hi;
             }
         }
@@ -743,7 +931,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
-    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w1) fanout_w1_or = {
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e0_w1) fanout_e0_w1_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
             if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
@@ -756,18 +944,18 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
-    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_w1) fanout_w1_read = {
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e0_w1) fanout_e0_w1_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_0))) {
                 rv = value.hi;
             }
         }
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
-    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w1) paused_seen_w1_or = {
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e0_w1) paused_seen_e0_w1_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
             if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
@@ -780,11 +968,155 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
-    // Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
-    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_w1) paused_seen_w1_read = {
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e0_w1) paused_seen_e0_w1_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (((((bit<32>)meta.ig_epoch_id) - value.lo) < 32w0x4)) {
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_0))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e1_w1) fanout_e1_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e1_w1) fanout_e1_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e1_w1) paused_seen_e1_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e1_w1) paused_seen_e1_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e2_w1) fanout_e2_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e2_w1) fanout_e2_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e2_w1) paused_seen_e2_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e2_w1) paused_seen_e2_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e3_w1) fanout_e3_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e3_w1) fanout_e3_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e3_w1) paused_seen_e3_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e3_w1) paused_seen_e3_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_3))) {
                 rv = value.hi;
             }
         }
@@ -1141,16 +1473,52 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     meta.now = meta.intr_ingress_tstamp[31:0];
                     meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
                     meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
+                    if (2w0 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_0 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_0 = meta.ig_epoch_id;
+                    }
+                    if (2w1 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_1 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_1 = meta.ig_epoch_id;
+                    }
+                    if (2w2 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_2 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_2 = meta.ig_epoch_id;
+                    }
+                    if (2w3 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_3 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_3 = meta.ig_epoch_id;
+                    }
                     if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.route_found == 1w1)) {
                         meta.victim_port = meta.routed_port;
                     }
-                    meta.fanout_seen_w0 = fanout_w0_read.execute(meta.intr_ingress_port[5:0]);
-                    meta.paused_seen_now_w0 = paused_seen_w0_read.execute(1w0);
+                    meta.fanout_e0_seen_w0 = fanout_e0_w0_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e0_now_w0 = paused_seen_e0_w0_read.execute(1w0);
+                    meta.fanout_e1_seen_w0 = fanout_e1_w0_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e1_now_w0 = paused_seen_e1_w0_read.execute(1w0);
+                    meta.fanout_e2_seen_w0 = fanout_e2_w0_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e2_now_w0 = paused_seen_e2_w0_read.execute(1w0);
+                    meta.fanout_e3_seen_w0 = fanout_e3_w0_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e3_now_w0 = paused_seen_e3_w0_read.execute(1w0);
+                    meta.fanout_seen_w0 = (((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0);
+                    meta.paused_seen_now_w0 = (((meta.paused_seen_e0_now_w0 | meta.paused_seen_e1_now_w0) | meta.paused_seen_e2_now_w0) | meta.paused_seen_e3_now_w0);
                     meta.pfc_paused_now_w0 = pfc_paused_w0_read.execute(1w0);
                     meta.paused_seen_now_w0 = (meta.paused_seen_now_w0 | meta.pfc_paused_now_w0);
                     meta.pfc_ports_w0 = 32w0;
-                    meta.fanout_seen_w1 = fanout_w1_read.execute(meta.intr_ingress_port[5:0]);
-                    meta.paused_seen_now_w1 = paused_seen_w1_read.execute(1w0);
+                    meta.fanout_e0_seen_w1 = fanout_e0_w1_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e0_now_w1 = paused_seen_e0_w1_read.execute(1w0);
+                    meta.fanout_e1_seen_w1 = fanout_e1_w1_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e1_now_w1 = paused_seen_e1_w1_read.execute(1w0);
+                    meta.fanout_e2_seen_w1 = fanout_e2_w1_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e2_now_w1 = paused_seen_e2_w1_read.execute(1w0);
+                    meta.fanout_e3_seen_w1 = fanout_e3_w1_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.paused_seen_e3_now_w1 = paused_seen_e3_w1_read.execute(1w0);
+                    meta.fanout_seen_w1 = (((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1);
+                    meta.paused_seen_now_w1 = (((meta.paused_seen_e0_now_w1 | meta.paused_seen_e1_now_w1) | meta.paused_seen_e2_now_w1) | meta.paused_seen_e3_now_w1);
                     meta.pfc_paused_now_w1 = pfc_paused_w1_read.execute(1w0);
                     meta.paused_seen_now_w1 = (meta.paused_seen_now_w1 | meta.pfc_paused_now_w1);
                     meta.pfc_ports_w1 = 32w0;
@@ -1268,11 +1636,37 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                             meta.meter_fresh = 1w1;
                         }
                         meter_bytes_add.execute(meta.meter_index);
-                        fanout_w0_or.execute(meta.intr_ingress_port[5:0]);
-                        fanout_w1_or.execute(meta.intr_ingress_port[5:0]);
-                        if (meta.paused_at_enqueue == 1w1) {
-                            paused_seen_w0_or.execute(1w0);
-                            paused_seen_w1_or.execute(1w0);
+                        if (meta.ig_epoch_index == 2w0) {
+                            fanout_e0_w0_or.execute(meta.intr_ingress_port[5:0]);
+                            fanout_e0_w1_or.execute(meta.intr_ingress_port[5:0]);
+                            if (meta.paused_at_enqueue == 1w1) {
+                                paused_seen_e0_w0_or.execute(1w0);
+                                paused_seen_e0_w1_or.execute(1w0);
+                            }
+                        }
+                        if (meta.ig_epoch_index == 2w1) {
+                            fanout_e1_w0_or.execute(meta.intr_ingress_port[5:0]);
+                            fanout_e1_w1_or.execute(meta.intr_ingress_port[5:0]);
+                            if (meta.paused_at_enqueue == 1w1) {
+                                paused_seen_e1_w0_or.execute(1w0);
+                                paused_seen_e1_w1_or.execute(1w0);
+                            }
+                        }
+                        if (meta.ig_epoch_index == 2w2) {
+                            fanout_e2_w0_or.execute(meta.intr_ingress_port[5:0]);
+                            fanout_e2_w1_or.execute(meta.intr_ingress_port[5:0]);
+                            if (meta.paused_at_enqueue == 1w1) {
+                                paused_seen_e2_w0_or.execute(1w0);
+                                paused_seen_e2_w1_or.execute(1w0);
+                            }
+                        }
+                        if (meta.ig_epoch_index == 2w3) {
+                            fanout_e3_w0_or.execute(meta.intr_ingress_port[5:0]);
+                            fanout_e3_w1_or.execute(meta.intr_ingress_port[5:0]);
+                            if (meta.paused_at_enqueue == 1w1) {
+                                paused_seen_e3_w0_or.execute(1w0);
+                                paused_seen_e3_w1_or.execute(1w0);
+                            }
                         }
                     }
                 }

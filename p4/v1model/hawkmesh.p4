@@ -239,6 +239,10 @@ struct metadata_t {
     bit<16> mask_port;
     bit<32> port_mask_w0;
     bit<32> port_mask_w1;
+    bit<16> ring_slot_lap_0;
+    bit<16> ring_slot_lap_1;
+    bit<16> ring_slot_lap_2;
+    bit<16> ring_slot_lap_3;
     bit<2> ig_epoch_index;
     bit<16> ig_epoch_id;
     bit<32> pfc_xoff_ns;
@@ -258,6 +262,22 @@ struct metadata_t {
     bit<32> paused_seen_now_w1;
     bit<32> pfc_paused_now_w0;
     bit<32> pfc_paused_now_w1;
+    bit<32> fanout_e0_seen_w0;
+    bit<32> paused_seen_e0_now_w0;
+    bit<32> fanout_e1_seen_w0;
+    bit<32> paused_seen_e1_now_w0;
+    bit<32> fanout_e2_seen_w0;
+    bit<32> paused_seen_e2_now_w0;
+    bit<32> fanout_e3_seen_w0;
+    bit<32> paused_seen_e3_now_w0;
+    bit<32> fanout_e0_seen_w1;
+    bit<32> paused_seen_e0_now_w1;
+    bit<32> fanout_e1_seen_w1;
+    bit<32> paused_seen_e1_now_w1;
+    bit<32> fanout_e2_seen_w1;
+    bit<32> paused_seen_e2_now_w1;
+    bit<32> fanout_e3_seen_w1;
+    bit<32> paused_seen_e3_now_w1;
     bit<2> epoch_index;
     @field_list(1) bit<16> epoch_id;
     bit<32> epoch_offset;
@@ -365,16 +385,40 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     register<bit<32>>(64) pause_end_p6;
     // Per port: low 32 bits of the ns time when the PFC pause of priority 7 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now) [pfc status]
     register<bit<32>>(64) pause_end_p7;
-    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
-    register<bit<64>>(64) fanout_w0;
-    // lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
-    register<bit<64>>(1) paused_seen_w0;
+    // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e0_w0;
+    // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e0_w0;
+    // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e1_w0;
+    // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e1_w0;
+    // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e2_w0;
+    // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e2_w0;
+    // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e3_w0;
+    // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e3_w0;
     // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     register<bit<64>>(1) pfc_paused_w0;
-    // Per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
-    register<bit<64>>(64) fanout_w1;
-    // lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
-    register<bit<64>>(1) paused_seen_w1;
+    // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e0_w1;
+    // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e0_w1;
+    // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e1_w1;
+    // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e1_w1;
+    // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e2_w1;
+    // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e2_w1;
+    // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
+    register<bit<64>>(64) fanout_e3_w1;
+    // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
+    register<bit<64>>(1) paused_seen_e3_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     register<bit<64>>(1) pfc_paused_w1;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
@@ -799,37 +843,143 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     meta.now = meta.intr_ingress_tstamp[31:0];
                     meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
                     meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
+                    if (2w0 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_0 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_0 = meta.ig_epoch_id;
+                    }
+                    if (2w1 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_1 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_1 = meta.ig_epoch_id;
+                    }
+                    if (2w2 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_2 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_2 = meta.ig_epoch_id;
+                    }
+                    if (2w3 > meta.ig_epoch_index) {
+                        meta.ring_slot_lap_3 = (meta.ig_epoch_id - 16w1);
+                    } else {
+                        meta.ring_slot_lap_3 = meta.ig_epoch_id;
+                    }
                     if (((hdr.polling.trace_flag & 2w1) != 2w0) && (meta.route_found == 1w1)) {
                         meta.victim_port = meta.routed_port;
                     }
-                    // RegisterAction fanout_w0_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    // RegisterAction fanout_e0_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
-                        bit<32> fanout_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
-                        bit<64> fanout_w0_cell;
-                        fanout_w0.read(fanout_w0_cell, fanout_w0_index);
-                        bit<32> value_lo = fanout_w0_cell[31:0];
-                        bit<32> value_hi = fanout_w0_cell[63:32];
+                        bit<32> fanout_e0_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e0_w0_cell;
+                        fanout_e0_w0.read(fanout_e0_w0_cell, fanout_e0_w0_index);
+                        bit<32> value_lo = fanout_e0_w0_cell[31:0];
+                        bit<32> value_hi = fanout_e0_w0_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_0))) {
                             rv = value_hi;
                         }
-                        fanout_w0.write(fanout_w0_index, value_hi ++ value_lo);
-                        meta.fanout_seen_w0 = rv;
+                        fanout_e0_w0.write(fanout_e0_w0_index, value_hi ++ value_lo);
+                        meta.fanout_e0_seen_w0 = rv;
                     }
-                    // RegisterAction paused_seen_w0_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    // RegisterAction paused_seen_e0_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
-                        bit<32> paused_seen_w0_index = (bit<32>)1w0;
-                        bit<64> paused_seen_w0_cell;
-                        paused_seen_w0.read(paused_seen_w0_cell, paused_seen_w0_index);
-                        bit<32> value_lo = paused_seen_w0_cell[31:0];
-                        bit<32> value_hi = paused_seen_w0_cell[63:32];
+                        bit<32> paused_seen_e0_w0_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e0_w0_cell;
+                        paused_seen_e0_w0.read(paused_seen_e0_w0_cell, paused_seen_e0_w0_index);
+                        bit<32> value_lo = paused_seen_e0_w0_cell[31:0];
+                        bit<32> value_hi = paused_seen_e0_w0_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_0))) {
                             rv = value_hi;
                         }
-                        paused_seen_w0.write(paused_seen_w0_index, value_hi ++ value_lo);
-                        meta.paused_seen_now_w0 = rv;
+                        paused_seen_e0_w0.write(paused_seen_e0_w0_index, value_hi ++ value_lo);
+                        meta.paused_seen_e0_now_w0 = rv;
                     }
+                    // RegisterAction fanout_e1_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> fanout_e1_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e1_w0_cell;
+                        fanout_e1_w0.read(fanout_e1_w0_cell, fanout_e1_w0_index);
+                        bit<32> value_lo = fanout_e1_w0_cell[31:0];
+                        bit<32> value_hi = fanout_e1_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                            rv = value_hi;
+                        }
+                        fanout_e1_w0.write(fanout_e1_w0_index, value_hi ++ value_lo);
+                        meta.fanout_e1_seen_w0 = rv;
+                    }
+                    // RegisterAction paused_seen_e1_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> paused_seen_e1_w0_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e1_w0_cell;
+                        paused_seen_e1_w0.read(paused_seen_e1_w0_cell, paused_seen_e1_w0_index);
+                        bit<32> value_lo = paused_seen_e1_w0_cell[31:0];
+                        bit<32> value_hi = paused_seen_e1_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                            rv = value_hi;
+                        }
+                        paused_seen_e1_w0.write(paused_seen_e1_w0_index, value_hi ++ value_lo);
+                        meta.paused_seen_e1_now_w0 = rv;
+                    }
+                    // RegisterAction fanout_e2_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> fanout_e2_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e2_w0_cell;
+                        fanout_e2_w0.read(fanout_e2_w0_cell, fanout_e2_w0_index);
+                        bit<32> value_lo = fanout_e2_w0_cell[31:0];
+                        bit<32> value_hi = fanout_e2_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                            rv = value_hi;
+                        }
+                        fanout_e2_w0.write(fanout_e2_w0_index, value_hi ++ value_lo);
+                        meta.fanout_e2_seen_w0 = rv;
+                    }
+                    // RegisterAction paused_seen_e2_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> paused_seen_e2_w0_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e2_w0_cell;
+                        paused_seen_e2_w0.read(paused_seen_e2_w0_cell, paused_seen_e2_w0_index);
+                        bit<32> value_lo = paused_seen_e2_w0_cell[31:0];
+                        bit<32> value_hi = paused_seen_e2_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                            rv = value_hi;
+                        }
+                        paused_seen_e2_w0.write(paused_seen_e2_w0_index, value_hi ++ value_lo);
+                        meta.paused_seen_e2_now_w0 = rv;
+                    }
+                    // RegisterAction fanout_e3_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> fanout_e3_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e3_w0_cell;
+                        fanout_e3_w0.read(fanout_e3_w0_cell, fanout_e3_w0_index);
+                        bit<32> value_lo = fanout_e3_w0_cell[31:0];
+                        bit<32> value_hi = fanout_e3_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                            rv = value_hi;
+                        }
+                        fanout_e3_w0.write(fanout_e3_w0_index, value_hi ++ value_lo);
+                        meta.fanout_e3_seen_w0 = rv;
+                    }
+                    // RegisterAction paused_seen_e3_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> paused_seen_e3_w0_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e3_w0_cell;
+                        paused_seen_e3_w0.read(paused_seen_e3_w0_cell, paused_seen_e3_w0_index);
+                        bit<32> value_lo = paused_seen_e3_w0_cell[31:0];
+                        bit<32> value_hi = paused_seen_e3_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                            rv = value_hi;
+                        }
+                        paused_seen_e3_w0.write(paused_seen_e3_w0_index, value_hi ++ value_lo);
+                        meta.paused_seen_e3_now_w0 = rv;
+                    }
+                    meta.fanout_seen_w0 = (((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0);
+                    meta.paused_seen_now_w0 = (((meta.paused_seen_e0_now_w0 | meta.paused_seen_e1_now_w0) | meta.paused_seen_e2_now_w0) | meta.paused_seen_e3_now_w0);
                     // RegisterAction pfc_paused_w0_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
                         bit<32> pfc_paused_w0_index = (bit<32>)1w0;
@@ -846,34 +996,120 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     }
                     meta.paused_seen_now_w0 = (meta.paused_seen_now_w0 | meta.pfc_paused_now_w0);
                     meta.pfc_ports_w0 = 32w0;
-                    // RegisterAction fanout_w1_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    // RegisterAction fanout_e0_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
-                        bit<32> fanout_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
-                        bit<64> fanout_w1_cell;
-                        fanout_w1.read(fanout_w1_cell, fanout_w1_index);
-                        bit<32> value_lo = fanout_w1_cell[31:0];
-                        bit<32> value_hi = fanout_w1_cell[63:32];
+                        bit<32> fanout_e0_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e0_w1_cell;
+                        fanout_e0_w1.read(fanout_e0_w1_cell, fanout_e0_w1_index);
+                        bit<32> value_lo = fanout_e0_w1_cell[31:0];
+                        bit<32> value_hi = fanout_e0_w1_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_0))) {
                             rv = value_hi;
                         }
-                        fanout_w1.write(fanout_w1_index, value_hi ++ value_lo);
-                        meta.fanout_seen_w1 = rv;
+                        fanout_e0_w1.write(fanout_e0_w1_index, value_hi ++ value_lo);
+                        meta.fanout_e0_seen_w1 = rv;
                     }
-                    // RegisterAction paused_seen_w1_read: Returns the bitmap when its epoch is one of the ring's (current − stored < EPOCHS), else 0
+                    // RegisterAction paused_seen_e0_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
-                        bit<32> paused_seen_w1_index = (bit<32>)1w0;
-                        bit<64> paused_seen_w1_cell;
-                        paused_seen_w1.read(paused_seen_w1_cell, paused_seen_w1_index);
-                        bit<32> value_lo = paused_seen_w1_cell[31:0];
-                        bit<32> value_hi = paused_seen_w1_cell[63:32];
+                        bit<32> paused_seen_e0_w1_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e0_w1_cell;
+                        paused_seen_e0_w1.read(paused_seen_e0_w1_cell, paused_seen_e0_w1_index);
+                        bit<32> value_lo = paused_seen_e0_w1_cell[31:0];
+                        bit<32> value_hi = paused_seen_e0_w1_cell[63:32];
                         bit<32> rv = 32w0;
-                        if (((((bit<32>)meta.ig_epoch_id) - value_lo) < 32w0x4)) {
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_0))) {
                             rv = value_hi;
                         }
-                        paused_seen_w1.write(paused_seen_w1_index, value_hi ++ value_lo);
-                        meta.paused_seen_now_w1 = rv;
+                        paused_seen_e0_w1.write(paused_seen_e0_w1_index, value_hi ++ value_lo);
+                        meta.paused_seen_e0_now_w1 = rv;
                     }
+                    // RegisterAction fanout_e1_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> fanout_e1_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e1_w1_cell;
+                        fanout_e1_w1.read(fanout_e1_w1_cell, fanout_e1_w1_index);
+                        bit<32> value_lo = fanout_e1_w1_cell[31:0];
+                        bit<32> value_hi = fanout_e1_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                            rv = value_hi;
+                        }
+                        fanout_e1_w1.write(fanout_e1_w1_index, value_hi ++ value_lo);
+                        meta.fanout_e1_seen_w1 = rv;
+                    }
+                    // RegisterAction paused_seen_e1_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> paused_seen_e1_w1_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e1_w1_cell;
+                        paused_seen_e1_w1.read(paused_seen_e1_w1_cell, paused_seen_e1_w1_index);
+                        bit<32> value_lo = paused_seen_e1_w1_cell[31:0];
+                        bit<32> value_hi = paused_seen_e1_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                            rv = value_hi;
+                        }
+                        paused_seen_e1_w1.write(paused_seen_e1_w1_index, value_hi ++ value_lo);
+                        meta.paused_seen_e1_now_w1 = rv;
+                    }
+                    // RegisterAction fanout_e2_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> fanout_e2_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e2_w1_cell;
+                        fanout_e2_w1.read(fanout_e2_w1_cell, fanout_e2_w1_index);
+                        bit<32> value_lo = fanout_e2_w1_cell[31:0];
+                        bit<32> value_hi = fanout_e2_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                            rv = value_hi;
+                        }
+                        fanout_e2_w1.write(fanout_e2_w1_index, value_hi ++ value_lo);
+                        meta.fanout_e2_seen_w1 = rv;
+                    }
+                    // RegisterAction paused_seen_e2_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> paused_seen_e2_w1_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e2_w1_cell;
+                        paused_seen_e2_w1.read(paused_seen_e2_w1_cell, paused_seen_e2_w1_index);
+                        bit<32> value_lo = paused_seen_e2_w1_cell[31:0];
+                        bit<32> value_hi = paused_seen_e2_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                            rv = value_hi;
+                        }
+                        paused_seen_e2_w1.write(paused_seen_e2_w1_index, value_hi ++ value_lo);
+                        meta.paused_seen_e2_now_w1 = rv;
+                    }
+                    // RegisterAction fanout_e3_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> fanout_e3_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_e3_w1_cell;
+                        fanout_e3_w1.read(fanout_e3_w1_cell, fanout_e3_w1_index);
+                        bit<32> value_lo = fanout_e3_w1_cell[31:0];
+                        bit<32> value_hi = fanout_e3_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                            rv = value_hi;
+                        }
+                        fanout_e3_w1.write(fanout_e3_w1_index, value_hi ++ value_lo);
+                        meta.fanout_e3_seen_w1 = rv;
+                    }
+                    // RegisterAction paused_seen_e3_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> paused_seen_e3_w1_index = (bit<32>)1w0;
+                        bit<64> paused_seen_e3_w1_cell;
+                        paused_seen_e3_w1.read(paused_seen_e3_w1_cell, paused_seen_e3_w1_index);
+                        bit<32> value_lo = paused_seen_e3_w1_cell[31:0];
+                        bit<32> value_hi = paused_seen_e3_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                            rv = value_hi;
+                        }
+                        paused_seen_e3_w1.write(paused_seen_e3_w1_index, value_hi ++ value_lo);
+                        meta.paused_seen_e3_now_w1 = rv;
+                    }
+                    meta.fanout_seen_w1 = (((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1);
+                    meta.paused_seen_now_w1 = (((meta.paused_seen_e0_now_w1 | meta.paused_seen_e1_now_w1) | meta.paused_seen_e2_now_w1) | meta.paused_seen_e3_now_w1);
                     // RegisterAction pfc_paused_w1_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
                         bit<32> pfc_paused_w1_index = (bit<32>)1w0;
@@ -1238,48 +1474,14 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             }
                             meter_bytes.write(meter_bytes_index, value);
                         }
-                        // RegisterAction fanout_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
-                        {
-                            bit<32> fanout_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
-                            bit<64> fanout_w0_cell;
-                            fanout_w0.read(fanout_w0_cell, fanout_w0_index);
-                            bit<32> value_lo = fanout_w0_cell[31:0];
-                            bit<32> value_hi = fanout_w0_cell[63:32];
-                            bit<32> rv = 32w0;
-                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
-                                value_hi = meta.port_mask_w0;
-                                value_lo = ((bit<32>)meta.ig_epoch_id);
-                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
-                                value_hi = value_hi | meta.port_mask_w0;
-                                value_lo = ((bit<32>)meta.ig_epoch_id);
-                            }
-                            fanout_w0.write(fanout_w0_index, value_hi ++ value_lo);
-                        }
-                        // RegisterAction fanout_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
-                        {
-                            bit<32> fanout_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
-                            bit<64> fanout_w1_cell;
-                            fanout_w1.read(fanout_w1_cell, fanout_w1_index);
-                            bit<32> value_lo = fanout_w1_cell[31:0];
-                            bit<32> value_hi = fanout_w1_cell[63:32];
-                            bit<32> rv = 32w0;
-                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
-                                value_hi = meta.port_mask_w1;
-                                value_lo = ((bit<32>)meta.ig_epoch_id);
-                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
-                                value_hi = value_hi | meta.port_mask_w1;
-                                value_lo = ((bit<32>)meta.ig_epoch_id);
-                            }
-                            fanout_w1.write(fanout_w1_index, value_hi ++ value_lo);
-                        }
-                        if (meta.paused_at_enqueue == 1w1) {
-                            // RegisterAction paused_seen_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        if (meta.ig_epoch_index == 2w0) {
+                            // RegisterAction fanout_e0_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
                             {
-                                bit<32> paused_seen_w0_index = (bit<32>)1w0;
-                                bit<64> paused_seen_w0_cell;
-                                paused_seen_w0.read(paused_seen_w0_cell, paused_seen_w0_index);
-                                bit<32> value_lo = paused_seen_w0_cell[31:0];
-                                bit<32> value_hi = paused_seen_w0_cell[63:32];
+                                bit<32> fanout_e0_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e0_w0_cell;
+                                fanout_e0_w0.read(fanout_e0_w0_cell, fanout_e0_w0_index);
+                                bit<32> value_lo = fanout_e0_w0_cell[31:0];
+                                bit<32> value_hi = fanout_e0_w0_cell[63:32];
                                 bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w0;
@@ -1288,15 +1490,15 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     value_hi = value_hi | meta.port_mask_w0;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
                                 }
-                                paused_seen_w0.write(paused_seen_w0_index, value_hi ++ value_lo);
+                                fanout_e0_w0.write(fanout_e0_w0_index, value_hi ++ value_lo);
                             }
-                            // RegisterAction paused_seen_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            // RegisterAction fanout_e0_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
                             {
-                                bit<32> paused_seen_w1_index = (bit<32>)1w0;
-                                bit<64> paused_seen_w1_cell;
-                                paused_seen_w1.read(paused_seen_w1_cell, paused_seen_w1_index);
-                                bit<32> value_lo = paused_seen_w1_cell[31:0];
-                                bit<32> value_hi = paused_seen_w1_cell[63:32];
+                                bit<32> fanout_e0_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e0_w1_cell;
+                                fanout_e0_w1.read(fanout_e0_w1_cell, fanout_e0_w1_index);
+                                bit<32> value_lo = fanout_e0_w1_cell[31:0];
+                                bit<32> value_hi = fanout_e0_w1_cell[63:32];
                                 bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w1;
@@ -1305,7 +1507,259 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     value_hi = value_hi | meta.port_mask_w1;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
                                 }
-                                paused_seen_w1.write(paused_seen_w1_index, value_hi ++ value_lo);
+                                fanout_e0_w1.write(fanout_e0_w1_index, value_hi ++ value_lo);
+                            }
+                            if (meta.paused_at_enqueue == 1w1) {
+                                // RegisterAction paused_seen_e0_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e0_w0_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e0_w0_cell;
+                                    paused_seen_e0_w0.read(paused_seen_e0_w0_cell, paused_seen_e0_w0_index);
+                                    bit<32> value_lo = paused_seen_e0_w0_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e0_w0_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e0_w0.write(paused_seen_e0_w0_index, value_hi ++ value_lo);
+                                }
+                                // RegisterAction paused_seen_e0_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e0_w1_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e0_w1_cell;
+                                    paused_seen_e0_w1.read(paused_seen_e0_w1_cell, paused_seen_e0_w1_index);
+                                    bit<32> value_lo = paused_seen_e0_w1_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e0_w1_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e0_w1.write(paused_seen_e0_w1_index, value_hi ++ value_lo);
+                                }
+                            }
+                        }
+                        if (meta.ig_epoch_index == 2w1) {
+                            // RegisterAction fanout_e1_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> fanout_e1_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e1_w0_cell;
+                                fanout_e1_w0.read(fanout_e1_w0_cell, fanout_e1_w0_index);
+                                bit<32> value_lo = fanout_e1_w0_cell[31:0];
+                                bit<32> value_hi = fanout_e1_w0_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                fanout_e1_w0.write(fanout_e1_w0_index, value_hi ++ value_lo);
+                            }
+                            // RegisterAction fanout_e1_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> fanout_e1_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e1_w1_cell;
+                                fanout_e1_w1.read(fanout_e1_w1_cell, fanout_e1_w1_index);
+                                bit<32> value_lo = fanout_e1_w1_cell[31:0];
+                                bit<32> value_hi = fanout_e1_w1_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                fanout_e1_w1.write(fanout_e1_w1_index, value_hi ++ value_lo);
+                            }
+                            if (meta.paused_at_enqueue == 1w1) {
+                                // RegisterAction paused_seen_e1_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e1_w0_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e1_w0_cell;
+                                    paused_seen_e1_w0.read(paused_seen_e1_w0_cell, paused_seen_e1_w0_index);
+                                    bit<32> value_lo = paused_seen_e1_w0_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e1_w0_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e1_w0.write(paused_seen_e1_w0_index, value_hi ++ value_lo);
+                                }
+                                // RegisterAction paused_seen_e1_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e1_w1_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e1_w1_cell;
+                                    paused_seen_e1_w1.read(paused_seen_e1_w1_cell, paused_seen_e1_w1_index);
+                                    bit<32> value_lo = paused_seen_e1_w1_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e1_w1_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e1_w1.write(paused_seen_e1_w1_index, value_hi ++ value_lo);
+                                }
+                            }
+                        }
+                        if (meta.ig_epoch_index == 2w2) {
+                            // RegisterAction fanout_e2_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> fanout_e2_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e2_w0_cell;
+                                fanout_e2_w0.read(fanout_e2_w0_cell, fanout_e2_w0_index);
+                                bit<32> value_lo = fanout_e2_w0_cell[31:0];
+                                bit<32> value_hi = fanout_e2_w0_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                fanout_e2_w0.write(fanout_e2_w0_index, value_hi ++ value_lo);
+                            }
+                            // RegisterAction fanout_e2_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> fanout_e2_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e2_w1_cell;
+                                fanout_e2_w1.read(fanout_e2_w1_cell, fanout_e2_w1_index);
+                                bit<32> value_lo = fanout_e2_w1_cell[31:0];
+                                bit<32> value_hi = fanout_e2_w1_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                fanout_e2_w1.write(fanout_e2_w1_index, value_hi ++ value_lo);
+                            }
+                            if (meta.paused_at_enqueue == 1w1) {
+                                // RegisterAction paused_seen_e2_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e2_w0_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e2_w0_cell;
+                                    paused_seen_e2_w0.read(paused_seen_e2_w0_cell, paused_seen_e2_w0_index);
+                                    bit<32> value_lo = paused_seen_e2_w0_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e2_w0_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e2_w0.write(paused_seen_e2_w0_index, value_hi ++ value_lo);
+                                }
+                                // RegisterAction paused_seen_e2_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e2_w1_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e2_w1_cell;
+                                    paused_seen_e2_w1.read(paused_seen_e2_w1_cell, paused_seen_e2_w1_index);
+                                    bit<32> value_lo = paused_seen_e2_w1_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e2_w1_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e2_w1.write(paused_seen_e2_w1_index, value_hi ++ value_lo);
+                                }
+                            }
+                        }
+                        if (meta.ig_epoch_index == 2w3) {
+                            // RegisterAction fanout_e3_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> fanout_e3_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e3_w0_cell;
+                                fanout_e3_w0.read(fanout_e3_w0_cell, fanout_e3_w0_index);
+                                bit<32> value_lo = fanout_e3_w0_cell[31:0];
+                                bit<32> value_hi = fanout_e3_w0_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w0;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                fanout_e3_w0.write(fanout_e3_w0_index, value_hi ++ value_lo);
+                            }
+                            // RegisterAction fanout_e3_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                            {
+                                bit<32> fanout_e3_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<64> fanout_e3_w1_cell;
+                                fanout_e3_w1.read(fanout_e3_w1_cell, fanout_e3_w1_index);
+                                bit<32> value_lo = fanout_e3_w1_cell[31:0];
+                                bit<32> value_hi = fanout_e3_w1_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                    value_hi = value_hi | meta.port_mask_w1;
+                                    value_lo = ((bit<32>)meta.ig_epoch_id);
+                                }
+                                fanout_e3_w1.write(fanout_e3_w1_index, value_hi ++ value_lo);
+                            }
+                            if (meta.paused_at_enqueue == 1w1) {
+                                // RegisterAction paused_seen_e3_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e3_w0_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e3_w0_cell;
+                                    paused_seen_e3_w0.read(paused_seen_e3_w0_cell, paused_seen_e3_w0_index);
+                                    bit<32> value_lo = paused_seen_e3_w0_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e3_w0_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w0;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e3_w0.write(paused_seen_e3_w0_index, value_hi ++ value_lo);
+                                }
+                                // RegisterAction paused_seen_e3_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                                {
+                                    bit<32> paused_seen_e3_w1_index = (bit<32>)1w0;
+                                    bit<64> paused_seen_e3_w1_cell;
+                                    paused_seen_e3_w1.read(paused_seen_e3_w1_cell, paused_seen_e3_w1_index);
+                                    bit<32> value_lo = paused_seen_e3_w1_cell[31:0];
+                                    bit<32> value_hi = paused_seen_e3_w1_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                        value_hi = value_hi | meta.port_mask_w1;
+                                        value_lo = ((bit<32>)meta.ig_epoch_id);
+                                    }
+                                    paused_seen_e3_w1.write(paused_seen_e3_w1_index, value_hi ++ value_lo);
+                                }
                             }
                         }
                     }
@@ -1420,6 +1874,10 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.mask_port = 0;
         meta.port_mask_w0 = 0;
         meta.port_mask_w1 = 0;
+        meta.ring_slot_lap_0 = 0;
+        meta.ring_slot_lap_1 = 0;
+        meta.ring_slot_lap_2 = 0;
+        meta.ring_slot_lap_3 = 0;
         meta.ig_epoch_index = 0;
         meta.ig_epoch_id = 0;
         meta.pfc_xoff_ns = 0;
@@ -1439,6 +1897,22 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.paused_seen_now_w1 = 0;
         meta.pfc_paused_now_w0 = 0;
         meta.pfc_paused_now_w1 = 0;
+        meta.fanout_e0_seen_w0 = 0;
+        meta.paused_seen_e0_now_w0 = 0;
+        meta.fanout_e1_seen_w0 = 0;
+        meta.paused_seen_e1_now_w0 = 0;
+        meta.fanout_e2_seen_w0 = 0;
+        meta.paused_seen_e2_now_w0 = 0;
+        meta.fanout_e3_seen_w0 = 0;
+        meta.paused_seen_e3_now_w0 = 0;
+        meta.fanout_e0_seen_w1 = 0;
+        meta.paused_seen_e0_now_w1 = 0;
+        meta.fanout_e1_seen_w1 = 0;
+        meta.paused_seen_e1_now_w1 = 0;
+        meta.fanout_e2_seen_w1 = 0;
+        meta.paused_seen_e2_now_w1 = 0;
+        meta.fanout_e3_seen_w1 = 0;
+        meta.paused_seen_e3_now_w1 = 0;
         meta.epoch_index = 0;
         meta.epoch_offset = 0;
         meta.qdepth = 0;

@@ -8,31 +8,42 @@ use super::*;
 // Variant `tor`.
 
 fn tor_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-'l291: {
-'l290: {
-'l262: {
-'l260: {
-'l256: {
-'l252: {
+'l374: {
+'l373: {
+'l362: {
+'l352: {
+'l342: {
+'l314: {
+'l312: {
+'l308: {
+'l304: {
+'l300: {
+'l296: {
+'l292: {
+'l288: {
+'l277: {
+'l275: {
+'l265: {
+'l257: {
 'l248: {
-'l244: {
-'l240: {
-'l236: {
-'l225: {
-'l223: {
-'l213: {
-'l205: {
-'l196: {
-'l195: {
-'l187: {
-'l186: {
-'l183: {
-'l181: {
-'l178: {
-'l174: {
-'l170: {
-'l169: {
+'l247: {
+'l239: {
+'l238: {
+'l235: {
+'l233: {
+'l230: {
+'l226: {
+'l222: {
+'l221: {
+'l163: {
+'l159: {
+'l158: {
+'l155: {
+'l154: {
+'l151: {
+'l150: {
 'l147: {
+'l146: {
 'l137: {
 'l135: {
 'l133: {
@@ -67,10 +78,10 @@ ctx.dropped = true;
 break 'l31;
 }
 st.phv[89] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[179] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-st.phv[90] = bin(BinOp::Add, st.phv[179], 0xB72, 0xFFFFFFFF);
+st.phv[199] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+st.phv[90] = bin(BinOp::Add, st.phv[199], 0xB72, 0xFFFFFFFF);
 st.phv[91] = st.hash(code, 0) & 0x3FF;
-{ let w = 313616 + ((st.phv[91] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(90), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(0); st.phv[92] = out & 0xFFFFFFFF; }
+{ let w = 314400 + ((st.phv[91] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(90), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(0); st.phv[92] = out & 0xFFFFFFFF; }
 if st.phv[92] == 0x0 { break 'l19; }
 ctx.dropped = true;
 break 'l31;
@@ -98,109 +109,109 @@ if st.valid & 0x4 == 0 { break 'l137; }
 if st.phv[24] != 0x101 { break 'l135; }
 st.phv[104] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 tor_action(st.select(code, 1), st, code, ctx);
-st.phv[179] = st.phv[107].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[107], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[107].wrapping_shr(5);
-st.phv[107] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[107].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[107], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[107].wrapping_shr(5);
+st.phv[107] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[108] = bin(BinOp::Add, st.phv[104], st.phv[107], 0xFFFFFFFF);
-st.phv[179] = st.phv[109].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[109], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[109].wrapping_shr(5);
-st.phv[109] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[109].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[109], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[109].wrapping_shr(5);
+st.phv[109] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[110] = bin(BinOp::Add, st.phv[104], st.phv[109], 0xFFFFFFFF);
-st.phv[179] = st.phv[111].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[111], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[111].wrapping_shr(5);
-st.phv[111] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[111].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[111], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[111].wrapping_shr(5);
+st.phv[111] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[112] = bin(BinOp::Add, st.phv[104], st.phv[111], 0xFFFFFFFF);
-st.phv[179] = st.phv[113].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[113], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[113].wrapping_shr(5);
-st.phv[113] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[113].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[113], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[113].wrapping_shr(5);
+st.phv[113] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[114] = bin(BinOp::Add, st.phv[104], st.phv[113], 0xFFFFFFFF);
-st.phv[179] = st.phv[115].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[115], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[115].wrapping_shr(5);
-st.phv[115] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[115].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[115], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[115].wrapping_shr(5);
+st.phv[115] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[116] = bin(BinOp::Add, st.phv[104], st.phv[115], 0xFFFFFFFF);
-st.phv[179] = st.phv[117].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[117], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[117].wrapping_shr(5);
-st.phv[117] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[117].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[117], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[117].wrapping_shr(5);
+st.phv[117] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[118] = bin(BinOp::Add, st.phv[104], st.phv[117], 0xFFFFFFFF);
-st.phv[179] = st.phv[119].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[119], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[119].wrapping_shr(5);
-st.phv[119] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[119].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[119], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[119].wrapping_shr(5);
+st.phv[119] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[120] = bin(BinOp::Add, st.phv[104], st.phv[119], 0xFFFFFFFF);
-st.phv[179] = st.phv[121].wrapping_shr(2);
-st.phv[180] = bin(BinOp::Add, st.phv[121], st.phv[179], 0xFFFFFFFF);
-st.phv[181] = st.phv[121].wrapping_shr(5);
-st.phv[121] = bin(BinOp::Add, st.phv[180], st.phv[181], 0xFFFFFFFF);
+st.phv[199] = st.phv[121].wrapping_shr(2);
+st.phv[200] = bin(BinOp::Add, st.phv[121], st.phv[199], 0xFFFFFFFF);
+st.phv[201] = st.phv[121].wrapping_shr(5);
+st.phv[121] = bin(BinOp::Add, st.phv[200], st.phv[201], 0xFFFFFFFF);
 st.phv[122] = bin(BinOp::Add, st.phv[104], st.phv[121], 0xFFFFFFFF);
-st.phv[130] = 0x0;
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l85; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 315664, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(5); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[107], 0xFFFFFFFF);
+st.phv[134] = 0x0;
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l85; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316448, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(5); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[107], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l90; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 315728, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(6); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[109], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l90; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316512, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(6); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[109], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l95; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 315792, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(7); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[111], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l95; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316576, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(7); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[111], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l100; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 315856, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(8); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[113], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l100; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316640, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(8); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[113], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l105; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 315920, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(9); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[115], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l105; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316704, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(9); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[115], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l110; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 315984, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(10); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[117], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l110; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316768, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(10); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[117], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l115; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316048, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(11); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[119], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l115; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316832, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(11); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[119], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l120; }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[179] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316112, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(12); let _ = v; } }
-st.phv[130] = bin(BinOp::Max, st.phv[130], st.phv[121], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l120; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[199] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 316896, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(12); let _ = v; } }
+st.phv[134] = bin(BinOp::Max, st.phv[134], st.phv[121], 0xFFFFFFFF);
 }
-st.phv[131] = bin(BinOp::Add, st.phv[104], st.phv[130], 0xFFFFFFFF);
-st.phv[132] = bin(BinOp::Xor, st.phv[124], 0xFFFFFFFF, 0xFFFFFFFF);
-st.phv[133] = bin(BinOp::Xor, st.phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[130] == 0x0 { break 'l129; }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(15); let _ = (out, new_lo, new_hi); }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(18); let _ = (out, new_lo, new_hi); }
+st.phv[135] = bin(BinOp::Add, st.phv[104], st.phv[134], 0xFFFFFFFF);
+st.phv[136] = bin(BinOp::Xor, st.phv[124], 0xFFFFFFFF, 0xFFFFFFFF);
+st.phv[137] = bin(BinOp::Xor, st.phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
+if st.phv[134] == 0x0 { break 'l129; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(135), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(135), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(135), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(21); let _ = (out, new_lo, new_hi); }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(135), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(135), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(135), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(30); let _ = (out, new_lo, new_hi); }
 break 'l133;
 }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(132) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(15); let _ = (out, new_lo, new_hi); }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(133) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(18); let _ = (out, new_lo, new_hi); }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(136) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(21); let _ = (out, new_lo, new_hi); }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(137) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(30); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
 return;
@@ -208,180 +219,274 @@ return;
 ctx.dropped = true;
 return;
 }
-if st.valid & 0x8 == 0 { break 'l290; }
-if st.valid & 0x40 == 0 { break 'l183; }
+if st.valid & 0x8 == 0 { break 'l373; }
+if st.valid & 0x40 == 0 { break 'l235; }
 st.phv[76] = 0xFFFF;
 st.phv[104] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[128] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[129] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-st.phv[179] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l147; }
-if st.phv[88] != 0x1 { break 'l147; }
+st.phv[132] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[133] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(st.phv[132], 0x0) { break 'l146; }
+st.phv[128] = bin(BinOp::Sub, st.phv[133], 0x1, 0xFFFF);
+break 'l147;
+}
+st.phv[128] = st.phv[133] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[132], 0x1) { break 'l150; }
+st.phv[129] = bin(BinOp::Sub, st.phv[133], 0x1, 0xFFFF);
+break 'l151;
+}
+st.phv[129] = st.phv[133] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[132], 0x2) { break 'l154; }
+st.phv[130] = bin(BinOp::Sub, st.phv[133], 0x1, 0xFFFF);
+break 'l155;
+}
+st.phv[130] = st.phv[133] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[132], 0x3) { break 'l158; }
+st.phv[131] = bin(BinOp::Sub, st.phv[133], 0x1, 0xFFFF);
+break 'l159;
+}
+st.phv[131] = st.phv[133] & 0xFFFF;
+}
+st.phv[199] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l163; }
+if st.phv[88] != 0x1 { break 'l163; }
 st.phv[76] = st.phv[87] & 0xFFFF;
 }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[179] as usize) & 0x3F) * 4 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(129), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[141] = out & 0xFFFFFFFF; }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(129), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[143] = out & 0xFFFFFFFF; }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[145] = out & 0xFFFFFFFF; }
-st.phv[143] = bin(BinOp::Or, st.phv[143], st.phv[145], 0xFFFFFFFF);
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[151] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[152] = out & 0xFFFFFFFF; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[153] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[154] = out & 0xFFFFFFFF; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[155] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[156] = out & 0xFFFFFFFF; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[157] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[158] = out & 0xFFFFFFFF; }
+st.phv[199] = bin(BinOp::Or, st.phv[151], st.phv[153], 0xFFFFFFFFFFFFFFFF);
+st.phv[200] = bin(BinOp::Or, st.phv[199], st.phv[155], 0xFFFFFFFFFFFFFFFF);
+st.phv[145] = bin(BinOp::Or, st.phv[200], st.phv[157], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::Or, st.phv[152], st.phv[154], 0xFFFFFFFFFFFFFFFF);
+st.phv[200] = bin(BinOp::Or, st.phv[199], st.phv[156], 0xFFFFFFFFFFFFFFFF);
+st.phv[147] = bin(BinOp::Or, st.phv[200], st.phv[158], 0xFFFFFFFF);
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[149] = out & 0xFFFFFFFF; }
+st.phv[147] = bin(BinOp::Or, st.phv[147], st.phv[149], 0xFFFFFFFF);
 st.phv[79] = 0x0;
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[179] as usize) & 0x3F) * 4 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(129), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[142] = out & 0xFFFFFFFF; }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(129), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[144] = out & 0xFFFFFFFF; }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[146] = out & 0xFFFFFFFF; }
-st.phv[144] = bin(BinOp::Or, st.phv[144], st.phv[146], 0xFFFFFFFF);
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[159] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[160] = out & 0xFFFFFFFF; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[161] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[162] = out & 0xFFFFFFFF; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[163] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[164] = out & 0xFFFFFFFF; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[165] = out & 0xFFFFFFFF; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[166] = out & 0xFFFFFFFF; }
+st.phv[199] = bin(BinOp::Or, st.phv[159], st.phv[161], 0xFFFFFFFFFFFFFFFF);
+st.phv[200] = bin(BinOp::Or, st.phv[199], st.phv[163], 0xFFFFFFFFFFFFFFFF);
+st.phv[146] = bin(BinOp::Or, st.phv[200], st.phv[165], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::Or, st.phv[160], st.phv[162], 0xFFFFFFFFFFFFFFFF);
+st.phv[200] = bin(BinOp::Or, st.phv[199], st.phv[164], 0xFFFFFFFFFFFFFFFF);
+st.phv[148] = bin(BinOp::Or, st.phv[200], st.phv[166], 0xFFFFFFFF);
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[150] = out & 0xFFFFFFFF; }
+st.phv[148] = bin(BinOp::Or, st.phv[148], st.phv[150], 0xFFFFFFFF);
 st.phv[80] = 0x0;
 st.phv[78] = 0x0;
-if st.phv[76] == 0xFFFF { break 'l170; }
-st.phv[179] = bin(BinOp::And, st.phv[143], st.phv[124], 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] != 0x0 { break 'l169; }
-st.phv[180] = bin(BinOp::And, st.phv[144], st.phv[125], 0xFFFFFFFFFFFFFFFF);
-if st.phv[180] == 0x0 { break 'l170; }
+if st.phv[76] == 0xFFFF { break 'l222; }
+st.phv[199] = bin(BinOp::And, st.phv[147], st.phv[124], 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] != 0x0 { break 'l221; }
+st.phv[200] = bin(BinOp::And, st.phv[148], st.phv[125], 0xFFFFFFFFFFFFFFFF);
+if st.phv[200] == 0x0 { break 'l222; }
 }
 st.phv[78] = 0x1;
 }
-st.phv[179] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l174; }
-st.phv[79] = bin(BinOp::And, st.phv[141], st.phv[143], 0xFFFFFFFF);
-st.phv[80] = bin(BinOp::And, st.phv[142], st.phv[144], 0xFFFFFFFF);
+st.phv[199] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l226; }
+st.phv[79] = bin(BinOp::And, st.phv[145], st.phv[147], 0xFFFFFFFF);
+st.phv[80] = bin(BinOp::And, st.phv[146], st.phv[148], 0xFFFFFFFF);
 }
-st.phv[179] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l178; }
+st.phv[199] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l230; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if st.phv[76] == 0xFFFF { break 'l181; }
+if st.phv[76] == 0xFFFF { break 'l233; }
 ctx.forward = Forward::Unicast(st.phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if st.phv[88] != 0x1 { break 'l186; }
+if st.phv[88] != 0x1 { break 'l238; }
 ctx.forward = Forward::Unicast(st.phv[87] as u16);
-break 'l187;
+break 'l239;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l225; }
-st.phv[179] = bin(BinOp::And, st.phv[36], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] != 0x0 { break 'l225; }
+if st.valid & 0x20 == 0 { break 'l277; }
+st.phv[199] = bin(BinOp::And, st.phv[36], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] != 0x0 { break 'l277; }
 st.phv[36] = bin(BinOp::Or, st.phv[36], 0x1, 0x3F);
 st.dirty |= 0x8;
 st.phv[94] = st.hash(code, 1) & 0xFFFFFFFF;
-if st.phv[94] == 0x0 { break 'l195; }
-if st.phv[94] != 0xFFFFFFFF { break 'l196; }
+if st.phv[94] == 0x0 { break 'l247; }
+if st.phv[94] != 0xFFFFFFFF { break 'l248; }
 }
 st.phv[94] = 0x1;
 }
 st.phv[95] = st.phv[94].wrapping_shr(20) & 0xFFF;
 { let base = (((st.phv[95] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(1); st.phv[96] = v & 0xFFFFFFFF; } }
 { let w = 0 + ((st.phv[95] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(96), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(94), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(96), b: COperand::Const(0x8) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(2); st.phv[97] = out & 0xFFFFFFFF; }
-if st.phv[97] != 0xFFFFFFFF { break 'l205; }
+if st.phv[97] != 0xFFFFFFFF { break 'l257; }
 st.phv[102] = st.phv[94] & 0xFFFFFFFF;
 st.phv[103] = 0x1;
-st.phv[179] = st.phv[102].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[179] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(103) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); st.written(4); let _ = (out, new_lo, new_hi); }
-break 'l225;
+st.phv[199] = st.phv[102].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((st.phv[199] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(103) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); st.written(4); let _ = (out, new_lo, new_hi); }
+break 'l277;
 }
 st.phv[98] = 0x0;
 st.phv[99] = 0x0;
 st.phv[100] = 0x1;
 if st.phv[97] != Cmp::raw(5, 0, false).norm(st.phv[94]) { st.phv[98] = 0x1; }
-if st.phv[97] == Cmp::raw(2, 0, false).norm(st.phv[94]) { break 'l213; }
-if st.phv[97] == 0x0 { break 'l213; }
+if st.phv[97] == Cmp::raw(2, 0, false).norm(st.phv[94]) { break 'l265; }
+if st.phv[97] == 0x0 { break 'l265; }
 st.phv[99] = 0x1;
 st.phv[100] = 0x80000001;
 }
 { let base = (((st.phv[95] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 98, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.written(3); st.phv[101] = v & 0xFFFFFFFF; } }
-if st.phv[99] != 0x1 { break 'l225; }
+if st.phv[99] != 0x1 { break 'l277; }
 st.phv[102] = st.phv[97] & 0xFFFFFFFF;
-st.phv[179] = bin(BinOp::And, st.phv[101], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
-st.phv[103] = bin(BinOp::Min, st.phv[179], 0xFF, 0xFF);
-st.phv[179] = bin(BinOp::And, st.phv[101], 0x80000000, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l223; }
-st.phv[179] = st.phv[102].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[179] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(103) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); st.written(4); let _ = (out, new_lo, new_hi); }
-break 'l225;
+st.phv[199] = bin(BinOp::And, st.phv[101], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
+st.phv[103] = bin(BinOp::Min, st.phv[199], 0xFF, 0xFF);
+st.phv[199] = bin(BinOp::And, st.phv[101], 0x80000000, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l275; }
+st.phv[199] = st.phv[102].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((st.phv[199] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(103) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); st.written(4); let _ = (out, new_lo, new_hi); }
+break 'l277;
 }
-st.phv[179] = st.phv[102].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[179] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(103) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); st.written(4); let _ = (out, new_lo, new_hi); }
+st.phv[199] = st.phv[102].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((st.phv[199] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(103) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); st.written(4); let _ = (out, new_lo, new_hi); }
 }
-if st.valid & 0x20 == 0 { break 'l291; }
-if st.phv[88] != 0x1 { break 'l291; }
+if st.valid & 0x20 == 0 { break 'l374; }
+if st.phv[88] != 0x1 { break 'l374; }
 st.phv[104] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[128] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[129] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+st.phv[132] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[133] = st.phv[1].wrapping_shr(22) & 0xFFFF;
 st.phv[105] = st.phv[36].wrapping_shr(3) & 0x7;
 st.phv[106] = 0x0;
-if st.phv[105] != 0x0 { break 'l236; }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 315664 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
-break 'l262;
+if st.phv[105] != 0x0 { break 'l288; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316448 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+break 'l314;
 }
-if st.phv[105] != 0x1 { break 'l240; }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 315728 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
-break 'l262;
+if st.phv[105] != 0x1 { break 'l292; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316512 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+break 'l314;
 }
-if st.phv[105] != 0x2 { break 'l244; }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 315792 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
-break 'l262;
+if st.phv[105] != 0x2 { break 'l296; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316576 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+break 'l314;
 }
-if st.phv[105] != 0x3 { break 'l248; }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 315856 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
-break 'l262;
+if st.phv[105] != 0x3 { break 'l300; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316640 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+break 'l314;
 }
-if st.phv[105] != 0x4 { break 'l252; }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 315920 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
-break 'l262;
+if st.phv[105] != 0x4 { break 'l304; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316704 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+break 'l314;
 }
-if st.phv[105] != 0x5 { break 'l256; }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 315984 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
-break 'l262;
+if st.phv[105] != 0x5 { break 'l308; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316768 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+break 'l314;
 }
-if st.phv[105] != 0x6 { break 'l260; }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 316048 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
-break 'l262;
+if st.phv[105] != 0x6 { break 'l312; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316832 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+break 'l314;
 }
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 316112 + ((st.phv[179] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 316896 + ((st.phv[199] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[106] = out & 0xFFFFFFFF; }
 }
 st.phv[77] = 0x0;
 if st.phv[106] != 0x0 { st.phv[77] = 0x1; }
-st.phv[140] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
-st.phv[179] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[134] = (st.phv[128].wrapping_shl(6) | st.phv[179]) & 0xFF;
-{ let base = (((st.phv[134] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 16656, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 129, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 129, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(19); st.phv[136] = v & 0xFFFF; } }
-st.phv[137] = 0x0;
-if st.phv[136] != Cmp::raw(5, 0, false).norm(st.phv[129]) { st.phv[137] = 0x1; }
-{ let base = (((st.phv[134] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 16656, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 137, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(20); let _ = v; } { const A: WordAction = WordAction { base: 16656, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 137, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(21); let _ = v; } }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-st.phv[180] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[181] = (st.phv[179].wrapping_shl(6) | st.phv[180]) & 0xFFF;
-st.phv[135] = (st.phv[128].wrapping_shl(12) | st.phv[181]) & 0x3FFF;
-{ let base = (((st.phv[135] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 17680, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 129, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 129, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(22); st.phv[138] = v & 0xFFFF; } }
-st.phv[139] = 0x0;
-if st.phv[138] != Cmp::raw(5, 0, false).norm(st.phv[129]) { st.phv[139] = 0x1; }
-{ let base = (((st.phv[135] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 17680, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 139, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 140, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 140, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(23); let _ = v; } }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[179] as usize) & 0x3F) * 4 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(13); let _ = (out, new_lo, new_hi); }
-st.phv[179] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[179] as usize) & 0x3F) * 4 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(16); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l291; }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(14); let _ = (out, new_lo, new_hi); }
-st.phv[179] = 0x0;
-{ let w = 16640 + ((st.phv[179] as usize) & 0x0) * 8 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(129), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(17); let _ = (out, new_lo, new_hi); }
+st.phv[144] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
+st.phv[199] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[138] = (st.phv[132].wrapping_shl(6) | st.phv[199]) & 0xFF;
+{ let base = (((st.phv[138] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 17440, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 133, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 133, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(31); st.phv[140] = v & 0xFFFF; } }
+st.phv[141] = 0x0;
+if st.phv[140] != Cmp::raw(5, 0, false).norm(st.phv[133]) { st.phv[141] = 0x1; }
+{ let base = (((st.phv[138] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 17440, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 141, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(32); let _ = v; } { const A: WordAction = WordAction { base: 17440, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 141, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(33); let _ = v; } }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+st.phv[200] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[201] = (st.phv[199].wrapping_shl(6) | st.phv[200]) & 0xFFF;
+st.phv[139] = (st.phv[132].wrapping_shl(12) | st.phv[201]) & 0x3FFF;
+{ let base = (((st.phv[139] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 18464, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 133, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 133, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(34); st.phv[142] = v & 0xFFFF; } }
+st.phv[143] = 0x0;
+if st.phv[142] != Cmp::raw(5, 0, false).norm(st.phv[133]) { st.phv[143] = 0x1; }
+{ let base = (((st.phv[139] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 18464, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 143, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 144, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 144, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(35); let _ = v; } }
+if st.phv[132] != 0x0 { break 'l342; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(13); let _ = (out, new_lo, new_hi); }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(22); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l342; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(14); let _ = (out, new_lo, new_hi); }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(23); let _ = (out, new_lo, new_hi); }
+}
+if st.phv[132] != 0x1 { break 'l352; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(15); let _ = (out, new_lo, new_hi); }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(24); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l352; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(16); let _ = (out, new_lo, new_hi); }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(25); let _ = (out, new_lo, new_hi); }
+}
+if st.phv[132] != 0x2 { break 'l362; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(17); let _ = (out, new_lo, new_hi); }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(26); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l362; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(18); let _ = (out, new_lo, new_hi); }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(27); let _ = (out, new_lo, new_hi); }
+}
+if st.phv[132] != 0x3 { break 'l374; }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(19); let _ = (out, new_lo, new_hi); }
+st.phv[199] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[199] as usize) & 0x3F) * 16 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(28); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l374; }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(20); let _ = (out, new_lo, new_hi); }
+st.phv[199] = 0x0;
+{ let w = 17408 + ((st.phv[199] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(29); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -420,65 +525,65 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0);
-st.phv[9] = st.phv[148] & 0xFFFF;
+st.phv[9] = st.phv[168] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[10] = st.phv[171] & 0xFF;
+st.phv[10] = st.phv[191] & 0xFF;
 st.dirty |= 0x1;
-st.phv[11] = st.phv[170] & 0xFFFF;
+st.phv[11] = st.phv[190] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[12] = st.phv[162] & 0xFFFFFFFF;
+st.phv[12] = st.phv[182] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[13] = st.phv[163] & 0xFFFFFFFF;
+st.phv[13] = st.phv[183] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[14] = st.phv[164].wrapping_shr(16) & 0xFFFF;
+st.phv[14] = st.phv[184].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[15] = st.phv[164].wrapping_shr(0) & 0xFFFF;
+st.phv[15] = st.phv[184].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[16] = st.phv[165] & 0xFFFFFFFF;
+st.phv[16] = st.phv[185] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[17] = st.phv[166] & 0xFFFFFFFF;
+st.phv[17] = st.phv[186] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[18] = st.phv[167] & 0xFFFFFFFF;
+st.phv[18] = st.phv[187] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[19] = st.phv[168] & 0xFFFFFFFF;
+st.phv[19] = st.phv[188] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[20] = st.phv[169] & 0xFFFFFFFF;
+st.phv[20] = st.phv[189] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l85; }
 tor_action(st.select(code, 3), st, code, ctx);
-st.phv[176] = 0x0;
-st.phv[179] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l49; }
+st.phv[196] = 0x0;
+st.phv[199] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l49; }
 if st.phv[3] != Cmp::raw(5, 0, false).norm(st.phv[76]) { break 'l49; }
-st.phv[176] = 0x1;
+st.phv[196] = 0x1;
 }
-st.phv[177] = 0x0;
-st.phv[179] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[179] == 0x0 { break 'l58; }
+st.phv[197] = 0x0;
+st.phv[199] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[199] == 0x0 { break 'l58; }
 if st.phv[3] == Cmp::raw(2, 0, false).norm(st.phv[2]) { break 'l58; }
-st.phv[180] = bin(BinOp::And, st.phv[79], st.phv[172], 0xFFFFFFFFFFFFFFFF);
-if st.phv[180] != 0x0 { break 'l57; }
-st.phv[181] = bin(BinOp::And, st.phv[80], st.phv[173], 0xFFFFFFFFFFFFFFFF);
-if st.phv[181] == 0x0 { break 'l58; }
+st.phv[200] = bin(BinOp::And, st.phv[79], st.phv[192], 0xFFFFFFFFFFFFFFFF);
+if st.phv[200] != 0x0 { break 'l57; }
+st.phv[201] = bin(BinOp::And, st.phv[80], st.phv[193], 0xFFFFFFFFFFFFFFFF);
+if st.phv[201] == 0x0 { break 'l58; }
 }
-st.phv[177] = 0x1;
+st.phv[197] = 0x1;
 }
-if st.phv[176] != 0x0 { break 'l62; }
-if st.phv[177] != 0x0 { break 'l62; }
+if st.phv[196] != 0x0 { break 'l62; }
+if st.phv[197] != 0x0 { break 'l62; }
 ctx.dropped = true;
 return;
 }
-st.phv[178] = 0x0;
-if st.phv[176] != 0x1 { break 'l66; }
-st.phv[178] = 0x1;
-if st.phv[78] == 0x1 { st.phv[178] = 0x3; }
+st.phv[198] = 0x0;
+if st.phv[196] != 0x1 { break 'l66; }
+st.phv[198] = 0x1;
+if st.phv[78] == 0x1 { st.phv[198] = 0x3; }
 }
-if st.phv[177] != 0x1 { break 'l68; }
-st.phv[178] = bin(BinOp::Or, st.phv[178], 0x2, 0x3);
+if st.phv[197] != 0x1 { break 'l68; }
+st.phv[198] = bin(BinOp::Or, st.phv[198], 0x2, 0x3);
 }
-st.phv[61] = st.phv[178] & 0x3;
+st.phv[61] = st.phv[198] & 0x3;
 st.dirty |= 0x40;
 st.phv[62] = bin(BinOp::Sub, st.phv[62], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -497,39 +602,39 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l127; }
-st.phv[147] = st.phv[5].wrapping_shr(20) & 0x3;
-st.phv[148] = st.phv[5].wrapping_shr(22) & 0xFFFF;
-st.phv[149] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
-st.phv[179] = st.phv[3].wrapping_shr(0) & 0x3F;
-st.phv[153] = (st.phv[147].wrapping_shl(6) | st.phv[179]) & 0xFF;
-st.phv[152] = st.phv[77] & 0xFFFFFFFF;
-st.phv[150] = st.phv[6] & 0xFFFFFFFF;
-st.phv[151] = st.phv[150] & 0xFFFFFFFF;
-if st.phv[152] != 0x0 { st.phv[151] = 0x0; }
-{ let base = (((st.phv[153] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 50448, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 148, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 148, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(24); st.phv[156] = v & 0xFFFF; } }
-st.phv[157] = 0x0;
-if st.phv[156] != Cmp::raw(5, 0, false).norm(st.phv[148]) { st.phv[157] = 0x1; }
-{ let base = (((st.phv[153] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 50448, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 157, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 150, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 150, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(25); let _ = v; } { const A: WordAction = WordAction { base: 50448, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 157, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 151, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 151, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(26); let _ = v; } }
-st.phv[154] = st.hash(code, 2) & 0xFFF;
-st.phv[155] = (st.phv[147].wrapping_shl(12) | st.phv[154]) & 0x3FFF;
-st.phv[158] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
-{ let base = (((st.phv[155] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 148, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 148, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(27); st.phv[161] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(28); st.phv[162] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(29); st.phv[163] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 158, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 158, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.written(30); st.phv[164] = v & 0xFFFFFFFF; } }
-st.phv[159] = 0x0;
-if st.phv[161] != Cmp::raw(5, 0, false).norm(st.phv[148]) { break 'l113; }
-if st.phv[162] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l113; }
-if st.phv[163] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l113; }
-if st.phv[164] != Cmp::raw(5, 0, false).norm(st.phv[158]) { break 'l113; }
-st.phv[159] = 0x1;
+st.phv[167] = st.phv[5].wrapping_shr(20) & 0x3;
+st.phv[168] = st.phv[5].wrapping_shr(22) & 0xFFFF;
+st.phv[169] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
+st.phv[199] = st.phv[3].wrapping_shr(0) & 0x3F;
+st.phv[173] = (st.phv[167].wrapping_shl(6) | st.phv[199]) & 0xFF;
+st.phv[172] = st.phv[77] & 0xFFFFFFFF;
+st.phv[170] = st.phv[6] & 0xFFFFFFFF;
+st.phv[171] = st.phv[170] & 0xFFFFFFFF;
+if st.phv[172] != 0x0 { st.phv[171] = 0x0; }
+{ let base = (((st.phv[173] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 51232, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(36); st.phv[176] = v & 0xFFFF; } }
+st.phv[177] = 0x0;
+if st.phv[176] != Cmp::raw(5, 0, false).norm(st.phv[168]) { st.phv[177] = 0x1; }
+{ let base = (((st.phv[173] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 51232, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 177, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 170, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 170, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(37); let _ = v; } { const A: WordAction = WordAction { base: 51232, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 177, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 171, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 171, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(38); let _ = v; } }
+st.phv[174] = st.hash(code, 2) & 0xFFF;
+st.phv[175] = (st.phv[167].wrapping_shl(12) | st.phv[174]) & 0x3FFF;
+st.phv[178] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
+{ let base = (((st.phv[175] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(39); st.phv[181] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(40); st.phv[182] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(41); st.phv[183] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.written(42); st.phv[184] = v & 0xFFFFFFFF; } }
+st.phv[179] = 0x0;
+if st.phv[181] != Cmp::raw(5, 0, false).norm(st.phv[168]) { break 'l113; }
+if st.phv[182] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l113; }
+if st.phv[183] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l113; }
+if st.phv[184] != Cmp::raw(5, 0, false).norm(st.phv[178]) { break 'l113; }
+st.phv[179] = 0x1;
 }
-st.phv[160] = 0x0;
-if st.phv[159] != 0x0 { break 'l118; }
-if st.phv[161] != Cmp::raw(5, 0, false).norm(st.phv[148]) { break 'l118; }
-if st.phv[162] == 0x0 { break 'l118; }
-st.phv[160] = 0x1;
+st.phv[180] = 0x0;
+if st.phv[179] != 0x0 { break 'l118; }
+if st.phv[181] != Cmp::raw(5, 0, false).norm(st.phv[168]) { break 'l118; }
+if st.phv[182] == 0x0 { break 'l118; }
+st.phv[180] = 0x1;
 }
-{ let base = (((st.phv[155] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 159, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.written(31); st.phv[165] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 159, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 152, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 152, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.written(32); st.phv[166] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 159, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 151, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 151, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.written(33); st.phv[167] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 159, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 149, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.written(34); st.phv[168] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 149, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 149, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.written(35); st.phv[169] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 51472, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.written(36); st.phv[170] = v & 0xFFFF; } }
-st.phv[171] = st.phv[147] & 0xFF;
-if st.phv[160] != 0x1 { break 'l127; }
+{ let base = (((st.phv[175] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.written(43); st.phv[185] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 172, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 172, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.written(44); st.phv[186] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 171, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 171, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.written(45); st.phv[187] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.written(46); st.phv[188] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.written(47); st.phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.written(48); st.phv[190] = v & 0xFFFF; } }
+st.phv[191] = st.phv[167] & 0xFF;
+if st.phv[180] != 0x1 { break 'l127; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
@@ -619,14 +724,14 @@ return;
 }
 
 fn tor_a9(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[172] = st.phv[174] & 0xFFFFFFFF;
-st.phv[173] = st.phv[175] & 0xFFFFFFFF;
+st.phv[192] = st.phv[194] & 0xFFFFFFFF;
+st.phv[193] = st.phv[195] & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a10(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[172] = 0x0;
-st.phv[173] = 0x0;
+st.phv[192] = 0x0;
+st.phv[193] = 0x0;
 return;
 }
 
@@ -741,25 +846,36 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 // Variant `fabric`.
 
 fn fabric_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-'l253: {
-'l252: {
-'l224: {
+'l336: {
+'l335: {
+'l324: {
+'l314: {
+'l304: {
+'l276: {
+'l274: {
+'l270: {
+'l266: {
+'l262: {
+'l258: {
+'l254: {
+'l250: {
+'l239: {
+'l238: {
+'l235: {
+'l233: {
+'l230: {
+'l226: {
 'l222: {
-'l218: {
-'l214: {
-'l210: {
-'l206: {
-'l202: {
-'l198: {
-'l187: {
-'l186: {
-'l183: {
-'l181: {
-'l178: {
-'l174: {
-'l170: {
-'l169: {
+'l221: {
+'l163: {
+'l159: {
+'l158: {
+'l155: {
+'l154: {
+'l151: {
+'l150: {
 'l147: {
+'l146: {
 'l137: {
 'l135: {
 'l133: {
@@ -794,10 +910,10 @@ ctx.dropped = true;
 break 'l31;
 }
 st.phv[89] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[169] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-st.phv[90] = bin(BinOp::Add, st.phv[169], 0xB72, 0xFFFFFFFF);
+st.phv[189] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+st.phv[90] = bin(BinOp::Add, st.phv[189], 0xB72, 0xFFFFFFFF);
 st.phv[91] = st.hash(code, 0) & 0x3FF;
-{ let w = 297232 + ((st.phv[91] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(90), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(0); st.phv[92] = out & 0xFFFFFFFF; }
+{ let w = 298016 + ((st.phv[91] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(90), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(0); st.phv[92] = out & 0xFFFFFFFF; }
 if st.phv[92] == 0x0 { break 'l19; }
 ctx.dropped = true;
 break 'l31;
@@ -825,109 +941,109 @@ if st.valid & 0x4 == 0 { break 'l137; }
 if st.phv[24] != 0x101 { break 'l135; }
 st.phv[94] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 fabric_action(st.select(code, 1), st, code, ctx);
-st.phv[169] = st.phv[97].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[97], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[97].wrapping_shr(5);
-st.phv[97] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[97].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[97], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[97].wrapping_shr(5);
+st.phv[97] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[98] = bin(BinOp::Add, st.phv[94], st.phv[97], 0xFFFFFFFF);
-st.phv[169] = st.phv[99].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[99], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[99].wrapping_shr(5);
-st.phv[99] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[99].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[99], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[99].wrapping_shr(5);
+st.phv[99] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[100] = bin(BinOp::Add, st.phv[94], st.phv[99], 0xFFFFFFFF);
-st.phv[169] = st.phv[101].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[101], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[101].wrapping_shr(5);
-st.phv[101] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[101].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[101], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[101].wrapping_shr(5);
+st.phv[101] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[102] = bin(BinOp::Add, st.phv[94], st.phv[101], 0xFFFFFFFF);
-st.phv[169] = st.phv[103].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[103], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[103].wrapping_shr(5);
-st.phv[103] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[103].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[103], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[103].wrapping_shr(5);
+st.phv[103] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[104] = bin(BinOp::Add, st.phv[94], st.phv[103], 0xFFFFFFFF);
-st.phv[169] = st.phv[105].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[105], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[105].wrapping_shr(5);
-st.phv[105] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[105].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[105], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[105].wrapping_shr(5);
+st.phv[105] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[106] = bin(BinOp::Add, st.phv[94], st.phv[105], 0xFFFFFFFF);
-st.phv[169] = st.phv[107].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[107], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[107].wrapping_shr(5);
-st.phv[107] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[107].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[107], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[107].wrapping_shr(5);
+st.phv[107] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[108] = bin(BinOp::Add, st.phv[94], st.phv[107], 0xFFFFFFFF);
-st.phv[169] = st.phv[109].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[109], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[109].wrapping_shr(5);
-st.phv[109] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[109].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[109], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[109].wrapping_shr(5);
+st.phv[109] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[110] = bin(BinOp::Add, st.phv[94], st.phv[109], 0xFFFFFFFF);
-st.phv[169] = st.phv[111].wrapping_shr(2);
-st.phv[170] = bin(BinOp::Add, st.phv[111], st.phv[169], 0xFFFFFFFF);
-st.phv[171] = st.phv[111].wrapping_shr(5);
-st.phv[111] = bin(BinOp::Add, st.phv[170], st.phv[171], 0xFFFFFFFF);
+st.phv[189] = st.phv[111].wrapping_shr(2);
+st.phv[190] = bin(BinOp::Add, st.phv[111], st.phv[189], 0xFFFFFFFF);
+st.phv[191] = st.phv[111].wrapping_shr(5);
+st.phv[111] = bin(BinOp::Add, st.phv[190], st.phv[191], 0xFFFFFFFF);
 st.phv[112] = bin(BinOp::Add, st.phv[94], st.phv[111], 0xFFFFFFFF);
-st.phv[120] = 0x0;
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l85; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299280, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 98, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 98, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(1); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[97], 0xFFFFFFFF);
+st.phv[124] = 0x0;
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l85; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300064, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 98, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 98, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(1); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[97], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l90; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299344, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(2); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[99], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l90; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300128, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(2); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[99], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l95; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299408, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(3); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[101], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l95; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300192, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(3); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[101], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l100; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299472, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(4); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[103], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l100; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300256, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(4); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[103], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l105; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299536, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(5); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[105], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l105; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300320, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(5); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[105], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l110; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299600, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(6); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[107], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l110; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300384, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(6); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[107], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l115; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299664, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(7); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[109], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l115; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300448, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(7); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[109], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l120; }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[169] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 299728, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(8); let _ = v; } }
-st.phv[120] = bin(BinOp::Max, st.phv[120], st.phv[111], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l120; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[189] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 300512, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(8); let _ = v; } }
+st.phv[124] = bin(BinOp::Max, st.phv[124], st.phv[111], 0xFFFFFFFF);
 }
-st.phv[121] = bin(BinOp::Add, st.phv[94], st.phv[120], 0xFFFFFFFF);
-st.phv[122] = bin(BinOp::Xor, st.phv[114], 0xFFFFFFFF, 0xFFFFFFFF);
-st.phv[123] = bin(BinOp::Xor, st.phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[120] == 0x0 { break 'l129; }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(11); let _ = (out, new_lo, new_hi); }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(14); let _ = (out, new_lo, new_hi); }
+st.phv[125] = bin(BinOp::Add, st.phv[94], st.phv[124], 0xFFFFFFFF);
+st.phv[126] = bin(BinOp::Xor, st.phv[114], 0xFFFFFFFF, 0xFFFFFFFF);
+st.phv[127] = bin(BinOp::Xor, st.phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
+if st.phv[124] == 0x0 { break 'l129; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(17); let _ = (out, new_lo, new_hi); }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(26); let _ = (out, new_lo, new_hi); }
 break 'l133;
 }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(122) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(11); let _ = (out, new_lo, new_hi); }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(123) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(14); let _ = (out, new_lo, new_hi); }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(17); let _ = (out, new_lo, new_hi); }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(127) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(26); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
 return;
@@ -935,136 +1051,230 @@ return;
 ctx.dropped = true;
 return;
 }
-if st.valid & 0x8 == 0 { break 'l252; }
-if st.valid & 0x40 == 0 { break 'l183; }
+if st.valid & 0x8 == 0 { break 'l335; }
+if st.valid & 0x40 == 0 { break 'l235; }
 st.phv[76] = 0xFFFF;
 st.phv[94] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[118] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[119] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-st.phv[169] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l147; }
-if st.phv[88] != 0x1 { break 'l147; }
+st.phv[122] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[123] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(st.phv[122], 0x0) { break 'l146; }
+st.phv[118] = bin(BinOp::Sub, st.phv[123], 0x1, 0xFFFF);
+break 'l147;
+}
+st.phv[118] = st.phv[123] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[122], 0x1) { break 'l150; }
+st.phv[119] = bin(BinOp::Sub, st.phv[123], 0x1, 0xFFFF);
+break 'l151;
+}
+st.phv[119] = st.phv[123] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[122], 0x2) { break 'l154; }
+st.phv[120] = bin(BinOp::Sub, st.phv[123], 0x1, 0xFFFF);
+break 'l155;
+}
+st.phv[120] = st.phv[123] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[122], 0x3) { break 'l158; }
+st.phv[121] = bin(BinOp::Sub, st.phv[123], 0x1, 0xFFFF);
+break 'l159;
+}
+st.phv[121] = st.phv[123] & 0xFFFF;
+}
+st.phv[189] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l163; }
+if st.phv[88] != 0x1 { break 'l163; }
 st.phv[76] = st.phv[87] & 0xFFFF;
 }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[169] as usize) & 0x3F) * 4 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(119), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[131] = out & 0xFFFFFFFF; }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(119), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[133] = out & 0xFFFFFFFF; }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[135] = out & 0xFFFFFFFF; }
-st.phv[133] = bin(BinOp::Or, st.phv[133], st.phv[135], 0xFFFFFFFF);
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[141] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[142] = out & 0xFFFFFFFF; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[143] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[144] = out & 0xFFFFFFFF; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[145] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[146] = out & 0xFFFFFFFF; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[147] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[148] = out & 0xFFFFFFFF; }
+st.phv[189] = bin(BinOp::Or, st.phv[141], st.phv[143], 0xFFFFFFFFFFFFFFFF);
+st.phv[190] = bin(BinOp::Or, st.phv[189], st.phv[145], 0xFFFFFFFFFFFFFFFF);
+st.phv[135] = bin(BinOp::Or, st.phv[190], st.phv[147], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::Or, st.phv[142], st.phv[144], 0xFFFFFFFFFFFFFFFF);
+st.phv[190] = bin(BinOp::Or, st.phv[189], st.phv[146], 0xFFFFFFFFFFFFFFFF);
+st.phv[137] = bin(BinOp::Or, st.phv[190], st.phv[148], 0xFFFFFFFF);
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[139] = out & 0xFFFFFFFF; }
+st.phv[137] = bin(BinOp::Or, st.phv[137], st.phv[139], 0xFFFFFFFF);
 st.phv[79] = 0x0;
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[169] as usize) & 0x3F) * 4 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(119), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[132] = out & 0xFFFFFFFF; }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Phv(119), right: Some((true, COperand::Lo)), cmp: Cmp::raw(1, 0, false), constant: 0x4 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[134] = out & 0xFFFFFFFF; }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[136] = out & 0xFFFFFFFF; }
-st.phv[134] = bin(BinOp::Or, st.phv[134], st.phv[136], 0xFFFFFFFF);
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[149] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[150] = out & 0xFFFFFFFF; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[151] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[152] = out & 0xFFFFFFFF; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[153] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[154] = out & 0xFFFFFFFF; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[155] = out & 0xFFFFFFFF; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[156] = out & 0xFFFFFFFF; }
+st.phv[189] = bin(BinOp::Or, st.phv[149], st.phv[151], 0xFFFFFFFFFFFFFFFF);
+st.phv[190] = bin(BinOp::Or, st.phv[189], st.phv[153], 0xFFFFFFFFFFFFFFFF);
+st.phv[136] = bin(BinOp::Or, st.phv[190], st.phv[155], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::Or, st.phv[150], st.phv[152], 0xFFFFFFFFFFFFFFFF);
+st.phv[190] = bin(BinOp::Or, st.phv[189], st.phv[154], 0xFFFFFFFFFFFFFFFF);
+st.phv[138] = bin(BinOp::Or, st.phv[190], st.phv[156], 0xFFFFFFFF);
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[140] = out & 0xFFFFFFFF; }
+st.phv[138] = bin(BinOp::Or, st.phv[138], st.phv[140], 0xFFFFFFFF);
 st.phv[80] = 0x0;
 st.phv[78] = 0x0;
-if st.phv[76] == 0xFFFF { break 'l170; }
-st.phv[169] = bin(BinOp::And, st.phv[133], st.phv[114], 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] != 0x0 { break 'l169; }
-st.phv[170] = bin(BinOp::And, st.phv[134], st.phv[115], 0xFFFFFFFFFFFFFFFF);
-if st.phv[170] == 0x0 { break 'l170; }
+if st.phv[76] == 0xFFFF { break 'l222; }
+st.phv[189] = bin(BinOp::And, st.phv[137], st.phv[114], 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] != 0x0 { break 'l221; }
+st.phv[190] = bin(BinOp::And, st.phv[138], st.phv[115], 0xFFFFFFFFFFFFFFFF);
+if st.phv[190] == 0x0 { break 'l222; }
 }
 st.phv[78] = 0x1;
 }
-st.phv[169] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l174; }
-st.phv[79] = bin(BinOp::And, st.phv[131], st.phv[133], 0xFFFFFFFF);
-st.phv[80] = bin(BinOp::And, st.phv[132], st.phv[134], 0xFFFFFFFF);
+st.phv[189] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l226; }
+st.phv[79] = bin(BinOp::And, st.phv[135], st.phv[137], 0xFFFFFFFF);
+st.phv[80] = bin(BinOp::And, st.phv[136], st.phv[138], 0xFFFFFFFF);
 }
-st.phv[169] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l178; }
+st.phv[189] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l230; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if st.phv[76] == 0xFFFF { break 'l181; }
+if st.phv[76] == 0xFFFF { break 'l233; }
 ctx.forward = Forward::Unicast(st.phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if st.phv[88] != 0x1 { break 'l186; }
+if st.phv[88] != 0x1 { break 'l238; }
 ctx.forward = Forward::Unicast(st.phv[87] as u16);
-break 'l187;
+break 'l239;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l253; }
-if st.phv[88] != 0x1 { break 'l253; }
+if st.valid & 0x20 == 0 { break 'l336; }
+if st.phv[88] != 0x1 { break 'l336; }
 st.phv[94] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[118] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[119] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+st.phv[122] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[123] = st.phv[1].wrapping_shr(22) & 0xFFFF;
 st.phv[95] = st.phv[36].wrapping_shr(3) & 0x7;
 st.phv[96] = 0x0;
-if st.phv[95] != 0x0 { break 'l198; }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299280 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
-break 'l224;
+if st.phv[95] != 0x0 { break 'l250; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300064 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+break 'l276;
 }
-if st.phv[95] != 0x1 { break 'l202; }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299344 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
-break 'l224;
+if st.phv[95] != 0x1 { break 'l254; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300128 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+break 'l276;
 }
-if st.phv[95] != 0x2 { break 'l206; }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299408 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
-break 'l224;
+if st.phv[95] != 0x2 { break 'l258; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300192 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+break 'l276;
 }
-if st.phv[95] != 0x3 { break 'l210; }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299472 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
-break 'l224;
+if st.phv[95] != 0x3 { break 'l262; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300256 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+break 'l276;
 }
-if st.phv[95] != 0x4 { break 'l214; }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299536 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
-break 'l224;
+if st.phv[95] != 0x4 { break 'l266; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300320 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+break 'l276;
 }
-if st.phv[95] != 0x5 { break 'l218; }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299600 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
-break 'l224;
+if st.phv[95] != 0x5 { break 'l270; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300384 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+break 'l276;
 }
-if st.phv[95] != 0x6 { break 'l222; }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299664 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
-break 'l224;
+if st.phv[95] != 0x6 { break 'l274; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300448 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+break 'l276;
 }
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 299728 + ((st.phv[169] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 300512 + ((st.phv[189] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[96] = out & 0xFFFFFFFF; }
 }
 st.phv[77] = 0x0;
 if st.phv[96] != 0x0 { st.phv[77] = 0x1; }
-st.phv[130] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
-st.phv[169] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[124] = (st.phv[118].wrapping_shl(6) | st.phv[169]) & 0xFF;
-{ let base = (((st.phv[124] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(15); st.phv[126] = v & 0xFFFF; } }
-st.phv[127] = 0x0;
-if st.phv[126] != Cmp::raw(5, 0, false).norm(st.phv[119]) { st.phv[127] = 0x1; }
-{ let base = (((st.phv[124] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 127, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(16); let _ = v; } { const A: WordAction = WordAction { base: 272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 127, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 96, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 96, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(17); let _ = v; } }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-st.phv[170] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[171] = (st.phv[169].wrapping_shl(6) | st.phv[170]) & 0xFFF;
-st.phv[125] = (st.phv[118].wrapping_shl(12) | st.phv[171]) & 0x3FFF;
-{ let base = (((st.phv[125] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 1296, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(18); st.phv[128] = v & 0xFFFF; } }
-st.phv[129] = 0x0;
-if st.phv[128] != Cmp::raw(5, 0, false).norm(st.phv[119]) { st.phv[129] = 0x1; }
-{ let base = (((st.phv[125] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 1296, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 129, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 130, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 130, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(19); let _ = v; } }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[169] as usize) & 0x3F) * 4 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(9); let _ = (out, new_lo, new_hi); }
-st.phv[169] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[169] as usize) & 0x3F) * 4 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(12); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l253; }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(10); let _ = (out, new_lo, new_hi); }
-st.phv[169] = 0x0;
-{ let w = 256 + ((st.phv[169] as usize) & 0x0) * 8 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(119), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(13); let _ = (out, new_lo, new_hi); }
+st.phv[134] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
+st.phv[189] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[128] = (st.phv[122].wrapping_shl(6) | st.phv[189]) & 0xFF;
+{ let base = (((st.phv[128] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 1056, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(27); st.phv[130] = v & 0xFFFF; } }
+st.phv[131] = 0x0;
+if st.phv[130] != Cmp::raw(5, 0, false).norm(st.phv[123]) { st.phv[131] = 0x1; }
+{ let base = (((st.phv[128] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 1056, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 131, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(28); let _ = v; } { const A: WordAction = WordAction { base: 1056, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 131, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 96, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 96, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(29); let _ = v; } }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+st.phv[190] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[191] = (st.phv[189].wrapping_shl(6) | st.phv[190]) & 0xFFF;
+st.phv[129] = (st.phv[122].wrapping_shl(12) | st.phv[191]) & 0x3FFF;
+{ let base = (((st.phv[129] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 2080, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(30); st.phv[132] = v & 0xFFFF; } }
+st.phv[133] = 0x0;
+if st.phv[132] != Cmp::raw(5, 0, false).norm(st.phv[123]) { st.phv[133] = 0x1; }
+{ let base = (((st.phv[129] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 2080, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 133, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(31); let _ = v; } }
+if st.phv[122] != 0x0 { break 'l304; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(9); let _ = (out, new_lo, new_hi); }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(18); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l304; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(10); let _ = (out, new_lo, new_hi); }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(19); let _ = (out, new_lo, new_hi); }
+}
+if st.phv[122] != 0x1 { break 'l314; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(11); let _ = (out, new_lo, new_hi); }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(20); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l314; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(12); let _ = (out, new_lo, new_hi); }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(21); let _ = (out, new_lo, new_hi); }
+}
+if st.phv[122] != 0x2 { break 'l324; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(13); let _ = (out, new_lo, new_hi); }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(22); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l324; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(14); let _ = (out, new_lo, new_hi); }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(23); let _ = (out, new_lo, new_hi); }
+}
+if st.phv[122] != 0x3 { break 'l336; }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(15); let _ = (out, new_lo, new_hi); }
+st.phv[189] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[189] as usize) & 0x3F) * 16 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(24); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l336; }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(16); let _ = (out, new_lo, new_hi); }
+st.phv[189] = 0x0;
+{ let w = 1024 + ((st.phv[189] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(123), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.written(25); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -1103,65 +1313,65 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0);
-st.phv[9] = st.phv[138] & 0xFFFF;
+st.phv[9] = st.phv[158] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[10] = st.phv[161] & 0xFF;
+st.phv[10] = st.phv[181] & 0xFF;
 st.dirty |= 0x1;
-st.phv[11] = st.phv[160] & 0xFFFF;
+st.phv[11] = st.phv[180] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[12] = st.phv[152] & 0xFFFFFFFF;
+st.phv[12] = st.phv[172] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[13] = st.phv[153] & 0xFFFFFFFF;
+st.phv[13] = st.phv[173] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[14] = st.phv[154].wrapping_shr(16) & 0xFFFF;
+st.phv[14] = st.phv[174].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[15] = st.phv[154].wrapping_shr(0) & 0xFFFF;
+st.phv[15] = st.phv[174].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[16] = st.phv[155] & 0xFFFFFFFF;
+st.phv[16] = st.phv[175] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[17] = st.phv[156] & 0xFFFFFFFF;
+st.phv[17] = st.phv[176] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[18] = st.phv[157] & 0xFFFFFFFF;
+st.phv[18] = st.phv[177] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[19] = st.phv[158] & 0xFFFFFFFF;
+st.phv[19] = st.phv[178] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[20] = st.phv[159] & 0xFFFFFFFF;
+st.phv[20] = st.phv[179] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l85; }
 fabric_action(st.select(code, 3), st, code, ctx);
-st.phv[166] = 0x0;
-st.phv[169] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l49; }
+st.phv[186] = 0x0;
+st.phv[189] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l49; }
 if st.phv[3] != Cmp::raw(5, 0, false).norm(st.phv[76]) { break 'l49; }
-st.phv[166] = 0x1;
+st.phv[186] = 0x1;
 }
-st.phv[167] = 0x0;
-st.phv[169] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[169] == 0x0 { break 'l58; }
+st.phv[187] = 0x0;
+st.phv[189] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[189] == 0x0 { break 'l58; }
 if st.phv[3] == Cmp::raw(2, 0, false).norm(st.phv[2]) { break 'l58; }
-st.phv[170] = bin(BinOp::And, st.phv[79], st.phv[162], 0xFFFFFFFFFFFFFFFF);
-if st.phv[170] != 0x0 { break 'l57; }
-st.phv[171] = bin(BinOp::And, st.phv[80], st.phv[163], 0xFFFFFFFFFFFFFFFF);
-if st.phv[171] == 0x0 { break 'l58; }
+st.phv[190] = bin(BinOp::And, st.phv[79], st.phv[182], 0xFFFFFFFFFFFFFFFF);
+if st.phv[190] != 0x0 { break 'l57; }
+st.phv[191] = bin(BinOp::And, st.phv[80], st.phv[183], 0xFFFFFFFFFFFFFFFF);
+if st.phv[191] == 0x0 { break 'l58; }
 }
-st.phv[167] = 0x1;
+st.phv[187] = 0x1;
 }
-if st.phv[166] != 0x0 { break 'l62; }
-if st.phv[167] != 0x0 { break 'l62; }
+if st.phv[186] != 0x0 { break 'l62; }
+if st.phv[187] != 0x0 { break 'l62; }
 ctx.dropped = true;
 return;
 }
-st.phv[168] = 0x0;
-if st.phv[166] != 0x1 { break 'l66; }
-st.phv[168] = 0x1;
-if st.phv[78] == 0x1 { st.phv[168] = 0x3; }
+st.phv[188] = 0x0;
+if st.phv[186] != 0x1 { break 'l66; }
+st.phv[188] = 0x1;
+if st.phv[78] == 0x1 { st.phv[188] = 0x3; }
 }
-if st.phv[167] != 0x1 { break 'l68; }
-st.phv[168] = bin(BinOp::Or, st.phv[168], 0x2, 0x3);
+if st.phv[187] != 0x1 { break 'l68; }
+st.phv[188] = bin(BinOp::Or, st.phv[188], 0x2, 0x3);
 }
-st.phv[61] = st.phv[168] & 0x3;
+st.phv[61] = st.phv[188] & 0x3;
 st.dirty |= 0x40;
 st.phv[62] = bin(BinOp::Sub, st.phv[62], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -1180,39 +1390,39 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l127; }
-st.phv[137] = st.phv[5].wrapping_shr(20) & 0x3;
-st.phv[138] = st.phv[5].wrapping_shr(22) & 0xFFFF;
-st.phv[139] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
-st.phv[169] = st.phv[3].wrapping_shr(0) & 0x3F;
-st.phv[143] = (st.phv[137].wrapping_shl(6) | st.phv[169]) & 0xFF;
-st.phv[142] = st.phv[77] & 0xFFFFFFFF;
-st.phv[140] = st.phv[6] & 0xFFFFFFFF;
-st.phv[141] = st.phv[140] & 0xFFFFFFFF;
-if st.phv[142] != 0x0 { st.phv[141] = 0x0; }
-{ let base = (((st.phv[143] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 34064, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 138, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 138, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(20); st.phv[146] = v & 0xFFFF; } }
-st.phv[147] = 0x0;
-if st.phv[146] != Cmp::raw(5, 0, false).norm(st.phv[138]) { st.phv[147] = 0x1; }
-{ let base = (((st.phv[143] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 34064, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 147, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 140, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 140, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(21); let _ = v; } { const A: WordAction = WordAction { base: 34064, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 147, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(22); let _ = v; } }
-st.phv[144] = st.hash(code, 1) & 0xFFF;
-st.phv[145] = (st.phv[137].wrapping_shl(12) | st.phv[144]) & 0x3FFF;
-st.phv[148] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
-{ let base = (((st.phv[145] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 138, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 138, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(23); st.phv[151] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(24); st.phv[152] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(25); st.phv[153] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 148, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 148, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.written(26); st.phv[154] = v & 0xFFFFFFFF; } }
-st.phv[149] = 0x0;
-if st.phv[151] != Cmp::raw(5, 0, false).norm(st.phv[138]) { break 'l113; }
-if st.phv[152] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l113; }
-if st.phv[153] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l113; }
-if st.phv[154] != Cmp::raw(5, 0, false).norm(st.phv[148]) { break 'l113; }
-st.phv[149] = 0x1;
+st.phv[157] = st.phv[5].wrapping_shr(20) & 0x3;
+st.phv[158] = st.phv[5].wrapping_shr(22) & 0xFFFF;
+st.phv[159] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
+st.phv[189] = st.phv[3].wrapping_shr(0) & 0x3F;
+st.phv[163] = (st.phv[157].wrapping_shl(6) | st.phv[189]) & 0xFF;
+st.phv[162] = st.phv[77] & 0xFFFFFFFF;
+st.phv[160] = st.phv[6] & 0xFFFFFFFF;
+st.phv[161] = st.phv[160] & 0xFFFFFFFF;
+if st.phv[162] != 0x0 { st.phv[161] = 0x0; }
+{ let base = (((st.phv[163] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 34848, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 158, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 158, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(32); st.phv[166] = v & 0xFFFF; } }
+st.phv[167] = 0x0;
+if st.phv[166] != Cmp::raw(5, 0, false).norm(st.phv[158]) { st.phv[167] = 0x1; }
+{ let base = (((st.phv[163] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 34848, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 167, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 160, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 160, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(33); let _ = v; } { const A: WordAction = WordAction { base: 34848, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 167, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 161, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 161, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(34); let _ = v; } }
+st.phv[164] = st.hash(code, 1) & 0xFFF;
+st.phv[165] = (st.phv[157].wrapping_shl(12) | st.phv[164]) & 0x3FFF;
+st.phv[168] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
+{ let base = (((st.phv[165] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 158, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 158, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.written(35); st.phv[171] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.written(36); st.phv[172] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.written(37); st.phv[173] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.written(38); st.phv[174] = v & 0xFFFFFFFF; } }
+st.phv[169] = 0x0;
+if st.phv[171] != Cmp::raw(5, 0, false).norm(st.phv[158]) { break 'l113; }
+if st.phv[172] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l113; }
+if st.phv[173] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l113; }
+if st.phv[174] != Cmp::raw(5, 0, false).norm(st.phv[168]) { break 'l113; }
+st.phv[169] = 0x1;
 }
-st.phv[150] = 0x0;
-if st.phv[149] != 0x0 { break 'l118; }
-if st.phv[151] != Cmp::raw(5, 0, false).norm(st.phv[138]) { break 'l118; }
-if st.phv[152] == 0x0 { break 'l118; }
-st.phv[150] = 0x1;
+st.phv[170] = 0x0;
+if st.phv[169] != 0x0 { break 'l118; }
+if st.phv[171] != Cmp::raw(5, 0, false).norm(st.phv[158]) { break 'l118; }
+if st.phv[172] == 0x0 { break 'l118; }
+st.phv[170] = 0x1;
 }
-{ let base = (((st.phv[145] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 149, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.written(27); st.phv[155] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 149, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.written(28); st.phv[156] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 149, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 141, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 141, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.written(29); st.phv[157] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 149, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 139, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.written(30); st.phv[158] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 139, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 139, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.written(31); st.phv[159] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35088, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.written(32); st.phv[160] = v & 0xFFFF; } }
-st.phv[161] = st.phv[137] & 0xFF;
-if st.phv[150] != 0x1 { break 'l127; }
+{ let base = (((st.phv[165] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.written(39); st.phv[175] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 162, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 162, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.written(40); st.phv[176] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 161, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 161, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.written(41); st.phv[177] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.written(42); st.phv[178] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.written(43); st.phv[179] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.written(44); st.phv[180] = v & 0xFFFF; } }
+st.phv[181] = st.phv[157] & 0xFF;
+if st.phv[170] != 0x1 { break 'l127; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
@@ -1302,14 +1512,14 @@ return;
 }
 
 fn fabric_a9(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[162] = st.phv[164] & 0xFFFFFFFF;
-st.phv[163] = st.phv[165] & 0xFFFFFFFF;
+st.phv[182] = st.phv[184] & 0xFFFFFFFF;
+st.phv[183] = st.phv[185] & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a10(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[162] = 0x0;
-st.phv[163] = 0x0;
+st.phv[182] = 0x0;
+st.phv[183] = 0x0;
 return;
 }
 
@@ -1422,6 +1632,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x6C765F386B54CDFA, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
-Native { fingerprint: 0x81F16707913E3093, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
+Native { fingerprint: 0x21B55826515786A5, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
+Native { fingerprint: 0x2F1A0F3E49CD7AF2, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
 ];
