@@ -3,7 +3,8 @@
 //! of TNA `HashAlgorithm_t.CRC32` and v1model `HashAlgorithm.crc32`. The input is the
 //! concatenation of the hashed fields, big-endian, as the P4 `{a, b, c}` list.
 
-const fn table() -> [u32; 256] {
+/// The byte table of the reflected CRC-32 (`T[x]` = CRC of byte `x`).
+pub(crate) const fn table() -> [u32; 256] {
     let mut t = [0u32; 256];
     let mut i = 0;
     while i < 256 {

@@ -2940,21 +2940,7 @@ impl State {
 /// one dependent load per byte.
 const fn crc_slice_tables() -> [[u32; 256]; 8] {
     let mut t = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[0][i] = c;
-        i += 1;
-    }
+    t[0] = crate::hash::table();
     let mut k = 1;
     while k < 8 {
         let mut i = 0;
