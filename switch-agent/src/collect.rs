@@ -133,8 +133,7 @@ pub fn paused_ports(
     let lookback = lookback_ns.min(u64::from(u32::MAX / 2)) as u32;
     let mut found: BTreeMap<u16, PausedPort> = BTreeMap::new();
     let mut cost = ReadCost::default();
-    for q in 0..8u8 {
-        let name = PAUSE_END_REGISTERS[usize::from(q)];
+    for (q, name) in pause_end_registers() {
         let cells = backend.read_register(name)?;
         if cells.len() < ports {
             return Err(CollectError::Geometry {
@@ -173,17 +172,14 @@ pub fn paused_ports(
     Ok((found.into_values().collect(), cost))
 }
 
-/// The per-priority pause-end registers, priority 0 to 7 (codegen/src/hawkeye.rs).
-pub const PAUSE_END_REGISTERS: [&str; 8] = [
-    "pause_end_p0",
-    "pause_end_p1",
-    "pause_end_p2",
-    "pause_end_p3",
-    "pause_end_p4",
-    "pause_end_p5",
-    "pause_end_p6",
-    "pause_end_p7",
-];
+/// The per-priority pause-end registers (`pause_end_p{q}`), with their priority, from the
+/// generated register list (codegen/src/hawkeye.rs is the one source of the names).
+pub fn pause_end_registers() -> impl Iterator<Item = (u8, &'static str)> {
+    dataplane::REGISTERS.iter().filter_map(|(name, _, _)| {
+        let q: u8 = name.strip_prefix("pause_end_p")?.parse().ok()?;
+        (q < 8).then_some((q, *name))
+    })
+}
 
 /// Why a snapshot could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -428,9 +424,8 @@ mod tests {
         // Now: 5 s after boot, past the 32-bit wrap of the ns clock (4.29 s).
         let now: u64 = 5_000_000_000;
         let lo = |t: u64| u64::from(t as u32);
-        let mut registers: BTreeMap<&'static str, Vec<u64>> = PAUSE_END_REGISTERS
-            .iter()
-            .map(|name| (*name, vec![0; 8]))
+        let mut registers: BTreeMap<&'static str, Vec<u64>> = pause_end_registers()
+            .map(|(_, name)| (name, vec![0; 8]))
             .collect();
         let p3 = registers.get_mut("pause_end_p3").unwrap();
         p3[1] = lo(now + 200_000); // in force for 200 µs more
@@ -460,9 +455,8 @@ mod tests {
         );
         // A short register is a geometry error naming it.
         let mut short = PauseRegisters(
-            PAUSE_END_REGISTERS
-                .iter()
-                .map(|name| (*name, vec![0; 4]))
+            pause_end_registers()
+                .map(|(_, name)| (name, vec![0; 4]))
                 .collect(),
         );
         assert!(matches!(

@@ -223,6 +223,7 @@ fn a_tiny_evaluation_writes_results_report_and_figures_for_every_class() {
     }
     // The kept evidence of every judged incident gives the same claims when
     // `hawkmesh diagnose` reads it back from the files.
+    let mut rediagnosed = 0;
     for run in results.runs.iter().filter(|r| r.realized) {
         let dir = out.join("incidents").join(&run.trace);
         for mode in &run.modes {
@@ -254,9 +255,11 @@ fn a_tiny_evaluation_writes_results_report_and_figures_for_every_class() {
                     .map(|c| c.split('@').next().unwrap().to_string())
                     .collect();
                 assert_eq!(claims, kept, "{}", reports.display());
+                rediagnosed += 1;
             }
         }
     }
+    assert!(rediagnosed > 0, "no kept incident was read back");
     // The written traces are scenarios `hawkmesh sim run` accepts.
     for trace in &results.traces {
         let path = out.join("traces").join(format!("{}.toml", trace.spec.id));
