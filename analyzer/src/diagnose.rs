@@ -235,16 +235,28 @@ impl<'a> Context<'a> {
             ),
         }];
         let flows = self.contributors(sink);
-        // A host that paused its port decides the sink over the port's contention when the
-        // pause outlasted the contention (a storm that followed a burst: the sink is
-        // classified by its latest state) or when the contention only began once the host
-        // was pausing (the backlog the pause built, draining). The contention is kept as
-        // evidence.
+        // A host that paused its port decides the sink over the port's contention unless
+        // the contention began strictly before the pause and lasted as long. A NIC pauses
+        // when its own receive path cannot keep up — contention at the switch port facing
+        // it does not make it pause — and a paused port's queue meets everything that
+        // arrives once the pause lets go: contention in the pause's epochs or after them is
+        // the pause's backlog draining (a storm that ended before the victim polled shows
+        // only that). A burst that was already contending before the host paused and did
+        // not end first stays flow contention. The contention is kept as evidence.
         let host_paused =
             summary.peer_is_host && (summary.paused > 0 || summary.first_paused_epoch.is_some());
-        let storm_outlasts_contention = host_paused
-            && (summary.last_paused_epoch > summary.last_contention_epoch
-                || summary.first_contention_epoch > summary.first_paused_epoch);
+        // "As long": to the nanosecond when the switch reported the pause's end and the
+        // records carry enqueue times (a pause still in force outlasts everything), else
+        // by epochs.
+        let contention_lasted = match (summary.last_contention_ns, summary.pause_end_ns) {
+            (Some(contention), Some(pause)) => contention >= pause,
+            _ => summary.last_contention_epoch >= summary.last_paused_epoch,
+        };
+        let contention_came_first = summary.first_contention_epoch.is_some()
+            && summary.first_paused_epoch.is_some()
+            && summary.first_contention_epoch < summary.first_paused_epoch
+            && contention_lasted;
+        let storm_outlasts_contention = host_paused && !contention_came_first;
         if !flows.is_empty() && storm_outlasts_contention {
             for flow in flows.iter().take(5) {
                 evidence.push(Evidence {
@@ -253,7 +265,7 @@ impl<'a> Context<'a> {
                     to: flow.flow.to_string(),
                     weight: flow.weight,
                     note: format!(
-                        "{} contended at {sink_label} (weight {:.1}), but the host's pause outlasted that contention or came first (the queue it met is the backlog of the pause)",
+                        "{} contended at {sink_label} (weight {:.1}), but not before the host's pause began, or the pause outlasted it (the queue it met is the backlog of the pause)",
                         flow.flow, flow.weight
                     ),
                 });
@@ -282,7 +294,7 @@ impl<'a> Context<'a> {
                         .unwrap_or_default(),
                     weight: summary.paused as f64,
                     note: format!(
-                        "{sink_label} was also paused by its host for {} packets; flow contention dominates (Table 2 needs all port→flow weights ≤ 0 for a storm)",
+                        "{sink_label} was also paused by its host for {} packets, but its flow contention began earlier and lasted as long: flow contention dominates",
                         summary.paused
                     ),
                 });
@@ -548,16 +560,50 @@ impl<'a> Context<'a> {
                     ..item
                 });
             }
-            let exits: Vec<(PortRef, PortRef, f64)> = members
+            let weakest_loop_edge = members
                 .iter()
-                .flat_map(|p| {
+                .zip(members.iter().cycle().skip(1))
+                .filter_map(|(from, to)| {
                     self.graph
-                        .port_edges(*p)
+                        .port_edges(*from)
                         .iter()
-                        .filter(|(to, _)| !member_set.contains(to))
-                        .map(move |(to, w)| (*p, *to, *w))
+                        .find(|(target, _)| target == to)
+                        .map(|(_, w)| *w)
                 })
-                .collect();
+                .fold(f64::INFINITY, f64::min);
+            let exit_floor = if weakest_loop_edge.is_finite() {
+                self.options.min_loop_exit_share * weakest_loop_edge
+            } else {
+                0.0
+            };
+            let mut weak_exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
+            let mut exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
+            for p in &members {
+                for (to, w) in self.graph.port_edges(*p) {
+                    if member_set.contains(to) {
+                        continue;
+                    }
+                    if *w >= exit_floor {
+                        exits.push((*p, *to, *w));
+                    } else {
+                        weak_exits.push((*p, *to, *w));
+                    }
+                }
+            }
+            for (from, to, weight) in &weak_exits {
+                evidence.push(Evidence {
+                    rule: "weak_loop_exit".into(),
+                    from: label(self.incident, *from),
+                    to: label(self.incident, *to),
+                    weight: round3(*weight),
+                    note: format!(
+                        "loop port {} also waits for {} outside the loop, but with less than {:.0} % of the weakest loop edge: not what holds the loop",
+                        label(self.incident, *from),
+                        label(self.incident, *to),
+                        self.options.min_loop_exit_share * 100.0
+                    ),
+                });
+            }
             let (anomaly_type, root, root_ports) = if exits.is_empty() {
                 // Initiator in loop (Alg. 2 l.18-21): contention inside the loop.
                 let mut flows = Vec::new();

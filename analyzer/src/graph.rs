@@ -103,6 +103,12 @@ pub struct PortSummary {
     pub last_paused_epoch: Option<u64>,
     /// The port was paused by PFC when its switch collected (port status).
     pub paused_at_collection: bool,
+    /// The latest enqueue of a contributor in an epoch with local contention, ns (when the
+    /// records carry timing).
+    pub last_contention_ns: Option<u64>,
+    /// The end of the latest pause the switch reported for the port (port status; in the
+    /// future for a pause in force at collection), ns.
+    pub pause_end_ns: Option<u64>,
     /// Of those, epochs replayed without flow timing.
     pub untimed_epochs: usize,
     /// Why pauses could not be followed downstream.
@@ -365,6 +371,7 @@ impl ProvenanceGraph {
                 let ended_in = (until_ns / epoch_ns * epoch_ns).clamp(first, latest);
                 summary.note_paused(if *in_force { latest } else { ended_in });
                 summary.paused_at_collection |= *in_force;
+                summary.pause_end_ns = summary.pause_end_ns.max(Some(*until_ns));
             }
         }
         let ports: Vec<PortRef> = graph.ports.keys().copied().collect();
@@ -651,6 +658,16 @@ impl ProvenanceGraph {
                             );
                             summary.last_contention_epoch =
                                 summary.last_contention_epoch.max(Some(*start));
+                            let last_enqueue = records
+                                .iter()
+                                .zip(&result.contributions)
+                                .filter(|(_, c)| **c >= options.min_contribution_packets)
+                                .filter_map(|(r, _)| {
+                                    r.window.map(|(_, last)| start + u64::from(last))
+                                })
+                                .max();
+                            summary.last_contention_ns =
+                                summary.last_contention_ns.max(last_enqueue);
                         }
                         if result.mode == ReplayMode::Untimed {
                             summary.untimed_epochs += 1;

@@ -58,6 +58,11 @@ pub struct DiagnoseOptions {
     /// Port→port edges weaker than this fraction of the strongest edge leaving the same
     /// port are dropped as noise.
     pub min_port_edge_share: f64,
+    /// A loop port's wait-for edge out of the loop counts as an exit toward an out-of-loop
+    /// initiator (Alg. 2 l.14) only when it carries at least this fraction of the weakest
+    /// edge of the loop itself: a trickle of other traffic through a frozen loop switch
+    /// meeting some queue is not what holds the loop.
+    pub min_loop_exit_share: f64,
     /// A flow is a micro-burst if its enqueue window is at most this fraction of the epoch…
     pub burst_max_epoch_fraction: f64,
     /// …and its rate within that window is at least this fraction of the line rate.
@@ -75,6 +80,7 @@ impl Default for DiagnoseOptions {
             replay_bin_ns: 500,
             min_contribution_packets: 0.5,
             min_port_edge_share: 0.02,
+            min_loop_exit_share: 0.1,
             burst_max_epoch_fraction: 0.5,
             burst_min_line_rate_fraction: 0.25,
             ecmp_imbalance_ratio: 1.5,

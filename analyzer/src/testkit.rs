@@ -333,6 +333,27 @@ impl IncidentBuilder {
         self
     }
 
+    /// `switch` reports (port status) that the pause of its port toward `toward` ended at
+    /// `until_ns` — no longer in force at collection.
+    pub fn pause_ended(&mut self, switch: &str, toward: &str, until_ns: u64) -> &mut Self {
+        match port_towards(&self.topology, switch, toward) {
+            Some(port) => self
+                .paused_now
+                .entry(port.node)
+                .or_default()
+                .push(PausedPort {
+                    port: port.port,
+                    priorities: 1 << 3,
+                    in_force: false,
+                    until_ns,
+                }),
+            None => self
+                .errors
+                .push(format!("{switch} has no link toward {toward}")),
+        }
+        self
+    }
+
     /// The agent of `switch` lost `count` eviction digests in `epoch`.
     pub fn lose_evictions(&mut self, switch: &str, epoch: usize, count: u32) -> &mut Self {
         match self.topology.node_by_name(switch) {

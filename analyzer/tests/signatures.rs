@@ -6,7 +6,9 @@ mod common;
 use common::*;
 use hawkmesh_analyzer::model::{AnomalyType, RootCauseKind};
 use hawkmesh_analyzer::testkit::{Hop, IncidentBuilder};
-use hawkmesh_analyzer::{render, Anomaly, DiagnosisOutput};
+use hawkmesh_analyzer::{
+    diagnose_reports, loaded, render, Anomaly, DiagnoseOptions, DiagnosisOutput,
+};
 use hawkmesh_wire::telemetry::FiveTuple;
 
 fn victim_anomalies(output: &DiagnosisOutput) -> Vec<&Anomaly> {
@@ -192,6 +194,75 @@ fn deadlock_with_initiator_in_loop() {
         .evidence
         .iter()
         .any(|e| e.rule == "cyclic_buffer_dependency"));
+}
+
+#[test]
+fn a_trickle_out_of_a_frozen_loop_is_not_an_out_of_loop_initiator() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    for index in 0..2u8 {
+        builder.flow(
+            0,
+            flow(30 + index, 52000 + u16::from(index), 3),
+            &["h1", "s1", "s2", "h2"],
+            &[
+                Hop::new(400).depth(200_000).window(10_000, 30_000),
+                Hop::new(400),
+            ],
+        );
+    }
+    ring_flows(&mut builder, 1);
+    // A few packets from h1 cross the frozen loop port s1.p(s2) and leave the loop toward
+    // h9, meeting some queue there.
+    builder.flow(
+        1,
+        flow(60, 52100, 19),
+        &["h1", "s1", "s2", "h9"],
+        &[
+            Hop::new(30).paused(25, 300_000).depth(50_000),
+            Hop::new(30).depth(60_000).window(1_000, 100_000),
+        ],
+    );
+    let reports = builder.build_reports().expect("reports");
+    let diagnose = |options: &DiagnoseOptions| {
+        diagnose_reports(
+            loaded(reports.clone()),
+            builder.topology().clone(),
+            victim(),
+            options,
+        )
+        .expect("diagnosis")
+    };
+    let output = diagnose(&DiagnoseOptions::default());
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let toward_h9 = port(builder.topology(), "s2", "h9");
+    let toward_h9 = format!("s2.p{}", toward_h9.port);
+    assert!(
+        anomalies[0]
+            .evidence
+            .iter()
+            .any(|e| e.rule == "weak_loop_exit" && e.to == toward_h9),
+        "{:?}",
+        anomalies[0].evidence
+    );
+    // Counting every exit (HAWKEYE Alg. 2 as written) makes the trickle the initiator.
+    let output = diagnose(&DiagnoseOptions {
+        min_loop_exit_share: 0.0,
+        ..DiagnoseOptions::default()
+    });
+    let anomalies = victim_anomalies(&output);
+    assert_ne!(
+        anomalies[0].anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
 }
 
 #[test]
@@ -577,15 +648,17 @@ fn storm_in_epoch(builder: &mut IncidentBuilder, epoch: usize) {
 
 #[test]
 fn a_pause_still_in_force_at_collection_decides_a_port_that_also_saw_a_burst() {
-    // Epoch 0: a burst and h7's pause at tor2.p(h7) in the same epoch — from the counters
-    // alone contention dominates (Table 2). Epoch 1: nothing could reach the frozen port,
-    // but the switch reports it still paused at collection: the pause outlasted the burst.
-    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    // Epochs 0–1: a burst contends at tor2.p(h7); h7 pauses the port in epoch 1 — the
+    // contention came first and lasted as long as the pause seen in the counters, so it
+    // dominates. Epoch 2: nothing could reach the frozen port, but the switch reports it
+    // still paused at collection: the pause outlasted the burst.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 3, victim());
     burst_toward_h7(&mut builder, 0);
-    storm_in_epoch(&mut builder, 0);
-    // Some traffic elsewhere at tor2 in epoch 1, so that epoch is read at tor2.
+    burst_toward_h7(&mut builder, 1);
+    storm_in_epoch(&mut builder, 1);
+    // Some traffic elsewhere at tor2 in epoch 2, so that epoch is read at tor2.
     builder.flow(
-        1,
+        2,
         flow(44, 53100, 19),
         &["a2", "tor2", "h9"],
         &[Hop::new(20)],
@@ -605,6 +678,51 @@ fn a_pause_still_in_force_at_collection_decides_a_port_that_also_saw_a_burst() {
         .evidence
         .iter()
         .any(|e| e.rule == "host_pfc_injection" && e.note.contains("still paused")));
+}
+
+#[test]
+fn the_reported_end_of_a_host_pause_decides_whether_it_outlasted_the_burst() {
+    // A burst toward h7 contends at tor2.p(h7) in epochs 0–1 (enqueues up to 30 µs into
+    // each epoch) and h7 pauses the port in epoch 1. By epochs alone the contention came
+    // first and lasted as long; the pause's reported end decides to the nanosecond.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    burst_toward_h7(&mut builder, 0);
+    burst_toward_h7(&mut builder, 1);
+    storm_in_epoch(&mut builder, 1);
+    let epoch1 = builder.epoch_start(1);
+
+    let mut ended_after = builder.clone();
+    ended_after.pause_ended("tor2", "h7", epoch1 + 200_000);
+    let output = run(&ended_after);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+
+    let mut ended_before = builder.clone();
+    ended_before.pause_ended("tor2", "h7", epoch1 + 20_000);
+    let output = run(&ended_before);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcBackpressure);
+}
+
+#[test]
+fn a_burst_and_a_host_pause_in_the_same_epoch_is_a_storm() {
+    // The pause's backlog: h7 pauses tor2.p(h7) and the packets that queue behind it show
+    // as contention in the same epoch. The NIC's pause is the cause.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    burst_toward_h7(&mut builder, 0);
+    storm_in_epoch(&mut builder, 0);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+    assert!(anomalies[0]
+        .evidence
+        .iter()
+        .any(|e| e.rule == "earlier_flow_contention"));
 }
 
 #[test]

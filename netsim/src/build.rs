@@ -557,6 +557,7 @@ impl Simulation {
             initial_ports: Vec::new(),
             loop_ports: Vec::new(),
             root_cause_flows: Vec::new(),
+            workload: None,
             pfc_spreading: Vec::new(),
             paused_ports: Vec::new(),
             description: String::new(),
@@ -762,6 +763,7 @@ impl Simulation {
                     node: peer.node,
                     port: peer.local,
                 }];
+                anomaly.workload = Some(*workload as u32);
                 anomaly.root_cause_flows = self
                     .flows
                     .iter()

@@ -220,6 +220,11 @@ pub struct PfcEvent {
     /// pausing ingress's buffered bytes — the queue the upstream is made to wait for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<PortNo>,
+    /// For an XOFF with a `cause`: the workload (index in the scenario's `[[workload]]`
+    /// list) owning more than half of the bytes queued at that egress port, if one does —
+    /// which traffic built the queue the upstream is made to wait for (ground truth only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause_workload: Option<u32>,
 }
 
 /// One queue-depth sample.
@@ -871,16 +876,48 @@ impl Simulation {
             } else {
                 None
             };
+            let (node, local) = (p.node, p.local);
+            let cause_workload = match (cause, p.owner) {
+                (Some(out_local), Owner::Switch(s)) => self.queue_majority_workload(
+                    self.switches[s as usize].first_port + u32::from(out_local),
+                ),
+                _ => None,
+            };
             self.pfc_log.push(PfcEvent {
                 time_ns: self.now / NS,
-                node: p.node,
-                port: p.local,
+                node,
+                port: local,
                 priority: prio,
                 quanta,
                 cause,
+                cause_workload,
             });
         }
         self.packets.alloc(packet)
+    }
+
+    /// The workload owning more than half of the bytes queued (all priorities) at egress
+    /// `port`, if one does. Ground truth only: runs once per XOFF.
+    fn queue_majority_workload(&self, port: u32) -> Option<u32> {
+        let p = self.ports.get(port as usize)?;
+        let mut bytes: Vec<(usize, u64)> = Vec::new();
+        let mut total = 0u64;
+        for id in p.queues.iter().flatten() {
+            let packet = self.packets.get(*id);
+            let size = u64::from(packet.size);
+            total += size;
+            let Some(flow) = self.flows.get(packet.flow as usize) else {
+                continue;
+            };
+            match bytes.iter_mut().find(|(w, _)| *w == flow.workload) {
+                Some((_, b)) => *b += size,
+                None => bytes.push((flow.workload, size)),
+            }
+        }
+        bytes
+            .into_iter()
+            .find(|(_, b)| *b * 2 > total)
+            .map(|(w, _)| w as u32)
     }
 
     fn pause_refresh_interval(&self, port: u32) -> Time {

@@ -12,7 +12,7 @@
 use crate::sim::PfcEvent;
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortRef};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What kind of anomaly was injected (the classes of HAWKEYE Table 2 plus the netsim faults).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -37,8 +37,11 @@ pub enum AnomalyKind {
 /// One edge of a PFC spreading tree: `sender` sent XOFF, which paused `paused`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SpreadEdge {
-    /// First XOFF on this edge, ns.
+    /// First XOFF on this edge with this cause, ns.
     pub time_ns: u64,
+    /// Latest XOFF on this edge with this cause, ns (a pause refreshed while the cause
+    /// lasts; the same edge appears once per cause it had).
+    pub last_ns: u64,
     /// The port that sent PAUSE (ingress side of the congested node).
     pub sender: PortRef,
     /// The egress port it paused (upstream neighbour).
@@ -69,6 +72,9 @@ pub struct Anomaly {
     pub loop_ports: Vec<PortRef>,
     /// Flows that cause it (incast senders), by flow index.
     pub root_cause_flows: Vec<u32>,
+    /// The workload whose flows cause it (incasts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<u32>,
     /// PFC spreading tree edges caused by this anomaly.
     pub pfc_spreading: Vec<SpreadEdge>,
     /// Every egress port paused by the spreading tree.
@@ -93,7 +99,7 @@ pub fn compute_spreading(
         .chain(anomaly.loop_ports.iter())
         .copied()
         .collect();
-    let mut seen_edges = BTreeSet::new();
+    let mut seen_edges: BTreeMap<(PortRef, PortRef, u8, PortRef), usize> = BTreeMap::new();
     let mut paused = BTreeSet::new();
     let window_end = anomaly.end_ns.saturating_add(SPREAD_SLACK_NS);
     for event in log {
@@ -117,7 +123,22 @@ pub fn compute_spreading(
                     node: event.node,
                     port,
                 })
-                .filter(|cause| affected.contains(cause))
+                .filter(|cause| {
+                    if affected.contains(cause) {
+                        return true;
+                    }
+                    // An incast's own flows can build a queue before its receiver's port
+                    // pauses anything (ECMP sends several senders down one aggregation
+                    // link): a port whose queue they own when it makes its ingress pause
+                    // is another initial congestion point of the incast.
+                    let own =
+                        anomaly.workload.is_some() && event.cause_workload == anomaly.workload;
+                    if own {
+                        anomaly.initial_ports.push(*cause);
+                        affected.insert(*cause);
+                    }
+                    own
+                })
         };
         let Some(cause) = cause else {
             continue;
@@ -125,14 +146,21 @@ pub fn compute_spreading(
         let Some(peer) = topo.peer(sender) else {
             continue;
         };
-        if seen_edges.insert((sender, peer, event.priority)) {
-            anomaly.pfc_spreading.push(SpreadEdge {
-                time_ns: event.time_ns,
-                sender,
-                paused: peer,
-                cause,
-                priority: event.priority,
-            });
+        match seen_edges.entry((sender, peer, event.priority, cause)) {
+            std::collections::btree_map::Entry::Occupied(at) => {
+                anomaly.pfc_spreading[*at.get()].last_ns = event.time_ns;
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(anomaly.pfc_spreading.len());
+                anomaly.pfc_spreading.push(SpreadEdge {
+                    time_ns: event.time_ns,
+                    last_ns: event.time_ns,
+                    sender,
+                    paused: peer,
+                    cause,
+                    priority: event.priority,
+                });
+            }
         }
         paused.insert(peer);
         affected.insert(peer);

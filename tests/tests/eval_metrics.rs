@@ -288,6 +288,7 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     t.loop_ports = vec![port(3, 1)];
     let edge = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
         time_ns,
+        last_ns: time_ns,
         sender,
         paused,
         cause,
@@ -298,10 +299,11 @@ fn exposure_follows_what_each_paused_port_waited_for() {
         edge(1_000_200, port(3, 0), port(2, 1), port(3, 1)),
         edge(1_000_300, port(2, 0), port(1, 0), port(2, 0)),
     ];
+    let topo = line_topology();
     // Through core0.p1: paused, and waiting for the loop.
     let through: BTreeSet<PortRef> = [port(0, 1), port(1, 1), port(2, 1)].into();
     assert_eq!(
-        t.exposure(&through, 1_000_500),
+        t.exposure(&through, 1_000_500, &topo),
         Exposure {
             paused: true,
             reaches_loop: true
@@ -309,7 +311,7 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     );
     // Before core0.p1 was paused: not exposed.
     assert_eq!(
-        t.exposure(&through, 1_000_150),
+        t.exposure(&through, 1_000_150, &topo),
         Exposure {
             paused: false,
             reaches_loop: false
@@ -318,7 +320,50 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     // agg0.p0 was paused for something else at core0: paused, but not behind the loop.
     let other: BTreeSet<PortRef> = [port(1, 0)].into();
     assert_eq!(
-        t.exposure(&other, 1_000_500),
+        t.exposure(&other, 1_000_500, &topo),
+        Exposure {
+            paused: true,
+            reaches_loop: false
+        }
+    );
+    // The sender's NIC paused by its ToR for another egress that leads into the loop:
+    // paused, but no switch on the victim's path waits for the loop.
+    let at_nic: BTreeSet<PortRef> = [port(5, 0), port(0, 1)].into();
+    let mut nic = t.clone();
+    nic.spreading.push(SpreadEdge {
+        time_ns: 1_000_150,
+        last_ns: 1_000_600,
+        sender: port(0, 0),
+        paused: port(5, 0),
+        cause: port(3, 1),
+        priority: 3,
+    });
+    assert_eq!(
+        nic.exposure(&at_nic, 1_000_500, &topo),
+        Exposure {
+            paused: true,
+            reaches_loop: false
+        }
+    );
+    // What a port waits for is its current cause: agg0.p0 waited for the loop port between
+    // 1_000_150 and 1_000_160, then for core0's other port from 1_000_300 on.
+    let mut switched = t.clone();
+    switched.spreading.push(SpreadEdge {
+        time_ns: 1_000_150,
+        last_ns: 1_000_160,
+        sender: port(2, 0),
+        paused: port(1, 0),
+        cause: port(3, 1),
+        priority: 3,
+    });
+    assert!(switched.exposure(&other, 1_000_170, &topo).reaches_loop);
+    assert!(!switched.exposure(&other, 1_000_500, &topo).reaches_loop);
+    // A loop whose cycle has not closed is no deadlock yet: with a second loop port that
+    // nothing paused — even one on the victim's own path — the same victim met only the
+    // initiator.
+    t.loop_ports.push(port(0, 1));
+    assert_eq!(
+        t.exposure(&through, 1_000_500, &topo),
         Exposure {
             paused: true,
             reaches_loop: false
@@ -374,6 +419,7 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     // On this line every switch's congested direction is port 1.
     let edge = |time_ns, sender: PortRef, paused: PortRef| SpreadEdge {
         time_ns,
+        last_ns: time_ns,
         sender,
         paused,
         cause: port(sender.node, 1),
@@ -419,6 +465,7 @@ fn incidents_are_attributed_by_window_and_causal_path() {
     let mut t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
     t.spreading = vec![SpreadEdge {
         time_ns: 1_050_000,
+        last_ns: 1_050_000,
         sender: port(19, 2),
         paused: port(27, 1),
         cause: port(19, 0),

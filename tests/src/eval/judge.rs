@@ -55,6 +55,31 @@ pub struct Truth {
 }
 
 impl Truth {
+    /// What `port` waited for at `time_ns`: the spreading edges pausing it whose cause was
+    /// current then — XOFFs with that cause came both before and after `time_ns` — or, if
+    /// none was, the cause of the latest XOFF before it. An early pause for another reason
+    /// does not make the port wait for that reason for the rest of the run.
+    fn causes_at(&self, port: PortRef, time_ns: u64) -> Vec<&SpreadEdge> {
+        let pausing: Vec<&SpreadEdge> = self
+            .spreading
+            .iter()
+            .filter(|e| e.paused == port && e.time_ns <= time_ns)
+            .collect();
+        let current: Vec<&SpreadEdge> = pausing
+            .iter()
+            .filter(|e| e.last_ns >= time_ns)
+            .copied()
+            .collect();
+        if !current.is_empty() {
+            return current;
+        }
+        let latest = pausing.iter().map(|e| e.last_ns).max();
+        pausing
+            .into_iter()
+            .filter(|e| Some(e.last_ns) == latest)
+            .collect()
+    }
+
     /// Ports causally tied to the anomaly at `time_ns`: initial and loop ports, and every
     /// port its PFC had paused by then.
     pub fn causal_ports_at(&self, time_ns: u64) -> BTreeSet<PortRef> {
@@ -77,11 +102,6 @@ impl Truth {
         time_ns: u64,
         topology: &FabricTopology,
     ) -> BTreeSet<NodeId> {
-        let edges: Vec<&SpreadEdge> = self
-            .spreading
-            .iter()
-            .filter(|e| e.time_ns <= time_ns)
-            .collect();
         let mut nodes: BTreeSet<NodeId> = victim_path.iter().map(|p| p.node).collect();
         nodes.extend(self.initial_causal.iter().map(|p| p.node));
         // From each paused port of the path, what it waited for, port by port.
@@ -91,7 +111,7 @@ impl Truth {
             if !seen.insert(port) {
                 continue;
             }
-            for edge in edges.iter().filter(|e| e.paused == port) {
+            for edge in self.causes_at(port, time_ns) {
                 nodes.insert(edge.sender.node);
                 frontier.push(edge.cause);
             }
@@ -102,24 +122,43 @@ impl Truth {
 
     /// How the anomaly reached a victim with the egress ports `victim_path`, triggered at
     /// `time_ns`: whether any of its ports had been paused by the anomaly's PFC, and whether
-    /// the chain of PAUSE senders from those ports reaches the loop (deadlocks).
-    pub fn exposure(&self, victim_path: &BTreeSet<PortRef>, time_ns: u64) -> Exposure {
+    /// the chain of PAUSE senders from its paused switch ports reaches the loop (deadlocks).
+    /// The sender's own NIC port does not start a chain: a ToR pausing the host for another
+    /// egress (head-of-line blocking at the sender) is outside what any switch's data plane
+    /// sees of the victim's path.
+    pub fn exposure(
+        &self,
+        victim_path: &BTreeSet<PortRef>,
+        time_ns: u64,
+        topology: &FabricTopology,
+    ) -> Exposure {
         let edges: Vec<&SpreadEdge> = self
             .spreading
             .iter()
             .filter(|e| e.time_ns <= time_ns)
             .collect();
         let paused = edges.iter().any(|e| victim_path.contains(&e.paused));
-        // Follow what each paused port waited for, port by port, back to the origin.
-        let mut reaches_loop = victim_path.iter().any(|p| self.loop_ports.contains(p));
-        let mut frontier: Vec<PortRef> = victim_path.iter().copied().collect();
+        // A deadlock exists once the cycle is closed: every loop port paused by then.
+        let loop_closed = !self.loop_ports.is_empty()
+            && self
+                .loop_ports
+                .iter()
+                .all(|l| edges.iter().any(|e| e.paused == *l));
+        // Follow what each paused port of the path waited for, port by port, back to the
+        // origin; the victim met the deadlock if that chain enters the closed loop.
+        let mut reaches_loop = false;
+        let mut frontier: Vec<PortRef> = victim_path
+            .iter()
+            .filter(|p| is_switch(topology, p.node) && edges.iter().any(|e| e.paused == **p))
+            .copied()
+            .collect();
         let mut seen: BTreeSet<PortRef> = BTreeSet::new();
         while let Some(port) = frontier.pop() {
             if !seen.insert(port) {
                 continue;
             }
-            reaches_loop |= self.loop_ports.contains(&port);
-            frontier.extend(edges.iter().filter(|e| e.paused == port).map(|e| e.cause));
+            reaches_loop |= loop_closed && self.loop_ports.contains(&port);
+            frontier.extend(self.causes_at(port, time_ns).into_iter().map(|e| e.cause));
         }
         Exposure {
             paused,
@@ -251,10 +290,15 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
             truth.root_ports = a.initial_ports.clone();
             truth.injector = spec.storm.as_ref().map(|s| s.host.clone());
             truth.spreading = a.pfc_spreading.clone();
-            truth.realized = a.pfc_spreading.len() >= 2;
+            let edges: BTreeSet<(PortRef, PortRef, u8)> = a
+                .pfc_spreading
+                .iter()
+                .map(|e| (e.sender, e.paused, e.priority))
+                .collect();
+            truth.realized = edges.len() >= 2;
             truth.realization = format!(
                 "PAUSE spread over {} edges to {} ports",
-                a.pfc_spreading.len(),
+                edges.len(),
                 a.paused_ports.len()
             );
         }
@@ -302,12 +346,22 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
             truth.loop_ports = l.loop_ports.clone();
             truth.spreading = a.pfc_spreading.clone();
             truth.spreading.extend(l.pfc_spreading.iter().copied());
+            // One edge per (sender, paused, priority, cause) over both anomalies: the
+            // earliest first XOFF and the latest last one.
+            let mut merged: BTreeMap<(PortRef, PortRef, u8, PortRef), SpreadEdge> = BTreeMap::new();
+            for edge in &truth.spreading {
+                merged
+                    .entry((edge.sender, edge.paused, edge.priority, edge.cause))
+                    .and_modify(|m| {
+                        m.time_ns = m.time_ns.min(edge.time_ns);
+                        m.last_ns = m.last_ns.max(edge.last_ns);
+                    })
+                    .or_insert(*edge);
+            }
+            truth.spreading = merged.into_values().collect();
             truth
                 .spreading
                 .sort_by_key(|e| (e.time_ns, e.sender, e.paused));
-            truth
-                .spreading
-                .dedup_by_key(|e| (e.sender, e.paused, e.priority));
             let reached: BTreeSet<PortRef> = a.paused_ports.iter().copied().collect();
             let covered = l.loop_ports.iter().filter(|p| reached.contains(p)).count();
             let early = l

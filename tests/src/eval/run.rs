@@ -635,7 +635,7 @@ fn judge_mode(
             unattributed += 1;
             continue;
         }
-        let exposure = exposure(truth, paths, victim, *at);
+        let exposure = exposure(truth, paths, victim, *at, topology);
         let judgement = judge_victim(truth, exposure, incident.diagnosis.as_ref());
         let (collected, bytes) = by_event.get(&event).cloned().unwrap_or_default();
         let causal = causal_switches(truth, paths, victim, *at, topology);
@@ -706,9 +706,15 @@ fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), EvalE
 }
 
 /// How the anomaly reached a victim (see [`Truth::exposure`]).
-fn exposure(truth: &Truth, paths: &FlowPaths, victim: &str, at: u64) -> Exposure {
+fn exposure(
+    truth: &Truth,
+    paths: &FlowPaths,
+    victim: &str,
+    at: u64,
+    topology: &FabricTopology,
+) -> Exposure {
     let empty = BTreeSet::new();
-    truth.exposure(paths.ports(victim).unwrap_or(&empty), at)
+    truth.exposure(paths.ports(victim).unwrap_or(&empty), at, topology)
 }
 
 /// Causally relevant switches of an incident (see [`Truth::causal_switches_for`]).
