@@ -1110,6 +1110,21 @@ pub fn diagnose(
     context.absorb_contention_at_pfc_origins();
     // Findings about the PFC path leaving the telemetry.
     for (port, summary) in &graph.ports {
+        if summary.pause.frozen_peer_epochs > 0 {
+            findings.push(Finding {
+                severity: Severity::Info,
+                code: "frozen_switch".into(),
+                message: format!(
+                    "{} was paused in {} epoch(s) in which {} recorded no packet at all while it kept pausing (frozen): its newest recorded epoch stands for what its buffers hold",
+                    label(incident, *port),
+                    summary.pause.frozen_peer_epochs,
+                    summary
+                        .peer
+                        .map(|p| incident.node_name(p.node))
+                        .unwrap_or_default()
+                ),
+            });
+        }
         if summary.pause.peer_unreported_epochs > 0 {
             findings.push(Finding {
                 severity: Severity::Warning,

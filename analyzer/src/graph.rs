@@ -66,6 +66,9 @@ pub struct PauseFollowUp {
     pub paused_epochs: usize,
     /// Paused epochs whose downstream switch sent no telemetry for that epoch.
     pub peer_unreported_epochs: usize,
+    /// Paused epochs after the downstream switch's newest epoch with any record (no packet
+    /// entered it any more while it kept pausing this port): its newest epoch stood in.
+    pub frozen_peer_epochs: usize,
     /// Paused epochs in which the downstream switch's meter shows no traffic from this port.
     pub no_meter_epochs: usize,
     /// Paused epochs in which no metered downstream port was congested.
@@ -431,18 +434,34 @@ impl ProvenanceGraph {
         for (switch, data) in &incident.switches {
             let latest = data.epochs.keys().next_back().copied();
             for (start, epoch) in &data.epochs {
-                for (port_no, record) in &epoch.ports {
+                // A port paused at the poll or at collection that nothing was enqueued at in
+                // the latest epoch (everything upstream already held) still waits.
+                let held: Vec<(PortNo, u32)> = if Some(*start) == latest {
+                    paused_at_poll
+                        .iter()
+                        .filter(|p| p.node == *switch && !epoch.ports.contains_key(&p.port))
+                        .map(|p| (p.port, 0))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let candidates = epoch
+                    .ports
+                    .iter()
+                    .map(|(port_no, record)| (*port_no, record.paused_packet_count))
+                    .chain(held);
+                for (port_no, paused_count) in candidates {
                     let upstream = PortRef {
                         node: *switch,
-                        port: *port_no,
+                        port: port_no,
                     };
-                    let paused_packets = if record.paused_packet_count == 0
+                    let paused_packets = if paused_count == 0
                         && Some(*start) == latest
                         && paused_at_poll.contains(&upstream)
                     {
                         1
                     } else {
-                        record.paused_packet_count
+                        paused_count
                     };
                     if paused_packets == 0 {
                         continue;
@@ -453,11 +472,30 @@ impl ProvenanceGraph {
                     };
                     match incident.peer(upstream) {
                         Some((downstream_in, _)) if !incident.is_host(downstream_in.node) => {
-                            match incident
-                                .switches
-                                .get(&downstream_in.node)
+                            let down_switch = incident.switches.get(&downstream_in.node);
+                            let own = down_switch
                                 .and_then(|s| s.epochs.get(start))
-                            {
+                                .filter(|e| !e.is_empty());
+                            // A frozen switch: it reported, but recorded nothing from this
+                            // epoch on — no packet entered it any more (its buffers full
+                            // behind a deadlock or a storm) — while it kept pausing this
+                            // port. Its buffers hold what its newest epoch carried in.
+                            let frozen = match (own, down_switch) {
+                                (None, Some(s))
+                                    if s.epochs.range(*start..).all(|(_, e)| e.is_empty()) =>
+                                {
+                                    s.epochs
+                                        .range(..*start)
+                                        .rev()
+                                        .map(|(_, e)| e)
+                                        .find(|e| !e.is_empty())
+                                }
+                                _ => None,
+                            };
+                            if own.is_none() && frozen.is_some() {
+                                follow.frozen_peer_epochs = 1;
+                            }
+                            match own.or(frozen) {
                                 None => follow.peer_unreported_epochs = 1,
                                 Some(down) => {
                                     let rows = down
@@ -529,6 +567,7 @@ impl ProvenanceGraph {
                     if let Some(summary) = graph.ports.get_mut(&upstream) {
                         summary.pause.paused_epochs += follow.paused_epochs;
                         summary.pause.peer_unreported_epochs += follow.peer_unreported_epochs;
+                        summary.pause.frozen_peer_epochs += follow.frozen_peer_epochs;
                         summary.pause.no_meter_epochs += follow.no_meter_epochs;
                         summary.pause.no_congested_epochs += follow.no_congested_epochs;
                     }

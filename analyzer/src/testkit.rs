@@ -391,6 +391,10 @@ impl IncidentBuilder {
             }
             for (switch, ingress, egress, hop) in &spec.hops {
                 switches.insert(*switch);
+                // A switch the flow's packets never reached (held upstream) records nothing.
+                if hop.packets == 0 {
+                    continue;
+                }
                 if spec.flow == self.victim {
                     victim_ports.entry(*switch).or_insert((*ingress, *egress));
                 }
@@ -512,17 +516,27 @@ impl IncidentBuilder {
                         bytes: *bytes,
                     })
                     .collect();
+                let flow_records = flows.get(&(switch, epoch)).cloned().unwrap_or_default();
+                let lost = self
+                    .lost_evictions
+                    .get(&(switch, epoch))
+                    .copied()
+                    .unwrap_or(0);
+                // Like the switch agent, an epoch in which nothing was recorded is left out.
+                if port_records.is_empty()
+                    && meter_records.is_empty()
+                    && flow_records.is_empty()
+                    && lost == 0
+                {
+                    continue;
+                }
                 epochs.push(EpochTelemetry {
                     epoch_id: start_ns / self.epoch_ns,
                     start_ns,
-                    lost_evictions: self
-                        .lost_evictions
-                        .get(&(switch, epoch))
-                        .copied()
-                        .unwrap_or(0),
+                    lost_evictions: lost,
                     ports: port_records,
                     meters: meter_records,
-                    flows: flows.get(&(switch, epoch)).cloned().unwrap_or_default(),
+                    flows: flow_records,
                 });
             }
             egress.sort();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use common::*;
 use hawkmesh_analyzer::model::AnomalyType;
-use hawkmesh_analyzer::testkit::IncidentBuilder;
+use hawkmesh_analyzer::testkit::{Hop, IncidentBuilder};
 use hawkmesh_analyzer::{
     diagnose_files, diagnose_reports, loaded, render, AnalyzerError, DiagnoseOptions,
 };
@@ -139,8 +139,22 @@ fn unknown_port_is_a_precise_error() {
 
 #[test]
 fn epochs_out_of_order_are_refused() {
-    let (_, mut reports) = incast_reports();
-    reports[1].epochs.swap(0, 1);
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    incast(&mut builder);
+    for epoch in 0..2 {
+        builder.flow(
+            epoch,
+            flow(44, 53100, 19),
+            &["a2", "tor2", "h9"],
+            &[Hop::new(20)],
+        );
+    }
+    let mut reports = builder.build_reports().expect("reports");
+    let two = reports
+        .iter()
+        .position(|r| r.epochs.len() >= 2)
+        .expect("a report with two epochs");
+    reports[two].epochs.swap(0, 1);
     let error = diagnose(reports).expect_err("must fail");
     assert!(
         matches!(error, AnalyzerError::EpochOutOfOrder { .. }),

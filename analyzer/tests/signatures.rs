@@ -266,6 +266,79 @@ fn a_trickle_out_of_a_frozen_loop_is_not_an_out_of_loop_initiator() {
 }
 
 #[test]
+fn a_frozen_loop_switch_closes_the_cycle_with_its_last_recorded_epoch() {
+    // Epoch 0: traffic all around the ring, queues building, nothing paused yet.
+    // Epoch 1: the loop froze. s3 records nothing (no packet enters it any more); s2.p(s3)
+    // holds paused packets, and s3 still pauses s3.p(s0)'s upstream at collection. The
+    // edge s2.p(s3) → s3.p(s0) can only come from s3's last recorded epoch.
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    for i in 0..4u8 {
+        let path: Vec<String> = vec![
+            format!("h{i}"),
+            format!("s{i}"),
+            format!("s{}", (i + 1) % 4),
+            format!("s{}", (i + 2) % 4),
+            format!("h{}", (i + 2) % 4),
+        ];
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        let f = if i == 0 {
+            victim()
+        } else {
+            flow(1 + i, 49400 + u16::from(i), 1 + (i + 2) % 4)
+        };
+        builder.flow(
+            0,
+            f,
+            &path,
+            &[
+                Hop::new(200).depth(50_000),
+                Hop::new(200).depth(50_000),
+                Hop::new(200),
+            ],
+        );
+    }
+    builder.flow(
+        1,
+        victim(),
+        &["h0", "s0", "s1", "s2", "h2"],
+        &[
+            Hop::new(200).paused(180, 300_000),
+            Hop::new(200).paused(180, 300_000),
+            Hop::new(200),
+        ],
+    );
+    builder.flow(
+        1,
+        flow(2, 49401, 4),
+        &["h1", "s1", "s2", "s3", "h3"],
+        &[
+            Hop::new(200).paused(180, 300_000),
+            Hop::new(200).paused(180, 300_000),
+            Hop::new(0),
+        ],
+    );
+    builder.paused_at_collection("s3", "s0");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let mut loop_ports = labels(&anomaly.loop_ports);
+    loop_ports.sort();
+    assert_eq!(loop_ports, vec!["s0.p0", "s1.p1", "s2.p1", "s3.p1"]);
+    assert!(output
+        .diagnosis
+        .findings
+        .iter()
+        .any(|f| f.code == "frozen_switch" && f.message.contains("s3")));
+}
+
+#[test]
 fn a_victim_held_behind_a_pause_is_traced_from_the_polling_verdict() {
     // A deadlock where the victim's packets never left the paused queues: its flow records
     // count no paused packet, but the polling packet found its egress ports paused (the

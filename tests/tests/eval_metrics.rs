@@ -267,6 +267,19 @@ fn what_is_correct_follows_how_the_anomaly_reached_the_victim() {
         judge_victim(&out, paused_outside_loop, Some(&storm)).verdict,
         Verdict::Correct
     );
+    // In-loop deadlock: a victim whose PAUSE chain did not run into the closed cycle met
+    // the loop's congestion at a loop port as backpressure; one behind the cycle must be
+    // told about the deadlock.
+    let mut in_loop = truth(AnomalyClass::DeadlockInLoop, "deadlock_initiator_in_loop");
+    in_loop.loop_ports = vec![port(19, 0), port(20, 1)];
+    assert_eq!(
+        judge_victim(&in_loop, paused_outside_loop, Some(&backpressure)).verdict,
+        Verdict::Correct
+    );
+    assert_eq!(
+        judge_victim(&in_loop, Exposure::FULL, Some(&backpressure)).verdict,
+        Verdict::WrongType
+    );
     // The storm class accepts nothing but the storm.
     let s = truth(AnomalyClass::PfcStorm, "pfc_storm");
     assert_eq!(
@@ -281,11 +294,13 @@ fn exposure_follows_what_each_paused_port_waited_for() {
         AnomalyClass::DeadlockOutOfLoop,
         "deadlock_initiator_out_of_loop_flow_contention",
     );
-    // On the line, tor1.p1 (4,1) is the initiator; agg1.p1 (3,1) is a loop port. tor1
-    // pauses agg1.p1 for tor1.p1; agg1 pauses core0.p1 waiting for agg1.p1; core0 pauses
-    // agg0.p0 (1,0) waiting for a port (2,0) that is not on the chain.
+    // On the line, tor1.p1 (4,1) is the initiator; agg1.p1 (3,1) and tor1.p0 (4,0) form
+    // the loop (a route bouncing between agg1 and tor1). tor1 first pauses agg1.p1 for
+    // tor1.p1, then for its own bounce back to agg1 (tor1.p0), which agg1 pauses in turn
+    // for agg1.p1: a cycle from 1_000_120 on. agg1 pauses core0.p1 waiting for agg1.p1;
+    // core0 pauses agg0.p0 (1,0) waiting for a port (2,0) that is not on the chain.
     t.root_ports = vec![port(4, 1)];
-    t.loop_ports = vec![port(3, 1)];
+    t.loop_ports = vec![port(3, 1), port(4, 0)];
     let edge = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
         time_ns,
         last_ns: time_ns,
@@ -294,8 +309,14 @@ fn exposure_follows_what_each_paused_port_waited_for() {
         cause,
         priority: 3,
     };
+    let lasting = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
+        last_ns: 1_000_600,
+        ..edge(time_ns, sender, paused, cause)
+    };
     t.spreading = vec![
         edge(1_000_100, port(4, 0), port(3, 1), port(4, 1)),
+        lasting(1_000_110, port(3, 1), port(4, 0), port(3, 1)),
+        lasting(1_000_120, port(4, 0), port(3, 1), port(4, 0)),
         edge(1_000_200, port(3, 0), port(2, 1), port(3, 1)),
         edge(1_000_300, port(2, 0), port(1, 0), port(2, 0)),
     ];
@@ -358,6 +379,12 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     });
     assert!(switched.exposure(&other, 1_000_170, &topo).reaches_loop);
     assert!(!switched.exposure(&other, 1_000_500, &topo).reaches_loop);
+    // Loop ports all paused, but agg1.p1 still waiting for the initiator's queue: a chain
+    // into the initiator, not a cycle.
+    let mut chain = t.clone();
+    chain.spreading[0].last_ns = 1_000_600;
+    chain.spreading.remove(2);
+    assert!(!chain.exposure(&through, 1_000_500, &topo).reaches_loop);
     // A loop whose cycle has not closed is no deadlock yet: with a second loop port that
     // nothing paused — even one on the victim's own path — the same victim met only the
     // initiator.

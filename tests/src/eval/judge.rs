@@ -138,12 +138,15 @@ impl Truth {
             .filter(|e| e.time_ns <= time_ns)
             .collect();
         let paused = edges.iter().any(|e| victim_path.contains(&e.paused));
-        // A deadlock exists once the cycle is closed: every loop port paused by then.
+        // A deadlock exists while the cycle is closed: every loop port paused and waiting
+        // for a loop port (a cyclic buffer dependency). Loop ports all paused while one of
+        // them waits for a queue outside the loop are a chain into that queue, not a cycle.
         let loop_closed = !self.loop_ports.is_empty()
-            && self
-                .loop_ports
-                .iter()
-                .all(|l| edges.iter().any(|e| e.paused == *l));
+            && self.loop_ports.iter().all(|l| {
+                self.causes_at(*l, time_ns)
+                    .iter()
+                    .any(|e| self.loop_ports.contains(&e.cause))
+            });
         // Follow what each paused port of the path waited for, port by port, back to the
         // origin; the victim met the deadlock if that chain enters the closed loop.
         let mut reaches_loop = false;
@@ -518,7 +521,17 @@ fn accepted(truth: &Truth, exposure: Exposure) -> Vec<(&str, RootRule)> {
         }
         AnomalyClass::FlowContention => out.push((own, RootRule::Ports)),
         AnomalyClass::PfcStorm => out.push((own, RootRule::PortsOrInjector)),
-        AnomalyClass::DeadlockInLoop => out.push((own, RootRule::LoopPorts)),
+        AnomalyClass::DeadlockInLoop => {
+            out.push((own, RootRule::LoopPorts));
+            // Before the cycle closes (or outside its chain) the loop's own traffic is
+            // congestion at a loop port, spreading PFC like any backpressure.
+            if !exposure.reaches_loop {
+                out.push(("pfc_backpressure", RootRule::LoopPorts));
+                if !exposure.paused {
+                    out.push(("normal_flow_contention", RootRule::LoopPorts));
+                }
+            }
+        }
         AnomalyClass::DeadlockOutOfLoop => {
             out.push((own, RootRule::PortsOrInjector));
             if !exposure.reaches_loop {
