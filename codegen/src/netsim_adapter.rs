@@ -51,7 +51,7 @@ use std::sync::Arc;
 use hawkmesh_netsim::hooks::{
     EgressActions, EgressMeta, IngressActions, IngressMeta, PortSet, SwitchPipeline,
 };
-use hawkmesh_netsim::packet::{Packet, PacketKind};
+use hawkmesh_netsim::packet::{Packet, PacketKind, CUSTOM_CAPACITY};
 use hawkmesh_netsim::Simulation;
 use hawkmesh_wire::pfc::{PfcRepr, PFC_FRAME_BYTES};
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
@@ -100,6 +100,14 @@ pub enum AdapterError {
         /// Bits needed.
         bits: u32,
     },
+    /// The program's headers do not fit the adapter's header buffer.
+    #[error("serialised headers need {bytes} bytes; the netsim adapter's buffer holds {max}")]
+    HeadersTooLong {
+        /// Bytes needed.
+        bytes: usize,
+        /// Buffer size.
+        max: usize,
+    },
     /// A switch has more ports than the program's registers cover.
     #[error("switch `{switch}` has {ports} ports; the program covers {limit} (raise HawkeyeParams::ports)")]
     TooManyPorts {
@@ -143,13 +151,38 @@ pub struct AdapterStats {
     pub busy: u64,
 }
 
-/// Absolute bit offsets of the fields the adapter writes and reads (narrow: the layout is
-/// read on every pass of every switch, and a simulator pass finds it out of cache).
+/// Absolute position of a field the adapter writes or reads (narrow: the layout is read on
+/// every pass of every switch, and a simulator pass finds it out of cache). A field of one
+/// to four whole bytes is stored and loaded as such (`bytes`, from byte `at`); others go
+/// through the model's bit writer.
 #[derive(Clone, Copy, Debug)]
 struct Pos {
     bit: u32,
     width: u8,
+    /// 1 to 4 when the field is that many whole bytes, else 0.
+    bytes: u8,
+    at: u16,
 }
+
+impl Pos {
+    fn new(bit: usize, width: u8) -> Option<Pos> {
+        let bytes = if bit % 8 == 0 && width % 8 == 0 && (8..=32).contains(&width) {
+            width / 8
+        } else {
+            0
+        };
+        Some(Pos {
+            bit: u32::try_from(bit).ok()?,
+            width,
+            bytes,
+            at: u16::try_from(bit / 8).ok()?,
+        })
+    }
+}
+
+/// Bytes of the adapter's header buffer: every serialised packet (headers only) fits, and
+/// the fixed fields are copied from a template of this size at once.
+const HEAD_BYTES: usize = 128;
 
 #[derive(Clone, Debug)]
 struct Layout {
@@ -181,7 +214,7 @@ struct Layout {
     ethertype_ipv4: u16,
     /// Ethernet | IPv4 | UDP with the fields that are the same for every packet (addresses
     /// of the Ethernet header, EtherType, IP version and header length), the rest zero.
-    prefix: Vec<u8>,
+    prefix: [u8; HEAD_BYTES],
     /// The byte of DSCP and ECN when they form it (`dscp << 2 | ecn`, as in IPv4).
     tos: Option<usize>,
 }
@@ -190,12 +223,7 @@ impl Layout {
     fn new(p: &Program) -> Result<Self, AdapterError> {
         let pos = |header: &'static str, field: &'static str, base: usize| {
             field_layout(p, header, field)
-                .and_then(|(bit, width)| {
-                    Some(Pos {
-                        bit: u32::try_from(base * 8 + bit).ok()?,
-                        width,
-                    })
-                })
+                .and_then(|(bit, width)| Pos::new(base * 8 + bit, width))
                 .ok_or(AdapterError::MissingField { header, field })
         };
         let len = |header: &'static str| {
@@ -242,10 +270,22 @@ impl Layout {
             bth_psn: pos("bth", "psn", l4)?,
             polling_port: constant("POLLING_UDP_PORT")? as u16,
             ethertype_ipv4: constant("ETHERTYPE_IPV4")? as u16,
-            prefix: Vec::new(),
+            prefix: [0; HEAD_BYTES],
             tos: None,
         };
-        let mut prefix = vec![0u8; layout.l4_offset()];
+        // Every packet's headers fit the buffer: the longest layer 4 is the polling header,
+        // the BTH or a custom header; a PFC frame is a minimum-size frame.
+        let longest = layout
+            .l4_offset()
+            .saturating_add(layout.bth_bytes.max(layout.polling_bytes).max(CUSTOM_CAPACITY))
+            .max(PFC_FRAME_BYTES);
+        if longest > HEAD_BYTES {
+            return Err(AdapterError::HeadersTooLong {
+                bytes: longest,
+                max: HEAD_BYTES,
+            });
+        }
+        let mut prefix = [0u8; HEAD_BYTES];
         put(&mut prefix, layout.eth_dst, 0x02_00_00_00_00_02);
         put(&mut prefix, layout.eth_src, 0x02_00_00_00_00_01);
         put(&mut prefix, layout.eth_type, layout.ethertype_ipv4 as u64);
@@ -264,14 +304,30 @@ impl Layout {
     }
 }
 
-#[inline]
+/// Writes the low `pos.width` bits of `value` (big-endian), like [`write_bits`].
+#[inline(always)]
 fn put(buf: &mut [u8], pos: Pos, value: u64) {
-    write_bits(buf, pos.bit as usize, pos.width, value);
+    let at = pos.at as usize;
+    match pos.bytes {
+        1 => buf[at] = value as u8,
+        2 => buf[at..at + 2].copy_from_slice(&(value as u16).to_be_bytes()),
+        3 => buf[at..at + 3].copy_from_slice(&(value as u32).to_be_bytes()[1..]),
+        4 => buf[at..at + 4].copy_from_slice(&(value as u32).to_be_bytes()),
+        _ => write_bits(buf, pos.bit as usize, pos.width, value),
+    }
 }
 
-#[inline]
+/// Reads a field, like [`read_bits`].
+#[inline(always)]
 fn get(buf: &[u8], pos: Pos) -> u64 {
-    read_bits(buf, pos.bit as usize, pos.width)
+    let at = pos.at as usize;
+    match pos.bytes {
+        1 => buf[at] as u64,
+        2 => u16::from_be_bytes([buf[at], buf[at + 1]]) as u64,
+        3 => u32::from_be_bytes([0, buf[at], buf[at + 1], buf[at + 2]]) as u64,
+        4 => u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as u64,
+        _ => read_bits(buf, pos.bit as usize, pos.width),
+    }
 }
 
 /// InfiniBand BTH opcodes (IBTA vol. 1 §9.2, Table 38): RC RDMA WRITE Only, RC Acknowledge;
@@ -295,7 +351,9 @@ pub struct NetsimAdapter {
     stats: Rc<Cell<AdapterStats>>,
     layout: Layout,
     bridged_widths: Vec<u8>,
-    buf: Vec<u8>,
+    /// The serialised headers: `buf[..len]`.
+    buf: [u8; HEAD_BYTES],
+    len: usize,
     ing: PassOutput,
     eg: PassOutput,
     cpu: PassOutput,
@@ -326,7 +384,8 @@ impl NetsimAdapter {
             stats: Rc::new(Cell::new(AdapterStats::default())),
             layout,
             bridged_widths,
-            buf: Vec::with_capacity(128),
+            buf: [0; HEAD_BYTES],
+            len: 0,
             ing: PassOutput::default(),
             eg: PassOutput::default(),
             cpu: PassOutput::default(),
@@ -349,11 +408,17 @@ impl NetsimAdapter {
         self.stats.set(s);
     }
 
-    /// Serialises the headers of `packet` into `self.buf`.
+    /// The serialised headers.
+    #[cfg(test)]
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Serialises the headers of `packet` into `self.buf[..self.len]` (`len` 0 when a PFC
+    /// frame cannot be built).
     fn serialise(&mut self, packet: &Packet) -> Shape {
         let l = &self.layout;
         let buf = &mut self.buf;
-        buf.clear();
         if packet.kind == PacketKind::Pfc {
             // IEEE 802.1Qbb clause 36.1.3.2: MAC control frame with the PFC opcode, the
             // class-enable vector and eight pause times (quanta).
@@ -362,10 +427,13 @@ impl NetsimAdapter {
                 class_enable_vector: packet.pfc_vector,
                 quanta: packet.pfc_quanta,
             };
-            buf.resize(PFC_FRAME_BYTES, 0);
-            if repr.emit(buf).is_err() {
-                buf.clear();
-            }
+            let frame = &mut buf[..PFC_FRAME_BYTES];
+            frame.fill(0);
+            self.len = if repr.emit(frame).is_ok() {
+                PFC_FRAME_BYTES
+            } else {
+                0
+            };
             return Shape::Pfc;
         }
         let polling =
@@ -375,9 +443,9 @@ impl NetsimAdapter {
             PacketKind::Custom if polling => l.polling_bytes,
             _ => packet.custom_len as usize,
         };
-        let total = l.l4_offset() + l4;
-        buf.extend_from_slice(&l.prefix);
-        buf.resize(total, 0);
+        // The fixed fields and zeros everywhere else (the whole buffer at once: a constant
+        // size copy), then the packet's own fields.
+        *buf = l.prefix;
         let t = &packet.tuple;
         let ip4 = |a: [u8; 4]| u32::from_be_bytes(a) as u64;
         match l.tos {
@@ -420,6 +488,7 @@ impl NetsimAdapter {
                 buf[l4_start..l4_start + n].copy_from_slice(&packet.custom[..n]);
             }
         }
+        self.len = l4_start + l4;
         if polling {
             Shape::Polling
         } else {
@@ -438,8 +507,16 @@ impl NetsimAdapter {
         if shape == Shape::Pfc || out.len() != input_len {
             return;
         }
-        packet.dscp = get(out, layout.ip_dscp) as u8;
-        packet.ecn = get(out, layout.ip_ecn) as u8;
+        match layout.tos {
+            Some(at) => {
+                packet.dscp = out[at] >> 2;
+                packet.ecn = out[at] & 3;
+            }
+            None => {
+                packet.dscp = get(out, layout.ip_dscp) as u8;
+                packet.ecn = get(out, layout.ip_ecn) as u8;
+            }
+        }
         packet.ttl = get(out, layout.ip_ttl) as u8;
         if shape == Shape::Polling {
             let start = layout.l4_offset();
@@ -475,7 +552,7 @@ impl NetsimAdapter {
 impl SwitchPipeline for NetsimAdapter {
     fn ingress(&mut self, meta: &IngressMeta, packet: &mut Packet, actions: &mut IngressActions) {
         let shape = self.serialise(packet);
-        if self.buf.is_empty() {
+        if self.len == 0 {
             self.bump(|s| s.errors += 1);
             return;
         }
@@ -489,7 +566,7 @@ impl SwitchPipeline for NetsimAdapter {
             tstamp_ns: meta.ingress_tstamp_ns,
             routed_egress_port: meta.routed_egress_port,
         };
-        if model.ingress(&self.buf, &input, &mut self.ing).is_err() {
+        if model.ingress(&self.buf[..self.len], &input, &mut self.ing).is_err() {
             drop(model);
             self.bump(|s| s.errors += 1);
             return;
@@ -552,14 +629,14 @@ impl SwitchPipeline for NetsimAdapter {
             }
         }
         drop(model);
-        Self::write_back(&self.layout, shape, self.buf.len(), &self.ing.bytes, packet);
+        Self::write_back(&self.layout, shape, self.len, &self.ing.bytes, packet);
         packet.bridge = self.pack_bridge(&self.ing.bridged);
         self.stats.set(stats);
     }
 
     fn egress(&mut self, meta: &EgressMeta, packet: &mut Packet, actions: &mut EgressActions) {
         let shape = self.serialise(packet);
-        if self.buf.is_empty() || shape == Shape::Pfc {
+        if self.len == 0 || shape == Shape::Pfc {
             return;
         }
         let carried = self.unpack_bridge(packet.bridge);
@@ -577,7 +654,7 @@ impl SwitchPipeline for NetsimAdapter {
             packet_length: packet.size.min(u16::MAX as u32) as u16,
         };
         if model
-            .egress(&self.buf, &input, &carried, &mut self.eg)
+            .egress(&self.buf[..self.len], &input, &carried, &mut self.eg)
             .is_err()
         {
             drop(model);
@@ -609,7 +686,7 @@ impl SwitchPipeline for NetsimAdapter {
             actions.drop = true;
             stats.dropped += 1;
         }
-        Self::write_back(&self.layout, shape, self.buf.len(), &self.eg.bytes, packet);
+        Self::write_back(&self.layout, shape, self.len, &self.eg.bytes, packet);
         self.stats.set(stats);
     }
 }
@@ -831,7 +908,7 @@ mod tests {
         packet.tuple = "11.0.0.1:49152->11.0.1.1".parse().expect("tuple");
         assert_eq!(a.serialise(&packet), Shape::Ipv4);
         let l = a.layout.clone();
-        assert_eq!(a.buf.len(), l.l4_offset() + l.bth_bytes);
+        assert_eq!(a.bytes().len(), l.l4_offset() + l.bth_bytes);
         assert_eq!(a.buf[l.eth_bytes + 1], 26 << 2 | 2, "TOS = dscp << 2 | ecn");
         assert_eq!(get(&a.buf, l.ip_ttl), 61);
         assert_eq!(get(&a.buf, l.udp_sport), 49152);
@@ -844,7 +921,7 @@ mod tests {
         packet.pfc_vector = 0b1000;
         packet.pfc_quanta[3] = 0xFFFF;
         assert_eq!(a.serialise(&packet), Shape::Pfc);
-        assert_eq!(a.buf.len(), PFC_FRAME_BYTES);
+        assert_eq!(a.bytes().len(), PFC_FRAME_BYTES);
         assert!(
             configure_model(&mut a.model.borrow_mut(), "s", &[10.0]).is_err(),
             "10G has no quanta conversion"
