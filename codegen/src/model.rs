@@ -3196,6 +3196,11 @@ impl Model {
         &self.program
     }
 
+    /// The program as shared by the models of it.
+    pub(crate) fn program_arc(&self) -> &Arc<Program> {
+        &self.program
+    }
+
     /// The CPU port number.
     pub fn cpu_port(&self) -> u16 {
         self.cpu_port
