@@ -127,10 +127,16 @@ pub struct PassOutput {
 
 impl PassOutput {
     fn reset(&mut self) {
+        self.bridged = Carried::default();
+        self.reset_but_bridged();
+    }
+
+    /// [`PassOutput::reset`] except `bridged` (a pass that hands the bridged fields over
+    /// packed leaves it as it is).
+    fn reset_but_bridged(&mut self) {
         self.bytes.clear();
         self.dropped = false;
         self.forward = Forward::None;
-        self.bridged = Carried::default();
         self.clone = None;
         self.clone_bytes.clear();
         self.digests.clear();
@@ -826,6 +832,8 @@ struct Code {
     /// (slot, mask) of the bridged / cloned fields.
     bridged: Vec<(u16, u64)>,
     cloned: Vec<(u16, u64)>,
+    /// (slot, mask, bit) of the bridged fields packed into 128 bits one after the other.
+    bridge_packing: Vec<(u16, u64, u32)>,
     /// (slot, mask) of each intrinsic.
     intrinsics: [(u16, u64); Intrinsic::ALL.len()],
     /// The emitted variant of this code in [`generated::VARIANTS`], if any (set after the
@@ -2200,6 +2208,15 @@ impl Code {
                 .iter()
                 .map(|f| (f.0, masks[f.0 as usize]))
                 .collect(),
+            bridge_packing: program
+                .bridged_fields()
+                .iter()
+                .scan(0u32, |bit, f| {
+                    let at = *bit;
+                    *bit = bit.saturating_add(program.field(*f).width as u32);
+                    Some((f.0, masks[f.0 as usize], at))
+                })
+                .collect(),
             intrinsics,
             native: None,
         })
@@ -2499,6 +2516,13 @@ impl State {
                 self.phv[f.phv as usize],
             );
         }
+    }
+
+    /// Whether the deparser would emit the input packet as it is: the valid headers are
+    /// the parsed ones, in order, and none was written.
+    #[inline(always)]
+    fn unchanged(&self) -> bool {
+        self.valid == self.parsed && self.in_order && self.dirty & self.valid == 0
     }
 
     /// Writes the packet as the deparser emits it. A parsed header starts from its input
@@ -3228,26 +3252,98 @@ impl Model {
     }
 }
 
-impl DataPlane for Model {
-    fn ingress(
+/// Packs the values of `fields` (slot, mask, shift) into 128 bits: each field at its
+/// shift, its width (the mask's) wide, from bit 0 up in field order (the netsim adapter's
+/// `Packet.bridge`; fields from bit 128 on are left out).
+#[inline(always)]
+fn pack_fields(phv: &[u64; PHV_SLOTS], fields: &[(u16, u64, u32)]) -> [u64; 2] {
+    let mut acc: u128 = 0;
+    for (f, m, shift) in fields {
+        if *shift < 128 {
+            acc |= ((phv[*f as usize] & m) as u128) << shift;
+        }
+    }
+    [acc as u64, (acc >> 64) as u64]
+}
+
+/// Restores `fields` from 128 bits packed by [`pack_fields`].
+#[inline(always)]
+fn unpack_fields(phv: &mut [u64; PHV_SLOTS], fields: &[(u16, u64, u32)], packed: [u64; 2]) {
+    let acc = packed[0] as u128 | (packed[1] as u128) << 64;
+    for (f, m, shift) in fields {
+        phv[*f as usize] = if *shift < 128 {
+            (acc >> shift) as u64 & m
+        } else {
+            0
+        };
+    }
+}
+
+/// How a pass hands over bridged metadata and the deparsed packet: as
+/// [`DataPlane::ingress`] / [`DataPlane::egress`] do, or as the netsim adapter wants them
+/// (bridged fields packed into 128 bits; no deparsed copy when the headers are unchanged).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Handover {
+    Full,
+    Packed,
+}
+
+const FULL: bool = false;
+const PACKED: bool = true;
+
+impl Model {
+    /// [`DataPlane::ingress`] for the netsim adapter: the bridged fields go into `bridge`
+    /// (packed as [`crate::netsim_adapter`] packs them, `out.bridged` is left as it is) and,
+    /// when the program left every header as parsed, `out.bytes` is not written and the
+    /// result is `true` (the output packet is the input).
+    pub(crate) fn ingress_packed(
         &mut self,
         packet: &[u8],
         input: &IngressInput,
         out: &mut PassOutput,
-    ) -> Result<(), ModelError> {
+        bridge: &mut [u64; 2],
+    ) -> Result<bool, ModelError> {
+        self.ingress_pass::<PACKED>(packet, input, out, bridge)
+    }
+
+    /// [`DataPlane::egress`] for the netsim adapter: the bridged fields of a normal packet
+    /// come packed in `bridge`; `true` when the output packet is the input (`out.bytes` not
+    /// written).
+    pub(crate) fn egress_packed(
+        &mut self,
+        packet: &[u8],
+        input: &EgressInput,
+        bridge: [u64; 2],
+        out: &mut PassOutput,
+    ) -> Result<bool, ModelError> {
+        self.egress_pass::<PACKED>(packet, input, Err(bridge), out)
+    }
+
+    fn ingress_pass<const H: bool>(
+        &mut self,
+        packet: &[u8],
+        input: &IngressInput,
+        out: &mut PassOutput,
+        bridge: &mut [u64; 2],
+    ) -> Result<bool, ModelError> {
+        let handover = if H { Handover::Packed } else { Handover::Full };
         if packet.len() > MAX_PACKET_BYTES {
             return Err(ModelError::PacketTooLarge {
                 len: packet.len(),
                 max: MAX_PACKET_BYTES,
             });
         }
-        out.reset();
+        if handover == Handover::Full {
+            out.reset();
+        } else {
+            out.reset_but_bridged();
+        }
         let code = &self.code;
         let native = code
             .native
             .filter(|_| !self.interpreted)
             .map(|n| &generated::VARIANTS[n]);
-        self.st.with_phv(code, |st| {
+        Ok(self.st.with_phv(code, |st| {
             st.reset(code);
             st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
             st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
@@ -3269,10 +3365,16 @@ impl DataPlane for Model {
                 None => st.run(code, code.ingress, &mut ctx),
             }
             let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
-            st.deparse(code, packet, &mut out.bytes);
+            let same = handover == Handover::Packed && st.unchanged();
+            if !same {
+                st.deparse(code, packet, &mut out.bytes);
+            }
             out.dropped = dropped;
             out.forward = forward;
-            st.carry_into(&code.bridged, &mut out.bridged);
+            match handover {
+                Handover::Full => st.carry_into(&code.bridged, &mut out.bridged),
+                Handover::Packed => *bridge = pack_fields(&st.phv, &code.bridge_packing),
+            }
             for d in out.digests.iter_mut() {
                 d.values = code.digests[d.digest.0 as usize]
                     .iter()
@@ -3284,43 +3386,51 @@ impl DataPlane for Model {
                 c.clone_kind = CLONE_INGRESS as u8;
                 out.clone = Some(c);
             }
-        });
-        Ok(())
+            same
+        }))
     }
 
-    fn egress(
+    /// An egress pass with the metadata carried from ingress (`Ok`), or a normal packet's
+    /// bridged fields packed into 128 bits (`Err`).
+    fn egress_pass<const H: bool>(
         &mut self,
         packet: &[u8],
         input: &EgressInput,
-        carried: &Carried,
+        carried: Result<&Carried, [u64; 2]>,
         out: &mut PassOutput,
-    ) -> Result<(), ModelError> {
+    ) -> Result<bool, ModelError> {
+        let handover = if H { Handover::Packed } else { Handover::Full };
         if packet.len() > MAX_PACKET_BYTES {
             return Err(ModelError::PacketTooLarge {
                 len: packet.len(),
                 max: MAX_PACKET_BYTES,
             });
         }
-        out.reset();
+        if handover == Handover::Full {
+            out.reset();
+        } else {
+            out.reset_but_bridged();
+        }
         let code = &self.code;
         let native = code
             .native
             .filter(|_| !self.interpreted)
             .map(|n| &generated::VARIANTS[n]);
-        self.st.with_phv(code, |st| {
+        Ok(self.st.with_phv(code, |st| {
             st.reset(code);
             let port = input.ingress_port as u64;
+            let clone_kind = carried.map_or(0, |c| c.clone_kind);
             st.set_intrinsic(code, Intrinsic::EgressIngressPort, port);
             st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
             st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
             st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
             st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
             st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
-            st.set_intrinsic(code, Intrinsic::CloneKind, carried.clone_kind as u64);
-            if carried.clone_kind == 0 {
-                st.restore(&code.bridged, carried);
-            } else {
-                st.restore(&code.cloned, carried);
+            st.set_intrinsic(code, Intrinsic::CloneKind, clone_kind as u64);
+            match carried {
+                Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c),
+                Ok(c) => st.restore(&code.bridged, c),
+                Err(packed) => unpack_fields(&mut st.phv, &code.bridge_packing, packed),
             }
             match native {
                 Some(n) => (n.parse)(st, code, packet),
@@ -3340,7 +3450,10 @@ impl DataPlane for Model {
                 None => st.run(code, code.egress, &mut ctx),
             }
             let (dropped, clone) = (ctx.dropped, ctx.clone);
-            st.deparse(code, packet, &mut out.bytes);
+            let same = handover == Handover::Packed && !clone && st.unchanged();
+            if !same {
+                st.deparse(code, packet, &mut out.bytes);
+            }
             out.dropped = dropped;
             if clone {
                 let mut c = st.carry(&code.cloned);
@@ -3349,8 +3462,32 @@ impl DataPlane for Model {
                 out.clone_bytes.clear();
                 out.clone_bytes.extend_from_slice(&out.bytes);
             }
-        });
-        Ok(())
+            same
+        }))
+    }
+}
+
+impl DataPlane for Model {
+    fn ingress(
+        &mut self,
+        packet: &[u8],
+        input: &IngressInput,
+        out: &mut PassOutput,
+    ) -> Result<(), ModelError> {
+        let mut unused = [0; 2];
+        self.ingress_pass::<FULL>(packet, input, out, &mut unused)
+            .map(|_| ())
+    }
+
+    fn egress(
+        &mut self,
+        packet: &[u8],
+        input: &EgressInput,
+        carried: &Carried,
+        out: &mut PassOutput,
+    ) -> Result<(), ModelError> {
+        self.egress_pass::<FULL>(packet, input, Ok(carried), out)
+            .map(|_| ())
     }
 
     fn process(

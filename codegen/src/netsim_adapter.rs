@@ -61,7 +61,7 @@ use crate::error::{BuildError, ModelError};
 use crate::hawkeye::{program, HawkeyeParams};
 use crate::ir::{FieldOwner, Program};
 use crate::model::{
-    read_bits, write_bits, Carried, DataPlane, EgressInput, Forward, IngressInput, Model,
+    read_bits, write_bits, DataPlane, EgressInput, Forward, IngressInput, Model,
     PassOutput, Routing, TableEntry, MAX_CARRIED,
 };
 use crate::packets::field_layout;
@@ -396,8 +396,6 @@ enum Shape {
 #[derive(Debug)]
 struct Shared {
     layout: Layout,
-    /// (shift, mask) of each bridged field in `Packet.bridge`.
-    bridge: Vec<(u32, u64)>,
     scratch: RefCell<Scratch>,
 }
 
@@ -429,19 +427,8 @@ impl Shared {
         if bits > 128 || widths.len() > MAX_CARRIED {
             return Err(AdapterError::BridgeTooWide { bits });
         }
-        let mut shift = 0u32;
-        let bridge = widths
-            .iter()
-            .map(|w| {
-                let m = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
-                let at = shift;
-                shift += *w as u32;
-                (at, m)
-            })
-            .collect();
         Ok(Shared {
             layout,
-            bridge,
             scratch: RefCell::new(Scratch {
                 buf: [0; HEAD_BYTES],
                 len: 0,
@@ -470,23 +457,6 @@ impl Shared {
                 .push((Arc::downgrade(program), Rc::downgrade(&shared)))
         });
         Ok(shared)
-    }
-
-    fn pack_bridge(&self, carried: &Carried) -> [u64; 2] {
-        let mut acc: u128 = 0;
-        for (v, (shift, m)) in carried.values.iter().zip(&self.bridge) {
-            acc |= ((v & m) as u128) << shift;
-        }
-        [acc as u64, (acc >> 64) as u64]
-    }
-
-    fn unpack_bridge(&self, bridge: [u64; 2]) -> Carried {
-        let acc = bridge[0] as u128 | (bridge[1] as u128) << 64;
-        let mut c = Carried::default();
-        for (v, (shift, m)) in c.values.iter_mut().zip(&self.bridge) {
-            *v = (acc >> shift) as u64 & m;
-        }
-        c
     }
 }
 
@@ -711,11 +681,13 @@ impl SwitchPipeline for NetsimAdapter {
             tstamp_ns: meta.ingress_tstamp_ns,
             routed_egress_port: meta.routed_egress_port,
         };
-        if model.ingress(&sc.buf[..sc.len], &input, &mut sc.ing).is_err() {
+        let mut bridge = [0u64; 2];
+        let Ok(same) = model.ingress_packed(&sc.buf[..sc.len], &input, &mut sc.ing, &mut bridge)
+        else {
             drop(model);
             self.bump(|s| s.errors += 1);
             return;
-        }
+        };
         let mut stats = self.stats.get();
         stats.ingress += 1;
         let wire_len = packet.size.min(u16::MAX as u32) as u16;
@@ -774,8 +746,10 @@ impl SwitchPipeline for NetsimAdapter {
             }
         }
         drop(model);
-        Scratch::write_back(&shared.layout, shape, sc.len, &sc.ing.bytes, packet);
-        packet.bridge = shared.pack_bridge(&sc.ing.bridged);
+        // Unchanged headers: the output packet is the input.
+        let out = if same { &sc.buf[..sc.len] } else { &sc.ing.bytes };
+        Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
+        packet.bridge = bridge;
         self.stats.set(stats);
     }
 
@@ -790,7 +764,6 @@ impl SwitchPipeline for NetsimAdapter {
         if sc.len == 0 || shape == Shape::Pfc {
             return;
         }
-        let carried = shared.unpack_bridge(packet.bridge);
         let Ok(mut model) = self.model.try_borrow_mut() else {
             self.bump(|s| s.busy += 1);
             return;
@@ -803,14 +776,12 @@ impl SwitchPipeline for NetsimAdapter {
             enq_qdepth: qdepth_cells(meta.enq_qdepth_bytes),
             packet_length: packet.size.min(u16::MAX as u32) as u16,
         };
-        if model
-            .egress(&sc.buf[..sc.len], &input, &carried, &mut sc.eg)
-            .is_err()
-        {
+        let Ok(same) = model.egress_packed(&sc.buf[..sc.len], &input, packet.bridge, &mut sc.eg)
+        else {
             drop(model);
             self.bump(|s| s.errors += 1);
             return;
-        }
+        };
         let mut stats = self.stats.get();
         stats.egress += 1;
         if let Some(c) = sc.eg.clone {
@@ -836,7 +807,8 @@ impl SwitchPipeline for NetsimAdapter {
             actions.drop = true;
             stats.dropped += 1;
         }
-        Scratch::write_back(&shared.layout, shape, sc.len, &sc.eg.bytes, packet);
+        let out = if same { &sc.buf[..sc.len] } else { &sc.eg.bytes };
+        Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
         self.stats.set(stats);
     }
 }
@@ -1035,14 +1007,8 @@ mod tests {
     }
 
     #[test]
-    fn bridged_metadata_round_trips_through_packet_bridge() {
+    fn bridged_metadata_fits_packet_bridge() {
         let a = adapter();
-        let mut c = Carried::default();
-        for (i, (_, mask)) in a.shared.bridge.iter().enumerate() {
-            c.values[i] = (mask ^ (i as u64)) & mask;
-        }
-        let back = a.shared.unpack_bridge(a.shared.pack_bridge(&c));
-        assert_eq!(back.values, c.values);
         assert!(bridged_bits(a.model.borrow().program()) <= 128);
     }
 

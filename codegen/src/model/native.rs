@@ -840,9 +840,28 @@ mod tests {
             let mut interpreted =
                 Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("model");
             interpreted.interpreted = true;
+            // The netsim adapter's passes (bridged fields packed, no copy of unchanged
+            // headers) on a third model.
+            let mut packed =
+                Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("model");
             assert!(native.is_native() && !interpreted.is_native(), "{name}");
             configure_model(&mut native, name, &speeds).expect("configure");
             configure_model(&mut interpreted, name, &speeds).expect("configure");
+            configure_model(&mut packed, name, &speeds).expect("configure");
+            let widths: Vec<u32> = p
+                .bridged_fields()
+                .iter()
+                .map(|f| p.field(*f).width as u32)
+                .collect();
+            let pack = |c: &Carried| {
+                let (mut acc, mut shift) = (0u128, 0u32);
+                for (v, w) in c.values.iter().zip(&widths) {
+                    acc |= ((v & mask(*w as u8)) as u128) << shift;
+                    shift += w;
+                }
+                [acc as u64, (acc >> 64) as u64]
+            };
+            let (mut pi, mut pe) = (PassOutput::default(), PassOutput::default());
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ name.len() as u64);
             let flows: Vec<FiveTuple> = (0..300)
                 .map(|_| {
@@ -878,6 +897,16 @@ mod tests {
                     .ingress(&bytes, &input, &mut b)
                     .expect("ingress");
                 same("ingress", n, &a, &b);
+                let mut bridge = [0u64; 2];
+                let unchanged = packed
+                    .ingress_packed(&bytes, &input, &mut pi, &mut bridge)
+                    .expect("ingress");
+                let packed_bytes = if unchanged { bytes.clone() } else { pi.bytes.clone() };
+                assert_eq!(packed_bytes, a.bytes, "packed ingress bytes, packet {n}");
+                assert_eq!(bridge, pack(&a.bridged), "packed bridge, packet {n}");
+                pi.bytes = a.bytes.clone();
+                pi.bridged = a.bridged;
+                same("packed ingress", n, &pi, &a);
                 let queue = rng.below(8) as u8;
                 let cpu = EgressInput {
                     ingress_port: port,
@@ -923,6 +952,13 @@ mod tests {
                         .egress(&b.bytes, &e, &b.bridged, &mut eb)
                         .expect("egress");
                     same("egress", n, &ea, &eb);
+                    let unchanged = packed
+                        .egress_packed(&packed_bytes, &e, bridge, &mut pe)
+                        .expect("egress");
+                    if unchanged {
+                        pe.bytes = packed_bytes.clone();
+                    }
+                    same("packed egress", n, &pe, &ea);
                     if let Some(c) = ea.clone {
                         seen[2] += 1;
                         let e = EgressInput {
@@ -941,9 +977,11 @@ mod tests {
                 }
                 if n % 1000 == 999 {
                     same_registers(&p, &native, &interpreted, n);
+                    same_registers(&p, &native, &packed, n);
                 }
             }
             same_registers(&p, &native, &interpreted, 30_000);
+            same_registers(&p, &native, &packed, 30_000);
             assert!(
                 seen.iter().all(|s| *s > 0),
                 "{name}: events reached {seen:?}"
