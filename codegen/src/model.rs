@@ -275,7 +275,7 @@ const DIRECT_PARAMS: usize = 2;
 const DIRECT_KEYS: u128 = 1024;
 
 /// An entry of a directly indexed exact table (`action` is `NO_SLOT` where none).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Direct {
     action: u16,
     params: [u64; DIRECT_PARAMS],
@@ -286,7 +286,7 @@ const NO_DIRECT: Direct = Direct {
     params: [0; DIRECT_PARAMS],
 };
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct TableState {
     /// The entries of `exact` with a key below `direct.len()` (ports), by key: one load per
     /// lookup instead of a hash probe and the parameters' own allocation.
@@ -294,6 +294,49 @@ struct TableState {
     exact: HashMap<u128, (ActionId, Vec<u64>), BuildHasherDefault<KeyHasher>>,
     ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
     entries: usize,
+}
+
+impl TableState {
+    /// A hash of the entries (equal tables hash alike, whatever the order of insertion).
+    fn content_hash(&self) -> u64 {
+        use std::hash::{BuildHasher, Hash};
+        let build = BuildHasherDefault::<KeyHasher>::default();
+        let mut h = build.build_hasher();
+        self.direct.hash(&mut h);
+        self.ternary.hash(&mut h);
+        self.entries.hash(&mut h);
+        let exact = self
+            .exact
+            .iter()
+            .map(|e| build.hash_one(e))
+            .fold(0u64, u64::wrapping_add);
+        exact.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Tables with the same entries, shared by the models that installed them (a fabric's
+/// switches mostly install the same port tables): one copy stays in cache for all of them.
+static TABLES: Mutex<Vec<(u64, Weak<TableState>)>> = Mutex::new(Vec::new());
+
+/// The shared copy of `table` (registered if it is the first with these entries).
+fn intern_table(table: Arc<TableState>) -> Arc<TableState> {
+    let Ok(mut all) = TABLES.lock() else {
+        return table;
+    };
+    all.retain(|(_, t)| t.strong_count() > 0);
+    let hash = table.content_hash();
+    for (h, t) in all.iter() {
+        if *h == hash {
+            if let Some(t) = t.upgrade() {
+                if *t == *table {
+                    return t;
+                }
+            }
+        }
+    }
+    all.push((hash, Arc::downgrade(&table)));
+    table
 }
 
 /// One instruction. Slots index the PHV (fields, then temporaries); every result is
@@ -2344,7 +2387,10 @@ struct State {
     views: Vec<OnceLock<Vec<u64>>>,
     /// How many views exist (a register action checks its register's view only then).
     live_views: AtomicUsize,
-    tables: Vec<TableState>,
+    /// Shared with other models while equal ([`intern_table`]); copied on write.
+    tables: Vec<Arc<TableState>>,
+    /// A table changed since the tables were last shared.
+    tables_changed: bool,
     routing: Routing,
     routed: Option<u16>,
 }
@@ -2516,6 +2562,15 @@ impl State {
                 self.phv[f.phv as usize],
             );
         }
+    }
+
+    /// Shares each table with the models that have the same entries.
+    #[cold]
+    fn share_tables(&mut self) {
+        for t in self.tables.iter_mut() {
+            *t = intern_table(Arc::clone(t));
+        }
+        self.tables_changed = false;
     }
 
     /// Whether the deparser would emit the input packet as it is: the valid headers are
@@ -3180,21 +3235,24 @@ impl Model {
                 .tables
                 .iter()
                 .zip(&program.tables)
-                .map(|(c, t)| TableState {
-                    direct: if c.direct {
-                        let bits: u32 = t
-                            .keys
-                            .iter()
-                            .map(|(f, _)| program.field(*f).width as u32)
-                            .sum();
-                        let keys = (1u128 << bits.min(64)).min(DIRECT_KEYS);
-                        vec![NO_DIRECT; keys as usize]
-                    } else {
-                        Vec::new()
-                    },
-                    ..TableState::default()
+                .map(|(c, t)| {
+                    Arc::new(TableState {
+                        direct: if c.direct {
+                            let bits: u32 = t
+                                .keys
+                                .iter()
+                                .map(|(f, _)| program.field(*f).width as u32)
+                                .sum();
+                            let keys = (1u128 << bits.min(64)).min(DIRECT_KEYS);
+                            vec![NO_DIRECT; keys as usize]
+                        } else {
+                            Vec::new()
+                        },
+                        ..TableState::default()
+                    })
                 })
                 .collect(),
+            tables_changed: true,
             routing,
             routed: None,
         };
@@ -3338,6 +3396,9 @@ impl Model {
         } else {
             out.reset_but_bridged();
         }
+        if self.st.tables_changed {
+            self.st.share_tables();
+        }
         let code = &self.code;
         let native = code
             .native
@@ -3410,6 +3471,9 @@ impl Model {
             out.reset();
         } else {
             out.reset_but_bridged();
+        }
+        if self.st.tables_changed {
+            self.st.share_tables();
         }
         let code = &self.code;
         let native = code
@@ -3704,7 +3768,8 @@ impl DataPlane for Model {
             key = (key << w) | v as u128;
             m = (m << w) | km as u128;
         }
-        let state = &mut self.st.tables[t.0 as usize];
+        self.st.tables_changed = true;
+        let state = Arc::make_mut(&mut self.st.tables[t.0 as usize]);
         let size = def.size;
         if exact {
             if !state.exact.contains_key(&key) && state.entries >= size as usize {
