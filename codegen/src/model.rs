@@ -871,6 +871,9 @@ struct Code {
     header_fields: Vec<(u16, u16)>,
     /// PHV index ranges of metadata and action parameters (zeroed at each pass start).
     meta_ranges: Vec<(usize, usize)>,
+    /// The ranges of [`Code::meta_ranges`] an ingress (`[0]`) or egress (`[1]`) pass may
+    /// write: what the next pass on the PHV clears.
+    meta_written: [Vec<(usize, usize)>; 2],
     digests: Vec<Vec<u16>>,
     /// (slot, mask) of the bridged / cloned fields.
     bridged: Vec<(u16, u64)>,
@@ -1779,6 +1782,79 @@ fn group_word_actions(
     members
 }
 
+/// The program fields (below `fields`) a pass from `entry` may write: destinations of the
+/// instructions of its function and, through table applications, of every action the
+/// table may run (with the action's parameters). `entries` are the starts of all
+/// functions (a function ends where the next one starts).
+fn pass_writes(
+    ins: &[Ins],
+    entries: &[u32],
+    entry: u32,
+    action_params: &[Vec<(u16, u64)>],
+    table_actions: &[Vec<u16>],
+    group_members: &[(u16, u16, u64)],
+    fields: usize,
+) -> Vec<bool> {
+    let mut slots = vec![false; fields];
+    let mark = |slot: u16, slots: &mut Vec<bool>| {
+        if let Some(w) = slots.get_mut(slot as usize) {
+            *w = true;
+        }
+    };
+    let end_of = |start: u32| {
+        entries
+            .iter()
+            .copied()
+            .filter(|e| *e > start)
+            .min()
+            .unwrap_or(ins.len() as u32)
+    };
+    let mut todo = vec![entry];
+    let mut done: Vec<u32> = Vec::new();
+    while let Some(start) = todo.pop() {
+        if done.contains(&start) {
+            continue;
+        }
+        done.push(start);
+        let end = end_of(start) as usize;
+        for i in ins.get(start as usize..end).unwrap_or(&[]) {
+            match *i {
+                Ins::Mov { dst, .. }
+                | Ins::Imm { dst, .. }
+                | Ins::Bin { dst, .. }
+                | Ins::BinImm { dst, .. }
+                | Ins::Shl { dst, .. }
+                | Ins::Shr { dst, .. }
+                | Ins::ShlOr { dst, .. }
+                | Ins::CondSet { dst, .. }
+                | Ins::CondSetImm { dst, .. }
+                | Ins::Hash { dst, .. } => mark(dst, &mut slots),
+                Ins::Execute { out, .. } | Ins::ExecuteWord { out, .. } => mark(out, &mut slots),
+                Ins::ExecuteGroup { first, count, .. } => {
+                    for (_, out, _) in group_members
+                        .get(first as usize..first as usize + count as usize)
+                        .unwrap_or(&[])
+                    {
+                        mark(*out, &mut slots);
+                    }
+                }
+                Ins::Apply(t) => {
+                    for a in table_actions.get(t as usize).into_iter().flatten() {
+                        for (p, _) in action_params.get(*a as usize).into_iter().flatten() {
+                            mark(*p, &mut slots);
+                        }
+                        if let Some(&s) = entries.get(2 + *a as usize) {
+                            todo.push(s);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    slots
+}
+
 /// One single-word register action on its cell; returns the output.
 #[inline(always)]
 fn word_step(wa: &WordAction, conds: &[CCond], cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
@@ -2215,7 +2291,58 @@ impl Code {
         let mut entries = vec![ingress, egress];
         entries.extend(&action_start);
         let group_members = group_word_actions(&mut ins, &entries, &word_actions);
+        let table_actions: Vec<Vec<u16>> = program
+            .tables
+            .iter()
+            .map(|t| {
+                t.actions
+                    .iter()
+                    .map(|a| a.0)
+                    .chain([t.default_action.0 .0])
+                    .collect()
+            })
+            .collect();
+        let always: Vec<u16> = intrinsics.iter().map(|(f, _)| *f).collect();
+        let carried: Vec<u16> = program
+            .bridged_fields()
+            .iter()
+            .chain(program.cloned_fields().iter())
+            .map(|f| f.0)
+            .collect();
+        let written = |entry: u32, extra: &[u16]| {
+            let mut slots = pass_writes(
+                &ins,
+                &entries,
+                entry,
+                &action_params,
+                &table_actions,
+                &group_members,
+                program.fields.len(),
+            );
+            for f in always.iter().chain(extra) {
+                if let Some(w) = slots.get_mut(*f as usize) {
+                    *w = true;
+                }
+            }
+            let mut ranges: Vec<(usize, usize)> = Vec::new();
+            for (start, end) in &meta_ranges {
+                for (i, _) in slots[*start..*end]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| **w)
+                {
+                    let i = start + i;
+                    match ranges.last_mut() {
+                        Some((_, e)) if *e == i => *e = i + 1,
+                        _ => ranges.push((i, i + 1)),
+                    }
+                }
+            }
+            ranges
+        };
+        let meta_written = [written(ingress, &[]), written(egress, &carried)];
         Ok(Code {
+            meta_written,
             ins,
             group_members,
             ingress,
@@ -2299,7 +2426,18 @@ struct Scratch {
     phv: Box<[u64; PHV_SLOTS]>,
     /// Headers whose fields may be non-zero in `phv`.
     stale: u64,
+    /// Which metadata may be non-zero in `phv` (`META_*`).
+    meta: u8,
 }
+
+/// All metadata is zero.
+const META_CLEAN: u8 = 0;
+/// Metadata an ingress pass writes ([`Code::meta_written`]`[0]`) may be non-zero.
+const META_INGRESS: u8 = 1;
+/// Metadata an egress pass writes may be non-zero.
+const META_EGRESS: u8 = 2;
+/// Any metadata may be non-zero.
+const META_ANY: u8 = 3;
 
 /// Most programs a thread keeps a shared PHV for.
 const MAX_SCRATCH: usize = 8;
@@ -2360,8 +2498,10 @@ impl Regs {
     }
 }
 
-/// Per-pass and persistent state of the interpreter.
+/// Per-pass and persistent state of the interpreter. The fields a pass touches come first,
+/// in declaration order (`repr(C)`): a switch's pass finds them in a few adjacent lines.
 #[derive(Debug)]
+#[repr(C)]
 struct State {
     /// One slot per possible `u16` slot index, so that indexing needs no bounds check (only
     /// the first pages are ever touched).
@@ -2376,23 +2516,25 @@ struct State {
     stale: u64,
     /// Headers made valid (all fields zeroed) by the program this pass.
     zeroed: u64,
-    /// Byte offset of each extracted header in the input.
-    offsets: [u32; MAX_HEADERS],
-    /// Whether the parser extracted headers in deparse (declaration) order.
-    in_order: bool,
     payload_offset: usize,
+    /// Which metadata may be non-zero in `phv` (`META_*`).
+    meta: u8,
     regs: Regs,
-    /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
-    /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
-    views: Vec<OnceLock<Vec<u64>>>,
-    /// How many views exist (a register action checks its register's view only then).
-    live_views: AtomicUsize,
     /// Shared with other models while equal ([`intern_table`]); copied on write.
     tables: Vec<Arc<TableState>>,
+    /// How many views exist (a register action checks its register's view only then).
+    live_views: AtomicUsize,
+    routed: Option<u16>,
+    /// Whether the parser extracted headers in deparse (declaration) order.
+    in_order: bool,
     /// A table changed since the tables were last shared.
     tables_changed: bool,
     routing: Routing,
-    routed: Option<u16>,
+    /// Byte offset of each extracted header in the input.
+    offsets: [u32; MAX_HEADERS],
+    /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
+    /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
+    views: Vec<OnceLock<Vec<u64>>>,
 }
 
 struct PassCtx<'a> {
@@ -2449,6 +2591,7 @@ impl State {
                         code: Arc::downgrade(code),
                         phv: new_phv(),
                         stale: 0,
+                        meta: META_CLEAN,
                     });
                     scratch.len() - 1
                 }
@@ -2459,10 +2602,13 @@ impl State {
             // While the pass runs the scratch holds this model's own PHV (if the pass
             // panics, it stays there and its fields count as stale).
             s.stale = u64::MAX;
+            self.meta = s.meta;
+            s.meta = META_ANY;
             self.dirty = 0;
             let r = pass.take().map(|pass| pass(self));
             std::mem::swap(&mut self.phv, &mut s.phv);
             s.stale = self.stale | self.dirty;
+            s.meta = self.meta;
             r
         });
         match (shared, pass) {
@@ -2470,6 +2616,7 @@ impl State {
             (None, Some(pass)) => {
                 // This model's own PHV, as another pass (or none) left it.
                 self.stale = u64::MAX;
+                self.meta = META_ANY;
                 self.dirty = 0;
                 pass(self)
             }
@@ -2477,11 +2624,27 @@ impl State {
         }
     }
 
+    /// Starts a pass: metadata and action parameters read as zero (only those the previous
+    /// pass on this PHV may have written are cleared), no header is valid.
     fn reset(&mut self, code: &Code) {
         self.stale |= self.dirty;
-        for (start, end) in &code.meta_ranges {
+        let ranges = match self.meta {
+            META_CLEAN => &[][..],
+            META_INGRESS => &code.meta_written[0][..],
+            META_EGRESS => &code.meta_written[1][..],
+            _ => &code.meta_ranges[..],
+        };
+        for (start, end) in ranges {
             self.phv[*start..*end].fill(0);
         }
+        #[cfg(test)]
+        for (start, end) in &code.meta_ranges {
+            assert!(
+                self.phv[*start..*end].iter().all(|v| *v == 0),
+                "metadata left over from an earlier pass"
+            );
+        }
+        self.meta = META_ANY;
         self.valid = 0;
         self.parsed = 0;
         self.dirty = 0;
@@ -3076,16 +3239,18 @@ pub fn emit_native(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
 /// The interpreter: the program compiled once (see the module docs), then run per packet
 /// without allocation.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Model {
-    program: Arc<Program>,
+    // What a pass touches first (see [`State`]).
     code: Arc<Code>,
     st: State,
-    groups: HashMap<u16, Vec<u16>>,
-    cpu_port: u16,
-    scratch: [PassOutput; 2],
     /// Run on the interpreter even when the code has an emitted variant (differential
     /// tests).
     interpreted: bool,
+    program: Arc<Program>,
+    groups: HashMap<u16, Vec<u16>>,
+    cpu_port: u16,
+    scratch: [PassOutput; 2],
 }
 
 fn mask(width: u8) -> u64 {
@@ -3223,6 +3388,7 @@ impl Model {
             dirty: 0,
             stale: 0,
             zeroed: 0,
+            meta: META_ANY,
             offsets: [0; MAX_HEADERS],
             in_order: true,
             payload_offset: 0,
@@ -3447,6 +3613,7 @@ impl Model {
                 c.clone_kind = CLONE_INGRESS as u8;
                 out.clone = Some(c);
             }
+            st.meta = META_INGRESS;
             same
         }))
     }
@@ -3526,6 +3693,7 @@ impl Model {
                 out.clone_bytes.clear();
                 out.clone_bytes.extend_from_slice(&out.bytes);
             }
+            st.meta = META_EGRESS;
             same
         }))
     }

@@ -1698,6 +1698,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x528D1A7A92F59D06, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
-Native { fingerprint: 0x278F5B77690235D1, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
+Native { fingerprint: 0x56C1155E8175F950, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
+Native { fingerprint: 0xEBA01DE63D7D4960, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
 ];
