@@ -2326,11 +2326,7 @@ impl Code {
             }
             let mut ranges: Vec<(usize, usize)> = Vec::new();
             for (start, end) in &meta_ranges {
-                for (i, _) in slots[*start..*end]
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, w)| **w)
-                {
+                for (i, _) in slots[*start..*end].iter().enumerate().filter(|(_, w)| **w) {
                     let i = start + i;
                     match ranges.last_mut() {
                         Some((_, e)) if *e == i => *e = i + 1,

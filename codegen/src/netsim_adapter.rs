@@ -61,8 +61,8 @@ use crate::error::{BuildError, ModelError};
 use crate::hawkeye::{program, HawkeyeParams};
 use crate::ir::{FieldOwner, Program};
 use crate::model::{
-    read_bits, write_bits, DataPlane, EgressInput, Forward, IngressInput, Model,
-    PassOutput, Routing, TableEntry, MAX_CARRIED,
+    read_bits, write_bits, DataPlane, EgressInput, Forward, IngressInput, Model, PassOutput,
+    Routing, TableEntry, MAX_CARRIED,
 };
 use crate::packets::field_layout;
 
@@ -321,7 +321,12 @@ impl Layout {
         // the BTH or a custom header; a PFC frame is a minimum-size frame.
         let longest = layout
             .l4_offset()
-            .saturating_add(layout.bth_bytes.max(layout.polling_bytes).max(CUSTOM_CAPACITY))
+            .saturating_add(
+                layout
+                    .bth_bytes
+                    .max(layout.polling_bytes)
+                    .max(CUSTOM_CAPACITY),
+            )
             .max(PFC_FRAME_BYTES);
         if longest > HEAD_BYTES {
             return Err(AdapterError::HeadersTooLong {
@@ -496,7 +501,6 @@ impl NetsimAdapter {
         f(&mut s);
         self.stats.set(s);
     }
-
 }
 
 impl Scratch {
@@ -576,11 +580,7 @@ impl Scratch {
                 }
             }
             self.len = Standard::L4 + l4;
-            return if polling {
-                Shape::Polling
-            } else {
-                Shape::Ipv4
-            };
+            return if polling { Shape::Polling } else { Shape::Ipv4 };
         }
         let ip4 = |a: [u8; 4]| u32::from_be_bytes(a) as u64;
         match l.tos {
@@ -747,7 +747,11 @@ impl SwitchPipeline for NetsimAdapter {
         }
         drop(model);
         // Unchanged headers: the output packet is the input.
-        let out = if same { &sc.buf[..sc.len] } else { &sc.ing.bytes };
+        let out = if same {
+            &sc.buf[..sc.len]
+        } else {
+            &sc.ing.bytes
+        };
         Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
         packet.bridge = bridge;
         self.stats.set(stats);
@@ -807,7 +811,11 @@ impl SwitchPipeline for NetsimAdapter {
             actions.drop = true;
             stats.dropped += 1;
         }
-        let out = if same { &sc.buf[..sc.len] } else { &sc.eg.bytes };
+        let out = if same {
+            &sc.buf[..sc.len]
+        } else {
+            &sc.eg.bytes
+        };
         Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
         self.stats.set(stats);
     }
@@ -1026,7 +1034,11 @@ mod tests {
         packet.tuple = "11.0.0.1:49152->11.0.1.1".parse().expect("tuple");
         assert_eq!(sc.serialise(&l, &packet), Shape::Ipv4);
         assert_eq!(sc.bytes().len(), l.l4_offset() + l.bth_bytes);
-        assert_eq!(sc.buf[l.eth_bytes + 1], 26 << 2 | 2, "TOS = dscp << 2 | ecn");
+        assert_eq!(
+            sc.buf[l.eth_bytes + 1],
+            26 << 2 | 2,
+            "TOS = dscp << 2 | ecn"
+        );
         assert_eq!(get(&sc.buf, l.ip_ttl), 61);
         assert_eq!(get(&sc.buf, l.udp_sport), 49152);
         assert_eq!(get(&sc.buf, l.ip_total_len), 1062 - 18);

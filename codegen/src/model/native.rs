@@ -480,8 +480,7 @@ fn parser(code: &Code, name: &str, out: &mut String) {
             "fn {name}(st: &mut State, code: &Code, packet: &[u8]) {{"
         );
         parse_node(code, 0, 0, &mut Vec::new(), out);
-        let _ = writeln!(out, "}}
-");
+        let _ = writeln!(out, "}}\n");
         return;
     }
     parser_loop(code, name, out);
@@ -512,7 +511,12 @@ fn tree_fits(code: &Code, state: usize, depth: usize, nodes: &mut usize) -> bool
 fn parse_end(path: &[(u8, usize)], offset: usize, out: &mut String) {
     let mask: u64 = path.iter().fold(0, |m, (h, _)| m | 1 << h);
     if mask != 0 {
-        let _ = writeln!(out, "st.valid |= {}; st.parsed |= {};", hex(mask), hex(mask));
+        let _ = writeln!(
+            out,
+            "st.valid |= {}; st.parsed |= {};",
+            hex(mask),
+            hex(mask)
+        );
     }
     let mut last: i32 = -1;
     let mut in_order = true;
@@ -545,8 +549,7 @@ fn parse_node(
         let end = offset + s.bytes as usize;
         let _ = writeln!(out, "if packet.len() < {end} {{");
         parse_end(path, offset, out);
-        let _ = writeln!(out, "return;
-}}");
+        let _ = writeln!(out, "return;\n}}");
         for f in &code.pfields[s.fields as usize..s.fields_end as usize] {
             let _ = writeln!(
                 out,
@@ -582,8 +585,7 @@ fn parse_node(
             }
             let _ = writeln!(out, "_ => {{");
             parse_end(path, offset, out);
-            let _ = writeln!(out, "}}
-}}");
+            let _ = writeln!(out, "}}\n}}");
         }
         _ => parse_end(path, offset, out),
     }
@@ -901,7 +903,11 @@ mod tests {
                 let unchanged = packed
                     .ingress_packed(&bytes, &input, &mut pi, &mut bridge)
                     .expect("ingress");
-                let packed_bytes = if unchanged { bytes.clone() } else { pi.bytes.clone() };
+                let packed_bytes = if unchanged {
+                    bytes.clone()
+                } else {
+                    pi.bytes.clone()
+                };
                 assert_eq!(packed_bytes, a.bytes, "packed ingress bytes, packet {n}");
                 assert_eq!(bridge, pack(&a.bridged), "packed bridge, packet {n}");
                 pi.bytes = a.bytes.clone();
