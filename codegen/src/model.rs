@@ -127,10 +127,16 @@ pub struct PassOutput {
 
 impl PassOutput {
     fn reset(&mut self) {
+        self.bridged = Carried::default();
+        self.reset_but_bridged();
+    }
+
+    /// [`PassOutput::reset`] except `bridged` (a pass that hands the bridged fields over
+    /// packed leaves it as it is).
+    fn reset_but_bridged(&mut self) {
         self.bytes.clear();
         self.dropped = false;
         self.forward = Forward::None;
-        self.bridged = Carried::default();
         self.clone = None;
         self.clone_bytes.clear();
         self.digests.clear();
@@ -269,7 +275,7 @@ const DIRECT_PARAMS: usize = 2;
 const DIRECT_KEYS: u128 = 1024;
 
 /// An entry of a directly indexed exact table (`action` is `NO_SLOT` where none).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Direct {
     action: u16,
     params: [u64; DIRECT_PARAMS],
@@ -280,7 +286,7 @@ const NO_DIRECT: Direct = Direct {
     params: [0; DIRECT_PARAMS],
 };
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct TableState {
     /// The entries of `exact` with a key below `direct.len()` (ports), by key: one load per
     /// lookup instead of a hash probe and the parameters' own allocation.
@@ -288,6 +294,49 @@ struct TableState {
     exact: HashMap<u128, (ActionId, Vec<u64>), BuildHasherDefault<KeyHasher>>,
     ternary: Vec<(u128, u128, u32, ActionId, Vec<u64>)>,
     entries: usize,
+}
+
+impl TableState {
+    /// A hash of the entries (equal tables hash alike, whatever the order of insertion).
+    fn content_hash(&self) -> u64 {
+        use std::hash::{BuildHasher, Hash};
+        let build = BuildHasherDefault::<KeyHasher>::default();
+        let mut h = build.build_hasher();
+        self.direct.hash(&mut h);
+        self.ternary.hash(&mut h);
+        self.entries.hash(&mut h);
+        let exact = self
+            .exact
+            .iter()
+            .map(|e| build.hash_one(e))
+            .fold(0u64, u64::wrapping_add);
+        exact.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Tables with the same entries, shared by the models that installed them (a fabric's
+/// switches mostly install the same port tables): one copy stays in cache for all of them.
+static TABLES: Mutex<Vec<(u64, Weak<TableState>)>> = Mutex::new(Vec::new());
+
+/// The shared copy of `table` (registered if it is the first with these entries).
+fn intern_table(table: Arc<TableState>) -> Arc<TableState> {
+    let Ok(mut all) = TABLES.lock() else {
+        return table;
+    };
+    all.retain(|(_, t)| t.strong_count() > 0);
+    let hash = table.content_hash();
+    for (h, t) in all.iter() {
+        if *h == hash {
+            if let Some(t) = t.upgrade() {
+                if *t == *table {
+                    return t;
+                }
+            }
+        }
+    }
+    all.push((hash, Arc::downgrade(&table)));
+    table
 }
 
 /// One instruction. Slots index the PHV (fields, then temporaries); every result is
@@ -822,10 +871,15 @@ struct Code {
     header_fields: Vec<(u16, u16)>,
     /// PHV index ranges of metadata and action parameters (zeroed at each pass start).
     meta_ranges: Vec<(usize, usize)>,
+    /// The ranges of [`Code::meta_ranges`] an ingress (`[0]`) or egress (`[1]`) pass may
+    /// write: what the next pass on the PHV clears.
+    meta_written: [Vec<(usize, usize)>; 2],
     digests: Vec<Vec<u16>>,
     /// (slot, mask) of the bridged / cloned fields.
     bridged: Vec<(u16, u64)>,
     cloned: Vec<(u16, u64)>,
+    /// (slot, mask, bit) of the bridged fields packed into 128 bits one after the other.
+    bridge_packing: Vec<(u16, u64, u32)>,
     /// (slot, mask) of each intrinsic.
     intrinsics: [(u16, u64); Intrinsic::ALL.len()],
     /// The emitted variant of this code in [`generated::VARIANTS`], if any (set after the
@@ -1728,6 +1782,79 @@ fn group_word_actions(
     members
 }
 
+/// The program fields (below `fields`) a pass from `entry` may write: destinations of the
+/// instructions of its function and, through table applications, of every action the
+/// table may run (with the action's parameters). `entries` are the starts of all
+/// functions (a function ends where the next one starts).
+fn pass_writes(
+    ins: &[Ins],
+    entries: &[u32],
+    entry: u32,
+    action_params: &[Vec<(u16, u64)>],
+    table_actions: &[Vec<u16>],
+    group_members: &[(u16, u16, u64)],
+    fields: usize,
+) -> Vec<bool> {
+    let mut slots = vec![false; fields];
+    let mark = |slot: u16, slots: &mut Vec<bool>| {
+        if let Some(w) = slots.get_mut(slot as usize) {
+            *w = true;
+        }
+    };
+    let end_of = |start: u32| {
+        entries
+            .iter()
+            .copied()
+            .filter(|e| *e > start)
+            .min()
+            .unwrap_or(ins.len() as u32)
+    };
+    let mut todo = vec![entry];
+    let mut done: Vec<u32> = Vec::new();
+    while let Some(start) = todo.pop() {
+        if done.contains(&start) {
+            continue;
+        }
+        done.push(start);
+        let end = end_of(start) as usize;
+        for i in ins.get(start as usize..end).unwrap_or(&[]) {
+            match *i {
+                Ins::Mov { dst, .. }
+                | Ins::Imm { dst, .. }
+                | Ins::Bin { dst, .. }
+                | Ins::BinImm { dst, .. }
+                | Ins::Shl { dst, .. }
+                | Ins::Shr { dst, .. }
+                | Ins::ShlOr { dst, .. }
+                | Ins::CondSet { dst, .. }
+                | Ins::CondSetImm { dst, .. }
+                | Ins::Hash { dst, .. } => mark(dst, &mut slots),
+                Ins::Execute { out, .. } | Ins::ExecuteWord { out, .. } => mark(out, &mut slots),
+                Ins::ExecuteGroup { first, count, .. } => {
+                    for (_, out, _) in group_members
+                        .get(first as usize..first as usize + count as usize)
+                        .unwrap_or(&[])
+                    {
+                        mark(*out, &mut slots);
+                    }
+                }
+                Ins::Apply(t) => {
+                    for a in table_actions.get(t as usize).into_iter().flatten() {
+                        for (p, _) in action_params.get(*a as usize).into_iter().flatten() {
+                            mark(*p, &mut slots);
+                        }
+                        if let Some(&s) = entries.get(2 + *a as usize) {
+                            todo.push(s);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    slots
+}
+
 /// One single-word register action on its cell; returns the output.
 #[inline(always)]
 fn word_step(wa: &WordAction, conds: &[CCond], cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
@@ -2164,7 +2291,54 @@ impl Code {
         let mut entries = vec![ingress, egress];
         entries.extend(&action_start);
         let group_members = group_word_actions(&mut ins, &entries, &word_actions);
+        let table_actions: Vec<Vec<u16>> = program
+            .tables
+            .iter()
+            .map(|t| {
+                t.actions
+                    .iter()
+                    .map(|a| a.0)
+                    .chain([t.default_action.0 .0])
+                    .collect()
+            })
+            .collect();
+        let always: Vec<u16> = intrinsics.iter().map(|(f, _)| *f).collect();
+        let carried: Vec<u16> = program
+            .bridged_fields()
+            .iter()
+            .chain(program.cloned_fields().iter())
+            .map(|f| f.0)
+            .collect();
+        let written = |entry: u32, extra: &[u16]| {
+            let mut slots = pass_writes(
+                &ins,
+                &entries,
+                entry,
+                &action_params,
+                &table_actions,
+                &group_members,
+                program.fields.len(),
+            );
+            for f in always.iter().chain(extra) {
+                if let Some(w) = slots.get_mut(*f as usize) {
+                    *w = true;
+                }
+            }
+            let mut ranges: Vec<(usize, usize)> = Vec::new();
+            for (start, end) in &meta_ranges {
+                for (i, _) in slots[*start..*end].iter().enumerate().filter(|(_, w)| **w) {
+                    let i = start + i;
+                    match ranges.last_mut() {
+                        Some((_, e)) if *e == i => *e = i + 1,
+                        _ => ranges.push((i, i + 1)),
+                    }
+                }
+            }
+            ranges
+        };
+        let meta_written = [written(ingress, &[]), written(egress, &carried)];
         Ok(Code {
+            meta_written,
             ins,
             group_members,
             ingress,
@@ -2199,6 +2373,15 @@ impl Code {
                 .cloned_fields()
                 .iter()
                 .map(|f| (f.0, masks[f.0 as usize]))
+                .collect(),
+            bridge_packing: program
+                .bridged_fields()
+                .iter()
+                .scan(0u32, |bit, f| {
+                    let at = *bit;
+                    *bit = bit.saturating_add(program.field(*f).width as u32);
+                    Some((f.0, masks[f.0 as usize], at))
+                })
                 .collect(),
             intrinsics,
             native: None,
@@ -2239,7 +2422,18 @@ struct Scratch {
     phv: Box<[u64; PHV_SLOTS]>,
     /// Headers whose fields may be non-zero in `phv`.
     stale: u64,
+    /// Which metadata may be non-zero in `phv` (`META_*`).
+    meta: u8,
 }
+
+/// All metadata is zero.
+const META_CLEAN: u8 = 0;
+/// Metadata an ingress pass writes ([`Code::meta_written`]`[0]`) may be non-zero.
+const META_INGRESS: u8 = 1;
+/// Metadata an egress pass writes may be non-zero.
+const META_EGRESS: u8 = 2;
+/// Any metadata may be non-zero.
+const META_ANY: u8 = 3;
 
 /// Most programs a thread keeps a shared PHV for.
 const MAX_SCRATCH: usize = 8;
@@ -2300,8 +2494,10 @@ impl Regs {
     }
 }
 
-/// Per-pass and persistent state of the interpreter.
+/// Per-pass and persistent state of the interpreter. The fields a pass touches come first,
+/// in declaration order (`repr(C)`): a switch's pass finds them in a few adjacent lines.
 #[derive(Debug)]
+#[repr(C)]
 struct State {
     /// One slot per possible `u16` slot index, so that indexing needs no bounds check (only
     /// the first pages are ever touched).
@@ -2316,20 +2512,25 @@ struct State {
     stale: u64,
     /// Headers made valid (all fields zeroed) by the program this pass.
     zeroed: u64,
-    /// Byte offset of each extracted header in the input.
-    offsets: [u32; MAX_HEADERS],
+    payload_offset: usize,
+    /// Which metadata may be non-zero in `phv` (`META_*`).
+    meta: u8,
+    regs: Regs,
+    /// Shared with other models while equal ([`intern_table`]); copied on write.
+    tables: Vec<Arc<TableState>>,
+    /// How many views exist (a register action checks its register's view only then).
+    live_views: AtomicUsize,
+    routed: Option<u16>,
     /// Whether the parser extracted headers in deparse (declaration) order.
     in_order: bool,
-    payload_offset: usize,
-    regs: Regs,
+    /// A table changed since the tables were last shared.
+    tables_changed: bool,
+    routing: Routing,
+    /// Byte offset of each extracted header in the input.
+    offsets: [u32; MAX_HEADERS],
     /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
     /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
     views: Vec<OnceLock<Vec<u64>>>,
-    /// How many views exist (a register action checks its register's view only then).
-    live_views: AtomicUsize,
-    tables: Vec<TableState>,
-    routing: Routing,
-    routed: Option<u16>,
 }
 
 struct PassCtx<'a> {
@@ -2386,6 +2587,7 @@ impl State {
                         code: Arc::downgrade(code),
                         phv: new_phv(),
                         stale: 0,
+                        meta: META_CLEAN,
                     });
                     scratch.len() - 1
                 }
@@ -2396,10 +2598,13 @@ impl State {
             // While the pass runs the scratch holds this model's own PHV (if the pass
             // panics, it stays there and its fields count as stale).
             s.stale = u64::MAX;
+            self.meta = s.meta;
+            s.meta = META_ANY;
             self.dirty = 0;
             let r = pass.take().map(|pass| pass(self));
             std::mem::swap(&mut self.phv, &mut s.phv);
             s.stale = self.stale | self.dirty;
+            s.meta = self.meta;
             r
         });
         match (shared, pass) {
@@ -2407,6 +2612,7 @@ impl State {
             (None, Some(pass)) => {
                 // This model's own PHV, as another pass (or none) left it.
                 self.stale = u64::MAX;
+                self.meta = META_ANY;
                 self.dirty = 0;
                 pass(self)
             }
@@ -2414,11 +2620,27 @@ impl State {
         }
     }
 
+    /// Starts a pass: metadata and action parameters read as zero (only those the previous
+    /// pass on this PHV may have written are cleared), no header is valid.
     fn reset(&mut self, code: &Code) {
         self.stale |= self.dirty;
-        for (start, end) in &code.meta_ranges {
+        let ranges = match self.meta {
+            META_CLEAN => &[][..],
+            META_INGRESS => &code.meta_written[0][..],
+            META_EGRESS => &code.meta_written[1][..],
+            _ => &code.meta_ranges[..],
+        };
+        for (start, end) in ranges {
             self.phv[*start..*end].fill(0);
         }
+        #[cfg(test)]
+        for (start, end) in &code.meta_ranges {
+            assert!(
+                self.phv[*start..*end].iter().all(|v| *v == 0),
+                "metadata left over from an earlier pass"
+            );
+        }
+        self.meta = META_ANY;
         self.valid = 0;
         self.parsed = 0;
         self.dirty = 0;
@@ -2499,6 +2721,22 @@ impl State {
                 self.phv[f.phv as usize],
             );
         }
+    }
+
+    /// Shares each table with the models that have the same entries.
+    #[cold]
+    fn share_tables(&mut self) {
+        for t in self.tables.iter_mut() {
+            *t = intern_table(Arc::clone(t));
+        }
+        self.tables_changed = false;
+    }
+
+    /// Whether the deparser would emit the input packet as it is: the valid headers are
+    /// the parsed ones, in order, and none was written.
+    #[inline(always)]
+    fn unchanged(&self) -> bool {
+        self.valid == self.parsed && self.in_order && self.dirty & self.valid == 0
     }
 
     /// Writes the packet as the deparser emits it. A parsed header starts from its input
@@ -2997,16 +3235,18 @@ pub fn emit_native(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
 /// The interpreter: the program compiled once (see the module docs), then run per packet
 /// without allocation.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Model {
-    program: Arc<Program>,
+    // What a pass touches first (see [`State`]).
     code: Arc<Code>,
     st: State,
-    groups: HashMap<u16, Vec<u16>>,
-    cpu_port: u16,
-    scratch: [PassOutput; 2],
     /// Run on the interpreter even when the code has an emitted variant (differential
     /// tests).
     interpreted: bool,
+    program: Arc<Program>,
+    groups: HashMap<u16, Vec<u16>>,
+    cpu_port: u16,
+    scratch: [PassOutput; 2],
 }
 
 fn mask(width: u8) -> u64 {
@@ -3144,6 +3384,7 @@ impl Model {
             dirty: 0,
             stale: 0,
             zeroed: 0,
+            meta: META_ANY,
             offsets: [0; MAX_HEADERS],
             in_order: true,
             payload_offset: 0,
@@ -3156,21 +3397,24 @@ impl Model {
                 .tables
                 .iter()
                 .zip(&program.tables)
-                .map(|(c, t)| TableState {
-                    direct: if c.direct {
-                        let bits: u32 = t
-                            .keys
-                            .iter()
-                            .map(|(f, _)| program.field(*f).width as u32)
-                            .sum();
-                        let keys = (1u128 << bits.min(64)).min(DIRECT_KEYS);
-                        vec![NO_DIRECT; keys as usize]
-                    } else {
-                        Vec::new()
-                    },
-                    ..TableState::default()
+                .map(|(c, t)| {
+                    Arc::new(TableState {
+                        direct: if c.direct {
+                            let bits: u32 = t
+                                .keys
+                                .iter()
+                                .map(|(f, _)| program.field(*f).width as u32)
+                                .sum();
+                            let keys = (1u128 << bits.min(64)).min(DIRECT_KEYS);
+                            vec![NO_DIRECT; keys as usize]
+                        } else {
+                            Vec::new()
+                        },
+                        ..TableState::default()
+                    })
                 })
                 .collect(),
+            tables_changed: true,
             routing,
             routed: None,
         };
@@ -3193,6 +3437,11 @@ impl Model {
 
     /// The program.
     pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The program as shared by the models of it.
+    pub(crate) fn program_arc(&self) -> &Arc<Program> {
         &self.program
     }
 
@@ -3223,26 +3472,101 @@ impl Model {
     }
 }
 
-impl DataPlane for Model {
-    fn ingress(
+/// Packs the values of `fields` (slot, mask, shift) into 128 bits: each field at its
+/// shift, its width (the mask's) wide, from bit 0 up in field order (the netsim adapter's
+/// `Packet.bridge`; fields from bit 128 on are left out).
+#[inline(always)]
+fn pack_fields(phv: &[u64; PHV_SLOTS], fields: &[(u16, u64, u32)]) -> [u64; 2] {
+    let mut acc: u128 = 0;
+    for (f, m, shift) in fields {
+        if *shift < 128 {
+            acc |= ((phv[*f as usize] & m) as u128) << shift;
+        }
+    }
+    [acc as u64, (acc >> 64) as u64]
+}
+
+/// Restores `fields` from 128 bits packed by [`pack_fields`].
+#[inline(always)]
+fn unpack_fields(phv: &mut [u64; PHV_SLOTS], fields: &[(u16, u64, u32)], packed: [u64; 2]) {
+    let acc = packed[0] as u128 | (packed[1] as u128) << 64;
+    for (f, m, shift) in fields {
+        phv[*f as usize] = if *shift < 128 {
+            (acc >> shift) as u64 & m
+        } else {
+            0
+        };
+    }
+}
+
+/// How a pass hands over bridged metadata and the deparsed packet: as
+/// [`DataPlane::ingress`] / [`DataPlane::egress`] do, or as the netsim adapter wants them
+/// (bridged fields packed into 128 bits; no deparsed copy when the headers are unchanged).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Handover {
+    Full,
+    Packed,
+}
+
+const FULL: bool = false;
+const PACKED: bool = true;
+
+impl Model {
+    /// [`DataPlane::ingress`] for the netsim adapter: the bridged fields go into `bridge`
+    /// (packed as [`crate::netsim_adapter`] packs them, `out.bridged` is left as it is) and,
+    /// when the program left every header as parsed, `out.bytes` is not written and the
+    /// result is `true` (the output packet is the input).
+    pub(crate) fn ingress_packed(
         &mut self,
         packet: &[u8],
         input: &IngressInput,
         out: &mut PassOutput,
-    ) -> Result<(), ModelError> {
+        bridge: &mut [u64; 2],
+    ) -> Result<bool, ModelError> {
+        self.ingress_pass::<PACKED>(packet, input, out, bridge)
+    }
+
+    /// [`DataPlane::egress`] for the netsim adapter: the bridged fields of a normal packet
+    /// come packed in `bridge`; `true` when the output packet is the input (`out.bytes` not
+    /// written).
+    pub(crate) fn egress_packed(
+        &mut self,
+        packet: &[u8],
+        input: &EgressInput,
+        bridge: [u64; 2],
+        out: &mut PassOutput,
+    ) -> Result<bool, ModelError> {
+        self.egress_pass::<PACKED>(packet, input, Err(bridge), out)
+    }
+
+    fn ingress_pass<const H: bool>(
+        &mut self,
+        packet: &[u8],
+        input: &IngressInput,
+        out: &mut PassOutput,
+        bridge: &mut [u64; 2],
+    ) -> Result<bool, ModelError> {
+        let handover = if H { Handover::Packed } else { Handover::Full };
         if packet.len() > MAX_PACKET_BYTES {
             return Err(ModelError::PacketTooLarge {
                 len: packet.len(),
                 max: MAX_PACKET_BYTES,
             });
         }
-        out.reset();
+        if handover == Handover::Full {
+            out.reset();
+        } else {
+            out.reset_but_bridged();
+        }
+        if self.st.tables_changed {
+            self.st.share_tables();
+        }
         let code = &self.code;
         let native = code
             .native
             .filter(|_| !self.interpreted)
             .map(|n| &generated::VARIANTS[n]);
-        self.st.with_phv(code, |st| {
+        Ok(self.st.with_phv(code, |st| {
             st.reset(code);
             st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
             st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
@@ -3264,10 +3588,16 @@ impl DataPlane for Model {
                 None => st.run(code, code.ingress, &mut ctx),
             }
             let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
-            st.deparse(code, packet, &mut out.bytes);
+            let same = handover == Handover::Packed && st.unchanged();
+            if !same {
+                st.deparse(code, packet, &mut out.bytes);
+            }
             out.dropped = dropped;
             out.forward = forward;
-            st.carry_into(&code.bridged, &mut out.bridged);
+            match handover {
+                Handover::Full => st.carry_into(&code.bridged, &mut out.bridged),
+                Handover::Packed => *bridge = pack_fields(&st.phv, &code.bridge_packing),
+            }
             for d in out.digests.iter_mut() {
                 d.values = code.digests[d.digest.0 as usize]
                     .iter()
@@ -3279,43 +3609,55 @@ impl DataPlane for Model {
                 c.clone_kind = CLONE_INGRESS as u8;
                 out.clone = Some(c);
             }
-        });
-        Ok(())
+            st.meta = META_INGRESS;
+            same
+        }))
     }
 
-    fn egress(
+    /// An egress pass with the metadata carried from ingress (`Ok`), or a normal packet's
+    /// bridged fields packed into 128 bits (`Err`).
+    fn egress_pass<const H: bool>(
         &mut self,
         packet: &[u8],
         input: &EgressInput,
-        carried: &Carried,
+        carried: Result<&Carried, [u64; 2]>,
         out: &mut PassOutput,
-    ) -> Result<(), ModelError> {
+    ) -> Result<bool, ModelError> {
+        let handover = if H { Handover::Packed } else { Handover::Full };
         if packet.len() > MAX_PACKET_BYTES {
             return Err(ModelError::PacketTooLarge {
                 len: packet.len(),
                 max: MAX_PACKET_BYTES,
             });
         }
-        out.reset();
+        if handover == Handover::Full {
+            out.reset();
+        } else {
+            out.reset_but_bridged();
+        }
+        if self.st.tables_changed {
+            self.st.share_tables();
+        }
         let code = &self.code;
         let native = code
             .native
             .filter(|_| !self.interpreted)
             .map(|n| &generated::VARIANTS[n]);
-        self.st.with_phv(code, |st| {
+        Ok(self.st.with_phv(code, |st| {
             st.reset(code);
             let port = input.ingress_port as u64;
+            let clone_kind = carried.map_or(0, |c| c.clone_kind);
             st.set_intrinsic(code, Intrinsic::EgressIngressPort, port);
             st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
             st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
             st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
             st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
             st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
-            st.set_intrinsic(code, Intrinsic::CloneKind, carried.clone_kind as u64);
-            if carried.clone_kind == 0 {
-                st.restore(&code.bridged, carried);
-            } else {
-                st.restore(&code.cloned, carried);
+            st.set_intrinsic(code, Intrinsic::CloneKind, clone_kind as u64);
+            match carried {
+                Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c),
+                Ok(c) => st.restore(&code.bridged, c),
+                Err(packed) => unpack_fields(&mut st.phv, &code.bridge_packing, packed),
             }
             match native {
                 Some(n) => (n.parse)(st, code, packet),
@@ -3335,7 +3677,10 @@ impl DataPlane for Model {
                 None => st.run(code, code.egress, &mut ctx),
             }
             let (dropped, clone) = (ctx.dropped, ctx.clone);
-            st.deparse(code, packet, &mut out.bytes);
+            let same = handover == Handover::Packed && !clone && st.unchanged();
+            if !same {
+                st.deparse(code, packet, &mut out.bytes);
+            }
             out.dropped = dropped;
             if clone {
                 let mut c = st.carry(&code.cloned);
@@ -3344,8 +3689,33 @@ impl DataPlane for Model {
                 out.clone_bytes.clear();
                 out.clone_bytes.extend_from_slice(&out.bytes);
             }
-        });
-        Ok(())
+            st.meta = META_EGRESS;
+            same
+        }))
+    }
+}
+
+impl DataPlane for Model {
+    fn ingress(
+        &mut self,
+        packet: &[u8],
+        input: &IngressInput,
+        out: &mut PassOutput,
+    ) -> Result<(), ModelError> {
+        let mut unused = [0; 2];
+        self.ingress_pass::<FULL>(packet, input, out, &mut unused)
+            .map(|_| ())
+    }
+
+    fn egress(
+        &mut self,
+        packet: &[u8],
+        input: &EgressInput,
+        carried: &Carried,
+        out: &mut PassOutput,
+    ) -> Result<(), ModelError> {
+        self.egress_pass::<FULL>(packet, input, Ok(carried), out)
+            .map(|_| ())
     }
 
     fn process(
@@ -3562,7 +3932,8 @@ impl DataPlane for Model {
             key = (key << w) | v as u128;
             m = (m << w) | km as u128;
         }
-        let state = &mut self.st.tables[t.0 as usize];
+        self.st.tables_changed = true;
+        let state = Arc::make_mut(&mut self.st.tables[t.0 as usize]);
         let size = def.size;
         if exact {
             if !state.exact.contains_key(&key) && state.entries >= size as usize {

@@ -45,13 +45,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
 use hawkmesh_netsim::hooks::{
     EgressActions, EgressMeta, IngressActions, IngressMeta, PortSet, SwitchPipeline,
 };
-use hawkmesh_netsim::packet::{Packet, PacketKind};
+use hawkmesh_netsim::packet::{Packet, PacketKind, CUSTOM_CAPACITY};
 use hawkmesh_netsim::Simulation;
 use hawkmesh_wire::pfc::{PfcRepr, PFC_FRAME_BYTES};
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
@@ -61,8 +61,8 @@ use crate::error::{BuildError, ModelError};
 use crate::hawkeye::{program, HawkeyeParams};
 use crate::ir::{FieldOwner, Program};
 use crate::model::{
-    read_bits, write_bits, Carried, DataPlane, EgressInput, Forward, IngressInput, Model,
-    PassOutput, Routing, TableEntry, MAX_CARRIED,
+    read_bits, write_bits, DataPlane, EgressInput, Forward, IngressInput, Model, PassOutput,
+    Routing, TableEntry, MAX_CARRIED,
 };
 use crate::packets::field_layout;
 
@@ -99,6 +99,14 @@ pub enum AdapterError {
     BridgeTooWide {
         /// Bits needed.
         bits: u32,
+    },
+    /// The program's headers do not fit the adapter's header buffer.
+    #[error("serialised headers need {bytes} bytes; the netsim adapter's buffer holds {max}")]
+    HeadersTooLong {
+        /// Bytes needed.
+        bytes: usize,
+        /// Buffer size.
+        max: usize,
     },
     /// A switch has more ports than the program's registers cover.
     #[error("switch `{switch}` has {ports} ports; the program covers {limit} (raise HawkeyeParams::ports)")]
@@ -143,13 +151,38 @@ pub struct AdapterStats {
     pub busy: u64,
 }
 
-/// Absolute bit offsets of the fields the adapter writes and reads (narrow: the layout is
-/// read on every pass of every switch, and a simulator pass finds it out of cache).
+/// Absolute position of a field the adapter writes or reads (narrow: the layout is read on
+/// every pass of every switch, and a simulator pass finds it out of cache). A field of one
+/// to four whole bytes is stored and loaded as such (`bytes`, from byte `at`); others go
+/// through the model's bit writer.
 #[derive(Clone, Copy, Debug)]
 struct Pos {
     bit: u32,
     width: u8,
+    /// 1 to 4 when the field is that many whole bytes, else 0.
+    bytes: u8,
+    at: u16,
 }
+
+impl Pos {
+    fn new(bit: usize, width: u8) -> Option<Pos> {
+        let bytes = if bit % 8 == 0 && width % 8 == 0 && (8..=32).contains(&width) {
+            width / 8
+        } else {
+            0
+        };
+        Some(Pos {
+            bit: u32::try_from(bit).ok()?,
+            width,
+            bytes,
+            at: u16::try_from(bit / 8).ok()?,
+        })
+    }
+}
+
+/// Bytes of the adapter's header buffer: every serialised packet (headers only) fits, and
+/// the fixed fields are copied from a template of this size at once.
+const HEAD_BYTES: usize = 128;
 
 #[derive(Clone, Debug)]
 struct Layout {
@@ -181,21 +214,59 @@ struct Layout {
     ethertype_ipv4: u16,
     /// Ethernet | IPv4 | UDP with the fields that are the same for every packet (addresses
     /// of the Ethernet header, EtherType, IP version and header length), the rest zero.
-    prefix: Vec<u8>,
+    prefix: [u8; HEAD_BYTES],
     /// The byte of DSCP and ECN when they form it (`dscp << 2 | ecn`, as in IPv4).
     tos: Option<usize>,
+    /// The fields sit where [`Standard`] says (Ethernet, IPv4 without options, UDP, BTH):
+    /// serialised by stores at constant offsets.
+    standard: bool,
+}
+
+/// Byte offsets of the fields in Ethernet | IPv4 (no options) | UDP | BTH, as the HAWKEYE
+/// program declares them; [`Layout::new`] checks the program's layout against them.
+struct Standard;
+
+impl Standard {
+    const TOS: usize = 15;
+    const IP_TOTAL_LEN: usize = 16;
+    const IP_TTL: usize = 22;
+    const IP_PROTOCOL: usize = 23;
+    const IP_SRC: usize = 26;
+    const IP_DST: usize = 30;
+    const UDP_SPORT: usize = 34;
+    const UDP_DPORT: usize = 36;
+    const UDP_LEN: usize = 38;
+    const L4: usize = 42;
+    const BTH_OPCODE: usize = 42;
+    const BTH_PKEY: usize = 44;
+    const BTH_QP: usize = 47;
+    const BTH_PSN: usize = 51;
+
+    /// Whether `l` is this layout.
+    fn matches(l: &Layout) -> bool {
+        let at = |p: Pos, at: usize, bytes: u8| p.bytes == bytes && p.at as usize == at;
+        l.tos == Some(Self::TOS)
+            && l.l4_offset() == Self::L4
+            && at(l.ip_total_len, Self::IP_TOTAL_LEN, 2)
+            && at(l.ip_ttl, Self::IP_TTL, 1)
+            && at(l.ip_protocol, Self::IP_PROTOCOL, 1)
+            && at(l.ip_src, Self::IP_SRC, 4)
+            && at(l.ip_dst, Self::IP_DST, 4)
+            && at(l.udp_sport, Self::UDP_SPORT, 2)
+            && at(l.udp_dport, Self::UDP_DPORT, 2)
+            && at(l.udp_len, Self::UDP_LEN, 2)
+            && at(l.bth_opcode, Self::BTH_OPCODE, 1)
+            && at(l.bth_pkey, Self::BTH_PKEY, 2)
+            && at(l.bth_qp, Self::BTH_QP, 3)
+            && at(l.bth_psn, Self::BTH_PSN, 3)
+    }
 }
 
 impl Layout {
     fn new(p: &Program) -> Result<Self, AdapterError> {
         let pos = |header: &'static str, field: &'static str, base: usize| {
             field_layout(p, header, field)
-                .and_then(|(bit, width)| {
-                    Some(Pos {
-                        bit: u32::try_from(base * 8 + bit).ok()?,
-                        width,
-                    })
-                })
+                .and_then(|(bit, width)| Pos::new(base * 8 + bit, width))
                 .ok_or(AdapterError::MissingField { header, field })
         };
         let len = |header: &'static str| {
@@ -242,10 +313,28 @@ impl Layout {
             bth_psn: pos("bth", "psn", l4)?,
             polling_port: constant("POLLING_UDP_PORT")? as u16,
             ethertype_ipv4: constant("ETHERTYPE_IPV4")? as u16,
-            prefix: Vec::new(),
+            prefix: [0; HEAD_BYTES],
             tos: None,
+            standard: false,
         };
-        let mut prefix = vec![0u8; layout.l4_offset()];
+        // Every packet's headers fit the buffer: the longest layer 4 is the polling header,
+        // the BTH or a custom header; a PFC frame is a minimum-size frame.
+        let longest = layout
+            .l4_offset()
+            .saturating_add(
+                layout
+                    .bth_bytes
+                    .max(layout.polling_bytes)
+                    .max(CUSTOM_CAPACITY),
+            )
+            .max(PFC_FRAME_BYTES);
+        if longest > HEAD_BYTES {
+            return Err(AdapterError::HeadersTooLong {
+                bytes: longest,
+                max: HEAD_BYTES,
+            });
+        }
+        let mut prefix = [0u8; HEAD_BYTES];
         put(&mut prefix, layout.eth_dst, 0x02_00_00_00_00_02);
         put(&mut prefix, layout.eth_src, 0x02_00_00_00_00_01);
         put(&mut prefix, layout.eth_type, layout.ethertype_ipv4 as u64);
@@ -256,6 +345,7 @@ impl Layout {
         if dscp.bit % 8 == 0 && dscp.width == 6 && ecn.bit == dscp.bit + 6 && ecn.width == 2 {
             layout.tos = Some(dscp.bit as usize / 8);
         }
+        layout.standard = Standard::matches(&layout);
         Ok(layout)
     }
 
@@ -264,14 +354,30 @@ impl Layout {
     }
 }
 
-#[inline]
+/// Writes the low `pos.width` bits of `value` (big-endian), like [`write_bits`].
+#[inline(always)]
 fn put(buf: &mut [u8], pos: Pos, value: u64) {
-    write_bits(buf, pos.bit as usize, pos.width, value);
+    let at = pos.at as usize;
+    match pos.bytes {
+        1 => buf[at] = value as u8,
+        2 => buf[at..at + 2].copy_from_slice(&(value as u16).to_be_bytes()),
+        3 => buf[at..at + 3].copy_from_slice(&(value as u32).to_be_bytes()[1..]),
+        4 => buf[at..at + 4].copy_from_slice(&(value as u32).to_be_bytes()),
+        _ => write_bits(buf, pos.bit as usize, pos.width, value),
+    }
 }
 
-#[inline]
+/// Reads a field, like [`read_bits`].
+#[inline(always)]
 fn get(buf: &[u8], pos: Pos) -> u64 {
-    read_bits(buf, pos.bit as usize, pos.width)
+    let at = pos.at as usize;
+    match pos.bytes {
+        1 => buf[at] as u64,
+        2 => u16::from_be_bytes([buf[at], buf[at + 1]]) as u64,
+        3 => u32::from_be_bytes([0, buf[at], buf[at + 1], buf[at + 2]]) as u64,
+        4 => u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as u64,
+        _ => read_bits(buf, pos.bit as usize, pos.width),
+    }
 }
 
 /// InfiniBand BTH opcodes (IBTA vol. 1 §9.2, Table 38): RC RDMA WRITE Only, RC Acknowledge;
@@ -288,17 +394,83 @@ enum Shape {
     Polling,
 }
 
+/// What the adapters of one program share on a thread: the header layout and the bridge
+/// packing (read on every pass) and the pass buffers (written on every pass). One copy for
+/// all switches stays in cache however many switches take turns, where a copy per switch
+/// would be found cold on most passes.
+#[derive(Debug)]
+struct Shared {
+    layout: Layout,
+    scratch: RefCell<Scratch>,
+}
+
+/// The buffers of a pass.
+#[derive(Debug)]
+struct Scratch {
+    /// The serialised headers: `buf[..len]`.
+    buf: [u8; HEAD_BYTES],
+    len: usize,
+    ing: PassOutput,
+    eg: PassOutput,
+    cpu: PassOutput,
+}
+
+thread_local! {
+    /// The [`Shared`] parts of this thread's adapters, by program.
+    static SHARED: RefCell<Vec<(std::sync::Weak<Program>, Weak<Shared>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Shared {
+    fn new(p: &Program) -> Result<Shared, AdapterError> {
+        let layout = Layout::new(p)?;
+        let widths: Vec<u8> = p
+            .bridged_fields()
+            .iter()
+            .map(|f| p.field(*f).width)
+            .collect();
+        let bits: u32 = widths.iter().map(|w| *w as u32).sum();
+        if bits > 128 || widths.len() > MAX_CARRIED {
+            return Err(AdapterError::BridgeTooWide { bits });
+        }
+        Ok(Shared {
+            layout,
+            scratch: RefCell::new(Scratch {
+                buf: [0; HEAD_BYTES],
+                len: 0,
+                ing: PassOutput::default(),
+                eg: PassOutput::default(),
+                cpu: PassOutput::default(),
+            }),
+        })
+    }
+
+    /// This thread's shared part for `program`, made on first use.
+    fn of(program: &Arc<Program>) -> Result<Rc<Shared>, AdapterError> {
+        let found = SHARED.with(|all| {
+            let mut all = all.borrow_mut();
+            all.retain(|(p, s)| p.strong_count() > 0 && s.strong_count() > 0);
+            all.iter()
+                .find(|(p, _)| std::ptr::eq(p.as_ptr(), Arc::as_ptr(program)))
+                .and_then(|(_, s)| s.upgrade())
+        });
+        if let Some(s) = found {
+            return Ok(s);
+        }
+        let shared = Rc::new(Shared::new(program)?);
+        SHARED.with(|all| {
+            all.borrow_mut()
+                .push((Arc::downgrade(program), Rc::downgrade(&shared)))
+        });
+        Ok(shared)
+    }
+}
+
 /// The model as a netsim switch pipeline.
 #[derive(Debug)]
 pub struct NetsimAdapter {
     model: SharedModel,
     stats: Rc<Cell<AdapterStats>>,
-    layout: Layout,
-    bridged_widths: Vec<u8>,
-    buf: Vec<u8>,
-    ing: PassOutput,
-    eg: PassOutput,
-    cpu: PassOutput,
+    shared: Rc<Shared>,
 }
 
 impl NetsimAdapter {
@@ -306,30 +478,11 @@ impl NetsimAdapter {
     /// [`Routing::FromInput`] (netsim computes L3/ECMP) and have its multicast groups set
     /// (see [`configure_model`]).
     pub fn new(model: SharedModel) -> Result<Self, AdapterError> {
-        let (layout, bridged_widths) = {
-            let m = model.borrow();
-            let p = m.program();
-            let layout = Layout::new(p)?;
-            let widths: Vec<u8> = p
-                .bridged_fields()
-                .iter()
-                .map(|f| p.field(*f).width)
-                .collect();
-            let bits: u32 = widths.iter().map(|w| *w as u32).sum();
-            if bits > 128 || widths.len() > MAX_CARRIED {
-                return Err(AdapterError::BridgeTooWide { bits });
-            }
-            (layout, widths)
-        };
+        let shared = Shared::of(model.borrow().program_arc())?;
         Ok(NetsimAdapter {
             model,
             stats: Rc::new(Cell::new(AdapterStats::default())),
-            layout,
-            bridged_widths,
-            buf: Vec::with_capacity(128),
-            ing: PassOutput::default(),
-            eg: PassOutput::default(),
-            cpu: PassOutput::default(),
+            shared,
         })
     }
 
@@ -348,12 +501,19 @@ impl NetsimAdapter {
         f(&mut s);
         self.stats.set(s);
     }
+}
 
-    /// Serialises the headers of `packet` into `self.buf`.
-    fn serialise(&mut self, packet: &Packet) -> Shape {
-        let l = &self.layout;
+impl Scratch {
+    /// The serialised headers.
+    #[cfg(test)]
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Serialises the headers of `packet` into `self.buf[..self.len]` (`len` 0 when a PFC
+    /// frame cannot be built).
+    fn serialise(&mut self, l: &Layout, packet: &Packet) -> Shape {
         let buf = &mut self.buf;
-        buf.clear();
         if packet.kind == PacketKind::Pfc {
             // IEEE 802.1Qbb clause 36.1.3.2: MAC control frame with the PFC opcode, the
             // class-enable vector and eight pause times (quanta).
@@ -362,10 +522,13 @@ impl NetsimAdapter {
                 class_enable_vector: packet.pfc_vector,
                 quanta: packet.pfc_quanta,
             };
-            buf.resize(PFC_FRAME_BYTES, 0);
-            if repr.emit(buf).is_err() {
-                buf.clear();
-            }
+            let frame = &mut buf[..PFC_FRAME_BYTES];
+            frame.fill(0);
+            self.len = if repr.emit(frame).is_ok() {
+                PFC_FRAME_BYTES
+            } else {
+                0
+            };
             return Shape::Pfc;
         }
         let polling =
@@ -375,10 +538,50 @@ impl NetsimAdapter {
             PacketKind::Custom if polling => l.polling_bytes,
             _ => packet.custom_len as usize,
         };
-        let total = l.l4_offset() + l4;
-        buf.extend_from_slice(&l.prefix);
-        buf.resize(total, 0);
+        // The fixed fields and zeros everywhere else (the whole buffer at once: a constant
+        // size copy), then the packet's own fields.
+        *buf = l.prefix;
         let t = &packet.tuple;
+        // Lengths describe the wire packet (netsim's size covers Ethernet and FCS).
+        let ip_len = packet.size.saturating_sub((l.eth_bytes + 4) as u32) as u64;
+        if l.standard {
+            // The same stores as below at constant offsets.
+            let u16_at = |buf: &mut [u8; HEAD_BYTES], at: usize, v: u64| {
+                buf[at..at + 2].copy_from_slice(&(v as u16).to_be_bytes());
+            };
+            let u24_at = |buf: &mut [u8; HEAD_BYTES], at: usize, v: u64| {
+                buf[at..at + 3].copy_from_slice(&(v as u32).to_be_bytes()[1..]);
+            };
+            buf[Standard::TOS] = (packet.dscp & 0x3F) << 2 | (packet.ecn & 3);
+            u16_at(buf, Standard::IP_TOTAL_LEN, ip_len.min(0xFFFF));
+            buf[Standard::IP_TTL] = packet.ttl;
+            buf[Standard::IP_PROTOCOL] = t.protocol;
+            buf[Standard::IP_SRC..Standard::IP_SRC + 4].copy_from_slice(&t.src_ip);
+            buf[Standard::IP_DST..Standard::IP_DST + 4].copy_from_slice(&t.dst_ip);
+            u16_at(buf, Standard::UDP_SPORT, t.src_port as u64);
+            let dport = if polling { l.polling_port } else { t.dst_port };
+            u16_at(buf, Standard::UDP_DPORT, dport as u64);
+            let udp_len = ip_len.saturating_sub(l.ip_bytes as u64).min(0xFFFF);
+            u16_at(buf, Standard::UDP_LEN, udp_len);
+            match packet.kind {
+                PacketKind::Data | PacketKind::Ack | PacketKind::Nack | PacketKind::Cnp => {
+                    buf[Standard::BTH_OPCODE] = match packet.kind {
+                        PacketKind::Data => BTH_OPCODE_RC_WRITE_ONLY,
+                        PacketKind::Cnp => BTH_OPCODE_CNP,
+                        _ => BTH_OPCODE_RC_ACK,
+                    } as u8;
+                    u16_at(buf, Standard::BTH_PKEY, 0xFFFF);
+                    u24_at(buf, Standard::BTH_QP, packet.flow as u64);
+                    u24_at(buf, Standard::BTH_PSN, packet.seq);
+                }
+                _ => {
+                    let n = l4.min(packet.custom_len as usize);
+                    buf[Standard::L4..Standard::L4 + n].copy_from_slice(&packet.custom[..n]);
+                }
+            }
+            self.len = Standard::L4 + l4;
+            return if polling { Shape::Polling } else { Shape::Ipv4 };
+        }
         let ip4 = |a: [u8; 4]| u32::from_be_bytes(a) as u64;
         match l.tos {
             Some(at) => buf[at] = (packet.dscp & 0x3F) << 2 | (packet.ecn & 3),
@@ -387,8 +590,6 @@ impl NetsimAdapter {
                 put(buf, l.ip_ecn, packet.ecn as u64);
             }
         }
-        // Lengths describe the wire packet (netsim's size covers Ethernet and FCS).
-        let ip_len = packet.size.saturating_sub((l.eth_bytes + 4) as u32) as u64;
         put(buf, l.ip_total_len, ip_len.min(0xFFFF));
         put(buf, l.ip_ttl, packet.ttl as u64);
         put(buf, l.ip_protocol, t.protocol as u64);
@@ -420,6 +621,7 @@ impl NetsimAdapter {
                 buf[l4_start..l4_start + n].copy_from_slice(&packet.custom[..n]);
             }
         }
+        self.len = l4_start + l4;
         if polling {
             Shape::Polling
         } else {
@@ -438,8 +640,16 @@ impl NetsimAdapter {
         if shape == Shape::Pfc || out.len() != input_len {
             return;
         }
-        packet.dscp = get(out, layout.ip_dscp) as u8;
-        packet.ecn = get(out, layout.ip_ecn) as u8;
+        match layout.tos {
+            Some(at) => {
+                packet.dscp = out[at] >> 2;
+                packet.ecn = out[at] & 3;
+            }
+            None => {
+                packet.dscp = get(out, layout.ip_dscp) as u8;
+                packet.ecn = get(out, layout.ip_ecn) as u8;
+            }
+        }
         packet.ttl = get(out, layout.ip_ttl) as u8;
         if shape == Shape::Polling {
             let start = layout.l4_offset();
@@ -447,40 +657,22 @@ impl NetsimAdapter {
             packet.custom[..n].copy_from_slice(&out[start..start + n]);
         }
     }
-
-    fn pack_bridge(&self, carried: &Carried) -> [u64; 2] {
-        let mut acc: u128 = 0;
-        let mut shift = 0u32;
-        for (i, w) in self.bridged_widths.iter().enumerate() {
-            let m = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
-            acc |= ((carried.values[i] & m) as u128) << shift;
-            shift += *w as u32;
-        }
-        [acc as u64, (acc >> 64) as u64]
-    }
-
-    fn unpack_bridge(&self, bridge: [u64; 2]) -> Carried {
-        let acc = bridge[0] as u128 | (bridge[1] as u128) << 64;
-        let mut c = Carried::default();
-        let mut shift = 0u32;
-        for (i, w) in self.bridged_widths.iter().enumerate() {
-            let m = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
-            c.values[i] = (acc >> shift) as u64 & m;
-            shift += *w as u32;
-        }
-        c
-    }
 }
 
 impl SwitchPipeline for NetsimAdapter {
     fn ingress(&mut self, meta: &IngressMeta, packet: &mut Packet, actions: &mut IngressActions) {
-        let shape = self.serialise(packet);
-        if self.buf.is_empty() {
+        let shared = &*self.shared;
+        let Ok(mut scratch) = shared.scratch.try_borrow_mut() else {
+            self.bump(|s| s.busy += 1);
+            return;
+        };
+        let sc = &mut *scratch;
+        let shape = sc.serialise(&shared.layout, packet);
+        if sc.len == 0 {
             self.bump(|s| s.errors += 1);
             return;
         }
-        let model = Rc::clone(&self.model);
-        let Ok(mut model) = model.try_borrow_mut() else {
+        let Ok(mut model) = self.model.try_borrow_mut() else {
             self.bump(|s| s.busy += 1);
             return;
         };
@@ -489,16 +681,18 @@ impl SwitchPipeline for NetsimAdapter {
             tstamp_ns: meta.ingress_tstamp_ns,
             routed_egress_port: meta.routed_egress_port,
         };
-        if model.ingress(&self.buf, &input, &mut self.ing).is_err() {
+        let mut bridge = [0u64; 2];
+        let Ok(same) = model.ingress_packed(&sc.buf[..sc.len], &input, &mut sc.ing, &mut bridge)
+        else {
             drop(model);
             self.bump(|s| s.errors += 1);
             return;
-        }
+        };
         let mut stats = self.stats.get();
         stats.ingress += 1;
         let wire_len = packet.size.min(u16::MAX as u32) as u16;
         // Ingress clone (polling copy for the CPU): run the clone's egress pass now.
-        if let Some(carried) = self.ing.clone {
+        if let Some(carried) = sc.ing.clone {
             let cpu_port = model.cpu_port();
             let e = EgressInput {
                 ingress_port: meta.ingress_port,
@@ -508,10 +702,10 @@ impl SwitchPipeline for NetsimAdapter {
                 enq_qdepth: 0,
                 packet_length: wire_len,
             };
-            match model.egress(&self.ing.clone_bytes, &e, &carried, &mut self.cpu) {
-                Ok(()) if !self.cpu.dropped => {
+            match model.egress(&sc.ing.clone_bytes, &e, &carried, &mut sc.cpu) {
+                Ok(()) if !sc.cpu.dropped => {
                     actions.to_cpu = true;
-                    actions.cpu_payload = Some(self.cpu.bytes.clone());
+                    actions.cpu_payload = Some(sc.cpu.bytes.clone());
                     stats.cpu_copies += 1;
                 }
                 Ok(()) => {}
@@ -524,11 +718,11 @@ impl SwitchPipeline for NetsimAdapter {
             self.stats.set(stats);
             return;
         }
-        if self.ing.dropped {
+        if sc.ing.dropped {
             actions.drop = true;
             stats.dropped += 1;
         } else {
-            match self.ing.forward {
+            match sc.ing.forward {
                 Forward::None => {
                     actions.drop = true;
                     stats.dropped += 1;
@@ -552,19 +746,29 @@ impl SwitchPipeline for NetsimAdapter {
             }
         }
         drop(model);
-        Self::write_back(&self.layout, shape, self.buf.len(), &self.ing.bytes, packet);
-        packet.bridge = self.pack_bridge(&self.ing.bridged);
+        // Unchanged headers: the output packet is the input.
+        let out = if same {
+            &sc.buf[..sc.len]
+        } else {
+            &sc.ing.bytes
+        };
+        Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
+        packet.bridge = bridge;
         self.stats.set(stats);
     }
 
     fn egress(&mut self, meta: &EgressMeta, packet: &mut Packet, actions: &mut EgressActions) {
-        let shape = self.serialise(packet);
-        if self.buf.is_empty() || shape == Shape::Pfc {
+        let shared = &*self.shared;
+        let Ok(mut scratch) = shared.scratch.try_borrow_mut() else {
+            self.bump(|s| s.busy += 1);
+            return;
+        };
+        let sc = &mut *scratch;
+        let shape = sc.serialise(&shared.layout, packet);
+        if sc.len == 0 || shape == Shape::Pfc {
             return;
         }
-        let carried = self.unpack_bridge(packet.bridge);
-        let model = Rc::clone(&self.model);
-        let Ok(mut model) = model.try_borrow_mut() else {
+        let Ok(mut model) = self.model.try_borrow_mut() else {
             self.bump(|s| s.busy += 1);
             return;
         };
@@ -576,17 +780,15 @@ impl SwitchPipeline for NetsimAdapter {
             enq_qdepth: qdepth_cells(meta.enq_qdepth_bytes),
             packet_length: packet.size.min(u16::MAX as u32) as u16,
         };
-        if model
-            .egress(&self.buf, &input, &carried, &mut self.eg)
-            .is_err()
-        {
+        let Ok(same) = model.egress_packed(&sc.buf[..sc.len], &input, packet.bridge, &mut sc.eg)
+        else {
             drop(model);
             self.bump(|s| s.errors += 1);
             return;
-        }
+        };
         let mut stats = self.stats.get();
         stats.egress += 1;
-        if let Some(c) = self.eg.clone {
+        if let Some(c) = sc.eg.clone {
             // Egress clone (flow eviction report): the copy's own egress pass at the CPU
             // port prepends the report header.
             let e = EgressInput {
@@ -594,10 +796,10 @@ impl SwitchPipeline for NetsimAdapter {
                 enq_qdepth: 0,
                 ..input
             };
-            match model.egress(&self.eg.clone_bytes, &e, &c, &mut self.cpu) {
-                Ok(()) if !self.cpu.dropped => {
+            match model.egress(&sc.eg.clone_bytes, &e, &c, &mut sc.cpu) {
+                Ok(()) if !sc.cpu.dropped => {
                     actions.to_cpu = true;
-                    actions.cpu_payload = Some(self.cpu.bytes.clone());
+                    actions.cpu_payload = Some(sc.cpu.bytes.clone());
                     stats.cpu_copies += 1;
                 }
                 Ok(()) => {}
@@ -605,11 +807,16 @@ impl SwitchPipeline for NetsimAdapter {
             }
         }
         drop(model);
-        if self.eg.dropped {
+        if sc.eg.dropped {
             actions.drop = true;
             stats.dropped += 1;
         }
-        Self::write_back(&self.layout, shape, self.buf.len(), &self.eg.bytes, packet);
+        let out = if same {
+            &sc.buf[..sc.len]
+        } else {
+            &sc.eg.bytes
+        };
+        Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
         self.stats.set(stats);
     }
 }
@@ -808,43 +1015,42 @@ mod tests {
     }
 
     #[test]
-    fn bridged_metadata_round_trips_through_packet_bridge() {
+    fn bridged_metadata_fits_packet_bridge() {
         let a = adapter();
-        let mut c = Carried::default();
-        for (i, w) in a.bridged_widths.iter().enumerate() {
-            let mask = if *w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
-            c.values[i] = (mask ^ (i as u64)) & mask;
-        }
-        let back = a.unpack_bridge(a.pack_bridge(&c));
-        assert_eq!(back.values, c.values);
         assert!(bridged_bits(a.model.borrow().program()) <= 128);
     }
 
     #[test]
     fn serialised_headers_carry_tos_ttl_ports_and_polling_port() {
-        let mut a = adapter();
+        let a = adapter();
+        let l = a.shared.layout.clone();
+        let mut scratch = a.shared.scratch.borrow_mut();
+        let sc = &mut *scratch;
         let mut packet = Packet::new(PacketKind::Data);
         packet.dscp = 26;
         packet.ecn = 2;
         packet.ttl = 61;
         packet.size = 1062;
         packet.tuple = "11.0.0.1:49152->11.0.1.1".parse().expect("tuple");
-        assert_eq!(a.serialise(&packet), Shape::Ipv4);
-        let l = a.layout.clone();
-        assert_eq!(a.buf.len(), l.l4_offset() + l.bth_bytes);
-        assert_eq!(a.buf[l.eth_bytes + 1], 26 << 2 | 2, "TOS = dscp << 2 | ecn");
-        assert_eq!(get(&a.buf, l.ip_ttl), 61);
-        assert_eq!(get(&a.buf, l.udp_sport), 49152);
-        assert_eq!(get(&a.buf, l.ip_total_len), 1062 - 18);
+        assert_eq!(sc.serialise(&l, &packet), Shape::Ipv4);
+        assert_eq!(sc.bytes().len(), l.l4_offset() + l.bth_bytes);
+        assert_eq!(
+            sc.buf[l.eth_bytes + 1],
+            26 << 2 | 2,
+            "TOS = dscp << 2 | ecn"
+        );
+        assert_eq!(get(&sc.buf, l.ip_ttl), 61);
+        assert_eq!(get(&sc.buf, l.udp_sport), 49152);
+        assert_eq!(get(&sc.buf, l.ip_total_len), 1062 - 18);
         packet.kind = PacketKind::Custom;
         packet.custom_len = l.polling_bytes as u8;
-        assert_eq!(a.serialise(&packet), Shape::Polling);
-        assert_eq!(get(&a.buf, l.udp_dport), l.polling_port as u64);
+        assert_eq!(sc.serialise(&l, &packet), Shape::Polling);
+        assert_eq!(get(&sc.buf, l.udp_dport), l.polling_port as u64);
         packet.kind = PacketKind::Pfc;
         packet.pfc_vector = 0b1000;
         packet.pfc_quanta[3] = 0xFFFF;
-        assert_eq!(a.serialise(&packet), Shape::Pfc);
-        assert_eq!(a.buf.len(), PFC_FRAME_BYTES);
+        assert_eq!(sc.serialise(&l, &packet), Shape::Pfc);
+        assert_eq!(sc.bytes().len(), PFC_FRAME_BYTES);
         assert!(
             configure_model(&mut a.model.borrow_mut(), "s", &[10.0]).is_err(),
             "10G has no quanta conversion"

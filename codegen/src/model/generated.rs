@@ -736,94 +736,127 @@ return;
 }
 
 fn tor_parse(st: &mut State, code: &Code, packet: &[u8]) {
-let mut offset = 0usize;
-let mut last: i32 = -1;
-let mut state = 0usize;
-loop {
-match state {
-0 => {
-if offset + 14 > packet.len() { break; }
-st.phv[23] = extract(packet, offset, 12, 96, 48, 16);
-st.extracted(1, offset, &mut last);
-offset += 14;
-state = match st.phv[23] {
-0x8808 => 1,
-0x800 => 2,
-_ => break,
-};
+if packet.len() < 14 {
+st.parse_done(code, 0);
+return;
 }
-1 => {
-if offset + 20 > packet.len() { break; }
-st.phv[24] = extract(packet, offset, 0, 0, 48, 16);
-st.phv[25] = extract(packet, offset, 2, 16, 48, 16);
-st.phv[26] = extract(packet, offset, 4, 32, 48, 16);
-st.phv[27] = extract(packet, offset, 6, 48, 48, 16);
-st.phv[28] = extract(packet, offset, 8, 64, 48, 16);
-st.phv[29] = extract(packet, offset, 10, 80, 48, 16);
-st.phv[30] = extract(packet, offset, 12, 96, 48, 16);
-st.phv[31] = extract(packet, offset, 14, 112, 48, 16);
-st.phv[32] = extract(packet, offset, 16, 128, 48, 16);
-st.phv[33] = extract(packet, offset, 18, 144, 48, 16);
-st.extracted(2, offset, &mut last);
-offset += 20;
-break;
+st.phv[23] = extract(packet, 0, 12, 96, 48, 16);
+match st.phv[23] {
+0x8808 => {
+if packet.len() < 34 {
+st.valid |= 0x2; st.parsed |= 0x2;
+st.offsets[1] = 0;
+st.parse_done(code, 14);
+return;
 }
-2 => {
-if offset + 20 > packet.len() { break; }
-st.phv[36] = extract(packet, offset, 1, 8, 58, 6);
-st.phv[38] = extract(packet, offset, 2, 16, 48, 16);
-st.phv[43] = extract(packet, offset, 9, 72, 56, 8);
-st.phv[45] = extract(packet, offset, 12, 96, 32, 32);
-st.phv[46] = extract(packet, offset, 16, 128, 32, 32);
-st.extracted(3, offset, &mut last);
-offset += 20;
-state = match st.phv[43] {
-0x11 => 3,
-_ => break,
-};
+st.phv[24] = extract(packet, 14, 0, 0, 48, 16);
+st.phv[25] = extract(packet, 14, 2, 16, 48, 16);
+st.phv[26] = extract(packet, 14, 4, 32, 48, 16);
+st.phv[27] = extract(packet, 14, 6, 48, 48, 16);
+st.phv[28] = extract(packet, 14, 8, 64, 48, 16);
+st.phv[29] = extract(packet, 14, 10, 80, 48, 16);
+st.phv[30] = extract(packet, 14, 12, 96, 48, 16);
+st.phv[31] = extract(packet, 14, 14, 112, 48, 16);
+st.phv[32] = extract(packet, 14, 16, 128, 48, 16);
+st.phv[33] = extract(packet, 14, 18, 144, 48, 16);
+st.valid |= 0x6; st.parsed |= 0x6;
+st.offsets[1] = 0;
+st.offsets[2] = 14;
+st.parse_done(code, 34);
 }
-3 => {
-if offset + 8 > packet.len() { break; }
-st.phv[47] = extract(packet, offset, 0, 0, 48, 16);
-st.phv[48] = extract(packet, offset, 2, 16, 48, 16);
-st.extracted(4, offset, &mut last);
-offset += 8;
-state = match st.phv[48] {
-0x12B7 => 4,
-0x6888 => 5,
-_ => break,
-};
+0x800 => {
+if packet.len() < 34 {
+st.valid |= 0x2; st.parsed |= 0x2;
+st.offsets[1] = 0;
+st.parse_done(code, 14);
+return;
 }
-4 => {
-if offset + 12 > packet.len() { break; }
-st.extracted(5, offset, &mut last);
-offset += 12;
-break;
+st.phv[36] = extract(packet, 14, 1, 8, 58, 6);
+st.phv[38] = extract(packet, 14, 2, 16, 48, 16);
+st.phv[43] = extract(packet, 14, 9, 72, 56, 8);
+st.phv[45] = extract(packet, 14, 12, 96, 32, 32);
+st.phv[46] = extract(packet, 14, 16, 128, 32, 32);
+match st.phv[43] {
+0x11 => {
+if packet.len() < 42 {
+st.valid |= 0xA; st.parsed |= 0xA;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.parse_done(code, 34);
+return;
 }
-5 => {
-if offset + 40 > packet.len() { break; }
-st.phv[59] = extract(packet, offset, 0, 0, 56, 8);
-st.phv[61] = extract(packet, offset, 1, 14, 56, 2);
-st.phv[62] = extract(packet, offset, 2, 16, 56, 8);
-st.phv[63] = extract(packet, offset, 3, 24, 56, 8);
-st.phv[64] = extract(packet, offset, 4, 32, 0, 64);
-st.phv[65] = extract(packet, offset, 12, 96, 32, 32);
-st.phv[66] = extract(packet, offset, 16, 128, 32, 32);
-st.phv[67] = extract(packet, offset, 20, 160, 48, 16);
-st.phv[68] = extract(packet, offset, 22, 176, 48, 16);
-st.phv[70] = extract(packet, offset, 25, 200, 56, 8);
-st.phv[71] = extract(packet, offset, 26, 208, 48, 16);
-st.phv[72] = extract(packet, offset, 28, 224, 48, 16);
-st.phv[73] = extract(packet, offset, 30, 240, 56, 8);
-st.phv[75] = extract(packet, offset, 32, 256, 0, 64);
-st.extracted(6, offset, &mut last);
-offset += 40;
-break;
+st.phv[47] = extract(packet, 34, 0, 0, 48, 16);
+st.phv[48] = extract(packet, 34, 2, 16, 48, 16);
+match st.phv[48] {
+0x12B7 => {
+if packet.len() < 54 {
+st.valid |= 0x1A; st.parsed |= 0x1A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.parse_done(code, 42);
+return;
 }
-_ => break,
+st.valid |= 0x3A; st.parsed |= 0x3A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.offsets[5] = 42;
+st.parse_done(code, 54);
+}
+0x6888 => {
+if packet.len() < 82 {
+st.valid |= 0x1A; st.parsed |= 0x1A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.parse_done(code, 42);
+return;
+}
+st.phv[59] = extract(packet, 42, 0, 0, 56, 8);
+st.phv[61] = extract(packet, 42, 1, 14, 56, 2);
+st.phv[62] = extract(packet, 42, 2, 16, 56, 8);
+st.phv[63] = extract(packet, 42, 3, 24, 56, 8);
+st.phv[64] = extract(packet, 42, 4, 32, 0, 64);
+st.phv[65] = extract(packet, 42, 12, 96, 32, 32);
+st.phv[66] = extract(packet, 42, 16, 128, 32, 32);
+st.phv[67] = extract(packet, 42, 20, 160, 48, 16);
+st.phv[68] = extract(packet, 42, 22, 176, 48, 16);
+st.phv[70] = extract(packet, 42, 25, 200, 56, 8);
+st.phv[71] = extract(packet, 42, 26, 208, 48, 16);
+st.phv[72] = extract(packet, 42, 28, 224, 48, 16);
+st.phv[73] = extract(packet, 42, 30, 240, 56, 8);
+st.phv[75] = extract(packet, 42, 32, 256, 0, 64);
+st.valid |= 0x5A; st.parsed |= 0x5A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.offsets[6] = 42;
+st.parse_done(code, 82);
+}
+_ => {
+st.valid |= 0x1A; st.parsed |= 0x1A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.parse_done(code, 42);
 }
 }
-st.parse_done(code, offset);
+}
+_ => {
+st.valid |= 0xA; st.parsed |= 0xA;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.parse_done(code, 34);
+}
+}
+}
+_ => {
+st.valid |= 0x2; st.parsed |= 0x2;
+st.offsets[1] = 0;
+st.parse_done(code, 14);
+}
+}
 }
 
 fn tor_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
@@ -1524,94 +1557,127 @@ return;
 }
 
 fn fabric_parse(st: &mut State, code: &Code, packet: &[u8]) {
-let mut offset = 0usize;
-let mut last: i32 = -1;
-let mut state = 0usize;
-loop {
-match state {
-0 => {
-if offset + 14 > packet.len() { break; }
-st.phv[23] = extract(packet, offset, 12, 96, 48, 16);
-st.extracted(1, offset, &mut last);
-offset += 14;
-state = match st.phv[23] {
-0x8808 => 1,
-0x800 => 2,
-_ => break,
-};
+if packet.len() < 14 {
+st.parse_done(code, 0);
+return;
 }
-1 => {
-if offset + 20 > packet.len() { break; }
-st.phv[24] = extract(packet, offset, 0, 0, 48, 16);
-st.phv[25] = extract(packet, offset, 2, 16, 48, 16);
-st.phv[26] = extract(packet, offset, 4, 32, 48, 16);
-st.phv[27] = extract(packet, offset, 6, 48, 48, 16);
-st.phv[28] = extract(packet, offset, 8, 64, 48, 16);
-st.phv[29] = extract(packet, offset, 10, 80, 48, 16);
-st.phv[30] = extract(packet, offset, 12, 96, 48, 16);
-st.phv[31] = extract(packet, offset, 14, 112, 48, 16);
-st.phv[32] = extract(packet, offset, 16, 128, 48, 16);
-st.phv[33] = extract(packet, offset, 18, 144, 48, 16);
-st.extracted(2, offset, &mut last);
-offset += 20;
-break;
+st.phv[23] = extract(packet, 0, 12, 96, 48, 16);
+match st.phv[23] {
+0x8808 => {
+if packet.len() < 34 {
+st.valid |= 0x2; st.parsed |= 0x2;
+st.offsets[1] = 0;
+st.parse_done(code, 14);
+return;
 }
-2 => {
-if offset + 20 > packet.len() { break; }
-st.phv[36] = extract(packet, offset, 1, 8, 58, 6);
-st.phv[38] = extract(packet, offset, 2, 16, 48, 16);
-st.phv[43] = extract(packet, offset, 9, 72, 56, 8);
-st.phv[45] = extract(packet, offset, 12, 96, 32, 32);
-st.phv[46] = extract(packet, offset, 16, 128, 32, 32);
-st.extracted(3, offset, &mut last);
-offset += 20;
-state = match st.phv[43] {
-0x11 => 3,
-_ => break,
-};
+st.phv[24] = extract(packet, 14, 0, 0, 48, 16);
+st.phv[25] = extract(packet, 14, 2, 16, 48, 16);
+st.phv[26] = extract(packet, 14, 4, 32, 48, 16);
+st.phv[27] = extract(packet, 14, 6, 48, 48, 16);
+st.phv[28] = extract(packet, 14, 8, 64, 48, 16);
+st.phv[29] = extract(packet, 14, 10, 80, 48, 16);
+st.phv[30] = extract(packet, 14, 12, 96, 48, 16);
+st.phv[31] = extract(packet, 14, 14, 112, 48, 16);
+st.phv[32] = extract(packet, 14, 16, 128, 48, 16);
+st.phv[33] = extract(packet, 14, 18, 144, 48, 16);
+st.valid |= 0x6; st.parsed |= 0x6;
+st.offsets[1] = 0;
+st.offsets[2] = 14;
+st.parse_done(code, 34);
 }
-3 => {
-if offset + 8 > packet.len() { break; }
-st.phv[47] = extract(packet, offset, 0, 0, 48, 16);
-st.phv[48] = extract(packet, offset, 2, 16, 48, 16);
-st.extracted(4, offset, &mut last);
-offset += 8;
-state = match st.phv[48] {
-0x12B7 => 4,
-0x6888 => 5,
-_ => break,
-};
+0x800 => {
+if packet.len() < 34 {
+st.valid |= 0x2; st.parsed |= 0x2;
+st.offsets[1] = 0;
+st.parse_done(code, 14);
+return;
 }
-4 => {
-if offset + 12 > packet.len() { break; }
-st.extracted(5, offset, &mut last);
-offset += 12;
-break;
+st.phv[36] = extract(packet, 14, 1, 8, 58, 6);
+st.phv[38] = extract(packet, 14, 2, 16, 48, 16);
+st.phv[43] = extract(packet, 14, 9, 72, 56, 8);
+st.phv[45] = extract(packet, 14, 12, 96, 32, 32);
+st.phv[46] = extract(packet, 14, 16, 128, 32, 32);
+match st.phv[43] {
+0x11 => {
+if packet.len() < 42 {
+st.valid |= 0xA; st.parsed |= 0xA;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.parse_done(code, 34);
+return;
 }
-5 => {
-if offset + 40 > packet.len() { break; }
-st.phv[59] = extract(packet, offset, 0, 0, 56, 8);
-st.phv[61] = extract(packet, offset, 1, 14, 56, 2);
-st.phv[62] = extract(packet, offset, 2, 16, 56, 8);
-st.phv[63] = extract(packet, offset, 3, 24, 56, 8);
-st.phv[64] = extract(packet, offset, 4, 32, 0, 64);
-st.phv[65] = extract(packet, offset, 12, 96, 32, 32);
-st.phv[66] = extract(packet, offset, 16, 128, 32, 32);
-st.phv[67] = extract(packet, offset, 20, 160, 48, 16);
-st.phv[68] = extract(packet, offset, 22, 176, 48, 16);
-st.phv[70] = extract(packet, offset, 25, 200, 56, 8);
-st.phv[71] = extract(packet, offset, 26, 208, 48, 16);
-st.phv[72] = extract(packet, offset, 28, 224, 48, 16);
-st.phv[73] = extract(packet, offset, 30, 240, 56, 8);
-st.phv[75] = extract(packet, offset, 32, 256, 0, 64);
-st.extracted(6, offset, &mut last);
-offset += 40;
-break;
+st.phv[47] = extract(packet, 34, 0, 0, 48, 16);
+st.phv[48] = extract(packet, 34, 2, 16, 48, 16);
+match st.phv[48] {
+0x12B7 => {
+if packet.len() < 54 {
+st.valid |= 0x1A; st.parsed |= 0x1A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.parse_done(code, 42);
+return;
 }
-_ => break,
+st.valid |= 0x3A; st.parsed |= 0x3A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.offsets[5] = 42;
+st.parse_done(code, 54);
+}
+0x6888 => {
+if packet.len() < 82 {
+st.valid |= 0x1A; st.parsed |= 0x1A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.parse_done(code, 42);
+return;
+}
+st.phv[59] = extract(packet, 42, 0, 0, 56, 8);
+st.phv[61] = extract(packet, 42, 1, 14, 56, 2);
+st.phv[62] = extract(packet, 42, 2, 16, 56, 8);
+st.phv[63] = extract(packet, 42, 3, 24, 56, 8);
+st.phv[64] = extract(packet, 42, 4, 32, 0, 64);
+st.phv[65] = extract(packet, 42, 12, 96, 32, 32);
+st.phv[66] = extract(packet, 42, 16, 128, 32, 32);
+st.phv[67] = extract(packet, 42, 20, 160, 48, 16);
+st.phv[68] = extract(packet, 42, 22, 176, 48, 16);
+st.phv[70] = extract(packet, 42, 25, 200, 56, 8);
+st.phv[71] = extract(packet, 42, 26, 208, 48, 16);
+st.phv[72] = extract(packet, 42, 28, 224, 48, 16);
+st.phv[73] = extract(packet, 42, 30, 240, 56, 8);
+st.phv[75] = extract(packet, 42, 32, 256, 0, 64);
+st.valid |= 0x5A; st.parsed |= 0x5A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.offsets[6] = 42;
+st.parse_done(code, 82);
+}
+_ => {
+st.valid |= 0x1A; st.parsed |= 0x1A;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.offsets[4] = 34;
+st.parse_done(code, 42);
 }
 }
-st.parse_done(code, offset);
+}
+_ => {
+st.valid |= 0xA; st.parsed |= 0xA;
+st.offsets[1] = 0;
+st.offsets[3] = 14;
+st.parse_done(code, 34);
+}
+}
+}
+_ => {
+st.valid |= 0x2; st.parsed |= 0x2;
+st.offsets[1] = 0;
+st.parse_done(code, 14);
+}
+}
 }
 
 fn fabric_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
@@ -1632,6 +1698,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x21B55826515786A5, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
-Native { fingerprint: 0x2F1A0F3E49CD7AF2, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
+Native { fingerprint: 0x56C1155E8175F950, ingress: tor_ingress, egress: tor_egress, parse: tor_parse },
+Native { fingerprint: 0xEBA01DE63D7D4960, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse },
 ];

@@ -461,9 +461,139 @@ fn function(
     Ok(())
 }
 
+/// Most parser states on one path from the start state, and most paths, for which the
+/// parser is emitted as a tree with constant offsets (a forward-only parser is a DAG; the
+/// tree repeats a state reached by several paths).
+const PARSE_TREE_DEPTH: usize = 16;
+const PARSE_TREE_NODES: usize = 256;
+
 /// The parser: [`State::parse`] with each state's header size, fields and select cases
-/// as constants.
+/// as constants. When the parser unrolls into a small tree (every state at the constant
+/// offset of its path) the function is that tree: each header is checked against the
+/// packet's length once and its fields are read at constant offsets, and the headers a
+/// path extracted are recorded once where it ends; otherwise it is a loop over states.
 fn parser(code: &Code, name: &str, out: &mut String) {
+    let mut nodes = 0usize;
+    if tree_fits(code, 0, 0, &mut nodes) {
+        let _ = writeln!(
+            out,
+            "fn {name}(st: &mut State, code: &Code, packet: &[u8]) {{"
+        );
+        parse_node(code, 0, 0, &mut Vec::new(), out);
+        let _ = writeln!(out, "}}\n");
+        return;
+    }
+    parser_loop(code, name, out);
+}
+
+/// Whether the parser from `state` unrolls into at most [`PARSE_TREE_NODES`] nodes, no
+/// path longer than [`PARSE_TREE_DEPTH`].
+fn tree_fits(code: &Code, state: usize, depth: usize, nodes: &mut usize) -> bool {
+    *nodes += 1;
+    if depth >= PARSE_TREE_DEPTH || *nodes > PARSE_TREE_NODES {
+        return false;
+    }
+    let Some(s) = code.parser.get(state) else {
+        return true;
+    };
+    match s.kind {
+        GOTO => tree_fits(code, s.next as usize, depth + 1, nodes),
+        SELECT => code.pcases[s.cases as usize..s.cases_end as usize]
+            .iter()
+            .filter(|(_, t)| *t != NO_SLOT)
+            .all(|(_, t)| tree_fits(code, *t as usize, depth + 1, nodes)),
+        _ => true,
+    }
+}
+
+/// Where a path of the parser tree ends: [`State::extracted`] for each header it
+/// extracted (`path`: header, offset), then [`State::parse_done`].
+fn parse_end(path: &[(u8, usize)], offset: usize, out: &mut String) {
+    let mask: u64 = path.iter().fold(0, |m, (h, _)| m | 1 << h);
+    if mask != 0 {
+        let _ = writeln!(
+            out,
+            "st.valid |= {}; st.parsed |= {};",
+            hex(mask),
+            hex(mask)
+        );
+    }
+    let mut last: i32 = -1;
+    let mut in_order = true;
+    for (h, at) in path {
+        let _ = writeln!(out, "st.offsets[{h}] = {at};");
+        in_order &= (*h as i32) >= last;
+        last = *h as i32;
+    }
+    if !in_order {
+        let _ = writeln!(out, "st.in_order = false;");
+    }
+    let _ = writeln!(out, "st.parse_done(code, {offset});");
+}
+
+/// The parser tree from `state` at byte `offset` after the headers of `path`.
+fn parse_node(
+    code: &Code,
+    state: usize,
+    offset: usize,
+    path: &mut Vec<(u8, usize)>,
+    out: &mut String,
+) {
+    let Some(s) = code.parser.get(state) else {
+        parse_end(path, offset, out);
+        return;
+    };
+    let mut offset = offset;
+    let depth = path.len();
+    if s.header != NO_HEADER {
+        let end = offset + s.bytes as usize;
+        let _ = writeln!(out, "if packet.len() < {end} {{");
+        parse_end(path, offset, out);
+        let _ = writeln!(out, "return;\n}}");
+        for f in &code.pfields[s.fields as usize..s.fields_end as usize] {
+            let _ = writeln!(
+                out,
+                "{} = extract(packet, {offset}, {}, {}, {}, {});",
+                phv(f.phv),
+                f.byte,
+                f.bit,
+                f.shift,
+                f.width
+            );
+        }
+        path.push((s.header, offset));
+        offset = end;
+    }
+    match s.kind {
+        GOTO => parse_node(code, s.next as usize, offset, path, out),
+        SELECT => {
+            let _ = writeln!(out, "match {} {{", phv(s.select));
+            let mut seen = Vec::new();
+            for (v, t) in &code.pcases[s.cases as usize..s.cases_end as usize] {
+                // The first case of a value wins.
+                if seen.contains(v) {
+                    continue;
+                }
+                seen.push(*v);
+                let _ = writeln!(out, "{} => {{", hex(*v));
+                if *t == NO_SLOT {
+                    parse_end(path, offset, out);
+                } else {
+                    parse_node(code, *t as usize, offset, path, out);
+                }
+                let _ = writeln!(out, "}}");
+            }
+            let _ = writeln!(out, "_ => {{");
+            parse_end(path, offset, out);
+            let _ = writeln!(out, "}}\n}}");
+        }
+        _ => parse_end(path, offset, out),
+    }
+    path.truncate(depth);
+}
+
+/// The parser as a loop over states (parsers too large for a tree).
+fn parser_loop(code: &Code, name: &str, out: &mut String) {
     let _ = writeln!(
         out,
         "fn {name}(st: &mut State, code: &Code, packet: &[u8]) {{\n\
@@ -712,9 +842,28 @@ mod tests {
             let mut interpreted =
                 Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("model");
             interpreted.interpreted = true;
+            // The netsim adapter's passes (bridged fields packed, no copy of unchanged
+            // headers) on a third model.
+            let mut packed =
+                Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("model");
             assert!(native.is_native() && !interpreted.is_native(), "{name}");
             configure_model(&mut native, name, &speeds).expect("configure");
             configure_model(&mut interpreted, name, &speeds).expect("configure");
+            configure_model(&mut packed, name, &speeds).expect("configure");
+            let widths: Vec<u32> = p
+                .bridged_fields()
+                .iter()
+                .map(|f| p.field(*f).width as u32)
+                .collect();
+            let pack = |c: &Carried| {
+                let (mut acc, mut shift) = (0u128, 0u32);
+                for (v, w) in c.values.iter().zip(&widths) {
+                    acc |= ((v & mask(*w as u8)) as u128) << shift;
+                    shift += w;
+                }
+                [acc as u64, (acc >> 64) as u64]
+            };
+            let (mut pi, mut pe) = (PassOutput::default(), PassOutput::default());
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ name.len() as u64);
             let flows: Vec<FiveTuple> = (0..300)
                 .map(|_| {
@@ -750,6 +899,20 @@ mod tests {
                     .ingress(&bytes, &input, &mut b)
                     .expect("ingress");
                 same("ingress", n, &a, &b);
+                let mut bridge = [0u64; 2];
+                let unchanged = packed
+                    .ingress_packed(&bytes, &input, &mut pi, &mut bridge)
+                    .expect("ingress");
+                let packed_bytes = if unchanged {
+                    bytes.clone()
+                } else {
+                    pi.bytes.clone()
+                };
+                assert_eq!(packed_bytes, a.bytes, "packed ingress bytes, packet {n}");
+                assert_eq!(bridge, pack(&a.bridged), "packed bridge, packet {n}");
+                pi.bytes = a.bytes.clone();
+                pi.bridged = a.bridged;
+                same("packed ingress", n, &pi, &a);
                 let queue = rng.below(8) as u8;
                 let cpu = EgressInput {
                     ingress_port: port,
@@ -795,6 +958,13 @@ mod tests {
                         .egress(&b.bytes, &e, &b.bridged, &mut eb)
                         .expect("egress");
                     same("egress", n, &ea, &eb);
+                    let unchanged = packed
+                        .egress_packed(&packed_bytes, &e, bridge, &mut pe)
+                        .expect("egress");
+                    if unchanged {
+                        pe.bytes = packed_bytes.clone();
+                    }
+                    same("packed egress", n, &pe, &ea);
                     if let Some(c) = ea.clone {
                         seen[2] += 1;
                         let e = EgressInput {
@@ -813,9 +983,11 @@ mod tests {
                 }
                 if n % 1000 == 999 {
                     same_registers(&p, &native, &interpreted, n);
+                    same_registers(&p, &native, &packed, n);
                 }
             }
             same_registers(&p, &native, &interpreted, 30_000);
+            same_registers(&p, &native, &packed, 30_000);
             assert!(
                 seen.iter().all(|s| *s > 0),
                 "{name}: events reached {seen:?}"
