@@ -315,27 +315,23 @@ impl IncidentBuilder {
     /// force, reported as port status).
     pub fn paused_at_collection(&mut self, switch: &str, toward: &str) -> &mut Self {
         let until_ns = self.epoch_start(self.epochs) + self.epoch_ns;
-        match port_towards(&self.topology, switch, toward) {
-            Some(port) => self
-                .paused_now
-                .entry(port.node)
-                .or_default()
-                .push(PausedPort {
-                    port: port.port,
-                    priorities: 1 << 3,
-                    in_force: true,
-                    until_ns,
-                }),
-            None => self
-                .errors
-                .push(format!("{switch} has no link toward {toward}")),
-        }
-        self
+        self.port_status(switch, toward, true, until_ns)
     }
 
     /// `switch` reports (port status) that the pause of its port toward `toward` ended at
     /// `until_ns` — no longer in force at collection.
     pub fn pause_ended(&mut self, switch: &str, toward: &str, until_ns: u64) -> &mut Self {
+        self.port_status(switch, toward, false, until_ns)
+    }
+
+    /// One port-status entry of `switch`'s report for its port toward `toward`.
+    fn port_status(
+        &mut self,
+        switch: &str,
+        toward: &str,
+        in_force: bool,
+        until_ns: u64,
+    ) -> &mut Self {
         match port_towards(&self.topology, switch, toward) {
             Some(port) => self
                 .paused_now
@@ -344,7 +340,7 @@ impl IncidentBuilder {
                 .push(PausedPort {
                     port: port.port,
                     priorities: 1 << 3,
-                    in_force: false,
+                    in_force,
                     until_ns,
                 }),
             None => self

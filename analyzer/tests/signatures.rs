@@ -158,10 +158,8 @@ fn a_storm_whose_paused_packets_never_left_is_still_traced_to_the_host() {
     assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
 }
 
-#[test]
-fn deadlock_with_initiator_in_loop() {
-    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
-    // Epoch 0: micro-bursts h1 → h2 contend at s1.p(s2) and start the pause cascade.
+/// Epoch 0: two micro-bursts h1 → h2 contend at s1.p(s2).
+fn bursts_into_the_ring(builder: &mut IncidentBuilder) {
     for index in 0..2u8 {
         builder.flow(
             0,
@@ -173,6 +171,13 @@ fn deadlock_with_initiator_in_loop() {
             ],
         );
     }
+}
+
+#[test]
+fn deadlock_with_initiator_in_loop() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    // Epoch 0: micro-bursts h1 → h2 contend at s1.p(s2) and start the pause cascade.
+    bursts_into_the_ring(&mut builder);
     // Epoch 1: the cyclic buffer dependency is paused all around.
     ring_flows(&mut builder, 1);
     let output = run(&builder);
@@ -199,17 +204,7 @@ fn deadlock_with_initiator_in_loop() {
 #[test]
 fn a_trickle_out_of_a_frozen_loop_is_not_an_out_of_loop_initiator() {
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
-    for index in 0..2u8 {
-        builder.flow(
-            0,
-            flow(30 + index, 52000 + u16::from(index), 3),
-            &["h1", "s1", "s2", "h2"],
-            &[
-                Hop::new(400).depth(200_000).window(10_000, 30_000),
-                Hop::new(400),
-            ],
-        );
-    }
+    bursts_into_the_ring(&mut builder);
     ring_flows(&mut builder, 1);
     // A few packets from h1 cross the frozen loop port s1.p(s2) and leave the loop toward
     // h9, meeting some queue there.
@@ -344,17 +339,7 @@ fn a_victim_held_behind_a_pause_is_traced_from_the_polling_verdict() {
     // count no paused packet, but the polling packet found its egress ports paused (the
     // CPU copy's PFC bit on the victim port). The walk must still follow the PFC causality.
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
-    for index in 0..2u8 {
-        builder.flow(
-            0,
-            flow(30 + index, 52000 + u16::from(index), 3),
-            &["h1", "s1", "s2", "h2"],
-            &[
-                Hop::new(400).depth(200_000).window(10_000, 30_000),
-                Hop::new(400),
-            ],
-        );
-    }
+    bursts_into_the_ring(&mut builder);
     // The victim h0 → h2: a few packets left before the deadlock, none of them paused.
     ring_flows_with_victim(&mut builder, 1, &[Hop::new(5), Hop::new(5), Hop::new(5)]);
     let output = run(&builder);
