@@ -1115,7 +1115,7 @@ pub fn diagnose(
                 severity: Severity::Info,
                 code: "frozen_switch".into(),
                 message: format!(
-                    "{} was paused in {} epoch(s) in which {} recorded no packet at all while it kept pausing (frozen): its newest recorded epoch stands for what its buffers hold",
+                    "{} was paused in {} epoch(s) in which {} recorded no traffic from it while it kept pausing (frozen, or held behind the pause all epoch): its newest earlier epoch with that traffic stands for what its buffers hold",
                     label(incident, *port),
                     summary.pause.frozen_peer_epochs,
                     summary

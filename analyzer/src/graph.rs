@@ -66,8 +66,9 @@ pub struct PauseFollowUp {
     pub paused_epochs: usize,
     /// Paused epochs whose downstream switch sent no telemetry for that epoch.
     pub peer_unreported_epochs: usize,
-    /// Paused epochs after the downstream switch's newest epoch with any record (no packet
-    /// entered it any more while it kept pausing this port): its newest epoch stood in.
+    /// Paused epochs in which the downstream switch recorded nothing from this port (frozen
+    /// altogether, or this port held behind the pause all epoch): its newest earlier epoch
+    /// with this port's traffic stood in.
     pub frozen_peer_epochs: usize,
     /// Paused epochs in which the downstream switch's meter shows no traffic from this port.
     pub no_meter_epochs: usize,
@@ -495,7 +496,28 @@ impl ProvenanceGraph {
                             if own.is_none() && frozen.is_some() {
                                 follow.frozen_peer_epochs = 1;
                             }
-                            match own.or(frozen) {
+                            let from_upstream = |e: &&crate::ingest::EpochData| {
+                                e.meters
+                                    .get(&downstream_in.port)
+                                    .is_some_and(|rows| rows.iter().any(|(_, b)| *b > 0))
+                            };
+                            // A port paused the whole epoch sent nothing into the downstream
+                            // switch in it: what it waits for is what its traffic left in
+                            // that switch's buffers before — the downstream's newest earlier
+                            // epoch with traffic from it.
+                            let held = match (own.or(frozen), down_switch) {
+                                (Some(e), Some(s)) if !from_upstream(&e) => s
+                                    .epochs
+                                    .range(..*start)
+                                    .rev()
+                                    .map(|(_, e)| e)
+                                    .find(from_upstream),
+                                _ => None,
+                            };
+                            if held.is_some() {
+                                follow.frozen_peer_epochs = 1;
+                            }
+                            match held.or(own).or(frozen) {
                                 None => follow.peer_unreported_epochs = 1,
                                 Some(down) => {
                                     let rows = down

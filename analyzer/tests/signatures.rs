@@ -260,12 +260,10 @@ fn a_trickle_out_of_a_frozen_loop_is_not_an_out_of_loop_initiator() {
     );
 }
 
-#[test]
-fn a_frozen_loop_switch_closes_the_cycle_with_its_last_recorded_epoch() {
-    // Epoch 0: traffic all around the ring, queues building, nothing paused yet.
-    // Epoch 1: the loop froze. s3 records nothing (no packet enters it any more); s2.p(s3)
-    // holds paused packets, and s3 still pauses s3.p(s0)'s upstream at collection. The
-    // edge s2.p(s3) → s3.p(s0) can only come from s3's last recorded epoch.
+/// Epoch 0: traffic all around the ring, queues building, nothing paused. Epoch 1: the
+/// victim paused at s0 and s1, a flow h1 → h3 paused at s1 and s2 that never reached s3,
+/// and s3's port toward s0 paused at collection.
+fn ring_frozen_after_epoch_0() -> IncidentBuilder {
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
     for i in 0..4u8 {
         let path: Vec<String> = vec![
@@ -313,6 +311,15 @@ fn a_frozen_loop_switch_closes_the_cycle_with_its_last_recorded_epoch() {
         ],
     );
     builder.paused_at_collection("s3", "s0");
+    builder
+}
+
+#[test]
+fn a_frozen_loop_switch_closes_the_cycle_with_its_last_recorded_epoch() {
+    // s3 records nothing in epoch 1 (no packet enters it any more), yet s2.p(s3) holds
+    // paused packets and s3.p(s0) is paused at collection: the edge s2.p(s3) → s3.p(s0)
+    // can only come from s3's last recorded epoch.
+    let builder = ring_frozen_after_epoch_0();
     let output = run(&builder);
     let anomalies = victim_anomalies(&output);
     assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
@@ -331,6 +338,34 @@ fn a_frozen_loop_switch_closes_the_cycle_with_its_last_recorded_epoch() {
         .findings
         .iter()
         .any(|f| f.code == "frozen_switch" && f.message.contains("s3")));
+}
+
+#[test]
+fn a_port_paused_all_epoch_waits_for_what_its_traffic_left_downstream() {
+    // As above, but s3 is not frozen: a flow from h3 enters it in epoch 1 and is held at
+    // s3.p(s0). s2.p(s3) and s3.p(s0) sent nothing downstream in epoch 1 (paused all
+    // along), so the downstream switches' epoch 1 meters have no row from them; what they
+    // wait for is what their traffic left there in epoch 0.
+    let mut builder = ring_frozen_after_epoch_0();
+    builder.flow(
+        1,
+        flow(70, 52200, 1),
+        &["h3", "s3", "s0", "h0"],
+        &[Hop::new(20).paused(20, 300_000), Hop::new(0)],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let mut loop_ports = labels(&anomaly.loop_ports);
+    loop_ports.sort();
+    assert_eq!(loop_ports, vec!["s0.p0", "s1.p1", "s2.p1", "s3.p1"]);
 }
 
 #[test]
