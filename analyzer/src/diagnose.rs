@@ -1110,14 +1110,14 @@ pub fn diagnose(
     context.absorb_contention_at_pfc_origins();
     // Findings about the PFC path leaving the telemetry.
     for (port, summary) in &graph.ports {
-        if summary.pause.frozen_peer_epochs > 0 {
+        if summary.pause.held_epochs > 0 {
             findings.push(Finding {
                 severity: Severity::Info,
-                code: "frozen_switch".into(),
+                code: "held_traffic".into(),
                 message: format!(
                     "{} was paused in {} epoch(s) in which {} recorded no traffic from it while it kept pausing (frozen, or held behind the pause all epoch): its newest earlier epoch with that traffic stands for what its buffers hold",
                     label(incident, *port),
-                    summary.pause.frozen_peer_epochs,
+                    summary.pause.held_epochs,
                     summary
                         .peer
                         .map(|p| incident.node_name(p.node))

@@ -66,10 +66,10 @@ pub struct PauseFollowUp {
     pub paused_epochs: usize,
     /// Paused epochs whose downstream switch sent no telemetry for that epoch.
     pub peer_unreported_epochs: usize,
-    /// Paused epochs in which the downstream switch recorded nothing from this port (frozen
-    /// altogether, or this port held behind the pause all epoch): its newest earlier epoch
-    /// with this port's traffic stood in.
-    pub frozen_peer_epochs: usize,
+    /// Paused epochs in which the downstream switch recorded no traffic from this port
+    /// (held behind the pause all epoch, or the switch frozen altogether): its newest
+    /// earlier epoch with this port's traffic stood in.
+    pub held_epochs: usize,
     /// Paused epochs in which the downstream switch's meter shows no traffic from this port.
     pub no_meter_epochs: usize,
     /// Paused epochs in which no metered downstream port was congested.
@@ -474,39 +474,20 @@ impl ProvenanceGraph {
                     match incident.peer(upstream) {
                         Some((downstream_in, _)) if !incident.is_host(downstream_in.node) => {
                             let down_switch = incident.switches.get(&downstream_in.node);
-                            let own = down_switch
-                                .and_then(|s| s.epochs.get(start))
-                                .filter(|e| !e.is_empty());
-                            // A frozen switch: it reported, but recorded nothing from this
-                            // epoch on — no packet entered it any more (its buffers full
-                            // behind a deadlock or a storm) — while it kept pausing this
-                            // port. Its buffers hold what its newest epoch carried in.
-                            let frozen = match (own, down_switch) {
-                                (None, Some(s))
-                                    if s.epochs.range(*start..).all(|(_, e)| e.is_empty()) =>
-                                {
-                                    s.epochs
-                                        .range(..*start)
-                                        .rev()
-                                        .map(|(_, e)| e)
-                                        .find(|e| !e.is_empty())
-                                }
-                                _ => None,
-                            };
-                            if own.is_none() && frozen.is_some() {
-                                follow.frozen_peer_epochs = 1;
-                            }
+                            let own = down_switch.and_then(|s| s.epochs.get(start));
                             let from_upstream = |e: &&crate::ingest::EpochData| {
                                 e.meters
                                     .get(&downstream_in.port)
                                     .is_some_and(|rows| rows.iter().any(|(_, b)| *b > 0))
                             };
                             // A port paused the whole epoch sent nothing into the downstream
-                            // switch in it: what it waits for is what its traffic left in
-                            // that switch's buffers before — the downstream's newest earlier
-                            // epoch with traffic from it.
-                            let held = match (own.or(frozen), down_switch) {
-                                (Some(e), Some(s)) if !from_upstream(&e) => s
+                            // switch in it (nor did anything else, if that switch froze
+                            // behind a deadlock or a storm): what it waits for is what its
+                            // traffic left in the downstream's buffers — the downstream's
+                            // newest earlier epoch with traffic from it.
+                            let held = match (own, down_switch) {
+                                (Some(e), _) if from_upstream(&e) => None,
+                                (_, Some(s)) => s
                                     .epochs
                                     .range(..*start)
                                     .rev()
@@ -515,9 +496,9 @@ impl ProvenanceGraph {
                                 _ => None,
                             };
                             if held.is_some() {
-                                follow.frozen_peer_epochs = 1;
+                                follow.held_epochs = 1;
                             }
-                            match held.or(own).or(frozen) {
+                            match held.or(own) {
                                 None => follow.peer_unreported_epochs = 1,
                                 Some(down) => {
                                     let rows = down
@@ -589,7 +570,7 @@ impl ProvenanceGraph {
                     if let Some(summary) = graph.ports.get_mut(&upstream) {
                         summary.pause.paused_epochs += follow.paused_epochs;
                         summary.pause.peer_unreported_epochs += follow.peer_unreported_epochs;
-                        summary.pause.frozen_peer_epochs += follow.frozen_peer_epochs;
+                        summary.pause.held_epochs += follow.held_epochs;
                         summary.pause.no_meter_epochs += follow.no_meter_epochs;
                         summary.pause.no_congested_epochs += follow.no_congested_epochs;
                     }

@@ -174,11 +174,6 @@ pub struct EpochData {
 }
 
 impl EpochData {
-    /// Nothing was recorded in the epoch (no packet entered the switch).
-    pub fn is_empty(&self) -> bool {
-        self.ports.is_empty() && self.meters.is_empty() && self.flows.is_empty()
-    }
-
     /// The flow records of one egress port.
     pub fn flows_at(&self, port: PortNo) -> &[FlowAgg] {
         let start = self.flows.partition_point(|f| f.egress_port < port);

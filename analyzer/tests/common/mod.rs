@@ -209,6 +209,22 @@ pub fn ring_flows(builder: &mut IncidentBuilder, epoch: usize) {
 /// [`ring_flows`] with the victim's own hops given (e.g. packets still held behind the
 /// pause, which its flow records do not count).
 pub fn ring_flows_with_victim(builder: &mut IncidentBuilder, epoch: usize, victim_hops: &[Hop]) {
+    let paused = [
+        Hop::new(200).paused(180, 300_000).depth(50_000),
+        Hop::new(200).paused(180, 300_000).depth(50_000),
+        Hop::new(200),
+    ];
+    ring_flows_all(builder, epoch, victim_hops, &paused);
+}
+
+/// The four ring flows of [`ring_flows`] in `epoch`, the victim with `victim_hops` and the
+/// three others with `other_hops`.
+pub fn ring_flows_all(
+    builder: &mut IncidentBuilder,
+    epoch: usize,
+    victim_hops: &[Hop],
+    other_hops: &[Hop],
+) {
     for i in 0..4u8 {
         let f = if i == 0 {
             victim()
@@ -220,12 +236,7 @@ pub fn ring_flows_with_victim(builder: &mut IncidentBuilder, epoch: usize, victi
         let s1 = format!("s{}", (i + 1) % 4);
         let s2 = format!("s{}", (i + 2) % 4);
         let h_out = format!("h{}", (i + 2) % 4);
-        let paused = [
-            Hop::new(200).paused(180, 300_000).depth(50_000),
-            Hop::new(200).paused(180, 300_000).depth(50_000),
-            Hop::new(200),
-        ];
-        let hops: &[Hop] = if i == 0 { victim_hops } else { &paused };
+        let hops: &[Hop] = if i == 0 { victim_hops } else { other_hops };
         builder.flow(epoch, f, &[&h_in, &s0, &s1, &s2, &h_out], hops);
     }
 }
