@@ -688,7 +688,16 @@ impl<'a> Context<'a> {
                     .collect();
                 let mut classes: Vec<(PortRef, SinkClass)> =
                     sinks.iter().map(|s| (*s, self.classify_sink(*s))).collect();
-                classes.sort_by_key(|(port, class)| (class.root.kind, *port));
+                // The type follows the strongest kind of initiator: a host (or switch)
+                // injecting PFC holds its port for as long as it keeps pausing, while a
+                // contended queue drains at line rate — a loop fed by both is held by the
+                // injection. Contention sinks stay among the root ports.
+                let rank = |kind: RootCauseKind| match kind {
+                    RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => 0,
+                    RootCauseKind::FlowContention => 1,
+                    RootCauseKind::Unknown => 2,
+                };
+                classes.sort_by_key(|(port, class)| (rank(class.root.kind), *port));
                 let mut root_ports = Vec::new();
                 let mut root: Option<RootCause> = None;
                 for (port, class) in classes {

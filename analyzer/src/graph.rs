@@ -433,19 +433,40 @@ impl ProvenanceGraph {
         // Alg. 1 l.6-9: port→port wait-for edges, per epoch.
         let mut port_weights: BTreeMap<(PortRef, PortRef), f64> = BTreeMap::new();
         for (switch, data) in &incident.switches {
+            let first = data.epochs.keys().next().copied();
             let latest = data.epochs.keys().next_back().copied();
+            // Ports known paused in an epoch without a paused packet counted there: paused
+            // at the poll or at collection (the latest epoch), or with a reported pause that
+            // ended in it (nothing was enqueued while it lasted — everything upstream was
+            // already held — yet the port waited for its downstream until then).
+            let known_paused = |start: u64, port: PortNo| {
+                (Some(start) == latest
+                    && paused_at_poll.contains(&PortRef {
+                        node: *switch,
+                        port,
+                    }))
+                    || data
+                        .pause_status
+                        .get(&port)
+                        .is_some_and(|(in_force, until)| {
+                            let (Some(first), Some(latest)) = (first, latest) else {
+                                return false;
+                            };
+                            !*in_force
+                                && (until / epoch_ns * epoch_ns).clamp(first, latest) == start
+                        })
+            };
             for (start, epoch) in &data.epochs {
-                // A port paused at the poll or at collection that nothing was enqueued at in
-                // the latest epoch (everything upstream already held) still waits.
-                let held: Vec<(PortNo, u32)> = if Some(*start) == latest {
-                    paused_at_poll
-                        .iter()
-                        .filter(|p| p.node == *switch && !epoch.ports.contains_key(&p.port))
-                        .map(|p| (p.port, 0))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                let held: Vec<(PortNo, u32)> = paused_at_poll
+                    .iter()
+                    .filter(|p| p.node == *switch)
+                    .map(|p| p.port)
+                    .chain(data.pause_status.keys().copied())
+                    .filter(|port| !epoch.ports.contains_key(port) && known_paused(*start, *port))
+                    .map(|port| (port, 0))
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
                 let candidates = epoch
                     .ports
                     .iter()
@@ -456,10 +477,7 @@ impl ProvenanceGraph {
                         node: *switch,
                         port: port_no,
                     };
-                    let paused_packets = if paused_count == 0
-                        && Some(*start) == latest
-                        && paused_at_poll.contains(&upstream)
-                    {
+                    let paused_packets = if paused_count == 0 && known_paused(*start, port_no) {
                         1
                     } else {
                         paused_count

@@ -822,3 +822,82 @@ fn a_victim_contending_at_the_root_of_a_pfc_tree_is_told_about_the_backpressure(
         .iter()
         .any(|a| a.anomaly_type == AnomalyType::NormalFlowContention));
 }
+
+#[test]
+fn a_loop_held_by_a_host_injection_and_a_contention_is_told_as_the_injection() {
+    // Two sinks behind the loop's exits at s2: h9 pauses s2.p(h9) (flow G h1 → h9), and
+    // bursts h1 → h2 contend at s2.p(h2), unpaused. The contended queue drains; the
+    // injected pause holds: the loop's initiator type is the injection, both ports roots.
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
+    ring_flows(&mut builder, 0);
+    builder.flow(
+        0,
+        flow(2, 49500, 19),
+        &["h1", "s1", "s2", "h9"],
+        &[
+            Hop::new(200).paused(180, 300_000),
+            Hop::new(200).paused(190, 400_000).depth(100_000),
+        ],
+    );
+    for index in 0..3u8 {
+        builder.flow(
+            0,
+            flow(40 + index, 53000 + u16::from(index), 3),
+            &["h1", "s1", "s2", "h2"],
+            &[
+                Hop::new(150).paused(100, 300_000),
+                Hop::new(300).depth(400_000).window(60_000, 70_000),
+            ],
+        );
+    }
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorOutOfLoopHostInjection,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h9"));
+    let roots = labels(&anomaly.root_cause.ports);
+    assert!(roots.contains(&"s2.p3") && roots.len() == 2, "{roots:?}");
+}
+
+#[test]
+fn a_pause_that_ended_before_anything_queued_behind_it_still_waits_for_its_downstream() {
+    // h7 paused tor2.p(h7) and the pause spread to agg1.p(tor2); both pauses ended within
+    // the epoch (port status) before agg1 enqueued anything more toward tor2, so agg1
+    // counted no paused packet there. The victim, paused at tor0.p(agg1), must still be
+    // traced through agg1.p(tor2) to the host's pause.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        flow(4, 49300, 17),
+        &["h3", "tor1", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(300).depth(20_000),
+            Hop::new(300).depth(200_000),
+            Hop::new(300).paused(300, 300_000),
+        ],
+    );
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(250, 200_000),
+            Hop::new(250).depth(200_000),
+            Hop::new(250).paused(250, 300_000),
+        ],
+    );
+    let epoch0 = builder.epoch_start(0);
+    builder
+        .pause_ended("tor2", "h7", epoch0 + 150_000)
+        .pause_ended("agg1", "tor2", epoch0 + 160_000);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+    assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p7"]);
+}

@@ -2,11 +2,17 @@
 //!
 //! - A polling CPU copy (HAWKEYE §3.4) triggers a collection: the telemetry registers of the
 //!   last `epochs` epochs are read and turned into a [`TelemetryReport`] for that polling
-//!   event. One register read per guard interval (the artifact's 500 µs): a polling event
-//!   arriving within the guard of the previous read, in the same epoch, reuses that read,
-//!   so a burst of victims polling at once costs the switch CPU one collection (a poll in a
-//!   later epoch reads again: the reused read would miss that epoch). An event id already
-//!   reported is ignored.
+//!   event. At most one register read per guard interval (default 100 µs; the artifact's is
+//!   500 µs): the first
+//!   poll after a quiet guard is read at once; polls arriving within the guard of the last
+//!   read wait and are all served by one read when the guard has passed (or earlier, in the
+//!   last epoch that still holds a waiting event's epoch in the ring). No event is ever
+//!   answered with a read older than its own arrival (the artifact reuses the earlier read,
+//!   which misses whatever happened since — e.g. a loop that froze in between). An event
+//!   id already reported or waiting is ignored.
+//! - Slots older than the window that no packet has touched since (a switch frozen behind a
+//!   deadlock or a storm) are reported too, up to `aged_lookback_ns` back: they are what
+//!   the switch's buffers still hold (see [`RegisterSnapshot::aged_epochs`]).
 //! - An eviction CPU copy is kept until the next collection that covers its epoch and is
 //!   reported there as an evicted flow record; if more evictions arrive than the agent keeps,
 //!   the overflow is counted in the epoch's `lost_evictions` instead of vanishing.
@@ -18,8 +24,8 @@ use hawkmesh_codegen::ir::Program;
 use hawkmesh_codegen::packets::{polling_offset, Polling};
 use hawkmesh_wire::dataplane;
 use hawkmesh_wire::telemetry::{
-    EpochTelemetry, PausedPort, PollingContext, PollingEgress, TelemetryReport, TelemetryWireError,
-    TraceFlags, TELEMETRY_FORMAT_VERSION,
+    EpochTelemetry, PollingContext, PollingEgress, TelemetryReport, TelemetryWireError, TraceFlags,
+    TELEMETRY_FORMAT_VERSION,
 };
 use hawkmesh_wire::topology::NodeId;
 use std::collections::BTreeSet;
@@ -39,17 +45,23 @@ pub struct AgentConfig {
     pub chunk_bytes: usize,
     /// Eviction reports kept between collections.
     pub max_pending_evictions: usize,
+    /// How far back before the poll intact ring slots older than the window are still
+    /// reported (a frozen switch's last busy epochs), ns; 0 reports the window only.
+    pub aged_lookback_ns: u64,
 }
 
 impl AgentConfig {
-    /// Defaults for `switch`: default variant, 500 µs guard, 1500-byte chunks.
+    /// Defaults for `switch`: default variant, 100 µs guard (victims that poll at once
+    /// poll within microseconds of one another: one read serves them, and no event waits
+    /// more than 100 µs for it), 1500-byte chunks, intact slots up to 10 ms old.
     pub fn new(switch: NodeId) -> Self {
         AgentConfig {
             switch,
             geometry: Geometry::default_variant(),
-            guard_ns: 500_000,
+            guard_ns: 100_000,
             chunk_bytes: 1500,
             max_pending_evictions: 65_536,
+            aged_lookback_ns: 10_000_000,
         }
     }
 }
@@ -61,7 +73,10 @@ pub struct Collection {
     pub event_id: u64,
     /// Switch time of the polling copy, ns.
     pub time_ns: u64,
-    /// Whether the registers were read for it (false: reused a read within the guard).
+    /// Switch time of the register read that served it, ns (at or after `time_ns`).
+    pub read_ns: u64,
+    /// Whether this event paid for the read (false: it shared the read of an event served
+    /// before it in the same batch).
     pub read_registers: bool,
     /// Register read cost (zero when reused).
     pub cost: ReadCost,
@@ -111,7 +126,10 @@ pub struct SwitchAgent<B: SwitchBackend> {
     config: AgentConfig,
     backend: B,
     program: Arc<Program>,
-    last_read: Option<(u64, Vec<EpochTelemetry>, Vec<PausedPort>)>,
+    /// Switch time of the last register read.
+    last_read_ns: Option<u64>,
+    /// Polling events waiting for the next read (arrived within the guard of the last).
+    waiting: Vec<(u64, Polling)>,
     reported: BTreeSet<u64>,
     evictions: Vec<Eviction>,
     lost_evictions: u32,
@@ -125,7 +143,8 @@ impl<B: SwitchBackend> SwitchAgent<B> {
             config,
             backend,
             program,
-            last_read: None,
+            last_read_ns: None,
+            waiting: Vec::new(),
             reported: BTreeSet::new(),
             evictions: Vec::new(),
             lost_evictions: 0,
@@ -143,22 +162,52 @@ impl<B: SwitchBackend> SwitchAgent<B> {
         self.stats
     }
 
-    /// Handles every CPU-port packet waiting in the backend.
-    pub fn poll(&mut self) -> Result<Vec<Collection>, AgentError> {
+    /// Handles every CPU-port packet waiting in the backend at switch time `now_ns`, and
+    /// serves the polling events waiting for a read once the guard since the last read has
+    /// passed.
+    pub fn poll(&mut self, now_ns: u64) -> Result<Vec<Collection>, AgentError> {
         let frames = self
             .backend
             .poll_cpu()
             .map_err(|e| AgentError::Collect(CollectError::Backend(e)))?;
-        let mut out = Vec::new();
         for frame in frames {
-            if let Some(collection) = self.handle(frame)? {
-                out.push(collection);
-            }
+            self.handle(frame);
         }
-        Ok(out)
+        // A waiting event is served when the guard has passed, or at the latest in the last
+        // epoch that still has its own epoch in the ring (short epochs, long guard).
+        let geometry = self.config.geometry;
+        let last_chance = |arrived: u64| {
+            ((arrived >> geometry.epoch_log2_ns) + u64::from(geometry.epochs) - 1)
+                << geometry.epoch_log2_ns
+        };
+        let due = self
+            .last_read_ns
+            .is_none_or(|at| now_ns.saturating_sub(at) >= self.config.guard_ns)
+            || self
+                .waiting
+                .iter()
+                .any(|(arrived, _)| now_ns >= last_chance(*arrived));
+        if self.waiting.is_empty() || !due {
+            return Ok(Vec::new());
+        }
+        self.collect_waiting(now_ns)
     }
 
-    fn handle(&mut self, frame: CpuFrame) -> Result<Option<Collection>, AgentError> {
+    /// Serves every waiting polling event now, guard or not (e.g. when the agent stops:
+    /// nothing it accepted goes unreported).
+    pub fn flush(&mut self, now_ns: u64) -> Result<Vec<Collection>, AgentError> {
+        if self.waiting.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.collect_waiting(now_ns)
+    }
+
+    /// Polling events accepted and not reported yet.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn handle(&mut self, frame: CpuFrame) {
         match frame.kind {
             CpuFrameKind::Eviction => {
                 self.stats.evictions += 1;
@@ -172,9 +221,8 @@ impl<B: SwitchBackend> SwitchAgent<B> {
                     }
                     None => self.stats.malformed += 1,
                 }
-                Ok(None)
             }
-            CpuFrameKind::Other => Ok(None),
+            CpuFrameKind::Other => {}
             CpuFrameKind::Polling => {
                 self.stats.polling_copies += 1;
                 let offset = polling_offset(&self.program);
@@ -184,94 +232,95 @@ impl<B: SwitchBackend> SwitchAgent<B> {
                     .and_then(|header| Polling::parse(&self.program, header))
                 else {
                     self.stats.malformed += 1;
-                    return Ok(None);
+                    return;
                 };
                 if !self.reported.insert(polling.event_id) {
                     self.stats.duplicate_events += 1;
-                    return Ok(None);
+                    return;
                 }
-                self.collect(frame.time_ns, &polling).map(Some)
+                self.waiting.push((frame.time_ns, polling));
             }
         }
     }
 
-    fn collect(&mut self, now_ns: u64, polling: &Polling) -> Result<Collection, AgentError> {
+    /// One register read at `now_ns` serving every waiting polling event.
+    fn collect_waiting(&mut self, now_ns: u64) -> Result<Vec<Collection>, AgentError> {
         let started = Instant::now();
         let geometry = self.config.geometry;
-        // One register read per guard interval absorbs a burst of victims polling at once;
-        // a poll in a later epoch than the last read reads again, since the reused read
-        // would lack the very epoch the victim is asking about.
-        let epoch = |t: u64| t >> geometry.epoch_log2_ns;
-        let reuse = self.last_read.as_ref().is_some_and(|(at, _, _)| {
-            now_ns.saturating_sub(*at) < self.config.guard_ns && epoch(*at) == epoch(now_ns)
-        });
-        let mut cost = ReadCost::default();
-        if !reuse {
-            let (snapshot, read_cost) = RegisterSnapshot::read(&mut self.backend, &geometry)?;
-            let lookback = u64::from(geometry.epochs) * geometry.epoch_ns();
-            let (paused, status_cost) =
-                paused_ports(&mut self.backend, &geometry, now_ns, lookback)?;
-            cost = ReadCost {
-                registers: read_cost.registers + status_cost.registers,
-                cells: read_cost.cells + status_cost.cells,
-            };
-            self.stats.register_reads += 1;
-            let current = now_ns >> geometry.epoch_log2_ns;
-            let first = current.saturating_sub(u64::from(geometry.epochs) - 1);
-            let mut epochs: Vec<EpochTelemetry> = (first..=current)
-                .map(|epoch| snapshot.epoch(&geometry, epoch))
-                .collect();
-            // Evicted flows join the epoch they were counted in; the rest stay pending
-            // (their epoch may be read again) unless their slot has been overwritten.
-            let mut keep = Vec::new();
-            for eviction in self.evictions.drain(..) {
-                match epochs
-                    .iter_mut()
-                    .find(|e| eviction.belongs_to(&geometry, e.epoch_id))
-                {
-                    Some(epoch) => epoch.flows.push(eviction.record),
-                    None => keep.push(eviction),
-                }
-            }
-            self.evictions = keep;
-            if let Some(last) = epochs.last_mut() {
-                last.lost_evictions = std::mem::take(&mut self.lost_evictions);
-            }
-            epochs.retain(|e| {
-                !(e.ports.is_empty()
-                    && e.meters.is_empty()
-                    && e.flows.is_empty()
-                    && e.lost_evictions == 0)
-            });
-            self.last_read = Some((now_ns, epochs, paused));
-        }
-        let (epochs, paused_ports) = self
-            .last_read
-            .as_ref()
-            .map(|(_, epochs, paused)| (epochs.clone(), paused.clone()))
-            .unwrap_or_default();
-        let context = polling_context(polling, &epochs);
-        let report = TelemetryReport {
-            version: TELEMETRY_FORMAT_VERSION,
-            switch: self.config.switch,
-            event_id: polling.event_id,
-            epoch_ns: geometry.epoch_ns(),
-            polling: context,
-            paused_ports,
-            epochs,
+        let (snapshot, read_cost) = RegisterSnapshot::read(&mut self.backend, &geometry)?;
+        let lookback = u64::from(geometry.epochs) * geometry.epoch_ns();
+        let (paused_ports, status_cost) =
+            paused_ports(&mut self.backend, &geometry, now_ns, lookback)?;
+        let cost = ReadCost {
+            registers: read_cost.registers + status_cost.registers,
+            cells: read_cost.cells + status_cost.cells,
         };
-        let chunks = report.to_chunks(self.config.chunk_bytes)?;
-        self.stats.reports += 1;
-        self.stats.report_bytes += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
-        Ok(Collection {
-            event_id: polling.event_id,
-            time_ns: now_ns,
-            read_registers: !reuse,
-            cost,
-            took: started.elapsed(),
-            report,
-            chunks,
-        })
+        self.stats.register_reads += 1;
+        self.last_read_ns = Some(now_ns);
+        let current = now_ns >> geometry.epoch_log2_ns;
+        let first = current.saturating_sub(u64::from(geometry.epochs) - 1);
+        let oldest_ns = now_ns.saturating_sub(self.config.aged_lookback_ns);
+        let mut epochs: Vec<EpochTelemetry> = if self.config.aged_lookback_ns > 0 {
+            snapshot.aged_epochs(&geometry, current, oldest_ns)
+        } else {
+            Vec::new()
+        };
+        epochs.extend((first..=current).map(|epoch| snapshot.epoch(&geometry, epoch)));
+        // Evicted flows join the epoch they were counted in; the rest stay pending
+        // (their epoch may be read again) unless their slot has been overwritten.
+        let mut keep = Vec::new();
+        for eviction in self.evictions.drain(..) {
+            match epochs
+                .iter_mut()
+                .find(|e| eviction.belongs_to(&geometry, e.epoch_id))
+            {
+                Some(epoch) => epoch.flows.push(eviction.record),
+                None => keep.push(eviction),
+            }
+        }
+        self.evictions = keep;
+        if let Some(last) = epochs.last_mut() {
+            last.lost_evictions = std::mem::take(&mut self.lost_evictions);
+        }
+        epochs.retain(|e| {
+            !(e.ports.is_empty()
+                && e.meters.is_empty()
+                && e.flows.is_empty()
+                && e.lost_evictions == 0)
+        });
+        let mut out = Vec::new();
+        for (index, (arrived_ns, polling)) in
+            std::mem::take(&mut self.waiting).into_iter().enumerate()
+        {
+            let report = TelemetryReport {
+                version: TELEMETRY_FORMAT_VERSION,
+                switch: self.config.switch,
+                event_id: polling.event_id,
+                epoch_ns: geometry.epoch_ns(),
+                polling: polling_context(&polling, &epochs),
+                paused_ports: paused_ports.clone(),
+                epochs: epochs.clone(),
+            };
+            let chunks = report.to_chunks(self.config.chunk_bytes)?;
+            self.stats.reports += 1;
+            self.stats.report_bytes += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
+            let first_served = index == 0;
+            out.push(Collection {
+                event_id: polling.event_id,
+                time_ns: arrived_ns,
+                read_ns: now_ns,
+                read_registers: first_served,
+                cost: if first_served {
+                    cost
+                } else {
+                    ReadCost::default()
+                },
+                took: started.elapsed(),
+                report,
+                chunks,
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -240,6 +240,83 @@ impl RegisterSnapshot {
             .unwrap_or(0)
     }
 
+    /// Epochs older than the ring window that a slot still holds whole, in epoch order,
+    /// starting no earlier than `oldest_ns`.
+    ///
+    /// The window `current - epochs + 1 ..= current` covers every slot once. A slot that no
+    /// packet touched in its window epoch still holds the cells of the last epoch that
+    /// touched it, and the newest of those epochs is complete: any later touch would have
+    /// reset the cell to a later id. A switch frozen behind a deadlock touches nothing, so
+    /// its last busy epochs — what its buffers still hold — survive here after they left
+    /// the window (HAWKEYE §3.3 resets a slot only on first touch in a new epoch). Port,
+    /// meter and flow cells carry their own epoch ids; a slot counts only when all of them
+    /// stopped at the same epoch. Older ids in the slot are partial (some cells were
+    /// overwritten since) and are not reported.
+    pub fn aged_epochs(
+        &self,
+        geometry: &Geometry,
+        current: u64,
+        oldest_ns: u64,
+    ) -> Vec<EpochTelemetry> {
+        let epochs = u64::from(geometry.epochs);
+        let bits = geometry.epoch_bits();
+        let ports = geometry.ports as usize;
+        let flow_slots = geometry.flow_slots as usize;
+        // (epoch-id register, content register, cells per slot) per family.
+        let families: [(&str, &str, usize); 3] = [
+            ("port_enq_epoch", "port_packets", ports),
+            ("meter_epoch", "meter_bytes", ports * ports),
+            ("flow_epoch", "flow_packets", flow_slots),
+        ];
+        let mut found: Vec<u64> = Vec::new();
+        'slots: for slot in 0..epochs {
+            let back = (current.wrapping_sub(slot)) % epochs;
+            let Some(window_epoch) = current.checked_sub(back) else {
+                continue; // not yet reached since boot
+            };
+            let window_hi = window_epoch >> bits;
+            // The newest epoch each family holds in this slot; a family touched in the
+            // window epoch means the switch was not frozen there.
+            let mut newest: [Option<u64>; 3] = [None; 3];
+            for (family, (id_register, content_register, cells)) in families.iter().enumerate() {
+                for cell in 0..*cells {
+                    let index = slot as usize * cells + cell;
+                    if self.get(content_register, index) == 0 {
+                        continue;
+                    }
+                    let id = self.get(id_register, index) & 0xFFFF;
+                    let laps_back = (window_hi.wrapping_sub(id)) & 0xFFFF;
+                    if laps_back == 0 {
+                        continue 'slots;
+                    }
+                    let Some(hi) = window_hi.checked_sub(laps_back) else {
+                        continue;
+                    };
+                    let epoch = (hi << bits) | slot;
+                    newest[family] = Some(newest[family].map_or(epoch, |n: u64| n.max(epoch)));
+                }
+            }
+            // Only a slot the whole switch left alone since one epoch is that epoch, whole:
+            // families that stopped at different epochs (flow cells are written as packets
+            // leave, so a paused queue's enqueues reach the port cells only) would mix
+            // epochs' halves.
+            let mut held = newest.iter().flatten();
+            let Some(epoch) = held.next().copied() else {
+                continue;
+            };
+            if held.any(|e| *e != epoch) || (epoch << geometry.epoch_log2_ns) < oldest_ns {
+                continue;
+            }
+            found.push(epoch);
+        }
+        found.sort_unstable();
+        found
+            .into_iter()
+            .map(|epoch| self.epoch(geometry, epoch))
+            .filter(|e| !(e.ports.is_empty() && e.meters.is_empty() && e.flows.is_empty()))
+            .collect()
+    }
+
     /// The epoch `epoch` (absolute number) as telemetry, empty slots dropped.
     pub fn epoch(&self, geometry: &Geometry, epoch: u64) -> EpochTelemetry {
         let (slot, id) = geometry.slot_and_id(epoch);
@@ -417,6 +494,77 @@ mod tests {
             ports: 8,
             ..Geometry::default_variant()
         }
+    }
+
+    #[test]
+    fn aged_epochs_are_the_newest_intact_epoch_of_slots_untouched_in_the_window() {
+        // 2 ports, 4 epochs, 2 flow slots; the window is epochs 997..=1000.
+        let geometry = Geometry {
+            ports: 2,
+            epochs: 4,
+            flow_slots: 2,
+            ..Geometry::default_variant()
+        };
+        let id = |epoch: u64| geometry.slot_and_id(epoch).1;
+        let mut snapshot = RegisterSnapshot::default();
+        let mut set = |name: &'static str, index: usize, value: u64| {
+            let cells = snapshot.arrays.entry(name).or_insert_with(|| vec![0; 64]);
+            cells[index] = value;
+        };
+        // Slot 1 (window epoch 997) froze after epoch 993: port 0 and the meter row 1 → 0
+        // were last touched then; port 1 last in 989 (overwritten since in other cells'
+        // terms: a partial, older epoch).
+        set("port_enq_epoch", 2, id(993));
+        set("port_epoch", 2, id(993));
+        set("port_packets", 2, 5);
+        set("port_paused_packets", 2, 5);
+        set("port_enq_epoch", 3, id(989));
+        set("port_packets", 3, 7);
+        set("meter_epoch", 4 + 2, id(993));
+        set("meter_bytes", 4 + 2, 5000);
+        // Slot 2 (window epoch 998) was touched in the window on port 0: port 1's older
+        // cell is not reported.
+        set("port_enq_epoch", 4, id(998));
+        set("port_packets", 4, 1);
+        set("port_enq_epoch", 5, id(994));
+        set("port_packets", 5, 9);
+        // Slot 0 (window epoch 1000): packets were enqueued in 996 and held there (port
+        // cells), the last ones left in 992 (flow cells): halves of two epochs, not one.
+        set("port_enq_epoch", 0, id(996));
+        set("port_packets", 0, 4);
+        set("flow_epoch", 1, id(992));
+        set("flow_packets", 1, 3);
+        set("flow_key_src", 1, 0x0B00_0001);
+        // Slot 3 (window epoch 999) last touched in 983, 4.5 ms before the poll.
+        set("port_enq_epoch", 7, id(983));
+        set("port_packets", 7, 2);
+
+        let epoch_start = |e: u64| e << geometry.epoch_log2_ns;
+        let aged = snapshot.aged_epochs(&geometry, 1000, epoch_start(990));
+        assert_eq!(aged.len(), 1, "{aged:?}");
+        assert_eq!(aged[0].epoch_id, 993);
+        assert_eq!(aged[0].start_ns, epoch_start(993));
+        assert_eq!(aged[0].ports.len(), 1);
+        assert_eq!(aged[0].ports[0].port, 0);
+        assert_eq!(aged[0].ports[0].packet_count, 5);
+        assert_eq!(aged[0].ports[0].paused_packet_count, 5);
+        assert_eq!(
+            aged[0].meters,
+            vec![MeterRecord {
+                ingress_port: 1,
+                egress_port: 0,
+                bytes: 5000
+            }]
+        );
+        // With a longer lookback slot 3's last epoch comes too, in epoch order.
+        let aged = snapshot.aged_epochs(&geometry, 1000, 0);
+        let ids: Vec<u64> = aged.iter().map(|e| e.epoch_id).collect();
+        assert_eq!(ids, vec![983, 993]);
+        // The window epochs themselves are not aged: read in 1001, slot 1 is in the window
+        // (epoch 1001) and untouched there, so 993 is still aged; slot 2 stays touched.
+        let aged = snapshot.aged_epochs(&geometry, 1001, epoch_start(990));
+        let ids: Vec<u64> = aged.iter().map(|e| e.epoch_id).collect();
+        assert_eq!(ids, vec![993]);
     }
 
     #[test]

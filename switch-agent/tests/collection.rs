@@ -134,7 +134,7 @@ fn a_polling_copy_yields_the_epochs_ports_meters_and_flows_of_the_switch() {
         bench.data(&other, 2, 5, 250 + i * 100);
     }
     bench.poll(0xABCDEF, victim, 1, 5, 3_000);
-    let collections = bench.agent.poll().unwrap();
+    let collections = bench.agent.poll(3_000).unwrap();
     assert_eq!(collections.len(), 1);
     let c = &collections[0];
     assert!(c.read_registers && c.cost.registers >= 17);
@@ -179,32 +179,66 @@ fn a_polling_copy_yields_the_epochs_ports_meters_and_flows_of_the_switch() {
 }
 
 #[test]
-fn one_register_read_per_guard_interval_and_each_event_once() {
+fn one_register_read_per_guard_interval_never_older_than_the_event_and_each_event_once() {
     let mut bench = Bench::new(64);
     let victim = flow(1, 49152);
+    let late = flow(3, 49160);
     bench.data(&victim, 1, 5, 100);
     bench.poll(1, victim, 1, 5, 1_000);
+    let first = bench.agent.poll(1_000).unwrap();
+    assert_eq!(first.len(), 1);
+    assert!(first[0].read_registers);
+    // Within the guard: events 2 and 3 wait for the next read; the repeat of
+    // event 1 is not reported again (the data plane's dedupe or the agent's).
     bench.poll(2, flow(9, 7), 2, 5, 2_000);
     bench.poll(1, victim, 1, 5, 3_000);
-    let collections = bench.agent.poll().unwrap();
-    assert_eq!(collections.len(), 2, "event 1 is reported once");
-    assert!(collections[0].read_registers);
+    bench.poll(3, victim, 1, 5, 4_000);
     assert!(
-        !collections[1].read_registers,
-        "within the 500 µs guard the read is reused"
+        bench.agent.poll(4_000).unwrap().is_empty(),
+        "the guard holds"
     );
-    assert_eq!(collections[1].report.epochs, collections[0].report.epochs);
-    // After the guard a new read happens.
-    bench.poll(3, victim, 1, 5, 600_000);
-    let later = bench.agent.poll().unwrap();
-    assert!(later[0].read_registers);
-    // Within the guard but in the next epoch (4096 ns epochs): the reused read would lack
-    // that epoch, so the registers are read again.
-    bench.poll(4, victim, 1, 5, 600_000 + 4096);
-    let next_epoch = bench.agent.poll().unwrap();
-    assert!(next_epoch[0].read_registers);
+    assert_eq!(bench.agent.waiting(), 2);
+    // Traffic after the events arrived is in the read that serves them: a read reused
+    // from before (the artifact's way) would miss it.
+    bench.data(&late, 2, 6, 8_000);
+    assert!(bench.agent.poll(10_000).unwrap().is_empty());
+    // 4096 ns epochs × 4: epoch 0 (the events') leaves the ring at 16384 ns, so the read
+    // happens in the last epoch that still holds it, long before the guard ends.
+    let served = bench.agent.poll(12_288).unwrap();
+    assert_eq!(served.len(), 2);
+    assert_eq!(
+        served.iter().map(|c| c.event_id).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    assert!(served[0].read_registers && !served[1].read_registers);
+    assert_eq!((served[0].time_ns, served[0].read_ns), (2_000, 12_288));
+    for collection in &served {
+        let flows: Vec<FiveTuple> = collection
+            .report
+            .epochs
+            .iter()
+            .flat_map(|e| e.flows.iter().map(|f| f.flow))
+            .collect();
+        assert!(
+            flows.contains(&late) && flows.contains(&victim),
+            "{flows:?}"
+        );
+    }
+    // After the guard, a new event is read at once; one within the guard waits until the
+    // agent stops, and is then served, not dropped.
+    bench.poll(4, victim, 1, 5, 600_000);
+    assert_eq!(bench.agent.poll(600_000).unwrap().len(), 1);
+    bench.poll(5, victim, 1, 5, 600_100);
+    assert!(bench.agent.poll(600_100).unwrap().is_empty());
+    let flushed = bench.agent.flush(600_200).unwrap();
+    assert_eq!(flushed.len(), 1);
+    assert_eq!(flushed[0].event_id, 5);
     let stats = bench.agent.stats();
-    assert_eq!((stats.register_reads, stats.reports), (3, 4));
+    assert_eq!(
+        (stats.register_reads, stats.reports),
+        (4, 5),
+        "event 1 once"
+    );
 }
 
 #[test]
@@ -216,7 +250,7 @@ fn stale_slots_from_an_earlier_lap_of_the_ring_are_not_reported() {
                                  // Four epochs later (one lap): epoch 4 uses slot 0 again, untouched by traffic so far.
     bench.data(&new, 2, 6, 4 * 4096 + 1_000); // epoch 4, slot 0 for port 6 only
     bench.poll(9, new, 2, 6, 4 * 4096 + 2_000);
-    let report = bench.agent.poll().unwrap().remove(0).report;
+    let report = bench.agent.poll(4 * 4096 + 2_000).unwrap().remove(0).report;
     let flows: Vec<FiveTuple> = report
         .epochs
         .iter()
@@ -237,7 +271,7 @@ fn evicted_flows_reach_the_report_flagged() {
         bench.data(f, 1, 5, 105 + i as u64 * 10);
     }
     bench.poll(5, flows[0], 1, 5, 2_000);
-    let report = bench.agent.poll().unwrap().remove(0).report;
+    let report = bench.agent.poll(2_000).unwrap().remove(0).report;
     let records: Vec<_> = report.epochs.iter().flat_map(|e| e.flows.iter()).collect();
     let total: u32 = records.iter().map(|r| r.packet_count).sum();
     assert_eq!(

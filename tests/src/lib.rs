@@ -110,14 +110,14 @@ pub struct LoopConfig {
 
 impl LoopConfig {
     /// Defaults: 300 % RTT threshold, 3 ms suppression, 2^18 ns (262 µs) epochs × 4, 4096
-    /// flow slots, 500 µs guard, MTU chunks, 20 µs steps, HAWKEYE polling only.
+    /// flow slots, 100 µs guard, MTU chunks, 20 µs steps, HAWKEYE polling only.
     pub fn new(data_dir: PathBuf) -> Self {
         LoopConfig {
             detector: DetectorConfig::default(),
             epoch_log2_ns: 18,
             epochs: 4,
             flow_slots: 4096,
-            guard_ns: 500_000,
+            guard_ns: 100_000,
             chunk_bytes: 1500,
             step: 20 * US,
             analyzer_timeout: Duration::from_millis(500),
@@ -139,7 +139,11 @@ pub struct CollectionRecord {
     pub event_id: u64,
     /// Simulated time of the CPU copy, ns.
     pub time_ns: u64,
-    /// Whether registers were read (false: reused within the guard interval).
+    /// Simulated time of the register read that served it, ns (later than the copy when
+    /// it waited for the guard interval).
+    pub read_ns: u64,
+    /// Whether this event paid for the read (false: it shared one with other events
+    /// waiting for the same read).
     pub read_registers: bool,
     /// Register cells read.
     pub cells_read: usize,
@@ -387,17 +391,27 @@ impl Collector {
         }
     }
 
-    /// Lets every agent handle its CPU packets and streams the step's reports to the
-    /// analyzer (one stream per step; the analyzer files every chunk on its own).
+    /// Lets every agent handle its CPU packets at switch time `now_ns` (with `flush`, every
+    /// polling event still waiting for the guard is served now: the run is over) and
+    /// streams the step's reports to the analyzer (one stream per step; the analyzer files
+    /// every chunk on its own).
     fn poll_agents(
         &mut self,
         runtime: &tokio::runtime::Runtime,
         names: &BTreeMap<NodeId, String>,
+        now_ns: u64,
+        flush: bool,
     ) -> Result<(), LoopError> {
         let mut step_chunks = Vec::new();
         for (switch, agent) in self.agents.iter_mut() {
             let name = names.get(switch).cloned().unwrap_or_default();
-            let made = agent.poll().map_err(|e| LoopError::Agent {
+            let made = agent.poll(now_ns).and_then(|mut made| {
+                if flush {
+                    made.extend(agent.flush(now_ns)?);
+                }
+                Ok(made)
+            });
+            let made = made.map_err(|e| LoopError::Agent {
                 switch: name.clone(),
                 reason: e.to_string(),
             })?;
@@ -410,6 +424,7 @@ impl Collector {
                     name: name.clone(),
                     event_id: collection.event_id,
                     time_ns: collection.time_ns,
+                    read_ns: collection.read_ns,
                     read_registers: collection.read_registers,
                     cells_read: collection.cost.cells,
                     report_bytes,
@@ -644,13 +659,13 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 );
             }
             collector.request_everywhere(&program, &first_port, now / NS, due);
-            collector.poll_agents(&runtime, &names)?;
+            collector.poll_agents(&runtime, &names, now / NS, false)?;
         }
     }
     for collector in &mut collectors {
         let due = std::mem::take(&mut collector.pending);
         collector.request_everywhere(&program, &first_port, end / NS, due);
-        collector.poll_agents(&runtime, &names)?;
+        collector.poll_agents(&runtime, &names, end / NS, true)?;
         collector.conclude(config.analyzer_timeout);
     }
     let mut outcomes: Vec<ModeOutcome> = collectors
