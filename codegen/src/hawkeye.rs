@@ -38,6 +38,13 @@ use crate::ir::*;
 
 /// EtherType of IPv4.
 pub const ETHERTYPE_IPV4: u64 = 0x0800;
+
+/// Module of the per-epoch port telemetry registers (cells `slot·ports + port`).
+pub const MODULE_PORT_TELEMETRY: &str = "port telemetry";
+/// Module of the per-epoch PFC causality meter (cells `slot·ports² + ingress·ports + egress`).
+pub const MODULE_CAUSALITY_METER: &str = "causality meter";
+/// Module of the per-epoch flow telemetry (cells `slot·flow_slots + hash slot`).
+pub const MODULE_FLOW_TELEMETRY: &str = "flow telemetry";
 /// IPv4 protocol number of UDP.
 pub const IP_PROTOCOL_UDP: u64 = 17;
 
@@ -1210,8 +1217,8 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     ));
 
     // ---- ingress: enqueue telemetry and causality meter (HAWKEYE §3.3, Fig. 3-4) ------
-    let module_port = "port telemetry";
-    let module_meter = "causality meter";
+    let module_port = MODULE_PORT_TELEMETRY;
+    let module_meter = MODULE_CAUSALITY_METER;
     let port_enq_epoch = b.register("port_enq_epoch", 16, params.epochs * params.ports, module_port, "Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch");
     let port_packets = b.register(
         "port_packets",
@@ -1648,7 +1655,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     );
 
     // Flow telemetry registers (HAWKEYE §3.3 flow-level telemetry).
-    let module_flow = "flow telemetry";
+    let module_flow = MODULE_FLOW_TELEMETRY;
     let fsize = params.epochs * params.flow_slots;
     let flow_epoch = b.register(
         "flow_epoch",

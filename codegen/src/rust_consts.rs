@@ -58,11 +58,15 @@ pub fn emit(p: &Program) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "/// Registers: (name as in the P4 program, cell width in bits, cells)."
+        "/// Registers: (name as in the P4 program, cell width in bits, cells, module)."
     );
-    let _ = writeln!(o, "pub const REGISTERS: &[(&str, u8, u32)] = &[");
+    let _ = writeln!(o, "pub const REGISTERS: &[(&str, u8, u32, &str)] = &[");
     for r in &p.registers {
-        let _ = writeln!(o, "    ({:?}, {}, {}),", r.name, r.width, r.size);
+        let _ = writeln!(
+            o,
+            "    ({:?}, {}, {}, {:?}),",
+            r.name, r.width, r.size, r.module
+        );
     }
     let _ = writeln!(o, "];");
     o

@@ -17,6 +17,52 @@ use hawkmesh_wire::telemetry::{
 };
 use std::collections::BTreeMap;
 
+/// Names of the telemetry registers the report is read from (as in the P4 program; checked
+/// against the generated register list by a test).
+mod reg {
+    pub const FLOW_EGRESS_PORT: &str = "flow_egress_port";
+    pub const FLOW_EPOCH: &str = "flow_epoch";
+    pub const FLOW_FIRST_OFFSET: &str = "flow_first_offset";
+    pub const FLOW_KEY_DST: &str = "flow_key_dst";
+    pub const FLOW_KEY_PORTS: &str = "flow_key_ports";
+    pub const FLOW_KEY_SRC: &str = "flow_key_src";
+    pub const FLOW_LAST_OFFSET: &str = "flow_last_offset";
+    pub const FLOW_PACKETS: &str = "flow_packets";
+    pub const FLOW_PAUSED_PACKETS: &str = "flow_paused_packets";
+    pub const FLOW_UNPAUSED_QDEPTH_SUM: &str = "flow_unpaused_qdepth_sum";
+    pub const METER_BYTES: &str = "meter_bytes";
+    pub const METER_EPOCH: &str = "meter_epoch";
+    pub const PORT_ENQ_EPOCH: &str = "port_enq_epoch";
+    pub const PORT_EPOCH: &str = "port_epoch";
+    pub const PORT_PACKETS: &str = "port_packets";
+    pub const PORT_PAUSED_PACKETS: &str = "port_paused_packets";
+    pub const PORT_QDEPTH_SUM: &str = "port_qdepth_sum";
+    pub const PORT_UNPAUSED_QDEPTH_SUM: &str = "port_unpaused_qdepth_sum";
+
+    /// All of them.
+    #[cfg(test)]
+    pub const ALL: &[&str] = &[
+        FLOW_EGRESS_PORT,
+        FLOW_EPOCH,
+        FLOW_FIRST_OFFSET,
+        FLOW_KEY_DST,
+        FLOW_KEY_PORTS,
+        FLOW_KEY_SRC,
+        FLOW_LAST_OFFSET,
+        FLOW_PACKETS,
+        FLOW_PAUSED_PACKETS,
+        FLOW_UNPAUSED_QDEPTH_SUM,
+        METER_BYTES,
+        METER_EPOCH,
+        PORT_ENQ_EPOCH,
+        PORT_EPOCH,
+        PORT_PACKETS,
+        PORT_PAUSED_PACKETS,
+        PORT_QDEPTH_SUM,
+        PORT_UNPAUSED_QDEPTH_SUM,
+    ];
+}
+
 /// Sizes of a program variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -90,27 +136,35 @@ pub struct RegisterSnapshot {
     arrays: BTreeMap<&'static str, Vec<u64>>,
 }
 
-/// Registers the report is built from.
-pub const TELEMETRY_REGISTERS: &[&str] = &[
-    "port_enq_epoch",
-    "port_epoch",
-    "port_packets",
-    "port_paused_packets",
-    "port_qdepth_sum",
-    "port_unpaused_qdepth_sum",
-    "meter_epoch",
-    "meter_bytes",
-    "flow_epoch",
-    "flow_key_src",
-    "flow_key_dst",
-    "flow_key_ports",
-    "flow_packets",
-    "flow_paused_packets",
-    "flow_unpaused_qdepth_sum",
-    "flow_first_offset",
-    "flow_last_offset",
-    "flow_egress_port",
-];
+/// Which ring a telemetry register belongs to (and so how many cells it has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// Per (epoch, port).
+    Port,
+    /// Per (epoch, ingress port, egress port).
+    Meter,
+    /// Per (epoch, flow slot).
+    Flow,
+}
+
+/// Registers the report is built from — those of the epoch telemetry modules, from the
+/// generated register list (codegen/src/hawkeye.rs is the one source of the names).
+pub fn telemetry_registers() -> impl Iterator<Item = (&'static str, Family)> {
+    use hawkmesh_codegen::hawkeye::{
+        MODULE_CAUSALITY_METER, MODULE_FLOW_TELEMETRY, MODULE_PORT_TELEMETRY,
+    };
+    dataplane::REGISTERS
+        .iter()
+        .filter_map(|(name, _, _, module)| {
+            let family = match *module {
+                MODULE_PORT_TELEMETRY => Family::Port,
+                MODULE_CAUSALITY_METER => Family::Meter,
+                MODULE_FLOW_TELEMETRY => Family::Flow,
+                _ => return None,
+            };
+            Some((*name, family))
+        })
+}
 
 /// The longest pause one PFC frame can ask for (the program's constant, IEEE 802.1Qbb): a
 /// stored pause end further ahead than this is a stale value seen across the 32-bit wrap of
@@ -175,7 +229,7 @@ pub fn paused_ports(
 /// The per-priority pause-end registers (`pause_end_p{q}`), with their priority, from the
 /// generated register list (codegen/src/hawkeye.rs is the one source of the names).
 pub fn pause_end_registers() -> impl Iterator<Item = (u8, &'static str)> {
-    dataplane::REGISTERS.iter().filter_map(|(name, _, _)| {
+    dataplane::REGISTERS.iter().filter_map(|(name, _, _, _)| {
         let q: u8 = name.strip_prefix("pause_end_p")?.parse().ok()?;
         (q < 8).then_some((q, *name))
     })
@@ -209,14 +263,12 @@ impl RegisterSnapshot {
         let mut cost = ReadCost::default();
         let ports = geometry.ports as usize;
         let epochs = geometry.epochs as usize;
-        for name in TELEMETRY_REGISTERS {
+        for (name, family) in telemetry_registers() {
             let cells = backend.read_register(name)?;
-            let needed = if name.starts_with("port_") {
-                epochs * ports
-            } else if name.starts_with("meter_") {
-                epochs * ports * ports
-            } else {
-                epochs * geometry.flow_slots as usize
+            let needed = match family {
+                Family::Port => epochs * ports,
+                Family::Meter => epochs * ports * ports,
+                Family::Flow => epochs * geometry.flow_slots as usize,
             };
             if cells.len() < needed {
                 return Err(CollectError::Geometry {
@@ -264,9 +316,9 @@ impl RegisterSnapshot {
         let flow_slots = geometry.flow_slots as usize;
         // (epoch-id register, content register, cells per slot) per family.
         let families: [(&str, &str, usize); 3] = [
-            ("port_enq_epoch", "port_packets", ports),
-            ("meter_epoch", "meter_bytes", ports * ports),
-            ("flow_epoch", "flow_packets", flow_slots),
+            (reg::PORT_ENQ_EPOCH, reg::PORT_PACKETS, ports),
+            (reg::METER_EPOCH, reg::METER_BYTES, ports * ports),
+            (reg::FLOW_EPOCH, reg::FLOW_PACKETS, flow_slots),
         ];
         let mut found: Vec<u64> = Vec::new();
         'slots: for slot in 0..epochs {
@@ -336,10 +388,11 @@ impl RegisterSnapshot {
             // Packet counts are taken at enqueue (ingress), queue-depth sums when the
             // packets leave (egress); each half has its own epoch id. Packets still queued
             // (e.g. behind a PAUSE) are counted without a depth yet.
-            if self.get("port_enq_epoch", index) != id || self.get("port_packets", index) == 0 {
+            if self.get(reg::PORT_ENQ_EPOCH, index) != id || self.get(reg::PORT_PACKETS, index) == 0
+            {
                 continue;
             }
-            let departed = self.get("port_epoch", index) == id;
+            let departed = self.get(reg::PORT_EPOCH, index) == id;
             let depth = |name: &str| {
                 if departed {
                     self.get(name, index) * unit
@@ -349,17 +402,17 @@ impl RegisterSnapshot {
             };
             telemetry.ports.push(PortRecord {
                 port: port as u16,
-                packet_count: self.get("port_packets", index) as u32,
-                paused_packet_count: self.get("port_paused_packets", index) as u32,
-                queue_depth_sum_bytes: depth("port_qdepth_sum"),
-                unpaused_queue_depth_sum_bytes: depth("port_unpaused_qdepth_sum"),
+                packet_count: self.get(reg::PORT_PACKETS, index) as u32,
+                paused_packet_count: self.get(reg::PORT_PAUSED_PACKETS, index) as u32,
+                queue_depth_sum_bytes: depth(reg::PORT_QDEPTH_SUM),
+                unpaused_queue_depth_sum_bytes: depth(reg::PORT_UNPAUSED_QDEPTH_SUM),
             });
         }
         for ingress in 0..ports {
             for egress in 0..ports {
                 let index = slot * ports * ports + ingress * ports + egress;
-                let bytes = self.get("meter_bytes", index);
-                if self.get("meter_epoch", index) != id || bytes == 0 {
+                let bytes = self.get(reg::METER_BYTES, index);
+                if self.get(reg::METER_EPOCH, index) != id || bytes == 0 {
                     continue;
                 }
                 telemetry.meters.push(MeterRecord {
@@ -372,26 +425,26 @@ impl RegisterSnapshot {
         let slots = geometry.flow_slots as usize;
         for flow_slot in 0..slots {
             let index = slot * slots + flow_slot;
-            let packets = self.get("flow_packets", index);
-            let src = self.get("flow_key_src", index) as u32;
-            if self.get("flow_epoch", index) != id || packets == 0 || src == 0 {
+            let packets = self.get(reg::FLOW_PACKETS, index);
+            let src = self.get(reg::FLOW_KEY_SRC, index) as u32;
+            if self.get(reg::FLOW_EPOCH, index) != id || packets == 0 || src == 0 {
                 continue;
             }
-            let ports_word = self.get("flow_key_ports", index) as u32;
+            let ports_word = self.get(reg::FLOW_KEY_PORTS, index) as u32;
             telemetry.flows.push(FlowRecord {
                 flow: FiveTuple {
                     src_ip: src.to_be_bytes(),
-                    dst_ip: (self.get("flow_key_dst", index) as u32).to_be_bytes(),
+                    dst_ip: (self.get(reg::FLOW_KEY_DST, index) as u32).to_be_bytes(),
                     src_port: (ports_word >> 16) as u16,
                     dst_port: ports_word as u16,
                     protocol: IP_PROTOCOL_UDP,
                 },
-                egress_port: self.get("flow_egress_port", index) as u16,
+                egress_port: self.get(reg::FLOW_EGRESS_PORT, index) as u16,
                 packet_count: packets as u32,
-                paused_packet_count: self.get("flow_paused_packets", index) as u32,
-                queue_depth_sum_bytes: self.get("flow_unpaused_qdepth_sum", index) * unit,
-                first_enqueue_offset_ns: self.get("flow_first_offset", index) as u32,
-                last_enqueue_offset_ns: self.get("flow_last_offset", index) as u32,
+                paused_packet_count: self.get(reg::FLOW_PAUSED_PACKETS, index) as u32,
+                queue_depth_sum_bytes: self.get(reg::FLOW_UNPAUSED_QDEPTH_SUM, index) * unit,
+                first_enqueue_offset_ns: self.get(reg::FLOW_FIRST_OFFSET, index) as u32,
+                last_enqueue_offset_ns: self.get(reg::FLOW_LAST_OFFSET, index) as u32,
                 evicted: false,
             });
         }
@@ -493,6 +546,17 @@ mod tests {
         Geometry {
             ports: 8,
             ..Geometry::default_variant()
+        }
+    }
+
+    #[test]
+    fn every_register_the_report_reads_is_a_telemetry_register_of_the_program() {
+        let listed: Vec<&str> = telemetry_registers().map(|(name, _)| name).collect();
+        for name in reg::ALL {
+            assert!(
+                listed.contains(name),
+                "{name} is not in the program's telemetry"
+            );
         }
     }
 
