@@ -402,22 +402,28 @@ fn deadlock_with_initiator_out_of_loop_by_host_injection() {
     assert_eq!(path.last(), Some(&"s2.p3"));
 }
 
+/// Three bursts h1 → s1 → s2 → `to` (a host of s2 with address 10.0.0.`to_ip`), paused at
+/// s1.p(s2) and contending unpaused at s2.p(`to`) with mean queue `depth` bytes.
+fn bursts_from_h1_via_s2(builder: &mut IncidentBuilder, to: &str, to_ip: u8, depth: u64) {
+    for index in 0..3u8 {
+        builder.flow(
+            0,
+            flow(40 + index, 53000 + u16::from(index), to_ip),
+            &["h1", "s1", "s2", to],
+            &[
+                Hop::new(150).paused(100, 300_000),
+                Hop::new(300).depth(depth).window(60_000, 70_000),
+            ],
+        );
+    }
+}
+
 #[test]
 fn deadlock_with_initiator_out_of_loop_by_flow_contention() {
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
     ring_flows(&mut builder, 0);
     // Bursts h1 → h9 contend at s2.p(h9), which is not paused.
-    for index in 0..3u8 {
-        builder.flow(
-            0,
-            flow(40 + index, 53000 + u16::from(index), 19),
-            &["h1", "s1", "s2", "h9"],
-            &[
-                Hop::new(150).paused(100, 300_000),
-                Hop::new(300).depth(150_000).window(60_000, 70_000),
-            ],
-        );
-    }
+    bursts_from_h1_via_s2(&mut builder, "h9", 19, 150_000);
     let output = run(&builder);
     let anomaly = victim_anomalies(&output)[0];
     assert_eq!(
@@ -839,17 +845,7 @@ fn a_loop_held_by_a_host_injection_and_a_contention_is_told_as_the_injection() {
             Hop::new(200).paused(190, 400_000).depth(100_000),
         ],
     );
-    for index in 0..3u8 {
-        builder.flow(
-            0,
-            flow(40 + index, 53000 + u16::from(index), 3),
-            &["h1", "s1", "s2", "h2"],
-            &[
-                Hop::new(150).paused(100, 300_000),
-                Hop::new(300).depth(400_000).window(60_000, 70_000),
-            ],
-        );
-    }
+    bursts_from_h1_via_s2(&mut builder, "h2", 3, 400_000);
     let output = run(&builder);
     let anomaly = victim_anomalies(&output)[0];
     assert_eq!(
