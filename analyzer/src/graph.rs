@@ -272,6 +272,17 @@ pub struct ProvenanceGraph {
     pub stats: GraphStats,
 }
 
+/// The epoch a pause reported in the port status belongs to: the switch's latest reported
+/// epoch for a pause in force at collection, else the epoch it ended in (clamped to the
+/// reported epochs `first ..= latest`).
+fn status_epoch(in_force: bool, until_ns: u64, epoch_ns: u64, first: u64, latest: u64) -> u64 {
+    if in_force {
+        latest
+    } else {
+        (until_ns / epoch_ns * epoch_ns).clamp(first, latest)
+    }
+}
+
 impl ProvenanceGraph {
     fn port_node(&mut self, port: PortRef) -> NodeIndex {
         if let Some(index) = self.port_nodes.get(&port) {
@@ -372,8 +383,7 @@ impl ProvenanceGraph {
                 };
                 graph.port_node(port);
                 let summary = graph.ports.entry(port).or_default();
-                let ended_in = (until_ns / epoch_ns * epoch_ns).clamp(first, latest);
-                summary.note_paused(if *in_force { latest } else { ended_in });
+                summary.note_paused(status_epoch(*in_force, *until_ns, epoch_ns, first, latest));
                 summary.paused_at_collection |= *in_force;
                 summary.pause_end_ns = summary.pause_end_ns.max(Some(*until_ns));
             }
@@ -448,30 +458,25 @@ impl ProvenanceGraph {
                     || data
                         .pause_status
                         .get(&port)
-                        .is_some_and(|(in_force, until)| {
-                            let (Some(first), Some(latest)) = (first, latest) else {
-                                return false;
-                            };
+                        .zip(first.zip(latest))
+                        .is_some_and(|((in_force, until), (first, latest))| {
                             !*in_force
-                                && (until / epoch_ns * epoch_ns).clamp(first, latest) == start
+                                && status_epoch(false, *until, epoch_ns, first, latest) == start
                         })
             };
             for (start, epoch) in &data.epochs {
-                let held: Vec<(PortNo, u32)> = paused_at_poll
+                let held: BTreeSet<PortNo> = paused_at_poll
                     .iter()
                     .filter(|p| p.node == *switch)
                     .map(|p| p.port)
                     .chain(data.pause_status.keys().copied())
                     .filter(|port| !epoch.ports.contains_key(port) && known_paused(*start, *port))
-                    .map(|port| (port, 0))
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
                     .collect();
                 let candidates = epoch
                     .ports
                     .iter()
                     .map(|(port_no, record)| (*port_no, record.paused_packet_count))
-                    .chain(held);
+                    .chain(held.into_iter().map(|port| (port, 0)));
                 for (port_no, paused_count) in candidates {
                     let upstream = PortRef {
                         node: *switch,

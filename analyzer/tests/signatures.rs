@@ -369,11 +369,9 @@ fn a_victim_held_behind_a_pause_is_traced_from_the_polling_verdict() {
     );
 }
 
-#[test]
-fn deadlock_with_initiator_out_of_loop_by_host_injection() {
-    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
-    ring_flows(&mut builder, 0);
-    // h9 hangs off s2 and pauses s2.p(h9); flow G h1 → h9 feeds it from s1.
+/// h9 hangs off s2 and pauses s2.p(h9); flow G h1 → h9 feeds it from s1, paused at both
+/// hops.
+fn h9_pauses_s2(builder: &mut IncidentBuilder) {
     builder.flow(
         0,
         flow(2, 49500, 19),
@@ -383,6 +381,13 @@ fn deadlock_with_initiator_out_of_loop_by_host_injection() {
             Hop::new(200).paused(190, 400_000).depth(100_000),
         ],
     );
+}
+
+#[test]
+fn deadlock_with_initiator_out_of_loop_by_host_injection() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
+    ring_flows(&mut builder, 0);
+    h9_pauses_s2(&mut builder);
     let output = run(&builder);
     let anomalies = victim_anomalies(&output);
     assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
@@ -836,15 +841,7 @@ fn a_loop_held_by_a_host_injection_and_a_contention_is_told_as_the_injection() {
     // injected pause holds: the loop's initiator type is the injection, both ports roots.
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
     ring_flows(&mut builder, 0);
-    builder.flow(
-        0,
-        flow(2, 49500, 19),
-        &["h1", "s1", "s2", "h9"],
-        &[
-            Hop::new(200).paused(180, 300_000),
-            Hop::new(200).paused(190, 400_000).depth(100_000),
-        ],
-    );
+    h9_pauses_s2(&mut builder);
     bursts_from_h1_via_s2(&mut builder, "h2", 3, 400_000);
     let output = run(&builder);
     let anomaly = victim_anomalies(&output)[0];

@@ -69,5 +69,26 @@ pub fn emit(p: &Program) -> String {
         );
     }
     let _ = writeln!(o, "];");
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "/// Register names as constants (the control plane reads registers by these names)."
+    );
+    let _ = writeln!(o, "pub mod register {{");
+    for r in &p.registers {
+        let _ = writeln!(
+            o,
+            "    /// {}: {}",
+            r.module,
+            r.doc.lines().next().unwrap_or_default()
+        );
+        let _ = writeln!(
+            o,
+            "    pub const {}: &str = {:?};",
+            r.name.to_uppercase(),
+            r.name
+        );
+    }
+    let _ = writeln!(o, "}}");
     o
 }

@@ -32,6 +32,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Default guard interval between register reads, ns: victims that poll at once poll
+/// within microseconds of one another, so one read serves them, and no event waits more
+/// than this for its read (the artifact's guard is 500 µs).
+pub const DEFAULT_GUARD_NS: u64 = 100_000;
+
 /// Agent settings.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -51,14 +56,13 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// Defaults for `switch`: default variant, 100 µs guard (victims that poll at once
-    /// poll within microseconds of one another: one read serves them, and no event waits
-    /// more than 100 µs for it), 1500-byte chunks, intact slots up to 10 ms old.
+    /// Defaults for `switch`: default variant, [`DEFAULT_GUARD_NS`], 1500-byte chunks,
+    /// intact slots up to 10 ms old.
     pub fn new(switch: NodeId) -> Self {
         AgentConfig {
             switch,
             geometry: Geometry::default_variant(),
-            guard_ns: 100_000,
+            guard_ns: DEFAULT_GUARD_NS,
             chunk_bytes: 1500,
             max_pending_evictions: 65_536,
             aged_lookback_ns: 10_000_000,
@@ -259,12 +263,9 @@ impl<B: SwitchBackend> SwitchAgent<B> {
         self.last_read_ns = Some(now_ns);
         let current = now_ns >> geometry.epoch_log2_ns;
         let first = current.saturating_sub(u64::from(geometry.epochs) - 1);
+        // Older than the window, so none with a zero lookback.
         let oldest_ns = now_ns.saturating_sub(self.config.aged_lookback_ns);
-        let mut epochs: Vec<EpochTelemetry> = if self.config.aged_lookback_ns > 0 {
-            snapshot.aged_epochs(&geometry, current, oldest_ns)
-        } else {
-            Vec::new()
-        };
+        let mut epochs = snapshot.aged_epochs(&geometry, current, oldest_ns);
         epochs.extend((first..=current).map(|epoch| snapshot.epoch(&geometry, epoch)));
         // Evicted flows join the epoch they were counted in; the rest stay pending
         // (their epoch may be read again) unless their slot has been overwritten.

@@ -11,6 +11,6 @@ pub mod backend;
 pub mod collect;
 pub mod transport;
 
-pub use agent::{AgentConfig, AgentError, AgentStats, Collection, SwitchAgent};
+pub use agent::{AgentConfig, AgentError, AgentStats, Collection, SwitchAgent, DEFAULT_GUARD_NS};
 pub use backend::{BackendError, CpuFrame, CpuFrameKind, ModelBackend, SwitchBackend};
 pub use collect::{Eviction, Geometry, RegisterSnapshot};

@@ -110,14 +110,14 @@ pub struct LoopConfig {
 
 impl LoopConfig {
     /// Defaults: 300 % RTT threshold, 3 ms suppression, 2^18 ns (262 µs) epochs × 4, 4096
-    /// flow slots, 100 µs guard, MTU chunks, 20 µs steps, HAWKEYE polling only.
+    /// flow slots, the agents' default guard (100 µs), MTU chunks, 20 µs steps, HAWKEYE polling only.
     pub fn new(data_dir: PathBuf) -> Self {
         LoopConfig {
             detector: DetectorConfig::default(),
             epoch_log2_ns: 18,
             epochs: 4,
             flow_slots: 4096,
-            guard_ns: 100_000,
+            guard_ns: hawkmesh_switch_agent::DEFAULT_GUARD_NS,
             chunk_bytes: 1500,
             step: 20 * US,
             analyzer_timeout: Duration::from_millis(500),

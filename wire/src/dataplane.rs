@@ -217,3 +217,105 @@ pub const REGISTERS: &[(&str, u8, u32, &str)] = &[
     ("flow_last_offset", 32, 16384, "flow telemetry"),
     ("flow_egress_port", 16, 16384, "flow telemetry"),
 ];
+
+/// Register names as constants (the control plane reads registers by these names).
+pub mod register {
+    /// polling dedupe: Per switch polling duplicate suppression: lo = low 32 bits of the event id, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval)
+    pub const POLLING_DEDUPE: &str = "polling_dedupe";
+    /// elastic sketch: Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative)
+    pub const SKETCH_TOTAL: &str = "sketch_total";
+    /// elastic sketch: Heavy part: lo = flow fingerprint, hi = Q = base + (λ+1)·vote+ where base is sketch_total when the flow took the bucket; vote- ≥ λ·vote+ ⇔ total − Q ≥ 0
+    pub const SKETCH_KEY: &str = "sketch_key";
+    /// elastic sketch: Heavy part vote+ with the flag in bit 31 (Elastic Sketch §3.1)
+    pub const SKETCH_VOTES: &str = "sketch_votes";
+    /// elastic sketch: Light part: 8-bit saturating counters (Elastic Sketch §3.2, one array as in the hardware version)
+    pub const SKETCH_LIGHT: &str = "sketch_light";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 0 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P0: &str = "pause_end_p0";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 1 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P1: &str = "pause_end_p1";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 2 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P2: &str = "pause_end_p2";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 3 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P3: &str = "pause_end_p3";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 4 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P4: &str = "pause_end_p4";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 5 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P5: &str = "pause_end_p5";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 6 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P6: &str = "pause_end_p6";
+    /// pfc status: Per port: low 32 bits of the ns time when the PFC pause of priority 7 ends (IEEE 802.1Qbb; quanta 0 = XON ends it now)
+    pub const PAUSE_END_P7: &str = "pause_end_p7";
+    /// pfc branch: Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E0_W0: &str = "fanout_e0_w0";
+    /// pfc branch: Ring slot 0: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E0_W0: &str = "paused_seen_e0_w0";
+    /// pfc branch: Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E1_W0: &str = "fanout_e1_w0";
+    /// pfc branch: Ring slot 1: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E1_W0: &str = "paused_seen_e1_w0";
+    /// pfc branch: Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E2_W0: &str = "fanout_e2_w0";
+    /// pfc branch: Ring slot 2: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E2_W0: &str = "paused_seen_e2_w0";
+    /// pfc branch: Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E3_W0: &str = "fanout_e3_w0";
+    /// pfc branch: Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E3_W0: &str = "paused_seen_e3_w0";
+    /// pfc branch: lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past)
+    pub const PFC_PAUSED_W0: &str = "pfc_paused_w0";
+    /// pfc branch: Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E0_W1: &str = "fanout_e0_w1";
+    /// pfc branch: Ring slot 0: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E0_W1: &str = "paused_seen_e0_w1";
+    /// pfc branch: Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E1_W1: &str = "fanout_e1_w1";
+    /// pfc branch: Ring slot 1: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E1_W1: &str = "paused_seen_e1_w1";
+    /// pfc branch: Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E2_W1: &str = "fanout_e2_w1";
+    /// pfc branch: Ring slot 2: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E2_W1: &str = "paused_seen_e2_w1";
+    /// pfc branch: Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
+    pub const FANOUT_E3_W1: &str = "fanout_e3_w1";
+    /// pfc branch: Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
+    pub const PAUSED_SEEN_E3_W1: &str = "paused_seen_e3_w1";
+    /// pfc branch: lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past)
+    pub const PFC_PAUSED_W1: &str = "pfc_paused_w1";
+    /// port telemetry: Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch
+    pub const PORT_ENQ_EPOCH: &str = "port_enq_epoch";
+    /// port telemetry: RoCEv2 packets enqueued at the port in the epoch (counted in ingress, at enqueue)
+    pub const PORT_PACKETS: &str = "port_packets";
+    /// port telemetry: Of those, paused packets (enqueued while the port's priority was paused)
+    pub const PORT_PAUSED_PACKETS: &str = "port_paused_packets";
+    /// causality meter: Epoch id of each (epoch, ingress, egress) meter slot
+    pub const METER_EPOCH: &str = "meter_epoch";
+    /// causality meter: Bytes from ingress port to egress port enqueued in the epoch (HAWKEYE Fig. 3 causality meter)
+    pub const METER_BYTES: &str = "meter_bytes";
+    /// port telemetry: Epoch id (timestamp bits above the ring index) stored in each (epoch, port) slot of the queue-depth sums; a newer id resets the slot on first touch
+    pub const PORT_EPOCH: &str = "port_epoch";
+    /// port telemetry: Sum of enqueue queue depths (target unit) over all packets enqueued in the epoch
+    pub const PORT_QDEPTH_SUM: &str = "port_qdepth_sum";
+    /// port telemetry: Sum of enqueue queue depths over non-paused packets
+    pub const PORT_UNPAUSED_QDEPTH_SUM: &str = "port_unpaused_qdepth_sum";
+    /// flow telemetry: Epoch id of the flow slot
+    pub const FLOW_EPOCH: &str = "flow_epoch";
+    /// flow telemetry: Flow key: IPv4 source
+    pub const FLOW_KEY_SRC: &str = "flow_key_src";
+    /// flow telemetry: Flow key: IPv4 destination
+    pub const FLOW_KEY_DST: &str = "flow_key_dst";
+    /// flow telemetry: Flow key: UDP source port << 16 | destination port (RoCEv2: protocol is always UDP)
+    pub const FLOW_KEY_PORTS: &str = "flow_key_ports";
+    /// flow telemetry: Packets of the flow in the epoch
+    pub const FLOW_PACKETS: &str = "flow_packets";
+    /// flow telemetry: Paused packets of the flow
+    pub const FLOW_PAUSED_PACKETS: &str = "flow_paused_packets";
+    /// flow telemetry: Queue depth sum over the flow's non-paused packets
+    pub const FLOW_UNPAUSED_QDEPTH_SUM: &str = "flow_unpaused_qdepth_sum";
+    /// flow telemetry: ns from the epoch start to the flow's first enqueue
+    pub const FLOW_FIRST_OFFSET: &str = "flow_first_offset";
+    /// flow telemetry: ns from the epoch start to the flow's last enqueue
+    pub const FLOW_LAST_OFFSET: &str = "flow_last_offset";
+    /// flow telemetry: Egress port of the flow
+    pub const FLOW_EGRESS_PORT: &str = "flow_egress_port";
+}
