@@ -746,13 +746,10 @@ impl SwitchPipeline for NetsimAdapter {
             }
         }
         drop(model);
-        // Unchanged headers: the output packet is the input.
-        let out = if same {
-            &sc.buf[..sc.len]
-        } else {
-            &sc.ing.bytes
-        };
-        Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
+        // Unchanged headers: the output packet is the input, and so is the packet.
+        if !same {
+            Scratch::write_back(&shared.layout, shape, sc.len, &sc.ing.bytes, packet);
+        }
         packet.bridge = bridge;
         self.stats.set(stats);
     }
@@ -811,12 +808,9 @@ impl SwitchPipeline for NetsimAdapter {
             actions.drop = true;
             stats.dropped += 1;
         }
-        let out = if same {
-            &sc.buf[..sc.len]
-        } else {
-            &sc.eg.bytes
-        };
-        Scratch::write_back(&shared.layout, shape, sc.len, out, packet);
+        if !same {
+            Scratch::write_back(&shared.layout, shape, sc.len, &sc.eg.bytes, packet);
+        }
         self.stats.set(stats);
     }
 }
