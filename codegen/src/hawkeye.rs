@@ -589,10 +589,6 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             ("context_pfc_ports", 64),
         ],
     );
-    // PFC frames and polling packets are a small share of what a switch sees: the native
-    // model keeps their code off the data path (no effect on the P4).
-    b.rare(pfc);
-    b.rare(polling);
     let (
         ev_epoch_id,
         ev_epoch_index,

@@ -181,10 +181,6 @@ pub struct Header {
     pub doc: String,
     /// Not on the wire: set valid by the program (e.g. a report header for a CPU copy).
     pub synthesized: bool,
-    /// Carried by a small fraction of the packets (control frames, polling packets). No
-    /// effect on the P4; the native model lays out the code for it away from the data
-    /// path, so that a data packet's pass touches fewer instruction cache lines.
-    pub rare: bool,
 }
 
 impl Header {
@@ -937,16 +933,8 @@ impl ProgramBuilder {
             fields: ids.clone(),
             doc: doc.to_string(),
             synthesized,
-            rare: synthesized,
         });
         (id, ids)
-    }
-
-    /// Marks a header as carried by few packets ([`Header::rare`]).
-    pub fn rare(&mut self, header: HeaderId) {
-        if let Some(h) = self.program.headers.get_mut(header.0 as usize) {
-            h.rare = true;
-        }
     }
 
     fn push_field(&mut self, name: &str, width: u8, owner: FieldOwner) -> FieldId {

@@ -64,13 +64,13 @@ fn tor_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l9: {
 'l5: {
 st.phv[123] = 0xFFFF;
-if st.valid & 0x4 == 0 { break 'l5; } std::hint::cold_path();
+if st.valid & 0x4 == 0 { break 'l5; }
 if st.phv[24] != 0x101 { break 'l34; }
 st.phv[123] = st.phv[0] & 0xFFFF;
 break 'l34;
 }
 if st.valid & 0x8 == 0 { break 'l34; }
-if st.valid & 0x40 == 0 { break 'l27; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l27; }
 if st.phv[62] == 0x0 { break 'l9; }
 if st.phv[59] == 0x2 { break 'l11; }
 }
@@ -88,7 +88,7 @@ break 'l31;
 }
 st.phv[81] = st.phv[61] & 0xFF;
 st.phv[82] = st.phv[0] & 0xFFFF;
-std::hint::cold_path(); ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 st.phv[83] = st.phv[65] & 0xFFFFFFFF;
 st.phv[84] = st.phv[66] & 0xFFFFFFFF;
 st.phv[85] = st.phv[67] & 0xFFFF;
@@ -105,7 +105,7 @@ if st.phv[88] != 0x1 { break 'l34; }
 st.phv[123] = st.phv[87] & 0xFFFF;
 }
 tor_action(st.select(code, 2), st, code, ctx);
-if st.valid & 0x4 == 0 { break 'l137; } std::hint::cold_path();
+if st.valid & 0x4 == 0 { break 'l137; }
 if st.phv[24] != 0x101 { break 'l135; }
 st.phv[104] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 tor_action(st.select(code, 1), st, code, ctx);
@@ -220,7 +220,7 @@ ctx.dropped = true;
 return;
 }
 if st.valid & 0x8 == 0 { break 'l373; }
-if st.valid & 0x40 == 0 { break 'l235; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l235; }
 st.phv[76] = 0xFFFF;
 st.phv[104] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 st.phv[132] = st.phv[1].wrapping_shr(20) & 0x3;
@@ -509,7 +509,7 @@ fn tor_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l16: {
 if st.phv[8] == 0x0 { break 'l42; }
 if st.phv[8] != 0x1 { break 'l16; }
-if st.valid & 0x40 == 0 { break 'l127; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l127; }
 st.phv[63] = 0x1;
 st.dirty |= 0x40;
 st.phv[70] = st.phv[81] & 0xFF;
@@ -551,7 +551,7 @@ st.phv[20] = st.phv[189] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
-if st.valid & 0x40 == 0 { break 'l85; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l85; }
 tor_action(st.select(code, 3), st, code, ctx);
 st.phv[196] = 0x0;
 st.phv[199] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
@@ -635,7 +635,7 @@ st.phv[180] = 0x1;
 { let base = (((st.phv[175] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.written(43); st.phv[185] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 172, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 172, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.written(44); st.phv[186] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 171, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 171, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.written(45); st.phv[187] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 179, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.written(46); st.phv[188] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.written(47); st.phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 52256, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.written(48); st.phv[190] = v & 0xFFFF; } }
 st.phv[191] = st.phv[167] & 0xFF;
 if st.phv[180] != 0x1 { break 'l127; }
-std::hint::cold_path(); ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
 }
@@ -929,13 +929,13 @@ fn fabric_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l9: {
 'l5: {
 st.phv[113] = 0xFFFF;
-if st.valid & 0x4 == 0 { break 'l5; } std::hint::cold_path();
+if st.valid & 0x4 == 0 { break 'l5; }
 if st.phv[24] != 0x101 { break 'l34; }
 st.phv[113] = st.phv[0] & 0xFFFF;
 break 'l34;
 }
 if st.valid & 0x8 == 0 { break 'l34; }
-if st.valid & 0x40 == 0 { break 'l27; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l27; }
 if st.phv[62] == 0x0 { break 'l9; }
 if st.phv[59] == 0x2 { break 'l11; }
 }
@@ -953,7 +953,7 @@ break 'l31;
 }
 st.phv[81] = st.phv[61] & 0xFF;
 st.phv[82] = st.phv[0] & 0xFFFF;
-std::hint::cold_path(); ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 st.phv[83] = st.phv[65] & 0xFFFFFFFF;
 st.phv[84] = st.phv[66] & 0xFFFFFFFF;
 st.phv[85] = st.phv[67] & 0xFFFF;
@@ -970,7 +970,7 @@ if st.phv[88] != 0x1 { break 'l34; }
 st.phv[113] = st.phv[87] & 0xFFFF;
 }
 fabric_action(st.select(code, 2), st, code, ctx);
-if st.valid & 0x4 == 0 { break 'l137; } std::hint::cold_path();
+if st.valid & 0x4 == 0 { break 'l137; }
 if st.phv[24] != 0x101 { break 'l135; }
 st.phv[94] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 fabric_action(st.select(code, 1), st, code, ctx);
@@ -1085,7 +1085,7 @@ ctx.dropped = true;
 return;
 }
 if st.valid & 0x8 == 0 { break 'l335; }
-if st.valid & 0x40 == 0 { break 'l235; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l235; }
 st.phv[76] = 0xFFFF;
 st.phv[94] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 st.phv[122] = st.phv[1].wrapping_shr(20) & 0x3;
@@ -1330,7 +1330,7 @@ fn fabric_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l16: {
 if st.phv[8] == 0x0 { break 'l42; }
 if st.phv[8] != 0x1 { break 'l16; }
-if st.valid & 0x40 == 0 { break 'l127; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l127; }
 st.phv[63] = 0x1;
 st.dirty |= 0x40;
 st.phv[70] = st.phv[81] & 0xFF;
@@ -1372,7 +1372,7 @@ st.phv[20] = st.phv[179] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
-if st.valid & 0x40 == 0 { break 'l85; } std::hint::cold_path();
+if st.valid & 0x40 == 0 { break 'l85; }
 fabric_action(st.select(code, 3), st, code, ctx);
 st.phv[186] = 0x0;
 st.phv[189] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
@@ -1456,7 +1456,7 @@ st.phv[170] = 0x1;
 { let base = (((st.phv[165] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.written(39); st.phv[175] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 162, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 162, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.written(40); st.phv[176] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 161, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 161, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.written(41); st.phv[177] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 169, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.written(42); st.phv[178] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.written(43); st.phv[179] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 35872, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.written(44); st.phv[180] = v & 0xFFFF; } }
 st.phv[181] = st.phv[157] & 0xFF;
 if st.phv[170] != 0x1 { break 'l127; }
-std::hint::cold_path(); ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
 }

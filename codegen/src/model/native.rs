@@ -264,7 +264,6 @@ fn function(
     code: &Code,
     name: &str,
     prefix: &str,
-    rare: u64,
     (start, end): (u32, u32),
     out: &mut String,
 ) -> Result<(), ModelError> {
@@ -369,18 +368,8 @@ fn function(
                 test(cmp, &phv(a), &hex(b)),
                 target as usize - start
             ),
-            Ins::JumpValid(h, target) if rare & (1 << h) != 0 => format!(
-                "if st.valid & {} != 0 {{ std::hint::cold_path(); break 'l{}; }}",
-                hex(1 << h),
-                target as usize - start
-            ),
             Ins::JumpValid(h, target) => format!(
                 "if st.valid & {} != 0 {{ break 'l{}; }}",
-                hex(1 << h),
-                target as usize - start
-            ),
-            Ins::JumpInvalid(h, target) if rare & (1 << h) != 0 => format!(
-                "if st.valid & {} == 0 {{ break 'l{}; }} std::hint::cold_path();",
                 hex(1 << h),
                 target as usize - start
             ),
@@ -457,9 +446,9 @@ fn function(
             }
             Ins::Multicast(g) => format!("ctx.forward = Forward::Multicast({g});"),
             Ins::Drop => "ctx.dropped = true;".into(),
-            Ins::Clone => "std::hint::cold_path(); ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);".into(),
+            Ins::Clone => "ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);".into(),
             Ins::Digest(d) => format!(
-                "std::hint::cold_path(); ctx.digests.push(DigestMessage {{ digest: DigestId({d}), values: Vec::new() }});"
+                "ctx.digests.push(DigestMessage {{ digest: DigestId({d}), values: Vec::new() }});"
             ),
             Ins::Apply(t) => {
                 format!("{prefix}_action(st.select(code, {t}), st, code, ctx);")
@@ -683,12 +672,6 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
         let code = Code::compile(program)?;
         let prefix = name.to_string();
         let fns = functions(&code);
-        let rare = program
-            .headers
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.rare)
-            .fold(0u64, |m, (i, _)| m | 1 << i);
         let _ = writeln!(out, "// Variant `{name}`.\n");
         for (i, range) in fns.iter().enumerate() {
             let fname = match i {
@@ -696,7 +679,7 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
                 1 => format!("{prefix}_egress"),
                 a => format!("{prefix}_a{}", a - 2),
             };
-            function(&code, &fname, &prefix, rare, *range, &mut out)?;
+            function(&code, &fname, &prefix, *range, &mut out)?;
         }
         parser(&code, &format!("{prefix}_parse"), &mut out);
         let _ = writeln!(
