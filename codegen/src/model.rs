@@ -2835,12 +2835,14 @@ impl State {
         word_step(a, &code.word_conds, cell, &self.phv)
     }
 
-    /// Register `r` was written by the data plane.
-    #[inline(always)]
-    fn written(&mut self, r: u16) {
-        if *self.live_views.get_mut() != 0 {
-            self.drop_view(r as usize);
+    /// Drops every control-plane view: a pass is about to run and may write any register
+    /// (emitted code then needs no check per register write).
+    #[cold]
+    fn drop_views(&mut self) {
+        for v in self.views.iter_mut() {
+            v.take();
         }
+        *self.live_views.get_mut() = 0;
     }
 
     /// A register action in its [`WordAction`] form.
@@ -3561,6 +3563,9 @@ impl Model {
         if self.st.tables_changed {
             self.st.share_tables();
         }
+        if *self.st.live_views.get_mut() != 0 {
+            self.st.drop_views();
+        }
         let code = &self.code;
         let native = code
             .native
@@ -3596,7 +3601,12 @@ impl Model {
             out.forward = forward;
             match handover {
                 Handover::Full => st.carry_into(&code.bridged, &mut out.bridged),
-                Handover::Packed => *bridge = pack_fields(&st.phv, &code.bridge_packing),
+                Handover::Packed => {
+                    *bridge = match native {
+                        Some(n) => (n.pack)(&st.phv),
+                        None => pack_fields(&st.phv, &code.bridge_packing),
+                    }
+                }
             }
             for d in out.digests.iter_mut() {
                 d.values = code.digests[d.digest.0 as usize]
@@ -3638,6 +3648,9 @@ impl Model {
         if self.st.tables_changed {
             self.st.share_tables();
         }
+        if *self.st.live_views.get_mut() != 0 {
+            self.st.drop_views();
+        }
         let code = &self.code;
         let native = code
             .native
@@ -3657,7 +3670,10 @@ impl Model {
             match carried {
                 Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c),
                 Ok(c) => st.restore(&code.bridged, c),
-                Err(packed) => unpack_fields(&mut st.phv, &code.bridge_packing, packed),
+                Err(packed) => match native {
+                    Some(n) => (n.unpack)(&mut st.phv, packed),
+                    None => unpack_fields(&mut st.phv, &code.bridge_packing, packed),
+                },
             }
             match native {
                 Some(n) => (n.parse)(st, code, packet),

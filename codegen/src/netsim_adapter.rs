@@ -923,23 +923,21 @@ pub struct InstalledSwitch {
     pub model: SharedModel,
     /// The adapter's counters.
     pub stats: Rc<Cell<AdapterStats>>,
-    /// Whether it runs the ToR variant (with PARALEON's Elastic Sketch).
+    /// Whether it is a ToR (has a host link): the switch whose sketch counts its hosts'
+    /// packets.
     pub tor: bool,
 }
 
-/// Installs the model on every switch of `sim`: ToRs (switches with a host link) run the
-/// variant of `params` (with the Elastic Sketch when `params.sketch` is set, PARALEON
-/// inserts at ToR ingress only); other switches run it without the sketch. Returns the
-/// shared handles by switch node id.
+/// Installs the model on every switch of `sim`, all running the variant of `params` (one
+/// image for the whole fabric, as operators deploy one). With the Elastic Sketch
+/// (`params.sketch`), PARALEON's insert-once marking makes the first switch on a packet's
+/// path, its ToR, the only one that inserts it: the sketches of aggregation and core
+/// switches stay empty. Returns the shared handles by switch node id.
 pub fn install_on_all_switches(
     sim: &mut Simulation,
     params: &HawkeyeParams,
 ) -> Result<BTreeMap<NodeId, InstalledSwitch>, AdapterError> {
-    let tor_program = Arc::new(program(params)?);
-    let fabric_program = Arc::new(program(&HawkeyeParams {
-        sketch: None,
-        ..params.clone()
-    })?);
+    let image = Arc::new(program(params)?);
     let switches: Vec<(NodeId, String, bool, Vec<f64>)> = sim
         .topology()
         .nodes
@@ -956,8 +954,7 @@ pub fn install_on_all_switches(
         .collect();
     let mut out = BTreeMap::new();
     for (id, name, tor, speeds) in switches {
-        let p = if tor { &tor_program } else { &fabric_program };
-        let mut model = Model::new(Arc::clone(p), Routing::FromInput, params.cpu_port)?;
+        let mut model = Model::new(Arc::clone(&image), Routing::FromInput, params.cpu_port)?;
         configure_model(&mut model, &name, &speeds)?;
         let shared = Rc::new(RefCell::new(model));
         let adapter = NetsimAdapter::new(Rc::clone(&shared))?;

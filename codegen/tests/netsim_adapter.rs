@@ -271,6 +271,24 @@ fn polling_follows_the_victim_gains_the_pfc_bit_and_reaches_the_congested_switch
             assert!(ends.iter().any(|e| *e > 0), "node {}: {ends:?}", hop.node);
         }
     }
+    // Every switch runs the same image; PARALEON's insert-once mark makes the ToR the only
+    // sketch that counts a packet: the incast senders' ToRs counted, aggregation and core
+    // sketches stayed empty.
+    let counted = |sw: &InstalledSwitch| {
+        sw.model
+            .borrow()
+            .register_read_all("sketch_total")
+            .expect("sketch_total")
+            .iter()
+            .sum::<u64>()
+    };
+    for (id, sw) in &switches {
+        if sw.tor {
+            continue;
+        }
+        assert_eq!(counted(sw), 0, "node {id}: a fabric switch inserted");
+    }
+    assert!(switches.values().filter(|s| s.tor).any(|s| counted(s) > 0));
 }
 
 fn l_is_a(link: &hawkmesh_wire::topology::LinkDesc, node: NodeId, port: u16) -> bool {

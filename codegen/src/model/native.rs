@@ -24,6 +24,36 @@ pub(super) struct Native {
     pub(super) ingress: fn(&mut State, &Code, &mut PassCtx),
     pub(super) egress: fn(&mut State, &Code, &mut PassCtx),
     pub(super) parse: fn(&mut State, &Code, &[u8]),
+    /// [`pack_fields`] / [`unpack_fields`] of the bridged fields, unrolled.
+    pub(super) pack: fn(&[u64; PHV_SLOTS]) -> [u64; 2],
+    pub(super) unpack: fn(&mut [u64; PHV_SLOTS], [u64; 2]),
+}
+
+/// [`pack_fields`] and [`unpack_fields`] for `code`'s bridged fields with the slots,
+/// masks and shifts as constants.
+fn packing(code: &Code, prefix: &str, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "fn {prefix}_pack(phv: &[u64; PHV_SLOTS]) -> [u64; 2] {{\nlet mut acc: u128 = 0;"
+    );
+    for (f, m, shift) in &code.bridge_packing {
+        if *shift < 128 {
+            let _ = writeln!(out, "acc |= ((phv[{f}] & {}) as u128) << {shift};", hex(*m));
+        }
+    }
+    let _ = writeln!(out, "[acc as u64, (acc >> 64) as u64]\n}}\n");
+    let _ = writeln!(
+        out,
+        "fn {prefix}_unpack(phv: &mut [u64; PHV_SLOTS], packed: [u64; 2]) {{\nlet acc = packed[0] as u128 | (packed[1] as u128) << 64;"
+    );
+    for (f, m, shift) in &code.bridge_packing {
+        if *shift < 128 {
+            let _ = writeln!(out, "phv[{f}] = (acc >> {shift}) as u64 & {};", hex(*m));
+        } else {
+            let _ = writeln!(out, "phv[{f}] = 0;");
+        }
+    }
+    let _ = writeln!(out, "}}\n");
 }
 
 /// FNV-1a over the compiled code's debug form: any change of an instruction, table,
@@ -121,9 +151,6 @@ fn word_member(code: &Code, wa: u16, out: u16, mask: u64, base: &str) -> String 
         word_action_lit(a),
         a.offset
     );
-    if a.writes {
-        let _ = write!(s, "st.written({}); ", code.word_registers[wa as usize]);
-    }
     if out != NO_SLOT {
         let _ = write!(s, "{} = {}; ", phv(out), masked("v".into(), mask));
     } else {
@@ -225,7 +252,6 @@ fn register_action(code: &Code, ra: u16, index: u16, out: u16, mask: u64) -> Str
         if a.pair {
             let _ = write!(s, "st.regs.set({kind}, w + 1, new_hi); ");
         }
-        let _ = write!(s, "st.written({}); ", a.register);
     }
     if out != NO_SLOT {
         let _ = write!(s, "{} = {}; ", phv(out), masked("out".into(), mask));
@@ -682,6 +708,7 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
             function(&code, &fname, &prefix, *range, &mut out)?;
         }
         parser(&code, &format!("{prefix}_parse"), &mut out);
+        packing(&code, &prefix, &mut out);
         let _ = writeln!(
             out,
             "fn {prefix}_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {{\n\
@@ -696,7 +723,7 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
         );
         let _ = writeln!(
             table,
-            "Native {{ fingerprint: {}, ingress: {prefix}_ingress, egress: {prefix}_egress, parse: {prefix}_parse }},",
+            "Native {{ fingerprint: {}, ingress: {prefix}_ingress, egress: {prefix}_egress, parse: {prefix}_parse, pack: {prefix}_pack, unpack: {prefix}_unpack }},",
             hex(fingerprint(&code))
         );
     }
