@@ -872,8 +872,10 @@ struct Code {
     /// PHV index ranges of metadata and action parameters (zeroed at each pass start).
     meta_ranges: Vec<(usize, usize)>,
     /// The ranges of [`Code::meta_ranges`] an ingress (`[0]`) or egress (`[1]`) pass may
-    /// write: what the next pass on the PHV clears.
-    meta_written: [Vec<(usize, usize)>; 2],
+    /// read before writing them ([`exposed_reads`]): what a pass clears when it starts.
+    meta_exposed: [Vec<(usize, usize)>; 2],
+    /// Each field's all-ones value (what [`State::reset`] poisons unexposed metadata with).
+    masks: Vec<u64>,
     digests: Vec<Vec<u16>>,
     /// (slot, mask) of the bridged / cloned fields.
     bridged: Vec<(u16, u64)>,
@@ -1782,79 +1784,6 @@ fn group_word_actions(
     members
 }
 
-/// The program fields (below `fields`) a pass from `entry` may write: destinations of the
-/// instructions of its function and, through table applications, of every action the
-/// table may run (with the action's parameters). `entries` are the starts of all
-/// functions (a function ends where the next one starts).
-fn pass_writes(
-    ins: &[Ins],
-    entries: &[u32],
-    entry: u32,
-    action_params: &[Vec<(u16, u64)>],
-    table_actions: &[Vec<u16>],
-    group_members: &[(u16, u16, u64)],
-    fields: usize,
-) -> Vec<bool> {
-    let mut slots = vec![false; fields];
-    let mark = |slot: u16, slots: &mut Vec<bool>| {
-        if let Some(w) = slots.get_mut(slot as usize) {
-            *w = true;
-        }
-    };
-    let end_of = |start: u32| {
-        entries
-            .iter()
-            .copied()
-            .filter(|e| *e > start)
-            .min()
-            .unwrap_or(ins.len() as u32)
-    };
-    let mut todo = vec![entry];
-    let mut done: Vec<u32> = Vec::new();
-    while let Some(start) = todo.pop() {
-        if done.contains(&start) {
-            continue;
-        }
-        done.push(start);
-        let end = end_of(start) as usize;
-        for i in ins.get(start as usize..end).unwrap_or(&[]) {
-            match *i {
-                Ins::Mov { dst, .. }
-                | Ins::Imm { dst, .. }
-                | Ins::Bin { dst, .. }
-                | Ins::BinImm { dst, .. }
-                | Ins::Shl { dst, .. }
-                | Ins::Shr { dst, .. }
-                | Ins::ShlOr { dst, .. }
-                | Ins::CondSet { dst, .. }
-                | Ins::CondSetImm { dst, .. }
-                | Ins::Hash { dst, .. } => mark(dst, &mut slots),
-                Ins::Execute { out, .. } | Ins::ExecuteWord { out, .. } => mark(out, &mut slots),
-                Ins::ExecuteGroup { first, count, .. } => {
-                    for (_, out, _) in group_members
-                        .get(first as usize..first as usize + count as usize)
-                        .unwrap_or(&[])
-                    {
-                        mark(*out, &mut slots);
-                    }
-                }
-                Ins::Apply(t) => {
-                    for a in table_actions.get(t as usize).into_iter().flatten() {
-                        for (p, _) in action_params.get(*a as usize).into_iter().flatten() {
-                            mark(*p, &mut slots);
-                        }
-                        if let Some(&s) = entries.get(2 + *a as usize) {
-                            todo.push(s);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    slots
-}
-
 /// One single-word register action on its cell; returns the output.
 #[inline(always)]
 fn word_step(wa: &WordAction, conds: &[CCond], cell: &mut u32, phv: &[u64; PHV_SLOTS]) -> u64 {
@@ -1889,6 +1818,167 @@ fn word_step(wa: &WordAction, conds: &[CCond], cell: &mut u32, phv: &[u64; PHV_S
         *cell = new;
     }
     ((lo & step.out_old) | (new & step.out_new) | step.out_konst) as u64
+}
+
+/// The fields whose value at the start of a pass may be observed: read (by an expression,
+/// a table key or selector, a register action operand, a hash input, a parser select) on
+/// some path before every path to the read has written them, or read after the pass
+/// (`read_at_end`: bridged, cloned and digest fields). Only these must be zero when a pass
+/// starts (TNA/v1model user metadata is zero at the start of each pass); any other field
+/// is written before anything reads it.
+fn exposed_reads(program: &Program, body: &[Stmt], read_at_end: &[FieldId]) -> Vec<bool> {
+    struct Walk<'a> {
+        program: &'a Program,
+        exposed: Vec<bool>,
+    }
+    impl Walk<'_> {
+        fn read(&mut self, f: FieldId, w: &[bool]) {
+            let i = f.0 as usize;
+            if !w.get(i).copied().unwrap_or(false) {
+                if let Some(e) = self.exposed.get_mut(i) {
+                    *e = true;
+                }
+            }
+        }
+        fn expr(&mut self, e: &Expr, w: &[bool]) {
+            match e {
+                Expr::Field(f) => self.read(*f, w),
+                Expr::Const { .. } | Expr::IsValid(_) => {}
+                Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+                    self.expr(a, w);
+                    self.expr(b, w);
+                }
+                Expr::Shl(a, _)
+                | Expr::Shr(a, _)
+                | Expr::Slice(a, _, _)
+                | Expr::Cast(a, _)
+                | Expr::Not(a) => self.expr(a, w),
+            }
+        }
+        fn write(f: FieldId, w: &mut [bool]) {
+            if let Some(x) = w.get_mut(f.0 as usize) {
+                *x = true;
+            }
+        }
+        /// Walks `body` from the definitely-written set `w`, leaving in `w` what every
+        /// path through `body` writes.
+        fn body(&mut self, body: &[Stmt], w: &mut Vec<bool>) {
+            let program = self.program;
+            for s in body {
+                match s {
+                    Stmt::Assign(dst, e) => {
+                        self.expr(e, w);
+                        Self::write(*dst, w);
+                    }
+                    Stmt::If(c, then, otherwise) => {
+                        self.expr(c, w);
+                        let mut a = w.clone();
+                        self.body(then, &mut a);
+                        let mut b = w.clone();
+                        self.body(otherwise, &mut b);
+                        for (x, (a, b)) in w.iter_mut().zip(a.iter().zip(&b)) {
+                            *x = *a && *b;
+                        }
+                    }
+                    Stmt::Apply(t) => {
+                        let Some(table) = program.tables.get(t.0 as usize) else {
+                            continue;
+                        };
+                        for (f, _) in &table.keys {
+                            self.read(*f, w);
+                        }
+                        for f in &table.selector {
+                            self.read(*f, w);
+                        }
+                        // One of the actions runs, its parameters written first (from
+                        // the entry or the default action's data).
+                        let mut all: Option<Vec<bool>> = None;
+                        let actions = table.actions.iter().chain([&table.default_action.0]);
+                        for a in actions {
+                            let Some(action) = program.actions.get(a.0 as usize) else {
+                                continue;
+                            };
+                            let mut aw = w.clone();
+                            for p in &action.params {
+                                Self::write(*p, &mut aw);
+                            }
+                            self.body(&action.body, &mut aw);
+                            match &mut all {
+                                None => all = Some(aw),
+                                Some(all) => {
+                                    for (x, y) in all.iter_mut().zip(&aw) {
+                                        *x = *x && *y;
+                                    }
+                                }
+                            }
+                        }
+                        if let Some(all) = all {
+                            *w = all;
+                        }
+                    }
+                    Stmt::Execute {
+                        action,
+                        index,
+                        output,
+                    } => {
+                        self.expr(index, w);
+                        if let Some(ra) = program.register_actions.get(action.0 as usize) {
+                            let operands = ra
+                                .conditions
+                                .iter()
+                                .flat_map(|c| [Some(c.left), c.right.map(|r| r.1)])
+                                .chain(ra.updates.iter().flat_map(|u| [Some(u.a), Some(u.b)]));
+                            for o in operands.flatten() {
+                                if let SaluOperand::Phv(f) = o {
+                                    self.read(f, w);
+                                }
+                            }
+                        }
+                        if let Some(o) = output {
+                            Self::write(*o, w);
+                        }
+                    }
+                    Stmt::Hash(h, dst) => {
+                        if let Some(unit) = program.hashes.get(h.0 as usize) {
+                            for f in &unit.inputs {
+                                self.read(*f, w);
+                            }
+                        }
+                        Self::write(*dst, w);
+                    }
+                    Stmt::SetEgressPort(e) => self.expr(e, w),
+                    Stmt::Digest(d) => {
+                        if let Some(d) = program.digests.get(d.0 as usize) {
+                            for f in &d.fields {
+                                self.read(*f, w);
+                            }
+                        }
+                    }
+                    Stmt::SetValid(_)
+                    | Stmt::SetInvalid(_)
+                    | Stmt::SetMulticastGroup(_)
+                    | Stmt::Drop
+                    | Stmt::CloneToCpu => {}
+                }
+            }
+        }
+    }
+    let n = program.fields.len();
+    let mut walk = Walk {
+        program,
+        exposed: vec![false; n],
+    };
+    let mut w = vec![false; n];
+    for s in &program.parser {
+        if let Transition::Select { field, .. } = &s.transition {
+            walk.read(*field, &w);
+        }
+    }
+    walk.body(body, &mut w);
+    for f in read_at_end {
+        walk.read(*f, &w);
+    }
+    walk.exposed
 }
 
 /// Which PHV fields the program reads and which it writes.
@@ -2291,43 +2381,23 @@ impl Code {
         let mut entries = vec![ingress, egress];
         entries.extend(&action_start);
         let group_members = group_word_actions(&mut ins, &entries, &word_actions);
-        let table_actions: Vec<Vec<u16>> = program
-            .tables
+        // What a pass must find zeroed: its exposed reads among metadata and parameters.
+        let digest_fields: Vec<FieldId> = program
+            .digests
             .iter()
-            .map(|t| {
-                t.actions
-                    .iter()
-                    .map(|a| a.0)
-                    .chain([t.default_action.0 .0])
-                    .collect()
-            })
+            .flat_map(|d| d.fields.iter().copied())
             .collect();
-        let always: Vec<u16> = intrinsics.iter().map(|(f, _)| *f).collect();
-        let carried: Vec<u16> = program
+        let at_end_ingress: Vec<FieldId> = program
             .bridged_fields()
-            .iter()
-            .chain(program.cloned_fields().iter())
-            .map(|f| f.0)
+            .into_iter()
+            .chain(program.cloned_fields())
+            .chain(digest_fields)
             .collect();
-        let written = |entry: u32, extra: &[u16]| {
-            let mut slots = pass_writes(
-                &ins,
-                &entries,
-                entry,
-                &action_params,
-                &table_actions,
-                &group_members,
-                program.fields.len(),
-            );
-            for f in always.iter().chain(extra) {
-                if let Some(w) = slots.get_mut(*f as usize) {
-                    *w = true;
-                }
-            }
+        let exposed = |body: &[Stmt], at_end: &[FieldId]| {
+            let reads = exposed_reads(program, body, at_end);
             let mut ranges: Vec<(usize, usize)> = Vec::new();
             for (start, end) in &meta_ranges {
-                for (i, _) in slots[*start..*end].iter().enumerate().filter(|(_, w)| **w) {
-                    let i = start + i;
+                for i in (*start..*end).filter(|i| reads[*i]) {
                     match ranges.last_mut() {
                         Some((_, e)) if *e == i => *e = i + 1,
                         _ => ranges.push((i, i + 1)),
@@ -2336,9 +2406,13 @@ impl Code {
             }
             ranges
         };
-        let meta_written = [written(ingress, &[]), written(egress, &carried)];
+        let meta_exposed = [
+            exposed(&program.ingress, &at_end_ingress),
+            exposed(&program.egress, &program.cloned_fields()),
+        ];
         Ok(Code {
-            meta_written,
+            meta_exposed,
+            masks: masks.clone(),
             ins,
             group_members,
             ingress,
@@ -2428,9 +2502,9 @@ struct Scratch {
 
 /// All metadata is zero.
 const META_CLEAN: u8 = 0;
-/// Metadata an ingress pass writes ([`Code::meta_written`]`[0]`) may be non-zero.
+/// An ingress pass ran last: metadata it wrote may be non-zero.
 const META_INGRESS: u8 = 1;
-/// Metadata an egress pass writes may be non-zero.
+/// An egress pass ran last: metadata it wrote may be non-zero.
 const META_EGRESS: u8 = 2;
 /// Any metadata may be non-zero.
 const META_ANY: u8 = 3;
@@ -2620,25 +2694,28 @@ impl State {
         }
     }
 
-    /// Starts a pass: metadata and action parameters read as zero (only those the previous
-    /// pass on this PHV may have written are cleared), no header is valid.
-    fn reset(&mut self, code: &Code) {
+    /// Starts a pass of `gress` (0 ingress, 1 egress): the metadata and action parameters
+    /// it may read before writing ([`Code::meta_exposed`]) read as zero, no header is
+    /// valid. The emitted code (`native`) clears with constant ranges. The interpreter
+    /// (the reference the emitted code is tested against) also gives every other metadata
+    /// field an all-ones value, so a read the analysis missed changes the interpreter's
+    /// result and the differential test fails.
+    fn reset(&mut self, code: &Code, gress: usize, native: Option<&native::Native>) {
         self.stale |= self.dirty;
-        let ranges = match self.meta {
-            META_CLEAN => &[][..],
-            META_INGRESS => &code.meta_written[0][..],
-            META_EGRESS => &code.meta_written[1][..],
-            _ => &code.meta_ranges[..],
-        };
-        for (start, end) in ranges {
-            self.phv[*start..*end].fill(0);
-        }
-        #[cfg(test)]
-        for (start, end) in &code.meta_ranges {
-            assert!(
-                self.phv[*start..*end].iter().all(|v| *v == 0),
-                "metadata left over from an earlier pass"
-            );
+        match native {
+            Some(n) => {
+                if self.meta != META_CLEAN {
+                    (n.clear[gress])(&mut self.phv);
+                }
+            }
+            None => {
+                for (start, end) in &code.meta_ranges {
+                    self.phv[*start..*end].copy_from_slice(&code.masks[*start..*end]);
+                }
+                for (start, end) in &code.meta_exposed[gress] {
+                    self.phv[*start..*end].fill(0);
+                }
+            }
         }
         self.meta = META_ANY;
         self.valid = 0;
@@ -3572,7 +3649,7 @@ impl Model {
             .filter(|_| !self.interpreted)
             .map(|n| &generated::VARIANTS[n]);
         Ok(self.st.with_phv(code, |st| {
-            st.reset(code);
+            st.reset(code, 0, native);
             st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
             st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
             st.routed = input.routed_egress_port;
@@ -3657,7 +3734,7 @@ impl Model {
             .filter(|_| !self.interpreted)
             .map(|n| &generated::VARIANTS[n]);
         Ok(self.st.with_phv(code, |st| {
-            st.reset(code);
+            st.reset(code, 1, native);
             let port = input.ingress_port as u64;
             let clone_kind = carried.map_or(0, |c| c.clone_kind);
             st.set_intrinsic(code, Intrinsic::EgressIngressPort, port);

@@ -878,6 +878,18 @@ phv[79] = (acc >> 18) as u64 & 0xFFFFFFFF;
 phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
 }
 
+fn tor_clear_ingress(phv: &mut [u64; PHV_SLOTS]) {
+phv[76..89].fill(0);
+phv[168..169].fill(0);
+phv[181..192].fill(0);
+}
+
+fn tor_clear_egress(phv: &mut [u64; PHV_SLOTS]) {
+phv[76..83].fill(0);
+phv[168..169].fill(0);
+phv[181..192].fill(0);
+}
+
 fn tor_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
 match a {
 0 => tor_a0(st, code, ctx),
@@ -1718,6 +1730,18 @@ phv[79] = (acc >> 18) as u64 & 0xFFFFFFFF;
 phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
 }
 
+fn fabric_clear_ingress(phv: &mut [u64; PHV_SLOTS]) {
+phv[76..89].fill(0);
+phv[158..159].fill(0);
+phv[171..182].fill(0);
+}
+
+fn fabric_clear_egress(phv: &mut [u64; PHV_SLOTS]) {
+phv[76..83].fill(0);
+phv[158..159].fill(0);
+phv[171..182].fill(0);
+}
+
 fn fabric_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
 match a {
 0 => fabric_a0(st, code, ctx),
@@ -1736,6 +1760,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x56C1155E8175F950, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack },
-Native { fingerprint: 0xEBA01DE63D7D4960, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack },
+Native { fingerprint: 0x354EFE98F2E1C274, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
+Native { fingerprint: 0x8DDCA41D25EB0C87, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
 ];

@@ -27,6 +27,24 @@ pub(super) struct Native {
     /// [`pack_fields`] / [`unpack_fields`] of the bridged fields, unrolled.
     pub(super) pack: fn(&[u64; PHV_SLOTS]) -> [u64; 2],
     pub(super) unpack: fn(&mut [u64; PHV_SLOTS], [u64; 2]),
+    /// Zeroes what an ingress (`[0]`) or egress (`[1]`) pass may read before writing
+    /// ([`Code::meta_exposed`]), with constant ranges (small fills become inline stores
+    /// rather than `memset` calls).
+    pub(super) clear: [fn(&mut [u64; PHV_SLOTS]); 2],
+}
+
+/// The `{prefix}_clear_ingress` / `{prefix}_clear_egress` functions of [`Native::clear`].
+fn clearing(code: &Code, prefix: &str, out: &mut String) {
+    for (gress, name) in ["ingress", "egress"].iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "fn {prefix}_clear_{name}(phv: &mut [u64; PHV_SLOTS]) {{"
+        );
+        for (start, end) in &code.meta_exposed[gress] {
+            let _ = writeln!(out, "phv[{start}..{end}].fill(0);");
+        }
+        let _ = writeln!(out, "}}\n");
+    }
 }
 
 /// [`pack_fields`] and [`unpack_fields`] for `code`'s bridged fields with the slots,
@@ -709,6 +727,7 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
         }
         parser(&code, &format!("{prefix}_parse"), &mut out);
         packing(&code, &prefix, &mut out);
+        clearing(&code, &prefix, &mut out);
         let _ = writeln!(
             out,
             "fn {prefix}_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {{\n\
@@ -723,7 +742,7 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
         );
         let _ = writeln!(
             table,
-            "Native {{ fingerprint: {}, ingress: {prefix}_ingress, egress: {prefix}_egress, parse: {prefix}_parse, pack: {prefix}_pack, unpack: {prefix}_unpack }},",
+            "Native {{ fingerprint: {}, ingress: {prefix}_ingress, egress: {prefix}_egress, parse: {prefix}_parse, pack: {prefix}_pack, unpack: {prefix}_unpack, clear: [{prefix}_clear_ingress, {prefix}_clear_egress] }},",
             hex(fingerprint(&code))
         );
     }
