@@ -604,7 +604,56 @@ impl<'a> Context<'a> {
                     ),
                 });
             }
-            let (anomaly_type, root, root_ports) = if exits.is_empty() {
+            // Exits make the initiator a candidate outside the loop (Alg. 2 l.14), but with
+            // background traffic a loop port nearly always also waits for some queue
+            // outside. The telemetry separates a port's own contention (queueing of
+            // non-paused packets) from queueing held by PAUSE: if the loop's own contention
+            // outweighs that of every queue its exits lead to, and nothing outside injects
+            // PFC, the loop congested itself (in-loop initiator) and the exits are
+            // bystanders.
+            let exits_hold_loop = if exits.is_empty() {
+                false
+            } else if !self.options.loop_contention_check {
+                true
+            } else {
+                let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
+                let member_stop = member_set.clone();
+                let beyond = self.bfs(&exit_targets, &|p| member_stop.contains(&p));
+                let contention = |p: &PortRef| -> f64 {
+                    self.contributors(*p)
+                        .iter()
+                        .map(|f| f.weight.max(0.0))
+                        .sum()
+                };
+                let sinks: Vec<PortRef> = beyond
+                    .keys()
+                    .filter(|p| self.graph.port_edges(**p).is_empty())
+                    .copied()
+                    .collect();
+                let injected = sinks.iter().any(|p| {
+                    matches!(
+                        self.classify_sink(*p).root.kind,
+                        RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection
+                    )
+                });
+                let own: f64 = members.iter().map(contention).sum();
+                let outside = sinks.iter().map(contention).fold(0.0, f64::max);
+                if injected || outside >= own {
+                    true
+                } else {
+                    evidence.push(Evidence {
+                        rule: "loop_contention_dominates".into(),
+                        from: label(self.incident, members[0]),
+                        to: String::new(),
+                        weight: round3(own),
+                        note: format!(
+                            "the loop ports' own contention ({own:.1}) exceeds that of every queue the loop's exits lead to (at most {outside:.1}) and nothing outside injects PFC: the loop congested itself"
+                        ),
+                    });
+                    false
+                }
+            };
+            let (anomaly_type, root, root_ports) = if !exits_hold_loop {
                 // Initiator in loop (Alg. 2 l.18-21): contention inside the loop.
                 let mut flows = Vec::new();
                 let mut root_ports = Vec::new();

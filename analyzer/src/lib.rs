@@ -63,6 +63,11 @@ pub struct DiagnoseOptions {
     /// edge of the loop itself: a trickle of other traffic through a frozen loop switch
     /// meeting some queue is not what holds the loop.
     pub min_loop_exit_share: f64,
+    /// With exits, the loop still counts as its own initiator when its ports' own
+    /// contention (non-paused queueing) exceeds that of every queue the exits lead to and
+    /// nothing there injects PFC (evidence `loop_contention_dominates`). `false` follows
+    /// HAWKEYE Alg. 2 l.14 as written: any exit makes the initiator out of loop.
+    pub loop_contention_check: bool,
     /// A flow is a micro-burst if its enqueue window is at most this fraction of the epoch…
     pub burst_max_epoch_fraction: f64,
     /// …and its rate within that window is at least this fraction of the line rate.
@@ -81,6 +86,7 @@ impl Default for DiagnoseOptions {
             min_contribution_packets: 0.5,
             min_port_edge_share: 0.02,
             min_loop_exit_share: 0.1,
+            loop_contention_check: true,
             burst_max_epoch_fraction: 0.5,
             burst_min_line_rate_fraction: 0.25,
             ecmp_imbalance_ratio: 1.5,

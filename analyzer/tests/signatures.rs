@@ -246,9 +246,31 @@ fn a_trickle_out_of_a_frozen_loop_is_not_an_out_of_loop_initiator() {
         "{:?}",
         anomalies[0].evidence
     );
-    // Counting every exit (HAWKEYE Alg. 2 as written) makes the trickle the initiator.
+    // Counting every exit, the loop's own contention still outweighs the trickle's queue.
     let output = diagnose(&DiagnoseOptions {
         min_loop_exit_share: 0.0,
+        ..DiagnoseOptions::default()
+    });
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert!(
+        anomalies[0]
+            .evidence
+            .iter()
+            .any(|e| e.rule == "loop_contention_dominates"),
+        "{:?}",
+        anomalies[0].evidence
+    );
+    // Counting every exit with no contention check (HAWKEYE Alg. 2 as written) makes the
+    // trickle the initiator.
+    let output = diagnose(&DiagnoseOptions {
+        min_loop_exit_share: 0.0,
+        loop_contention_check: false,
         ..DiagnoseOptions::default()
     });
     let anomalies = victim_anomalies(&output);
