@@ -1061,6 +1061,22 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let slot_laps: Vec<FieldId> = (0..slots)
         .map(|k| b.meta(&format!("ring_slot_lap_{k}"), 16))
         .collect();
+    // Held fanout: per ingress port, the egress ports whose latest packet from it was
+    // enqueued while they were paused. The ring's bitmaps forget a pair once the ring has
+    // turned, but a frozen pause (a deadlock, a storm) enqueues nothing new: its last
+    // packets went in paused, and this bit stays until a packet from that ingress goes in
+    // unpaused. The branch still needs the pause in force (or paused arrivals in the ring).
+    let held_set: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("fanout_held_set_w{w}"), 32))
+        .collect();
+    let held_keep: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("fanout_held_keep_w{w}"), 32))
+        .collect();
+    let held_now: Vec<FieldId> = (0..mask_words)
+        .map(|w| b.meta(&format!("fanout_held_now_w{w}"), 32))
+        .collect();
+    let mut held_update = Vec::new();
+    let mut held_read = Vec::new();
     let mut xoff_set = Vec::new();
     let mut xon_clear = Vec::new();
     let mut pfc_read = Vec::new();
@@ -1115,6 +1131,46 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                 slot_laps[k],
             ));
         }
+        let held = b.register(
+            &format!("fanout_held_w{w}"),
+            32,
+            params.ports,
+            module_bitmap,
+            &format!("Per ingress port: bitmap of egress ports {lo_port}.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit)"),
+        );
+        held_update.push(ra(
+            &mut b,
+            &format!("fanout_held_w{w}_update"),
+            held,
+            "A paused enqueue sets the egress port's bit (set mask non-zero), an unpaused one clears it (keep mask without the bit)",
+            vec![cond(Phv(held_set[w]), None, CmpOp::Ne, 0)],
+            vec![
+                upd(
+                    Pred::when(Some(true), None),
+                    Word::Lo,
+                    SaluOp::Or,
+                    LO,
+                    Phv(held_set[w]),
+                ),
+                upd(
+                    Pred::when(Some(false), None),
+                    Word::Lo,
+                    SaluOp::And,
+                    LO,
+                    Phv(held_keep[w]),
+                ),
+            ],
+            vec![],
+        ));
+        held_read.push(ra(
+            &mut b,
+            &format!("fanout_held_w{w}_read"),
+            held,
+            "Returns the bitmap",
+            vec![],
+            vec![],
+            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Lo))],
+        ));
         let pfc_state = b.register(
             &format!("pfc_paused_w{w}"),
             64,
@@ -1360,6 +1416,22 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             ),
             exec(meter_add, f(meter_index), None),
         ]);
+        // The held fanout: set the egress port's bit when paused, clear it when not.
+        for w in 0..mask_words {
+            v.extend([
+                Stmt::Assign(held_set[w], c(0, 32)),
+                Stmt::Assign(held_keep[w], xor(f(masks[w]), c(0xFFFF_FFFF, 32))),
+                Stmt::If(
+                    eq(f(paused_bridged), c(1, 1)),
+                    vec![
+                        Stmt::Assign(held_set[w], f(masks[w])),
+                        Stmt::Assign(held_keep[w], c(0xFFFF_FFFF, 32)),
+                    ],
+                    vec![],
+                ),
+                exec(held_update[w], slice(f(ig_port), port_bits - 1, 0), None),
+            ]);
+        }
         // The current ring slot's bitmaps (each slot register is touched on one path only).
         for k in 0..slots {
             let mut slot_stmts: Vec<Stmt> = fanout_or[k]
@@ -1474,7 +1546,14 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         }
         if let (Some(fan_any), Some(seen_any)) = (fan_any, seen_any) {
             polling_decide.extend([
-                Stmt::Assign(fan[w], fan_any),
+                exec(
+                    held_read[w],
+                    slice(f(ig_port), port_bits - 1, 0),
+                    Some(held_now[w]),
+                ),
+                // Traffic from the arrival port within the ring, or held behind a pause
+                // since before it.
+                Stmt::Assign(fan[w], or(fan_any, f(held_now[w]))),
                 Stmt::Assign(seen[w], seen_any),
             ]);
         }

@@ -492,6 +492,43 @@ fn a_pause_in_force_keeps_the_pfc_branch_after_arrivals_stop_and_xon_ends_it() {
 }
 
 #[test]
+fn a_frozen_pause_keeps_the_pfc_branch_after_the_ring_turns() {
+    // A deadlock: port 2 is paused and the last packet from port 1 went in behind the
+    // pause; then nothing arrives for many epochs while the pause is refreshed. The ring
+    // (2 epochs) has forgotten the pair 1 → 2; the held fanout has not.
+    let mut sw = Switch::new();
+    sw.pfc(2, 100, 1 << 3, [0xFFFF; 8]);
+    sw.enqueue(&tuple(1, 1), 1, 2, 3, 200, 1000);
+    let late = 10 * 1024;
+    sw.pfc(2, late, 1 << 3, [0xFFFF; 8]);
+    let mut p = Polling::new(51, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, late + 100, None);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(
+        ports,
+        vec![2],
+        "held behind the pause since before the ring turned"
+    );
+    // A polling packet arriving by a port that fed nothing into the pause does not.
+    let mut p = Polling::new(52, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 4, late + 110, None);
+    assert!(out.ports.is_empty(), "{:?}", out.ports);
+    // XON, then a packet from port 1 goes in unpaused: the bit is cleared. A new pause
+    // that nothing from port 1 joins is not followed once the ring has turned.
+    sw.pfc(2, late + 200, 1 << 3, [0; 8]);
+    sw.enqueue(&tuple(1, 1), 1, 2, 3, late + 300, 1000);
+    sw.pfc(2, late + 400, 1 << 3, [0xFFFF; 8]);
+    let later = 20 * 1024;
+    sw.pfc(2, later, 1 << 3, [0xFFFF; 8]);
+    let mut p = Polling::new(53, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, later + 100, None);
+    assert!(out.ports.is_empty(), "{:?}", out.ports);
+}
+
+#[test]
 fn a_pause_that_expired_long_ago_does_not_come_back_after_the_clock_wraps() {
     // Port 2 was paused for 51 ns at 1 µs and never resumed by XON. 3 s later (past 2^31
     // ns, where a 32-bit end reads as "ahead" in two's complement) traffic from port 1 to

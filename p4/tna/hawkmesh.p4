@@ -287,6 +287,12 @@ struct metadata_t {
     bit<16> ring_slot_lap_1;
     bit<16> ring_slot_lap_2;
     bit<16> ring_slot_lap_3;
+    bit<32> fanout_held_set_w0;
+    bit<32> fanout_held_set_w1;
+    bit<32> fanout_held_keep_w0;
+    bit<32> fanout_held_keep_w1;
+    bit<32> fanout_held_now_w0;
+    bit<32> fanout_held_now_w1;
     bit<2> ig_epoch_index;
     bit<16> ig_epoch_id;
     bit<32> pfc_xoff_ns;
@@ -448,6 +454,8 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e3_w0;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e3_w0;
+    // Per ingress port: bitmap of egress ports 0.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
+    Register<bit<32>, bit<6>>(64, 0) fanout_held_w0;
     // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w0;
     // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
@@ -466,6 +474,8 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e3_w1;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e3_w1;
+    // Per ingress port: bitmap of egress ports 32.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
+    Register<bit<32>, bit<6>>(64, 0) fanout_held_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w1;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
@@ -893,6 +903,26 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
+    // A paused enqueue sets the egress port's bit (set mask non-zero), an unpaused one clears it (keep mask without the bit)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(fanout_held_w0) fanout_held_w0_update = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(meta.fanout_held_set_w0 != 32w0x0)) {
+                value = value & meta.fanout_held_keep_w0;
+            } else if ((meta.fanout_held_set_w0 != 32w0x0)) {
+                value = value | meta.fanout_held_set_w0;
+            }
+        }
+    };
+
+    // Returns the bitmap
+    RegisterAction<bit<32>, bit<6>, bit<32>>(fanout_held_w0) fanout_held_w0_read = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            rv = value;
+        }
+    };
+
     // XOFF: the port's bit is set; the latest pause end moves later (or replaces a stale one, further ahead than MAX_PAUSE_NS across the 32-bit clock wrap)
     RegisterAction<pair_t, bit<1>, bit<32>>(pfc_paused_w0) pfc_paused_w0_xoff = {
         void apply(inout pair_t value, out bit<32> rv) {
@@ -1119,6 +1149,26 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
             if ((value.lo == ((bit<32>)meta.ring_slot_lap_3))) {
                 rv = value.hi;
             }
+        }
+    };
+
+    // A paused enqueue sets the egress port's bit (set mask non-zero), an unpaused one clears it (keep mask without the bit)
+    RegisterAction<bit<32>, bit<6>, bit<32>>(fanout_held_w1) fanout_held_w1_update = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(meta.fanout_held_set_w1 != 32w0x0)) {
+                value = value & meta.fanout_held_keep_w1;
+            } else if ((meta.fanout_held_set_w1 != 32w0x0)) {
+                value = value | meta.fanout_held_set_w1;
+            }
+        }
+    };
+
+    // Returns the bitmap
+    RegisterAction<bit<32>, bit<6>, bit<32>>(fanout_held_w1) fanout_held_w1_read = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            rv = value;
         }
     };
 
@@ -1504,7 +1554,8 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     meta.paused_seen_e2_now_w0 = paused_seen_e2_w0_read.execute(1w0);
                     meta.fanout_e3_seen_w0 = fanout_e3_w0_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e3_now_w0 = paused_seen_e3_w0_read.execute(1w0);
-                    meta.fanout_seen_w0 = (((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0);
+                    meta.fanout_held_now_w0 = fanout_held_w0_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.fanout_seen_w0 = ((((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0) | meta.fanout_held_now_w0);
                     meta.paused_seen_now_w0 = (((meta.paused_seen_e0_now_w0 | meta.paused_seen_e1_now_w0) | meta.paused_seen_e2_now_w0) | meta.paused_seen_e3_now_w0);
                     meta.pfc_paused_now_w0 = pfc_paused_w0_read.execute(1w0);
                     meta.paused_seen_now_w0 = (meta.paused_seen_now_w0 | meta.pfc_paused_now_w0);
@@ -1517,7 +1568,8 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     meta.paused_seen_e2_now_w1 = paused_seen_e2_w1_read.execute(1w0);
                     meta.fanout_e3_seen_w1 = fanout_e3_w1_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e3_now_w1 = paused_seen_e3_w1_read.execute(1w0);
-                    meta.fanout_seen_w1 = (((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1);
+                    meta.fanout_held_now_w1 = fanout_held_w1_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.fanout_seen_w1 = ((((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1) | meta.fanout_held_now_w1);
                     meta.paused_seen_now_w1 = (((meta.paused_seen_e0_now_w1 | meta.paused_seen_e1_now_w1) | meta.paused_seen_e2_now_w1) | meta.paused_seen_e3_now_w1);
                     meta.pfc_paused_now_w1 = pfc_paused_w1_read.execute(1w0);
                     meta.paused_seen_now_w1 = (meta.paused_seen_now_w1 | meta.pfc_paused_now_w1);
@@ -1636,6 +1688,20 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                             meta.meter_fresh = 1w1;
                         }
                         meter_bytes_add.execute(meta.meter_index);
+                        meta.fanout_held_set_w0 = 32w0;
+                        meta.fanout_held_keep_w0 = (meta.port_mask_w0 ^ 32w0xffffffff);
+                        if (meta.paused_at_enqueue == 1w1) {
+                            meta.fanout_held_set_w0 = meta.port_mask_w0;
+                            meta.fanout_held_keep_w0 = 32w0xffffffff;
+                        }
+                        fanout_held_w0_update.execute(meta.intr_ingress_port[5:0]);
+                        meta.fanout_held_set_w1 = 32w0;
+                        meta.fanout_held_keep_w1 = (meta.port_mask_w1 ^ 32w0xffffffff);
+                        if (meta.paused_at_enqueue == 1w1) {
+                            meta.fanout_held_set_w1 = meta.port_mask_w1;
+                            meta.fanout_held_keep_w1 = 32w0xffffffff;
+                        }
+                        fanout_held_w1_update.execute(meta.intr_ingress_port[5:0]);
                         if (meta.ig_epoch_index == 2w0) {
                             fanout_e0_w0_or.execute(meta.intr_ingress_port[5:0]);
                             fanout_e0_w1_or.execute(meta.intr_ingress_port[5:0]);

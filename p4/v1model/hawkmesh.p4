@@ -243,6 +243,12 @@ struct metadata_t {
     bit<16> ring_slot_lap_1;
     bit<16> ring_slot_lap_2;
     bit<16> ring_slot_lap_3;
+    bit<32> fanout_held_set_w0;
+    bit<32> fanout_held_set_w1;
+    bit<32> fanout_held_keep_w0;
+    bit<32> fanout_held_keep_w1;
+    bit<32> fanout_held_now_w0;
+    bit<32> fanout_held_now_w1;
     bit<2> ig_epoch_index;
     bit<16> ig_epoch_id;
     bit<32> pfc_xoff_ns;
@@ -401,6 +407,8 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     register<bit<64>>(64) fanout_e3_w0;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e3_w0;
+    // Per ingress port: bitmap of egress ports 0.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
+    register<bit<32>>(64) fanout_held_w0;
     // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     register<bit<64>>(1) pfc_paused_w0;
     // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
@@ -419,6 +427,8 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     register<bit<64>>(64) fanout_e3_w1;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e3_w1;
+    // Per ingress port: bitmap of egress ports 32.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
+    register<bit<32>>(64) fanout_held_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     register<bit<64>>(1) pfc_paused_w1;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
@@ -978,7 +988,18 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e3_w0.write(paused_seen_e3_w0_index, value_hi ++ value_lo);
                         meta.paused_seen_e3_now_w0 = rv;
                     }
-                    meta.fanout_seen_w0 = (((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0);
+                    // RegisterAction fanout_held_w0_read: Returns the bitmap
+                    {
+                        bit<32> fanout_held_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> fanout_held_w0_cell;
+                        fanout_held_w0.read(fanout_held_w0_cell, fanout_held_w0_index);
+                        bit<32> value = fanout_held_w0_cell;
+                        bit<32> rv = 32w0;
+                        rv = value;
+                        fanout_held_w0.write(fanout_held_w0_index, value);
+                        meta.fanout_held_now_w0 = rv;
+                    }
+                    meta.fanout_seen_w0 = ((((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0) | meta.fanout_held_now_w0);
                     meta.paused_seen_now_w0 = (((meta.paused_seen_e0_now_w0 | meta.paused_seen_e1_now_w0) | meta.paused_seen_e2_now_w0) | meta.paused_seen_e3_now_w0);
                     // RegisterAction pfc_paused_w0_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
@@ -1108,7 +1129,18 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e3_w1.write(paused_seen_e3_w1_index, value_hi ++ value_lo);
                         meta.paused_seen_e3_now_w1 = rv;
                     }
-                    meta.fanout_seen_w1 = (((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1);
+                    // RegisterAction fanout_held_w1_read: Returns the bitmap
+                    {
+                        bit<32> fanout_held_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<32> fanout_held_w1_cell;
+                        fanout_held_w1.read(fanout_held_w1_cell, fanout_held_w1_index);
+                        bit<32> value = fanout_held_w1_cell;
+                        bit<32> rv = 32w0;
+                        rv = value;
+                        fanout_held_w1.write(fanout_held_w1_index, value);
+                        meta.fanout_held_now_w1 = rv;
+                    }
+                    meta.fanout_seen_w1 = ((((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1) | meta.fanout_held_now_w1);
                     meta.paused_seen_now_w1 = (((meta.paused_seen_e0_now_w1 | meta.paused_seen_e1_now_w1) | meta.paused_seen_e2_now_w1) | meta.paused_seen_e3_now_w1);
                     // RegisterAction pfc_paused_w1_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
@@ -1473,6 +1505,46 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 value = meta.packet_bytes;
                             }
                             meter_bytes.write(meter_bytes_index, value);
+                        }
+                        meta.fanout_held_set_w0 = 32w0;
+                        meta.fanout_held_keep_w0 = (meta.port_mask_w0 ^ 32w0xffffffff);
+                        if (meta.paused_at_enqueue == 1w1) {
+                            meta.fanout_held_set_w0 = meta.port_mask_w0;
+                            meta.fanout_held_keep_w0 = 32w0xffffffff;
+                        }
+                        // RegisterAction fanout_held_w0_update: A paused enqueue sets the egress port's bit (set mask non-zero), an unpaused one clears it (keep mask without the bit)
+                        {
+                            bit<32> fanout_held_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                            bit<32> fanout_held_w0_cell;
+                            fanout_held_w0.read(fanout_held_w0_cell, fanout_held_w0_index);
+                            bit<32> value = fanout_held_w0_cell;
+                            bit<32> rv = 32w0;
+                            if (!(meta.fanout_held_set_w0 != 32w0x0)) {
+                                value = value & meta.fanout_held_keep_w0;
+                            } else if ((meta.fanout_held_set_w0 != 32w0x0)) {
+                                value = value | meta.fanout_held_set_w0;
+                            }
+                            fanout_held_w0.write(fanout_held_w0_index, value);
+                        }
+                        meta.fanout_held_set_w1 = 32w0;
+                        meta.fanout_held_keep_w1 = (meta.port_mask_w1 ^ 32w0xffffffff);
+                        if (meta.paused_at_enqueue == 1w1) {
+                            meta.fanout_held_set_w1 = meta.port_mask_w1;
+                            meta.fanout_held_keep_w1 = 32w0xffffffff;
+                        }
+                        // RegisterAction fanout_held_w1_update: A paused enqueue sets the egress port's bit (set mask non-zero), an unpaused one clears it (keep mask without the bit)
+                        {
+                            bit<32> fanout_held_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                            bit<32> fanout_held_w1_cell;
+                            fanout_held_w1.read(fanout_held_w1_cell, fanout_held_w1_index);
+                            bit<32> value = fanout_held_w1_cell;
+                            bit<32> rv = 32w0;
+                            if (!(meta.fanout_held_set_w1 != 32w0x0)) {
+                                value = value & meta.fanout_held_keep_w1;
+                            } else if ((meta.fanout_held_set_w1 != 32w0x0)) {
+                                value = value | meta.fanout_held_set_w1;
+                            }
+                            fanout_held_w1.write(fanout_held_w1_index, value);
                         }
                         if (meta.ig_epoch_index == 2w0) {
                             // RegisterAction fanout_e0_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
@@ -1878,6 +1950,12 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.ring_slot_lap_1 = 0;
         meta.ring_slot_lap_2 = 0;
         meta.ring_slot_lap_3 = 0;
+        meta.fanout_held_set_w0 = 0;
+        meta.fanout_held_set_w1 = 0;
+        meta.fanout_held_keep_w0 = 0;
+        meta.fanout_held_keep_w1 = 0;
+        meta.fanout_held_now_w0 = 0;
+        meta.fanout_held_now_w1 = 0;
         meta.ig_epoch_index = 0;
         meta.ig_epoch_id = 0;
         meta.pfc_xoff_ns = 0;
