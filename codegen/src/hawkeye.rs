@@ -10,7 +10,7 @@
 //!   PFC bitmap of paused ports; frame consumed           branch ports)
 //!  polling (UDP dport POLLING_UDP_PORT)                polling copy: keep on the victim
 //!   hop limit 0 / bad version → drop                    port (flag 01) or, with the PFC
-//!   dedupe[hash(event id)] within interval → drop       bit, on a port of the bridged PFC
+//!   dedupe[hash(event, port)] within interval → drop    bit, on a port of the bridged PFC
 //!   clone to CPU (ingress port, arrival flags)          branch set; set the PFC bit when
 //!   victim paused = victim port ∈ paused bitmap         the victim is paused; hop − 1
 //!   PFC branch = fanout[ingress] ∩ paused bitmap      RoCEv2 (BTH): queue-depth sums per
@@ -676,7 +676,9 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let lookup_dport = b.meta("lookup_dst_port", 16);
     let routed_port = b.meta("routed_port", 16);
     let route_found = b.meta("route_found", 1);
-    let event_id_lo = b.meta("event_id_lo", 32);
+    // The dedupe key: the event and the port it arrived by (see `polling_dedupe`).
+    let dedupe_key = b.meta("dedupe_key", 32);
+    let dedupe_port = b.meta("dedupe_port", 16);
     let now_coarse = b.meta("now_coarse", 32);
     let dedupe_index = b.meta("dedupe_index", dedupe_bits);
     let duplicate = b.meta("polling_duplicate", 32);
@@ -713,20 +715,20 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         64,
         params.dedupe_slots,
         "polling dedupe",
-        "Per switch polling duplicate suppression: lo = low 32 bits of the event id, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval)",
+        "Per switch polling duplicate suppression: lo = low 32 bits of the event id XOR the arrival port << 23, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet",
     );
-    let dedupe_hash = b.hash("dedupe_hash", vec![po_event], dedupe_bits);
+    let dedupe_hash = b.hash("dedupe_hash", vec![po_event, dedupe_port], dedupe_bits);
     let dedupe_check = ra(
         &mut b,
         "polling_dedupe_check",
         dedupe_reg,
         "Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)",
         vec![
-            cond(LO, Some((true, Phv(event_id_lo))), CmpOp::Eq, 0),
+            cond(LO, Some((true, Phv(dedupe_key))), CmpOp::Eq, 0),
             cond(Phv(now_coarse), Some((true, HI)), CmpOp::Lt, params.dedupe_interval_units as i64),
         ],
         vec![
-            upd(Pred(0b0111), Word::Lo, SaluOp::Set, Phv(event_id_lo), K(0)),
+            upd(Pred(0b0111), Word::Lo, SaluOp::Set, Phv(dedupe_key), K(0)),
             upd(Pred(0b0111), Word::Hi, SaluOp::Set, Phv(now_coarse), K(0)),
         ],
         vec![out(Pred::when(Some(true), Some(true)), SaluOutputValue::Const(1))],
@@ -1463,7 +1465,11 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         ),
         vec![Stmt::Drop],
         vec![
-            Stmt::Assign(event_id_lo, slice(f(po_event), 31, 0)),
+            Stmt::Assign(dedupe_port, cast(f(ig_port), 16)),
+            Stmt::Assign(
+                dedupe_key,
+                xor(slice(f(po_event), 31, 0), shl(cast(f(ig_port), 32), 23)),
+            ),
             // Coarse time shifted by one interval: an empty dedupe cell (event 0, time 0)
             // then always looks older than the interval, so an event whose low 32 bits
             // are 0 is never taken for a duplicate of nothing.

@@ -247,7 +247,8 @@ struct metadata_t {
     bit<16> lookup_dst_port;
     bit<16> routed_port;
     bit<1> route_found;
-    bit<32> event_id_lo;
+    bit<32> dedupe_key;
+    bit<16> dedupe_port;
     bit<32> now_coarse;
     bit<10> dedupe_index;
     bit<32> polling_duplicate;
@@ -412,7 +413,7 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
 }
 
 control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic_metadata_t ig_intr_md, in ingress_intrinsic_metadata_from_parser_t ig_prsr_md, inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md, inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
-    // Per switch polling duplicate suppression: lo = low 32 bits of the event id, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval) [polling dedupe]
+    // Per switch polling duplicate suppression: lo = low 32 bits of the event id XOR the arrival port << 23, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
     Register<pair_t, bit<10>>(1024, {0, 0}) polling_dedupe;
     // Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative) [elastic sketch]
     Register<bit<32>, bit<12>>(4096, 0) sketch_total;
@@ -493,16 +494,16 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     RegisterAction<pair_t, bit<10>, bit<32>>(polling_dedupe) polling_dedupe_check = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
-            if (!(value.lo == meta.event_id_lo) && !((meta.now_coarse - value.hi) < 32w0xb72)) {
-                value.lo = meta.event_id_lo;
+            if (!(value.lo == meta.dedupe_key) && !((meta.now_coarse - value.hi) < 32w0xb72)) {
+                value.lo = meta.dedupe_key;
                 value.hi = meta.now_coarse;
-            } else if ((value.lo == meta.event_id_lo) && !((meta.now_coarse - value.hi) < 32w0xb72)) {
-                value.lo = meta.event_id_lo;
+            } else if ((value.lo == meta.dedupe_key) && !((meta.now_coarse - value.hi) < 32w0xb72)) {
+                value.lo = meta.dedupe_key;
                 value.hi = meta.now_coarse;
-            } else if (!(value.lo == meta.event_id_lo) && ((meta.now_coarse - value.hi) < 32w0xb72)) {
-                value.lo = meta.event_id_lo;
+            } else if (!(value.lo == meta.dedupe_key) && ((meta.now_coarse - value.hi) < 32w0xb72)) {
+                value.lo = meta.dedupe_key;
                 value.hi = meta.now_coarse;
-            } else if ((value.lo == meta.event_id_lo) && ((meta.now_coarse - value.hi) < 32w0xb72)) {
+            } else if ((value.lo == meta.dedupe_key) && ((meta.now_coarse - value.hi) < 32w0xb72)) {
                 rv = 32w0x1;
             }
         }
@@ -1419,9 +1420,10 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w2)) {
                         ig_dprsr_md.drop_ctl = 1;
                     } else {
-                        meta.event_id_lo = hdr.polling.event_id[31:0];
+                        meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
+                        meta.dedupe_key = (hdr.polling.event_id[31:0] ^ (((bit<32>)(meta.intr_ingress_port)) << 23));
                         meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
-                        meta.dedupe_index = dedupe_hash.get({hdr.polling.event_id});
+                        meta.dedupe_index = dedupe_hash.get({hdr.polling.event_id, meta.dedupe_port});
                         meta.polling_duplicate = polling_dedupe_check.execute(meta.dedupe_index);
                         if (meta.polling_duplicate != 32w0) {
                             ig_dprsr_md.drop_ctl = 1;

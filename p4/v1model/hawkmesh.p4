@@ -203,7 +203,8 @@ struct metadata_t {
     bit<16> lookup_dst_port;
     bit<16> routed_port;
     bit<1> route_found;
-    bit<32> event_id_lo;
+    bit<32> dedupe_key;
+    bit<16> dedupe_port;
     bit<32> now_coarse;
     bit<10> dedupe_index;
     bit<32> polling_duplicate;
@@ -365,7 +366,7 @@ control MainVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 }
 
 control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata) {
-    // Per switch polling duplicate suppression: lo = low 32 bits of the event id, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval) [polling dedupe]
+    // Per switch polling duplicate suppression: lo = low 32 bits of the event id XOR the arrival port << 23, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
     register<bit<64>>(1024) polling_dedupe;
     // Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative) [elastic sketch]
     register<bit<32>>(4096) sketch_total;
@@ -594,9 +595,10 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w2)) {
                         mark_to_drop(standard_metadata);
                     } else {
-                        meta.event_id_lo = hdr.polling.event_id[31:0];
+                        meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
+                        meta.dedupe_key = (hdr.polling.event_id[31:0] ^ (((bit<32>)(meta.intr_ingress_port)) << 23));
                         meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
-                        hash(meta.dedupe_index, HashAlgorithm.crc32, 10w0, {hdr.polling.event_id}, 64w1024);
+                        hash(meta.dedupe_index, HashAlgorithm.crc32, 10w0, {hdr.polling.event_id, meta.dedupe_port}, 64w1024);
                         // RegisterAction polling_dedupe_check: Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)
                         {
                             bit<32> polling_dedupe_index = (bit<32>)meta.dedupe_index;
@@ -605,16 +607,16 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             bit<32> value_lo = polling_dedupe_cell[31:0];
                             bit<32> value_hi = polling_dedupe_cell[63:32];
                             bit<32> rv = 32w0;
-                            if (!(value_lo == meta.event_id_lo) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
-                                value_lo = meta.event_id_lo;
+                            if (!(value_lo == meta.dedupe_key) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
+                                value_lo = meta.dedupe_key;
                                 value_hi = meta.now_coarse;
-                            } else if ((value_lo == meta.event_id_lo) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
-                                value_lo = meta.event_id_lo;
+                            } else if ((value_lo == meta.dedupe_key) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
+                                value_lo = meta.dedupe_key;
                                 value_hi = meta.now_coarse;
-                            } else if (!(value_lo == meta.event_id_lo) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
-                                value_lo = meta.event_id_lo;
+                            } else if (!(value_lo == meta.dedupe_key) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
+                                value_lo = meta.dedupe_key;
                                 value_hi = meta.now_coarse;
-                            } else if ((value_lo == meta.event_id_lo) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
+                            } else if ((value_lo == meta.dedupe_key) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
                                 rv = 32w0x1;
                             }
                             polling_dedupe.write(polling_dedupe_index, value_hi ++ value_lo);
@@ -1910,7 +1912,8 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.lookup_dst_port = 0;
         meta.routed_port = 0;
         meta.route_found = 0;
-        meta.event_id_lo = 0;
+        meta.dedupe_key = 0;
+        meta.dedupe_port = 0;
         meta.now_coarse = 0;
         meta.dedupe_index = 0;
         meta.polling_duplicate = 0;
