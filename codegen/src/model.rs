@@ -1820,6 +1820,36 @@ fn word_step(wa: &WordAction, conds: &[CCond], cell: &mut u32, phv: &[u64; PHV_S
     ((lo & step.out_old) | (new & step.out_new) | step.out_konst) as u64
 }
 
+/// Calls `read` with every field `e` reads.
+fn expr_fields(e: &Expr, read: &mut impl FnMut(FieldId)) {
+    match e {
+        Expr::Field(f) => read(*f),
+        Expr::Const { .. } | Expr::IsValid(_) => {}
+        Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            expr_fields(a, read);
+            expr_fields(b, read);
+        }
+        Expr::Shl(a, _)
+        | Expr::Shr(a, _)
+        | Expr::Slice(a, _, _)
+        | Expr::Cast(a, _)
+        | Expr::Not(a) => expr_fields(a, read),
+    }
+}
+
+/// The PHV fields a register action reads (condition and update operands).
+fn salu_phv_operands(ra: &RegisterAction) -> impl Iterator<Item = FieldId> + '_ {
+    ra.conditions
+        .iter()
+        .flat_map(|c| [Some(c.left), c.right.map(|r| r.1)])
+        .chain(ra.updates.iter().flat_map(|u| [Some(u.a), Some(u.b)]))
+        .flatten()
+        .filter_map(|o| match o {
+            SaluOperand::Phv(f) => Some(f),
+            _ => None,
+        })
+}
+
 /// The fields whose value at the start of a pass may be observed: read (by an expression,
 /// a table key or selector, a register action operand, a hash input, a parser select) on
 /// some path before every path to the read has written them, or read after the pass
@@ -1841,19 +1871,7 @@ fn exposed_reads(program: &Program, body: &[Stmt], read_at_end: &[FieldId]) -> V
             }
         }
         fn expr(&mut self, e: &Expr, w: &[bool]) {
-            match e {
-                Expr::Field(f) => self.read(*f, w),
-                Expr::Const { .. } | Expr::IsValid(_) => {}
-                Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
-                    self.expr(a, w);
-                    self.expr(b, w);
-                }
-                Expr::Shl(a, _)
-                | Expr::Shr(a, _)
-                | Expr::Slice(a, _, _)
-                | Expr::Cast(a, _)
-                | Expr::Not(a) => self.expr(a, w),
-            }
+            expr_fields(e, &mut |f| self.read(f, w));
         }
         fn write(f: FieldId, w: &mut [bool]) {
             if let Some(x) = w.get_mut(f.0 as usize) {
@@ -1923,15 +1941,8 @@ fn exposed_reads(program: &Program, body: &[Stmt], read_at_end: &[FieldId]) -> V
                     } => {
                         self.expr(index, w);
                         if let Some(ra) = program.register_actions.get(action.0 as usize) {
-                            let operands = ra
-                                .conditions
-                                .iter()
-                                .flat_map(|c| [Some(c.left), c.right.map(|r| r.1)])
-                                .chain(ra.updates.iter().flat_map(|u| [Some(u.a), Some(u.b)]));
-                            for o in operands.flatten() {
-                                if let SaluOperand::Phv(f) = o {
-                                    self.read(f, w);
-                                }
+                            for f in salu_phv_operands(ra) {
+                                self.read(f, w);
                             }
                         }
                         if let Some(o) = output {
@@ -1984,19 +1995,11 @@ fn exposed_reads(program: &Program, body: &[Stmt], read_at_end: &[FieldId]) -> V
 /// Which PHV fields the program reads and which it writes.
 fn field_use(program: &Program) -> (Vec<bool>, Vec<bool>) {
     fn expr(e: &Expr, read: &mut [bool]) {
-        match e {
-            Expr::Field(f) => read[f.0 as usize] = true,
-            Expr::Const { .. } | Expr::IsValid(_) => {}
-            Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
-                expr(a, read);
-                expr(b, read);
+        expr_fields(e, &mut |f| {
+            if let Some(r) = read.get_mut(f.0 as usize) {
+                *r = true;
             }
-            Expr::Shl(a, _)
-            | Expr::Shr(a, _)
-            | Expr::Slice(a, _, _)
-            | Expr::Cast(a, _)
-            | Expr::Not(a) => expr(a, read),
-        }
+        });
     }
     let n = program.fields.len();
     let (mut read, mut written) = (vec![false; n], vec![false; n]);
@@ -2027,16 +2030,7 @@ fn field_use(program: &Program) -> (Vec<bool>, Vec<bool>) {
         }
     };
     for ra in &program.register_actions {
-        let operands = ra
-            .conditions
-            .iter()
-            .flat_map(|c| [Some(c.left), c.right.map(|r| r.1)])
-            .chain(ra.updates.iter().flat_map(|u| [Some(u.a), Some(u.b)]));
-        for o in operands.flatten() {
-            if let SaluOperand::Phv(f) = o {
-                mark(f);
-            }
-        }
+        salu_phv_operands(ra).for_each(&mut mark);
     }
     for h in &program.hashes {
         h.inputs.iter().for_each(|f| mark(*f));
