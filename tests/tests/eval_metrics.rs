@@ -558,6 +558,7 @@ fn run(class: AnomalyClass, point: Point, verdicts: &[Verdict]) -> RunRecord {
             switches_collected: 4,
             causal_switches: 5,
             causal_collected: 4,
+            causal_missed: Vec::new(),
             report_bytes: 1000,
         })
         .collect();

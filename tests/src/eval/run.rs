@@ -204,6 +204,8 @@ pub struct IncidentRecord {
     pub causal_switches: usize,
     /// Causal switches that collected.
     pub causal_collected: usize,
+    /// Causal switches that did not collect, by name (where coverage fell short).
+    pub causal_missed: Vec<String>,
     /// Telemetry bytes collected for the event.
     pub report_bytes: usize,
 }
@@ -651,6 +653,15 @@ fn judge_mode(
             switches_collected: collected.len(),
             causal_switches: causal.len(),
             causal_collected: causal.intersection(&collected).count(),
+            causal_missed: causal
+                .difference(&collected)
+                .map(|n| {
+                    topology
+                        .nodes
+                        .get(*n as usize)
+                        .map_or_else(|| n.to_string(), |d| d.name.clone())
+                })
+                .collect(),
             report_bytes: bytes,
         });
         attributed_incidents.push(incident.clone());
