@@ -172,6 +172,13 @@ fn ra(
     })
 }
 
+/// One 32-bit metadata field per 32-port word of a port bitmap: `{name}_w0`, `{name}_w1`, ….
+fn word_meta(b: &mut ProgramBuilder, name: &str, words: usize) -> Vec<FieldId> {
+    (0..words)
+        .map(|w| b.meta(&format!("{name}_w{w}"), 32))
+        .collect()
+}
+
 fn exec(action: RegisterActionId, index: Expr, output: Option<FieldId>) -> Stmt {
     Stmt::Execute {
         action,
@@ -1009,9 +1016,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     // One-hot port masks (Tofino's ALUs shift by immediates only, so `1 << port` is a table
     // the control plane fills: see `port_mask_entries`).
     let mask_port = b.meta("mask_port", 16);
-    let masks: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("port_mask_w{w}"), 32))
-        .collect();
+    let masks: Vec<FieldId> = word_meta(&mut b, "port_mask", mask_words);
     let mask_params: Vec<(String, u8)> = (0..mask_words).map(|w| (format!("w{w}"), 32)).collect();
     let mask_param_refs: Vec<(&str, u8)> =
         mask_params.iter().map(|(n, w)| (n.as_str(), *w)).collect();
@@ -1068,15 +1073,9 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     // turned, but a frozen pause (a deadlock, a storm) enqueues nothing new: its last
     // packets went in paused, and this bit stays until a packet from that ingress goes in
     // unpaused. The branch still needs the pause in force (or paused arrivals in the ring).
-    let held_set: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("fanout_held_set_w{w}"), 32))
-        .collect();
-    let held_keep: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("fanout_held_keep_w{w}"), 32))
-        .collect();
-    let held_now: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("fanout_held_now_w{w}"), 32))
-        .collect();
+    let held_set: Vec<FieldId> = word_meta(&mut b, "fanout_held_set", mask_words);
+    let held_keep: Vec<FieldId> = word_meta(&mut b, "fanout_held_keep", mask_words);
+    let held_now: Vec<FieldId> = word_meta(&mut b, "fanout_held_now", mask_words);
     let mut held_update = Vec::new();
     let mut held_read = Vec::new();
     let mut xoff_set = Vec::new();
@@ -1086,9 +1085,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let ig_epoch_id = b.meta("ig_epoch_id", 16);
     let xoff_ns = b.meta("pfc_xoff_ns", 32);
     let xoff_end = b.meta("pfc_xoff_end", 32);
-    let inv_masks: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("port_unmask_w{w}"), 32))
-        .collect();
+    let inv_masks: Vec<FieldId> = word_meta(&mut b, "port_unmask", mask_words);
     for w in 0..mask_words {
         let lo_port = w * 32;
         for k in 0..slots {
@@ -1499,15 +1496,9 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             ),
         ],
     )];
-    let fan: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("fanout_seen_w{w}"), 32))
-        .collect();
-    let seen: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("paused_seen_now_w{w}"), 32))
-        .collect();
-    let held: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("pfc_paused_now_w{w}"), 32))
-        .collect();
+    let fan: Vec<FieldId> = word_meta(&mut b, "fanout_seen", mask_words);
+    let seen: Vec<FieldId> = word_meta(&mut b, "paused_seen_now", mask_words);
+    let held: Vec<FieldId> = word_meta(&mut b, "pfc_paused_now", mask_words);
     let mut polling_decide = vec![Stmt::Assign(victim_port, c(no_port, 16))];
     polling_decide.extend(ig_prologue.clone());
     for (k, lap) in slot_laps.iter().enumerate() {
@@ -1956,9 +1947,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     };
 
     // ---- egress: polling (HAWKEYE §3.4, Fig. 6) ------------------------------------
-    let eg_masks: Vec<FieldId> = (0..mask_words)
-        .map(|w| b.meta(&format!("egress_port_mask_w{w}"), 32))
-        .collect();
+    let eg_masks: Vec<FieldId> = word_meta(&mut b, "egress_port_mask", mask_words);
     let set_eg_masks = eg_masks.clone();
     let eg_mask_set = b.action(
         "egress_port_mask_set",
