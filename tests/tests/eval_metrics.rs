@@ -469,14 +469,14 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     .into();
     let causal = t.causal_switches_for(&victim, 1_000_500, &topology);
     assert_eq!(causal.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
-    // A victim that only crosses agg0 → core0 before anything paused agg0: its path and the
-    // origin only.
+    // A victim that only crosses agg0 → core0 before anything paused agg0: nothing ties it
+    // to the origin yet, so only its own path is causal for it.
     let short: BTreeSet<PortRef> = [port(1, 1)].into();
     assert_eq!(
         t.causal_switches_for(&short, 1_000_500, &topology)
             .into_iter()
             .collect::<Vec<_>>(),
-        vec![1, 4]
+        vec![1]
     );
     // Later agg0.p1 is paused by core0: the chain core0 → agg1 → tor1 becomes causal.
     assert_eq!(
@@ -484,6 +484,30 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
             .into_iter()
             .collect::<Vec<_>>(),
         vec![1, 2, 3, 4]
+    );
+    // A second congestion point of the same incast (tor0's uplink) that this victim's chain
+    // never reaches is not causal for it.
+    t.initial_causal.push(port(0, 1));
+    assert_eq!(
+        t.causal_switches_for(&short, 1_001_000, &topology)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    // A chain that enters a loop makes the whole loop causal, the switches the chain did not
+    // walk through included.
+    t.loop_ports = vec![port(3, 1), port(0, 1)];
+    assert_eq!(
+        t.causal_switches_for(&short, 1_001_000, &topology)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert_eq!(
+        t.causal_switches_for(&short, 1_000_500, &topology)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![1]
     );
 }
 
@@ -644,4 +668,71 @@ fn summaries_pick_the_best_point_and_mix_the_classes() {
         verdicts.wrong_claims,
         vec![("pfc_storm@tor.p".to_string(), 1)]
     );
+}
+
+#[test]
+fn victim_paths_follow_the_routes_in_force_at_the_trigger() {
+    // h2 (tor1, pod 0) → h12 (tor6, pod 3); from 500 µs agg1 and core2 send h12's traffic
+    // to each other: a routing loop that captures the flow.
+    let text = r#"
+version = 1
+name = "loop-paths"
+seed = 3
+duration_us = 1000
+
+[topology]
+kind = "fat_tree"
+k = 4
+host_gbps = 100
+fabric_gbps = 100
+delay_ns = 2000
+
+[[workload]]
+kind = "flows"
+flows = [{ src = "h2", dst = "h12", size_bytes = 100000, start_us = 10 }]
+
+[[route]]
+switch = "tor1"
+dst = "h12"
+via = ["agg1"]
+start_us = 0
+
+[[route]]
+switch = "agg1"
+dst = "h12"
+via = ["core2"]
+start_us = 500
+
+[[route]]
+switch = "core2"
+dst = "h12"
+via = ["agg1"]
+start_us = 500
+"#;
+    let loaded =
+        hawkmesh_netsim::Scenario::parse(text, "loop-paths.toml", std::path::PathBuf::new())
+            .expect("scenario");
+    let sim = hawkmesh_netsim::Simulation::new(&loaded).expect("simulation");
+    let id = |name: &str| {
+        sim.topology()
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .expect("node") as u32
+    };
+    let (tor1, agg1, core2, tor6) = (id("tor1"), id("agg1"), id("core2"), id("tor6"));
+    let paths = FlowPaths::of(&loaded).expect("paths");
+    let tuple = "11.0.2.1:49152->11.0.12.1:4791";
+    let nodes =
+        |ports: &BTreeSet<PortRef>| -> BTreeSet<u32> { ports.iter().map(|p| p.node).collect() };
+    let before = nodes(paths.ports_at(tuple, 400_000).expect("path before"));
+    let after = nodes(paths.ports_at(tuple, 600_000).expect("path after"));
+    // Before the loop the flow reaches h12's ToR through agg1 (pinned by tor1's route).
+    assert!(before.contains(&tor1) && before.contains(&agg1) && before.contains(&tor6));
+    // Once the loop is in force it circles agg1 ↔ core2 and never reaches tor6.
+    assert!(after.contains(&agg1) && after.contains(&core2));
+    assert!(!after.contains(&tor6), "{after:?}");
+    // Attribution still sees both routings.
+    let all = nodes(paths.ports(tuple).expect("any path"));
+    assert!(all.is_superset(&before) && all.is_superset(&after));
 }

@@ -91,11 +91,13 @@ impl Truth {
     }
 
     /// Switches causally relevant to a victim at `time_ns` (HAWKEYE Fig. 11): the switches
-    /// of its path, the anomaly's origin (initial congestion and loop switches), and every
-    /// switch on the PFC spreading paths from the victim's paused ports back to the origin —
-    /// the PAUSE sender of a paused port, then the sender that paused the port it waited
-    /// for, and so on (spreading edges up to `time_ns`). Branches of the spreading tree that
-    /// never reach the victim's path are not causal for it.
+    /// of its path and every switch on the PFC spreading paths from the victim's paused
+    /// ports back to the origin — the PAUSE sender of a paused port, then the sender that
+    /// paused the port it waited for, and so on (spreading edges up to `time_ns`) — and, when
+    /// that chain enters a deadlock's loop, every loop switch. Branches of the spreading tree
+    /// that never reach the victim's path are not causal for it, and neither is an origin
+    /// the victim's chain never reaches (an incast congesting several ports: a victim behind
+    /// one of them waits for that one only).
     pub fn causal_switches_for(
         &self,
         victim_path: &BTreeSet<PortRef>,
@@ -103,7 +105,6 @@ impl Truth {
         topology: &FabricTopology,
     ) -> BTreeSet<NodeId> {
         let mut nodes: BTreeSet<NodeId> = victim_path.iter().map(|p| p.node).collect();
-        nodes.extend(self.initial_causal.iter().map(|p| p.node));
         // From each paused port of the path, what it waited for, port by port.
         let mut frontier: Vec<PortRef> = victim_path.iter().copied().collect();
         let mut seen: BTreeSet<PortRef> = BTreeSet::new();
@@ -115,6 +116,9 @@ impl Truth {
                 nodes.insert(edge.sender.node);
                 frontier.push(edge.cause);
             }
+        }
+        if seen.iter().any(|p| self.loop_ports.contains(p)) {
+            nodes.extend(self.loop_ports.iter().map(|p| p.node));
         }
         nodes.retain(|n| is_switch(topology, *n));
         nodes
@@ -702,42 +706,77 @@ pub fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
-/// Victim paths of a trace's flows, by 5-tuple text: the egress ports each flow crosses with
-/// the routes at the start and with the static routes in force (routing loops).
+/// Victim paths of a trace's flows, by 5-tuple text: the egress ports each flow crosses under
+/// each routing the trace's static routes (routing loops) put in force over time.
 #[derive(Debug, Default)]
 pub struct FlowPaths {
+    /// Every routing together (attribution: a victim crossing any of them).
     paths: BTreeMap<String, BTreeSet<PortRef>>,
+    /// From each time a set of static routes takes effect (ns, ascending), the paths then.
+    phases: Vec<(u64, BTreeMap<String, BTreeSet<PortRef>>)>,
 }
 
 impl FlowPaths {
-    /// Computes the paths of every flow of a scenario.
+    /// Computes the paths of every flow of a scenario, once per routing phase.
     pub fn of(
         loaded: &hawkmesh_netsim::LoadedScenario,
     ) -> Result<FlowPaths, hawkmesh_netsim::ScenarioError> {
-        let before = hawkmesh_netsim::Simulation::new(loaded)?;
-        let mut later = loaded.clone();
-        for route in &mut later.scenario.route {
-            route.start_us = 0.0;
+        let ns = |us: f64| (us * 1000.0).round() as u64;
+        let mut starts: Vec<u64> = loaded
+            .scenario
+            .route
+            .iter()
+            .map(|r| ns(r.start_us))
+            .collect();
+        starts.push(0);
+        starts.sort_unstable();
+        starts.dedup();
+        let mut paths: BTreeMap<String, BTreeSet<PortRef>> = BTreeMap::new();
+        let mut phases = Vec::new();
+        for start in starts {
+            // The routes in force from `start` on, installed from the beginning.
+            let mut phase = loaded.clone();
+            phase.scenario.route.retain(|r| ns(r.start_us) <= start);
+            for route in &mut phase.scenario.route {
+                route.start_us = 0.0;
+            }
+            let sim = hawkmesh_netsim::Simulation::new(&phase)?;
+            let records = sim.result("paths", loaded.scenario.seed, &[u64::MAX]);
+            let mut now = BTreeMap::new();
+            for flow in &records.flows {
+                let ports: BTreeSet<PortRef> = sim.flow_path(flow.id).into_iter().collect();
+                paths
+                    .entry(flow.tuple.clone())
+                    .or_default()
+                    .extend(ports.iter().copied());
+                now.insert(flow.tuple.clone(), ports);
+            }
+            phases.push((start, now));
         }
-        let after = hawkmesh_netsim::Simulation::new(&later)?;
-        let mut paths = BTreeMap::new();
-        let records = before.result("paths", loaded.scenario.seed, &[u64::MAX]);
-        for flow in &records.flows {
-            let mut ports: BTreeSet<PortRef> = before.flow_path(flow.id).into_iter().collect();
-            ports.extend(after.flow_path(flow.id));
-            paths.insert(flow.tuple.clone(), ports);
-        }
-        Ok(FlowPaths { paths })
+        Ok(FlowPaths { paths, phases })
     }
 
-    /// Paths given directly (tests, other fabrics).
+    /// Paths given directly (tests, other fabrics), the same at all times.
     pub fn from_paths(paths: BTreeMap<String, BTreeSet<PortRef>>) -> FlowPaths {
-        FlowPaths { paths }
+        FlowPaths {
+            phases: vec![(0, paths.clone())],
+            paths,
+        }
     }
 
-    /// The ports of a flow (`None` if unknown).
+    /// The ports of a flow under any of the routings (`None` if unknown).
     pub fn ports(&self, tuple: &str) -> Option<&BTreeSet<PortRef>> {
         self.paths.get(tuple)
+    }
+
+    /// The ports a flow's packets cross at `time_ns`, with the routes then in force: once a
+    /// routing loop is in place, a flow it captures no longer reaches the switches past it.
+    pub fn ports_at(&self, tuple: &str, time_ns: u64) -> Option<&BTreeSet<PortRef>> {
+        self.phases
+            .iter()
+            .rev()
+            .find(|(start, _)| *start <= time_ns)
+            .and_then(|(_, paths)| paths.get(tuple))
     }
 }
 

@@ -737,7 +737,7 @@ fn causal_switches(
     topology: &FabricTopology,
 ) -> BTreeSet<NodeId> {
     let empty = BTreeSet::new();
-    let path = paths.ports(victim).unwrap_or(&empty);
+    let path = paths.ports_at(victim, at).unwrap_or(&empty);
     truth.causal_switches_for(path, at, topology)
 }
 
