@@ -509,6 +509,31 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
             .collect::<Vec<_>>(),
         vec![1]
     );
+    // tor0 pausing the sender h0 for the queue of its own egress toward agg0 (head-of-line
+    // blocking at the sender) does not start a chain: only switch ports of the path do.
+    let mut hol = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
+    hol.spreading = vec![
+        SpreadEdge {
+            time_ns: 1_000_100,
+            last_ns: 1_000_100,
+            sender: port(0, 0),
+            paused: port(5, 0),
+            cause: port(0, 1),
+            priority: 3,
+        },
+        SpreadEdge {
+            time_ns: 1_000_100,
+            last_ns: 1_000_100,
+            sender: port(1, 0),
+            paused: port(0, 1),
+            cause: port(1, 1),
+            priority: 3,
+        },
+    ];
+    let sender_only: BTreeSet<PortRef> = [port(5, 0)].into();
+    assert!(hol
+        .causal_switches_for(&sender_only, 1_000_500, &topology)
+        .is_empty());
 }
 
 #[test]

@@ -97,7 +97,8 @@ impl Truth {
     /// that chain enters a deadlock's loop, every loop switch. Branches of the spreading tree
     /// that never reach the victim's path are not causal for it, and neither is an origin
     /// the victim's chain never reaches (an incast congesting several ports: a victim behind
-    /// one of them waits for that one only).
+    /// one of them waits for that one only). Chains start at switch ports, as in
+    /// [`Truth::exposure`].
     pub fn causal_switches_for(
         &self,
         victim_path: &BTreeSet<PortRef>,
@@ -105,8 +106,15 @@ impl Truth {
         topology: &FabricTopology,
     ) -> BTreeSet<NodeId> {
         let mut nodes: BTreeSet<NodeId> = victim_path.iter().map(|p| p.node).collect();
-        // From each paused port of the path, what it waited for, port by port.
-        let mut frontier: Vec<PortRef> = victim_path.iter().copied().collect();
+        // From each paused switch port of the path, what it waited for, port by port. As in
+        // [`Truth::exposure`], the sender's own NIC port does not start a chain (its ToR
+        // pausing it for another egress is head-of-line blocking at the sender, which no
+        // switch's view of the victim's path shows).
+        let mut frontier: Vec<PortRef> = victim_path
+            .iter()
+            .filter(|p| is_switch(topology, p.node))
+            .copied()
+            .collect();
         let mut seen: BTreeSet<PortRef> = BTreeSet::new();
         while let Some(port) = frontier.pop() {
             if !seen.insert(port) {

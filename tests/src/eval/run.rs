@@ -738,7 +738,12 @@ fn causal_switches(
 ) -> BTreeSet<NodeId> {
     let empty = BTreeSet::new();
     let path = paths.ports_at(victim, at).unwrap_or(&empty);
-    truth.causal_switches_for(path, at, topology)
+    let r = truth.causal_switches_for(path, at, topology);
+    if std::env::var("DBG_VICTIM").is_ok_and(|v| v == victim) {
+        eprintln!("DBG path {:?} causal {:?}", path, r);
+        for e in &truth.spreading { eprintln!("DBG edge {:?}", e); }
+    }
+    r
 }
 
 fn ablate(
