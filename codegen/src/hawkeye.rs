@@ -660,7 +660,6 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     // ---- intrinsics ----------------------------------------------------------------
     let ig_port = b.intrinsic(Intrinsic::IngressPort);
     let ig_tstamp = b.intrinsic(Intrinsic::IngressTstamp);
-    let eg_in_port = b.intrinsic(Intrinsic::EgressIngressPort);
     let eg_port = b.intrinsic(Intrinsic::EgressPort);
     let enq_tstamp = b.intrinsic(Intrinsic::EnqTstamp);
     let enq_qdepth = b.intrinsic(Intrinsic::EnqQdepth);
@@ -2007,14 +2006,12 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
             vec![],
         ),
         Stmt::Assign(reason_pfc, c(0, 1)),
+        // The arrival port is a candidate too: traffic that came in by it and went back out
+        // by it is a routing loop between two switches, and the PAUSE it met there is the
+        // loop's own edge (in loop-free routing no traffic makes that U-turn, so the meter
+        // keeps the port off the branch).
         Stmt::If(
-            all(
-                all(
-                    ne(and(f(po_flag), c(2, 2)), c(0, 2)),
-                    ne(f(eg_port), f(eg_in_port)),
-                ),
-                on_branch,
-            ),
+            all(ne(and(f(po_flag), c(2, 2)), c(0, 2)), on_branch),
             vec![Stmt::Assign(reason_pfc, c(1, 1))],
             vec![],
         ),

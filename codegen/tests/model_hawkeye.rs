@@ -618,6 +618,34 @@ fn polling_pfc_branch_keeps_only_causal_ports() {
 }
 
 #[test]
+fn the_pfc_branch_goes_back_out_the_arrival_port_around_a_two_switch_loop() {
+    let mut sw = Switch::new();
+    // A routing loop with the neighbour on port 2: its traffic comes in by port 2 and goes
+    // back out by port 2, which the neighbour pauses (the loop's own edge). Port 4 is
+    // paused too but takes nothing from port 2.
+    sw.pfc(2, 100, 1, [3000, 0, 0, 0, 0, 0, 0, 0]);
+    sw.pfc(4, 100, 1, [3000, 0, 0, 0, 0, 0, 0, 0]);
+    sw.data(&tuple(1, 1), 2, 2, 0, 200, 10, 1000);
+    sw.data(&tuple(2, 2), 0, 4, 0, 210, 10, 1000);
+    let mut p = Polling::new(12, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 2, 300, None);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(
+        ports,
+        vec![2],
+        "the loop edge, back where the polling packet came from"
+    );
+    assert_eq!(parse_polling(&sw, &out.cpu[0]).context_pfc_ports, 1 << 2);
+    // Without the U-turn traffic the arrival port stays off the branch, paused or not.
+    let mut sw = Switch::new();
+    sw.pfc(2, 100, 1, [3000, 0, 0, 0, 0, 0, 0, 0]);
+    sw.data(&tuple(1, 1), 2, 5, 0, 200, 10, 1000);
+    let out = polling_in(&mut sw, &p, 2, 300, None);
+    assert!(out.ports.is_empty());
+}
+
+#[test]
 fn polling_pfc_only_branch_without_paused_port_still_reports() {
     let mut sw = Switch::new();
     let mut p = Polling::new(11, tuple(9, 9), 8);

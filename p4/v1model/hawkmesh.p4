@@ -2052,7 +2052,7 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     meta.reason_victim = 1w1;
                 }
                 meta.reason_pfc = 1w0;
-                if ((((hdr.polling.trace_flag & 2w2) != 2w0) && (meta.intr_egress_port != meta.intr_eg_ingress_port)) && (((meta.pfc_ports_w0 & meta.egress_port_mask_w0) != 32w0) || ((meta.pfc_ports_w1 & meta.egress_port_mask_w1) != 32w0))) {
+                if (((hdr.polling.trace_flag & 2w2) != 2w0) && (((meta.pfc_ports_w0 & meta.egress_port_mask_w0) != 32w0) || ((meta.pfc_ports_w1 & meta.egress_port_mask_w1) != 32w0))) {
                     meta.reason_pfc = 1w1;
                 }
                 if ((meta.reason_victim == 1w0) && (meta.reason_pfc == 1w0)) {

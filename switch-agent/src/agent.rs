@@ -366,7 +366,7 @@ fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingConte
     }
     if arrival.pfc_causality() {
         for port in 0..64u16 {
-            if port != ingress && polling.context_pfc_ports & (1 << port) != 0 {
+            if polling.context_pfc_ports & (1 << port) != 0 {
                 add(port, TraceFlags::PFC_CAUSALITY.0);
             }
         }

@@ -522,21 +522,21 @@ return;
 }
 
 fn tor_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-'l127: {
-'l118: {
-'l113: {
-'l85: {
-'l68: {
-'l66: {
-'l62: {
-'l58: {
+'l126: {
+'l117: {
+'l112: {
+'l84: {
+'l67: {
+'l65: {
+'l61: {
 'l57: {
+'l56: {
 'l49: {
 'l42: {
 'l16: {
 if st.phv[8] == 0x0 { break 'l42; }
 if st.phv[8] != 0x1 { break 'l16; }
-if st.valid & 0x40 == 0 { break 'l127; }
+if st.valid & 0x40 == 0 { break 'l126; }
 st.phv[63] = 0x1;
 st.dirty |= 0x40;
 st.phv[70] = st.phv[81] & 0xFF;
@@ -578,7 +578,7 @@ st.phv[20] = st.phv[196] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
-if st.valid & 0x40 == 0 { break 'l85; }
+if st.valid & 0x40 == 0 { break 'l84; }
 tor_action(st.select(code, 3), st, code, ctx);
 st.phv[203] = 0x0;
 st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
@@ -588,26 +588,25 @@ st.phv[203] = 0x1;
 }
 st.phv[204] = 0x0;
 st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l58; }
-if st.phv[3] == Cmp::raw(2, 0, false).norm(st.phv[2]) { break 'l58; }
+if st.phv[206] == 0x0 { break 'l57; }
 st.phv[207] = bin(BinOp::And, st.phv[79], st.phv[199], 0xFFFFFFFFFFFFFFFF);
-if st.phv[207] != 0x0 { break 'l57; }
+if st.phv[207] != 0x0 { break 'l56; }
 st.phv[208] = bin(BinOp::And, st.phv[80], st.phv[200], 0xFFFFFFFFFFFFFFFF);
-if st.phv[208] == 0x0 { break 'l58; }
+if st.phv[208] == 0x0 { break 'l57; }
 }
 st.phv[204] = 0x1;
 }
-if st.phv[203] != 0x0 { break 'l62; }
-if st.phv[204] != 0x0 { break 'l62; }
+if st.phv[203] != 0x0 { break 'l61; }
+if st.phv[204] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
 st.phv[205] = 0x0;
-if st.phv[203] != 0x1 { break 'l66; }
+if st.phv[203] != 0x1 { break 'l65; }
 st.phv[205] = 0x1;
 if st.phv[78] == 0x1 { st.phv[205] = 0x3; }
 }
-if st.phv[204] != 0x1 { break 'l68; }
+if st.phv[204] != 0x1 { break 'l67; }
 st.phv[205] = bin(BinOp::Or, st.phv[205], 0x2, 0x3);
 }
 st.phv[61] = st.phv[205] & 0x3;
@@ -628,7 +627,7 @@ st.phv[75] = 0x0;
 st.dirty |= 0x40;
 return;
 }
-if st.valid & 0x20 == 0 { break 'l127; }
+if st.valid & 0x20 == 0 { break 'l126; }
 st.phv[174] = st.phv[5].wrapping_shr(20) & 0x3;
 st.phv[175] = st.phv[5].wrapping_shr(22) & 0xFFFF;
 st.phv[176] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
@@ -647,21 +646,21 @@ st.phv[182] = (st.phv[174].wrapping_shl(12) | st.phv[181]) & 0x3FFF;
 st.phv[185] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
 { let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[188] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[190] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[191] = v & 0xFFFFFFFF; } }
 st.phv[186] = 0x0;
-if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l113; }
-if st.phv[189] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l113; }
-if st.phv[190] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l113; }
-if st.phv[191] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l113; }
+if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l112; }
+if st.phv[189] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
+if st.phv[190] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
+if st.phv[191] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l112; }
 st.phv[186] = 0x1;
 }
 st.phv[187] = 0x0;
-if st.phv[186] != 0x0 { break 'l118; }
-if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l118; }
-if st.phv[189] == 0x0 { break 'l118; }
+if st.phv[186] != 0x0 { break 'l117; }
+if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l117; }
+if st.phv[189] == 0x0 { break 'l117; }
 st.phv[187] = 0x1;
 }
 { let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[192] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[194] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[197] = v & 0xFFFF; } }
 st.phv[198] = st.phv[174] & 0xFF;
-if st.phv[187] != 0x1 { break 'l127; }
+if st.phv[187] != 0x1 { break 'l126; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
@@ -1401,21 +1400,21 @@ return;
 }
 
 fn fabric_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-'l127: {
-'l118: {
-'l113: {
-'l85: {
-'l68: {
-'l66: {
-'l62: {
-'l58: {
+'l126: {
+'l117: {
+'l112: {
+'l84: {
+'l67: {
+'l65: {
+'l61: {
 'l57: {
+'l56: {
 'l49: {
 'l42: {
 'l16: {
 if st.phv[8] == 0x0 { break 'l42; }
 if st.phv[8] != 0x1 { break 'l16; }
-if st.valid & 0x40 == 0 { break 'l127; }
+if st.valid & 0x40 == 0 { break 'l126; }
 st.phv[63] = 0x1;
 st.dirty |= 0x40;
 st.phv[70] = st.phv[81] & 0xFF;
@@ -1457,7 +1456,7 @@ st.phv[20] = st.phv[186] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
-if st.valid & 0x40 == 0 { break 'l85; }
+if st.valid & 0x40 == 0 { break 'l84; }
 fabric_action(st.select(code, 3), st, code, ctx);
 st.phv[193] = 0x0;
 st.phv[196] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
@@ -1467,26 +1466,25 @@ st.phv[193] = 0x1;
 }
 st.phv[194] = 0x0;
 st.phv[196] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l58; }
-if st.phv[3] == Cmp::raw(2, 0, false).norm(st.phv[2]) { break 'l58; }
+if st.phv[196] == 0x0 { break 'l57; }
 st.phv[197] = bin(BinOp::And, st.phv[79], st.phv[189], 0xFFFFFFFFFFFFFFFF);
-if st.phv[197] != 0x0 { break 'l57; }
+if st.phv[197] != 0x0 { break 'l56; }
 st.phv[198] = bin(BinOp::And, st.phv[80], st.phv[190], 0xFFFFFFFFFFFFFFFF);
-if st.phv[198] == 0x0 { break 'l58; }
+if st.phv[198] == 0x0 { break 'l57; }
 }
 st.phv[194] = 0x1;
 }
-if st.phv[193] != 0x0 { break 'l62; }
-if st.phv[194] != 0x0 { break 'l62; }
+if st.phv[193] != 0x0 { break 'l61; }
+if st.phv[194] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
 st.phv[195] = 0x0;
-if st.phv[193] != 0x1 { break 'l66; }
+if st.phv[193] != 0x1 { break 'l65; }
 st.phv[195] = 0x1;
 if st.phv[78] == 0x1 { st.phv[195] = 0x3; }
 }
-if st.phv[194] != 0x1 { break 'l68; }
+if st.phv[194] != 0x1 { break 'l67; }
 st.phv[195] = bin(BinOp::Or, st.phv[195], 0x2, 0x3);
 }
 st.phv[61] = st.phv[195] & 0x3;
@@ -1507,7 +1505,7 @@ st.phv[75] = 0x0;
 st.dirty |= 0x40;
 return;
 }
-if st.valid & 0x20 == 0 { break 'l127; }
+if st.valid & 0x20 == 0 { break 'l126; }
 st.phv[164] = st.phv[5].wrapping_shr(20) & 0x3;
 st.phv[165] = st.phv[5].wrapping_shr(22) & 0xFFFF;
 st.phv[166] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
@@ -1526,21 +1524,21 @@ st.phv[172] = (st.phv[164].wrapping_shl(12) | st.phv[171]) & 0x3FFF;
 st.phv[175] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
 { let base = (((st.phv[172] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 165, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 165, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[178] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[179] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[180] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[181] = v & 0xFFFFFFFF; } }
 st.phv[176] = 0x0;
-if st.phv[178] != Cmp::raw(5, 0, false).norm(st.phv[165]) { break 'l113; }
-if st.phv[179] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l113; }
-if st.phv[180] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l113; }
-if st.phv[181] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l113; }
+if st.phv[178] != Cmp::raw(5, 0, false).norm(st.phv[165]) { break 'l112; }
+if st.phv[179] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
+if st.phv[180] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
+if st.phv[181] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l112; }
 st.phv[176] = 0x1;
 }
 st.phv[177] = 0x0;
-if st.phv[176] != 0x0 { break 'l118; }
-if st.phv[178] != Cmp::raw(5, 0, false).norm(st.phv[165]) { break 'l118; }
-if st.phv[179] == 0x0 { break 'l118; }
+if st.phv[176] != 0x0 { break 'l117; }
+if st.phv[178] != Cmp::raw(5, 0, false).norm(st.phv[165]) { break 'l117; }
+if st.phv[179] == 0x0 { break 'l117; }
 st.phv[177] = 0x1;
 }
 { let base = (((st.phv[172] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[182] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[183] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[184] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 166, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[185] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 166, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 166, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[186] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[187] = v & 0xFFFF; } }
 st.phv[188] = st.phv[164] & 0xFF;
-if st.phv[177] != 0x1 { break 'l127; }
+if st.phv[177] != 0x1 { break 'l126; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
@@ -1814,6 +1812,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x17087D198F3FA880, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
-Native { fingerprint: 0x7240D48685D3A6A6, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
+Native { fingerprint: 0x50DA9912F4D9C18A, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
+Native { fingerprint: 0xC6C7F3B10D48D7C0, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
 ];

@@ -741,7 +741,9 @@ fn causal_switches(
     let r = truth.causal_switches_for(path, at, topology);
     if std::env::var("DBG_VICTIM").is_ok_and(|v| v == victim) {
         eprintln!("DBG path {:?} causal {:?}", path, r);
-        for e in &truth.spreading { eprintln!("DBG edge {:?}", e); }
+        for e in &truth.spreading {
+            eprintln!("DBG edge {:?}", e);
+        }
     }
     r
 }
