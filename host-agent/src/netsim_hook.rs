@@ -23,6 +23,7 @@ pub struct NetsimHostAgents {
     control_priority: u8,
     detectors: BTreeMap<NodeId, RttDetector>,
     triggers: Vec<PollingTrigger>,
+    stopped: bool,
 }
 
 impl NetsimHostAgents {
@@ -34,7 +35,14 @@ impl NetsimHostAgents {
             control_priority,
             detectors: BTreeMap::new(),
             triggers: Vec::new(),
+            stopped: false,
         }
+    }
+
+    /// Stops triggering: later RTT samples send no polling packets (a run's drain time,
+    /// when the polling packets already sent finish their walk).
+    pub fn stop_triggering(&mut self) {
+        self.stopped = true;
     }
 
     /// Every polling trigger so far, in order.
@@ -61,6 +69,9 @@ impl HostHook for NetsimHostAgents {
 
 impl NetsimHostAgents {
     fn observe(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+        if self.stopped {
+            return;
+        }
         let detector = self
             .detectors
             .entry(sample.host)
@@ -84,5 +95,49 @@ impl NetsimHostAgents {
             priority: self.control_priority,
             custom: header,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
+    use hawkmesh_wire::telemetry::FiveTuple;
+
+    fn sample(src_port: u16) -> RttSample {
+        RttSample {
+            host: 3,
+            src_nic: 3,
+            dst_nic: 5,
+            flow: src_port as u32,
+            tuple: FiveTuple {
+                src_ip: [11, 0, 3, 1],
+                dst_ip: [11, 0, 5, 1],
+                src_port,
+                dst_port: 4791,
+                protocol: 17,
+            },
+            acked: 1000,
+            sent_at: 0,
+            // 10× the 20 µs base RTT.
+            now: 200_000 * NS,
+            base_rtt: 20_000 * NS,
+        }
+    }
+
+    #[test]
+    fn a_stopped_agent_sends_no_more_polling_packets() {
+        let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
+        let mut agents = NetsimHostAgents::new(DetectorConfig::default(), program, 7);
+        let mut emit = Vec::new();
+        agents.on_rtt_sample(&sample(49152), &mut emit);
+        assert_eq!(emit.len(), 1, "a slow RTT sample triggers polling");
+        assert_eq!(emit[0].priority, 7);
+        agents.stop_triggering();
+        emit.clear();
+        agents.on_rtt_sample(&sample(49153), &mut emit);
+        agents.on_stall(&sample(49154), &mut emit);
+        assert!(emit.is_empty(), "no polling once stopped");
+        assert_eq!(agents.triggers().len(), 1);
     }
 }

@@ -447,6 +447,13 @@ impl Simulation {
         self.now = self.now.max(until);
     }
 
+    /// Moves the end of the run to `end` if that is later: the fabric keeps running
+    /// (packets in flight, pauses, host hooks) but nothing the scenario schedules starts
+    /// after the scenario's own end.
+    pub fn extend_end(&mut self, end: Time) {
+        self.p.end = self.p.end.max(end);
+    }
+
     /// Runs to the scenario's end.
     pub fn run(&mut self) {
         self.run_until(self.p.end);

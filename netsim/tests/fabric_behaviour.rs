@@ -380,3 +380,28 @@ fn every_shipped_scenario_loads() {
     }
     assert!(count >= 2);
 }
+
+#[test]
+fn a_run_extended_past_its_end_finishes_what_is_in_flight_but_starts_nothing_new() {
+    // A 1 MB flow starting 80 µs before a 100 µs scenario ends cannot finish by then; a
+    // second flow would start after the end.
+    let text = "version = 1\nduration_us = 100\n[topology]\nkind = \"graph\"\nswitches = [\"s0\"]\nhosts = [\"h0\", \"h1\"]\nlinks = [{ a = \"h0\", b = \"s0\" }, { a = \"s0\", b = \"h1\" }]\n[[workload]]\nkind = \"flows\"\nflows = [{ src = \"h0\", dst = \"h1\", size_bytes = 1000000, start_us = 20 }, { src = \"h1\", dst = \"h0\", size_bytes = 1000, start_us = 150 }]\n";
+    let loaded = load(text);
+    let mut sim = Simulation::new(&loaded).unwrap();
+    sim.run_until(MS);
+    assert_eq!(sim.now(), 100 * US, "a run stops at the scenario's end");
+    let cut = sim.result("t", 1, &[u64::MAX]);
+    assert_eq!(cut.flows[0].fct_ns, None);
+    sim.extend_end(MS);
+    sim.run_until(MS);
+    assert_eq!(sim.now(), MS);
+    let drained = sim.result("t", 1, &[u64::MAX]);
+    assert!(
+        drained.flows[0].fct_ns.is_some(),
+        "the flow in flight finished"
+    );
+    assert_eq!(
+        drained.flows[1].fct_ns, None,
+        "the later flow never started"
+    );
+}

@@ -92,6 +92,10 @@ pub struct LoopConfig {
     pub chunk_bytes: usize,
     /// Simulated time between hand-overs of CPU packets to the agents.
     pub step: Time,
+    /// Simulated time the fabric keeps running after the scenario's duration with the host
+    /// triggers stopped, so that polling packets already sent finish their walk and the
+    /// agents collect: an incident triggered just before the end is not cut short by it.
+    pub drain: Time,
     /// How long (wall time) the analyzer waits for missing switches while the simulation
     /// runs. When the simulation ends, every incident still waiting is concluded with the
     /// reports it has (nothing more can arrive). A long timeout makes the outcome
@@ -110,7 +114,8 @@ pub struct LoopConfig {
 
 impl LoopConfig {
     /// Defaults: 300 % RTT threshold, 3 ms suppression, 2^18 ns (262 µs) epochs × 4, 4096
-    /// flow slots, the agents' default guard (100 µs), MTU chunks, 20 µs steps, HAWKEYE polling only.
+    /// flow slots, the agents' default guard (100 µs), MTU chunks, 20 µs steps, 200 µs drain
+    /// (polling walk plus guard interval), HAWKEYE polling only.
     pub fn new(data_dir: PathBuf) -> Self {
         LoopConfig {
             detector: DetectorConfig::default(),
@@ -120,6 +125,7 @@ impl LoopConfig {
             guard_ns: hawkmesh_switch_agent::DEFAULT_GUARD_NS,
             chunk_bytes: 1500,
             step: 20 * US,
+            drain: 200 * US,
             analyzer_timeout: Duration::from_millis(500),
             data_dir,
             polling: PollingMode::Hawkeye,
@@ -630,11 +636,21 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         });
     }
 
-    let end = hawkmesh_netsim::time::from_us(scenario.duration_us);
+    let triggering_end = hawkmesh_netsim::time::from_us(scenario.duration_us);
+    let end = triggering_end + config.drain;
+    sim.extend_end(end);
     let mut now = 0;
     while now < end {
-        now = (now + config.step.max(NS)).min(end);
+        let next = if now < triggering_end {
+            triggering_end
+        } else {
+            end
+        };
+        now = (now + config.step.max(NS)).min(next);
         sim.run_until(now);
+        if now == triggering_end {
+            hosts.borrow_mut().stop_triggering();
+        }
         let copies = sim.take_cpu_packets();
         for collector in &mut collectors {
             // Full polling: the requests for events first seen in the previous step.

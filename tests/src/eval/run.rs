@@ -535,6 +535,10 @@ fn loop_settings() -> BTreeMap<String, String> {
         "all polled switches reported, or the end of the simulation".to_string(),
     );
     put(
+        "drain_ns",
+        (config.drain / hawkmesh_netsim::time::NS).to_string(),
+    );
+    put(
         "polling_suppression_ns",
         config.detector.suppression_ns.to_string(),
     );
