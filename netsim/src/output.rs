@@ -299,7 +299,12 @@ impl Simulation {
             flows,
             ports,
             goodput: self.goodput.iter().map(|(t, b)| (t / NS, *b)).collect(),
-            pfc_events: self.pfc_log.clone(),
+            pfc_events: self
+                .pfc_log
+                .iter()
+                .filter(|e| self.p.record_pfc_events || e.quanta > 0)
+                .cloned()
+                .collect(),
             queue_samples: self.queue_samples.clone(),
             topology: self.topo.clone(),
         }

@@ -871,35 +871,34 @@ impl Simulation {
         packet.pfc_quanta[prio as usize] = quanta;
         let p = &mut self.ports[port as usize];
         p.counters.pause_frames_sent[prio as usize] += 1;
-        // The ground-truth spreading tree needs XOFFs even when events are not exported.
-        if self.p.record_pfc_events || quanta > 0 {
-            let cause = if quanta > 0 {
-                p.ingress_to
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, held)| **held > 0)
-                    .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
-                    .map(|(local, _)| local as PortNo)
-            } else {
-                None
-            };
-            let (node, local) = (p.node, p.local);
-            let cause_workload = match (cause, p.owner) {
-                (Some(out_local), Owner::Switch(s)) => self.queue_majority_workload(
-                    self.switches[s as usize].first_port + u32::from(out_local),
-                ),
-                _ => None,
-            };
-            self.pfc_log.push(PfcEvent {
-                time_ns: self.now / NS,
-                node,
-                port: local,
-                priority: prio,
-                quanta,
-                cause,
-                cause_workload,
-            });
-        }
+        // The ground truth needs every PFC frame (XOFFs for the spreading tree, XONs for
+        // when its pauses ended) even when events are not exported.
+        let cause = if quanta > 0 {
+            p.ingress_to
+                .iter()
+                .enumerate()
+                .filter(|(_, held)| **held > 0)
+                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
+                .map(|(local, _)| local as PortNo)
+        } else {
+            None
+        };
+        let (node, local) = (p.node, p.local);
+        let cause_workload = match (cause, p.owner) {
+            (Some(out_local), Owner::Switch(s)) => self.queue_majority_workload(
+                self.switches[s as usize].first_port + u32::from(out_local),
+            ),
+            _ => None,
+        };
+        self.pfc_log.push(PfcEvent {
+            time_ns: self.now / NS,
+            node,
+            port: local,
+            priority: prio,
+            quanta,
+            cause,
+            cause_workload,
+        });
         self.packets.alloc(packet)
     }
 

@@ -39,6 +39,11 @@ pub enum AnomalyKind {
 pub struct SpreadEdge {
     /// First XOFF on this edge with this cause, ns.
     pub time_ns: u64,
+    /// When the pause begun by the latest XOFF ended, ns: the sender's XON, its next XOFF
+    /// for another cause, or the pause's expiry (quanta × 512 bit times, IEEE 802.1Qbb)
+    /// when neither came. A port waits for `cause` from `time_ns` to `until_ns` (between
+    /// two XOFFs with this cause it may have been resumed for a while).
+    pub until_ns: u64,
     /// Latest XOFF on this edge with this cause, ns (a pause refreshed while the cause
     /// lasts; the same edge appears once per cause it had).
     pub last_ns: u64,
@@ -86,7 +91,18 @@ pub struct Anomaly {
 /// How long after an anomaly's end its PFC effects are still attributed to it, ns.
 pub const SPREAD_SLACK_NS: u64 = 500_000;
 
-/// Fills `pfc_spreading` and `paused_ports` from the XOFF log.
+/// How long an XOFF of `quanta` pauses a link of `gbps`, ns (IEEE 802.1Qbb: a quantum is
+/// 512 bit times).
+fn pause_ns(quanta: u16, gbps: f64) -> u64 {
+    if gbps > 0.0 {
+        (f64::from(quanta) * 512.0 / gbps).ceil() as u64
+    } else {
+        u64::MAX / 4
+    }
+}
+
+/// Fills `pfc_spreading` and `paused_ports` from the PFC log (XOFFs make the edges; XONs,
+/// later XOFFs and expiry end their pauses).
 pub fn compute_spreading(
     anomaly: &mut Anomaly,
     origins: &[NodeId],
@@ -100,10 +116,31 @@ pub fn compute_spreading(
         .copied()
         .collect();
     let mut seen_edges: BTreeMap<(PortRef, PortRef, u8, PortRef), usize> = BTreeMap::new();
+    // Per (sender port, priority): the edge whose pause the sender's latest XOFF started.
+    let mut open: BTreeMap<(PortRef, u8), usize> = BTreeMap::new();
+    let gbps: BTreeMap<PortRef, f64> = topo
+        .links
+        .iter()
+        .flat_map(|l| [(l.a, l.gbps), (l.b, l.gbps)])
+        .collect();
     let mut paused = BTreeSet::new();
     let window_end = anomaly.end_ns.saturating_add(SPREAD_SLACK_NS);
     for event in log {
-        if event.quanta == 0 || event.time_ns < anomaly.start_ns || event.time_ns > window_end {
+        if event.time_ns < anomaly.start_ns || event.time_ns > window_end {
+            continue;
+        }
+        let from = PortRef {
+            node: event.node,
+            port: event.port,
+        };
+        // Whatever this frame is, the pause the sender's previous XOFF started ends here
+        // for its cause: resumed (XON), or continued for another reason (a new XOFF; its
+        // own edge, possibly the same one, takes over below).
+        if let Some(at) = open.remove(&(from, event.priority)) {
+            let edge = &mut anomaly.pfc_spreading[at];
+            edge.until_ns = edge.until_ns.min(event.time_ns);
+        }
+        if event.quanta == 0 {
             continue;
         }
         let is_host = topo
@@ -146,22 +183,32 @@ pub fn compute_spreading(
         let Some(peer) = topo.peer(sender) else {
             continue;
         };
-        match seen_edges.entry((sender, peer, event.priority, cause)) {
+        let until = event.time_ns.saturating_add(pause_ns(
+            event.quanta,
+            gbps.get(&sender).copied().unwrap_or(0.0),
+        ));
+        let at = match seen_edges.entry((sender, peer, event.priority, cause)) {
             std::collections::btree_map::Entry::Occupied(at) => {
-                anomaly.pfc_spreading[*at.get()].last_ns = event.time_ns;
+                let edge = &mut anomaly.pfc_spreading[*at.get()];
+                edge.last_ns = event.time_ns;
+                edge.until_ns = until;
+                *at.get()
             }
             std::collections::btree_map::Entry::Vacant(slot) => {
                 slot.insert(anomaly.pfc_spreading.len());
                 anomaly.pfc_spreading.push(SpreadEdge {
                     time_ns: event.time_ns,
+                    until_ns: until,
                     last_ns: event.time_ns,
                     sender,
                     paused: peer,
                     cause,
                     priority: event.priority,
                 });
+                anomaly.pfc_spreading.len() - 1
             }
-        }
+        };
+        open.insert((from, event.priority), at);
         paused.insert(peer);
         affected.insert(peer);
     }

@@ -342,6 +342,28 @@ duration_us = 1000
         "{paused_nodes:?}"
     );
     assert!(truth.pfc_spreading.len() >= 3);
+    // Each edge knows when its pause ended. The storming host stops refreshing at 1100 µs
+    // and its last pause runs to expiry: 65535 quanta × 512 bit times at 100G.
+    let h0 = result.topology.node_by_name("h0").unwrap().id;
+    let storm = truth
+        .pfc_spreading
+        .iter()
+        .find(|e| e.sender.node == h0)
+        .expect("the host's edge");
+    assert!(storm.last_ns < 1_100_000 && storm.until_ns > 1_100_000);
+    assert!(storm.until_ns - storm.last_ns <= 335_540);
+    for e in &truth.pfc_spreading {
+        assert!(e.until_ns >= e.last_ns, "{e:?}");
+    }
+    // Switches resume with XON once their ingress drains, before the pause would expire.
+    assert!(
+        truth
+            .pfc_spreading
+            .iter()
+            .any(|e| e.sender.node != h0 && e.until_ns - e.last_ns < 300_000),
+        "{:?}",
+        truth.pfc_spreading
+    );
 }
 
 #[test]

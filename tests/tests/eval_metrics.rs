@@ -2,7 +2,7 @@
 //! *and* the root cause; a wrong root cause is a false positive and, without another correct
 //! report, a false negative; attribution, causal switches and aggregation.
 
-use hawkmesh_e2e::eval::judge::{attributed, FlowPaths};
+use hawkmesh_e2e::eval::judge::{attributed, FlowPaths, Window};
 use hawkmesh_e2e::eval::run::IncidentRecord;
 use hawkmesh_e2e::eval::run::{summarise, ModeRun, Overhead, Point, RunRecord};
 use hawkmesh_e2e::eval::{judge, judge_victim, AnomalyClass, Exposure, Score, Truth, Verdict};
@@ -304,6 +304,7 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     let edge = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
         time_ns,
         last_ns: time_ns,
+        until_ns: time_ns,
         sender,
         paused,
         cause,
@@ -311,6 +312,7 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     };
     let lasting = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
         last_ns: 1_000_600,
+        until_ns: 1_000_600,
         ..edge(time_ns, sender, paused, cause)
     };
     t.spreading = vec![
@@ -324,7 +326,7 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     // Through core0.p1: paused, and waiting for the loop.
     let through: BTreeSet<PortRef> = [port(0, 1), port(1, 1), port(2, 1)].into();
     assert_eq!(
-        t.exposure(&through, 1_000_500, &topo),
+        t.exposure(&through, Window::until(1_000_500), &topo),
         Exposure {
             paused: true,
             reaches_loop: true
@@ -332,7 +334,7 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     );
     // Before core0.p1 was paused: not exposed.
     assert_eq!(
-        t.exposure(&through, 1_000_150, &topo),
+        t.exposure(&through, Window::until(1_000_150), &topo),
         Exposure {
             paused: false,
             reaches_loop: false
@@ -341,7 +343,7 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     // agg0.p0 was paused for something else at core0: paused, but not behind the loop.
     let other: BTreeSet<PortRef> = [port(1, 0)].into();
     assert_eq!(
-        t.exposure(&other, 1_000_500, &topo),
+        t.exposure(&other, Window::until(1_000_500), &topo),
         Exposure {
             paused: true,
             reaches_loop: false
@@ -354,13 +356,14 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     nic.spreading.push(SpreadEdge {
         time_ns: 1_000_150,
         last_ns: 1_000_600,
+        until_ns: 1_000_600,
         sender: port(0, 0),
         paused: port(5, 0),
         cause: port(3, 1),
         priority: 3,
     });
     assert_eq!(
-        nic.exposure(&at_nic, 1_000_500, &topo),
+        nic.exposure(&at_nic, Window::until(1_000_500), &topo),
         Exposure {
             paused: true,
             reaches_loop: false
@@ -372,25 +375,39 @@ fn exposure_follows_what_each_paused_port_waited_for() {
     switched.spreading.push(SpreadEdge {
         time_ns: 1_000_150,
         last_ns: 1_000_160,
+        until_ns: 1_000_160,
         sender: port(2, 0),
         paused: port(1, 0),
         cause: port(3, 1),
         priority: 3,
     });
-    assert!(switched.exposure(&other, 1_000_170, &topo).reaches_loop);
-    assert!(!switched.exposure(&other, 1_000_500, &topo).reaches_loop);
+    assert!(
+        switched
+            .exposure(&other, Window::until(1_000_170), &topo)
+            .reaches_loop
+    );
+    assert!(
+        !switched
+            .exposure(&other, Window::until(1_000_500), &topo)
+            .reaches_loop
+    );
     // Loop ports all paused, but agg1.p1 still waiting for the initiator's queue: a chain
     // into the initiator, not a cycle.
     let mut chain = t.clone();
     chain.spreading[0].last_ns = 1_000_600;
+    chain.spreading[0].until_ns = 1_000_600;
     chain.spreading.remove(2);
-    assert!(!chain.exposure(&through, 1_000_500, &topo).reaches_loop);
+    assert!(
+        !chain
+            .exposure(&through, Window::until(1_000_500), &topo)
+            .reaches_loop
+    );
     // A loop whose cycle has not closed is no deadlock yet: with a second loop port that
     // nothing paused — even one on the victim's own path — the same victim met only the
     // initiator.
     t.loop_ports.push(port(0, 1));
     assert_eq!(
-        t.exposure(&through, 1_000_500, &topo),
+        t.exposure(&through, Window::until(1_000_500), &topo),
         Exposure {
             paused: true,
             reaches_loop: false
@@ -447,6 +464,7 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     let edge = |time_ns, sender: PortRef, paused: PortRef| SpreadEdge {
         time_ns,
         last_ns: time_ns,
+        until_ns: time_ns,
         sender,
         paused,
         cause: port(sender.node, 1),
@@ -467,20 +485,20 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
         port(4, 1),
     ]
     .into();
-    let causal = t.causal_switches_for(&victim, 1_000_500, &topology);
+    let causal = t.causal_switches_for(&victim, Window::until(1_000_500), &topology);
     assert_eq!(causal.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
     // A victim that only crosses agg0 → core0 before anything paused agg0: nothing ties it
     // to the origin yet, so only its own path is causal for it.
     let short: BTreeSet<PortRef> = [port(1, 1)].into();
     assert_eq!(
-        t.causal_switches_for(&short, 1_000_500, &topology)
+        t.causal_switches_for(&short, Window::until(1_000_500), &topology)
             .into_iter()
             .collect::<Vec<_>>(),
         vec![1]
     );
     // Later agg0.p1 is paused by core0: the chain core0 → agg1 → tor1 becomes causal.
     assert_eq!(
-        t.causal_switches_for(&short, 1_001_000, &topology)
+        t.causal_switches_for(&short, Window::until(1_001_000), &topology)
             .into_iter()
             .collect::<Vec<_>>(),
         vec![1, 2, 3, 4]
@@ -489,7 +507,7 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     // never reaches is not causal for it.
     t.initial_causal.push(port(0, 1));
     assert_eq!(
-        t.causal_switches_for(&short, 1_001_000, &topology)
+        t.causal_switches_for(&short, Window::until(1_001_000), &topology)
             .into_iter()
             .collect::<Vec<_>>(),
         vec![1, 2, 3, 4]
@@ -498,13 +516,13 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     // walk through included.
     t.loop_ports = vec![port(3, 1), port(0, 1)];
     assert_eq!(
-        t.causal_switches_for(&short, 1_001_000, &topology)
+        t.causal_switches_for(&short, Window::until(1_001_000), &topology)
             .into_iter()
             .collect::<Vec<_>>(),
         vec![0, 1, 2, 3, 4]
     );
     assert_eq!(
-        t.causal_switches_for(&short, 1_000_500, &topology)
+        t.causal_switches_for(&short, Window::until(1_000_500), &topology)
             .into_iter()
             .collect::<Vec<_>>(),
         vec![1]
@@ -516,6 +534,7 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
         SpreadEdge {
             time_ns: 1_000_100,
             last_ns: 1_000_100,
+            until_ns: 1_000_100,
             sender: port(0, 0),
             paused: port(5, 0),
             cause: port(0, 1),
@@ -524,6 +543,7 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
         SpreadEdge {
             time_ns: 1_000_100,
             last_ns: 1_000_100,
+            until_ns: 1_000_100,
             sender: port(1, 0),
             paused: port(0, 1),
             cause: port(1, 1),
@@ -532,7 +552,7 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     ];
     let sender_only: BTreeSet<PortRef> = [port(5, 0)].into();
     assert!(hol
-        .causal_switches_for(&sender_only, 1_000_500, &topology)
+        .causal_switches_for(&sender_only, Window::until(1_000_500), &topology)
         .is_empty());
 }
 
@@ -542,6 +562,7 @@ fn incidents_are_attributed_by_window_and_causal_path() {
     t.spreading = vec![SpreadEdge {
         time_ns: 1_050_000,
         last_ns: 1_050_000,
+        until_ns: 1_050_000,
         sender: port(19, 2),
         paused: port(27, 1),
         cause: port(19, 0),
@@ -693,6 +714,37 @@ fn summaries_pick_the_best_point_and_mix_the_classes() {
         verdicts.wrong_claims,
         vec![("pfc_storm@tor.p".to_string(), 1)]
     );
+}
+
+#[test]
+fn a_pause_counts_for_a_victim_only_if_its_sampled_packet_could_meet_it() {
+    let topology = line_topology();
+    let mut t = truth(AnomalyClass::PfcStorm, "pfc_storm");
+    // agg1 pauses core0.p1 waiting for agg1.p1 from 1_000_100; the pause ends (XON) at
+    // 1_000_300.
+    t.spreading = vec![SpreadEdge {
+        time_ns: 1_000_100,
+        last_ns: 1_000_100,
+        until_ns: 1_000_300,
+        sender: port(3, 0),
+        paused: port(2, 1),
+        cause: port(3, 1),
+        priority: 3,
+    }];
+    let victim: BTreeSet<PortRef> = [port(2, 1)].into();
+    let causal = |window| -> Vec<u32> {
+        t.causal_switches_for(&victim, window, &topology)
+            .into_iter()
+            .collect()
+    };
+    // In force at the trigger.
+    assert_eq!(causal(Window::of_sample(1_000_250, 50)), vec![2, 3]);
+    // Ended while the sampled packet (sent at 1_000_280) was in flight: it met the pause.
+    assert_eq!(causal(Window::of_sample(1_000_400, 120)), vec![2, 3]);
+    // Ended before the sampled packet was sent: its RTT owes nothing to it.
+    assert_eq!(causal(Window::of_sample(1_000_400, 50)), vec![2]);
+    let exposure = t.exposure(&victim, Window::of_sample(1_000_400, 50), &topology);
+    assert!(exposure.paused, "the port had been paused by the anomaly");
 }
 
 #[test]

@@ -54,29 +54,60 @@ pub struct Truth {
     pub realization: String,
 }
 
+/// When a victim met the anomaly: the RTT sample that fired its trigger at `at_ns` was a
+/// packet in the network from `since_ns` (sent at `at_ns` − RTT) to `at_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// When the sampled packet was sent, ns.
+    pub since_ns: u64,
+    /// The trigger, ns.
+    pub at_ns: u64,
+}
+
+impl Window {
+    /// The window of an RTT sample of `rtt_ns` that fired at `at_ns`.
+    pub fn of_sample(at_ns: u64, rtt_ns: u64) -> Window {
+        Window {
+            since_ns: at_ns.saturating_sub(rtt_ns),
+            at_ns,
+        }
+    }
+
+    /// Everything up to `at_ns` (any pause that ended before it still counts).
+    pub fn until(at_ns: u64) -> Window {
+        Window { since_ns: 0, at_ns }
+    }
+}
+
 impl Truth {
-    /// What `port` waited for at `time_ns`: the spreading edges pausing it whose cause was
-    /// current then — XOFFs with that cause came both before and after `time_ns` — or, if
-    /// none was, the cause of the latest XOFF before it. An early pause for another reason
-    /// does not make the port wait for that reason for the rest of the run.
-    fn causes_at(&self, port: PortRef, time_ns: u64) -> Vec<&SpreadEdge> {
+    /// What `port` waited for during `window`: the spreading edges whose pause was in force
+    /// at its end (first XOFF with that cause before it, pause not yet ended) or, if none
+    /// was, those whose pause ended last within the window (the sampled packet met that
+    /// pause on its way). A pause that ended before the sampled packet was sent did not
+    /// delay it, and an early pause for another reason does not make the port wait for
+    /// that reason for the rest of the run.
+    fn causes_in(&self, port: PortRef, window: Window) -> Vec<&SpreadEdge> {
         let pausing: Vec<&SpreadEdge> = self
             .spreading
             .iter()
-            .filter(|e| e.paused == port && e.time_ns <= time_ns)
+            .filter(|e| e.paused == port && e.time_ns <= window.at_ns)
             .collect();
         let current: Vec<&SpreadEdge> = pausing
             .iter()
-            .filter(|e| e.last_ns >= time_ns)
+            .filter(|e| e.until_ns >= window.at_ns)
             .copied()
             .collect();
         if !current.is_empty() {
             return current;
         }
-        let latest = pausing.iter().map(|e| e.last_ns).max();
+        let latest = pausing
+            .iter()
+            .map(|e| e.until_ns)
+            .filter(|until| *until >= window.since_ns)
+            .max();
         pausing
             .into_iter()
-            .filter(|e| Some(e.last_ns) == latest)
+            .filter(|e| Some(e.until_ns) == latest)
             .collect()
     }
 
@@ -90,10 +121,11 @@ impl Truth {
         ports
     }
 
-    /// Switches causally relevant to a victim at `time_ns` (HAWKEYE Fig. 11): the switches
-    /// of its path and every switch on the PFC spreading paths from the victim's paused
-    /// ports back to the origin — the PAUSE sender of a paused port, then the sender that
-    /// paused the port it waited for, and so on (spreading edges up to `time_ns`) — and, when
+    /// Switches causally relevant to a victim triggered in `window` (HAWKEYE Fig. 11): the
+    /// switches of its path and every switch on the PFC spreading paths from the victim's
+    /// paused ports back to the origin — the PAUSE sender of a paused port, then the sender
+    /// that paused the port it waited for, and so on (the pauses the sampled packet could
+    /// have met: [`Truth::causes_in`]) — and, when
     /// that chain enters a deadlock's loop, every loop switch. Branches of the spreading tree
     /// that never reach the victim's path are not causal for it, and neither is an origin
     /// the victim's chain never reaches (an incast congesting several ports: a victim behind
@@ -102,7 +134,7 @@ impl Truth {
     pub fn causal_switches_for(
         &self,
         victim_path: &BTreeSet<PortRef>,
-        time_ns: u64,
+        window: Window,
         topology: &FabricTopology,
     ) -> BTreeSet<NodeId> {
         let mut nodes: BTreeSet<NodeId> = victim_path.iter().map(|p| p.node).collect();
@@ -120,7 +152,7 @@ impl Truth {
             if !seen.insert(port) {
                 continue;
             }
-            for edge in self.causes_at(port, time_ns) {
+            for edge in self.causes_in(port, window) {
                 nodes.insert(edge.sender.node);
                 frontier.push(edge.cause);
             }
@@ -132,8 +164,8 @@ impl Truth {
         nodes
     }
 
-    /// How the anomaly reached a victim with the egress ports `victim_path`, triggered at
-    /// `time_ns`: whether any of its ports had been paused by the anomaly's PFC, and whether
+    /// How the anomaly reached a victim with the egress ports `victim_path`, triggered in
+    /// `window`: whether any of its ports had been paused by the anomaly's PFC by then, and whether
     /// the chain of PAUSE senders from its paused switch ports reaches the loop (deadlocks).
     /// The sender's own NIC port does not start a chain: a ToR pausing the host for another
     /// egress (head-of-line blocking at the sender) is outside what any switch's data plane
@@ -141,13 +173,13 @@ impl Truth {
     pub fn exposure(
         &self,
         victim_path: &BTreeSet<PortRef>,
-        time_ns: u64,
+        window: Window,
         topology: &FabricTopology,
     ) -> Exposure {
         let edges: Vec<&SpreadEdge> = self
             .spreading
             .iter()
-            .filter(|e| e.time_ns <= time_ns)
+            .filter(|e| e.time_ns <= window.at_ns)
             .collect();
         let paused = edges.iter().any(|e| victim_path.contains(&e.paused));
         // A deadlock exists while the cycle is closed: every loop port paused and waiting
@@ -155,7 +187,7 @@ impl Truth {
         // them waits for a queue outside the loop are a chain into that queue, not a cycle.
         let loop_closed = !self.loop_ports.is_empty()
             && self.loop_ports.iter().all(|l| {
-                self.causes_at(*l, time_ns)
+                self.causes_in(*l, window)
                     .iter()
                     .any(|e| self.loop_ports.contains(&e.cause))
             });
@@ -173,7 +205,7 @@ impl Truth {
                 continue;
             }
             reaches_loop |= loop_closed && self.loop_ports.contains(&port);
-            frontier.extend(self.causes_at(port, time_ns).into_iter().map(|e| e.cause));
+            frontier.extend(self.causes_in(port, window).into_iter().map(|e| e.cause));
         }
         Exposure {
             paused,

@@ -2,7 +2,7 @@
 //! ground truth, plus the telemetry ablations.
 
 use super::judge::{
-    attributed, judge_victim, round4, truth_of, Exposure, FlowPaths, Score, Truth, Verdict,
+    attributed, judge_victim, round4, truth_of, Exposure, FlowPaths, Score, Truth, Verdict, Window,
 };
 use super::traces::{generate, AnomalyClass, TraceSpec};
 use super::EvalError;
@@ -617,10 +617,10 @@ fn judge_mode(
             .of_mode(mode)
             .unwrap_or((&[], &[], crate::PollingCounters::default()));
     let topology = &outcome.sim.topology;
-    let triggers: BTreeMap<u64, (String, u64)> = outcome
+    let triggers: BTreeMap<u64, (String, u64, u64)> = outcome
         .triggers
         .iter()
-        .map(|t| (t.event_id, (t.victim.to_string(), t.at_ns)))
+        .map(|t| (t.event_id, (t.victim.to_string(), t.at_ns, t.rtt_ns)))
         .collect();
     let mut by_event: BTreeMap<u64, (BTreeSet<NodeId>, usize)> = BTreeMap::new();
     for c in collections {
@@ -633,7 +633,7 @@ fn judge_mode(
     let mut unattributed = 0;
     for incident in incidents {
         let event = incident.summary.event_id;
-        let Some((victim, at)) = triggers.get(&event) else {
+        let Some((victim, at, rtt)) = triggers.get(&event) else {
             unattributed += 1;
             continue;
         };
@@ -641,10 +641,11 @@ fn judge_mode(
             unattributed += 1;
             continue;
         }
-        let exposure = exposure(truth, paths, victim, *at, topology);
+        let window = Window::of_sample(*at, *rtt);
+        let exposure = exposure(truth, paths, victim, window, topology);
         let judgement = judge_victim(truth, exposure, incident.diagnosis.as_ref());
         let (collected, bytes) = by_event.get(&event).cloned().unwrap_or_default();
-        let causal = causal_switches(truth, paths, victim, *at, topology);
+        let causal = causal_switches(truth, paths, victim, window, topology);
         attributed_records.push(IncidentRecord {
             event_id: event,
             trigger_ns: *at,
@@ -725,11 +726,11 @@ fn exposure(
     truth: &Truth,
     paths: &FlowPaths,
     victim: &str,
-    at: u64,
+    window: Window,
     topology: &FabricTopology,
 ) -> Exposure {
     let empty = BTreeSet::new();
-    truth.exposure(paths.ports(victim).unwrap_or(&empty), at, topology)
+    truth.exposure(paths.ports(victim).unwrap_or(&empty), window, topology)
 }
 
 /// Causally relevant switches of an incident (see [`Truth::causal_switches_for`]).
@@ -737,19 +738,12 @@ fn causal_switches(
     truth: &Truth,
     paths: &FlowPaths,
     victim: &str,
-    at: u64,
+    window: Window,
     topology: &FabricTopology,
 ) -> BTreeSet<NodeId> {
     let empty = BTreeSet::new();
-    let path = paths.ports_at(victim, at).unwrap_or(&empty);
-    let r = truth.causal_switches_for(path, at, topology);
-    if std::env::var("DBG_VICTIM").is_ok_and(|v| v == victim) {
-        eprintln!("DBG path {:?} causal {:?}", path, r);
-        for e in &truth.spreading {
-            eprintln!("DBG edge {:?}", e);
-        }
-    }
-    r
+    let path = paths.ports_at(victim, window.at_ns).unwrap_or(&empty);
+    truth.causal_switches_for(path, window, topology)
 }
 
 fn ablate(
