@@ -583,33 +583,56 @@ fn incidents_are_attributed_by_window_and_causal_path() {
         &t,
         &paths,
         "11.0.4.1:49152->11.0.6.1:4791",
-        1_100_000
+        Window::until(1_100_000)
     ));
     // Before the anomaly, or after end + 500 µs: not attributed.
     assert!(!attributed(
         &t,
         &paths,
         "11.0.4.1:49152->11.0.6.1:4791",
-        999_999
+        Window::until(999_999)
     ));
     assert!(attributed(
         &t,
         &paths,
         "11.0.4.1:49152->11.0.6.1:4791",
-        1_700_000
+        Window::until(1_700_000)
     ));
     assert!(!attributed(
         &t,
         &paths,
         "11.0.4.1:49152->11.0.6.1:4791",
-        1_700_001
+        Window::until(1_700_001)
     ));
     // A flow through a port only once it has been paused.
-    assert!(!attributed(&t, &paths, "a", 1_040_000));
-    assert!(attributed(&t, &paths, "a", 1_060_000));
+    assert!(!attributed(&t, &paths, "a", Window::until(1_040_000)));
+    assert!(attributed(&t, &paths, "a", Window::until(1_060_000)));
     // A flow elsewhere, or unknown: never.
-    assert!(!attributed(&t, &paths, "b", 1_060_000));
-    assert!(!attributed(&t, &paths, "c", 1_060_000));
+    assert!(!attributed(&t, &paths, "b", Window::until(1_060_000)));
+    assert!(!attributed(&t, &paths, "c", Window::until(1_060_000)));
+    // The pause of port 27.1 ended at 1_050_200: a sample sent after that met no pause
+    // of the anomaly there (slowed by something else); one in flight then did.
+    t.spreading[0].until_ns = 1_050_200;
+    assert!(!attributed(
+        &t,
+        &paths,
+        "a",
+        Window::of_sample(1_100_000, 40_000)
+    ));
+    assert!(attributed(
+        &t,
+        &paths,
+        "a",
+        Window::of_sample(1_100_000, 60_000)
+    ));
+    // Its own flows and the initial congestion ports stay tied to the anomaly throughout.
+    t.initial_causal.push(port(16, 3));
+    assert!(attributed(
+        &t,
+        &paths,
+        "a",
+        Window::of_sample(1_100_000, 40_000)
+    ));
 }
 
 fn run(class: AnomalyClass, point: Point, verdicts: &[Verdict]) -> RunRecord {
@@ -743,8 +766,15 @@ fn a_pause_counts_for_a_victim_only_if_its_sampled_packet_could_meet_it() {
     assert_eq!(causal(Window::of_sample(1_000_400, 120)), vec![2, 3]);
     // Ended before the sampled packet was sent: its RTT owes nothing to it.
     assert_eq!(causal(Window::of_sample(1_000_400, 50)), vec![2]);
-    let exposure = t.exposure(&victim, Window::of_sample(1_000_400, 50), &topology);
-    assert!(exposure.paused, "the port had been paused by the anomaly");
+    assert!(
+        !t.exposure(&victim, Window::of_sample(1_000_400, 50), &topology)
+            .paused,
+        "the pause was over before the sampled packet was sent"
+    );
+    assert!(
+        t.exposure(&victim, Window::of_sample(1_000_400, 120), &topology)
+            .paused
+    );
 }
 
 #[test]

@@ -12,8 +12,8 @@
 //! - An incident is **attributed** to the anomaly when its polling trigger fell inside the
 //!   anomaly's window (start to end + netsim's 500 µs spreading slack) and its victim is one
 //!   of the anomaly's own flows or crosses one of its causal ports (initial congestion ports,
-//!   loop ports, ports its PFC had paused by the trigger time). Incidents about unrelated
-//!   background congestion are counted but not judged.
+//!   loop ports, ports its PFC held paused while the triggering RTT sample was in flight).
+//!   Incidents about unrelated background congestion are counted but not judged.
 //! - Root cause: the initial congestion port (backpressure, contention), the injecting host
 //!   or its ToR port (storm), a loop port (in-loop deadlock), the outside initiator's port or
 //!   host (out-of-loop deadlock).
@@ -165,7 +165,7 @@ impl Truth {
     }
 
     /// How the anomaly reached a victim with the egress ports `victim_path`, triggered in
-    /// `window`: whether any of its ports had been paused by the anomaly's PFC by then, and whether
+    /// `window`: whether the anomaly's PFC held one of its ports paused during the window, and whether
     /// the chain of PAUSE senders from its paused switch ports reaches the loop (deadlocks).
     /// The sender's own NIC port does not start a chain: a ToR pausing the host for another
     /// egress (head-of-line blocking at the sender) is outside what any switch's data plane
@@ -176,10 +176,11 @@ impl Truth {
         window: Window,
         topology: &FabricTopology,
     ) -> Exposure {
+        // The pauses the sampled packet could have met.
         let edges: Vec<&SpreadEdge> = self
             .spreading
             .iter()
-            .filter(|e| e.time_ns <= window.at_ns)
+            .filter(|e| e.time_ns <= window.at_ns && e.until_ns >= window.since_ns)
             .collect();
         let paused = edges.iter().any(|e| victim_path.contains(&e.paused));
         // A deadlock exists while the cycle is closed: every loop port paused and waiting
@@ -820,16 +821,25 @@ impl FlowPaths {
     }
 }
 
-/// Whether an incident (victim, trigger time) is about the trace's anomaly.
-pub fn attributed(truth: &Truth, paths: &FlowPaths, victim: &str, trigger_ns: u64) -> bool {
-    if !truth.in_window(trigger_ns) {
+/// Whether an incident (victim, triggered in `window`) is about the trace's anomaly: its
+/// trigger falls in the anomaly's window and the victim is one of the anomaly's own flows,
+/// crosses one of its initial or loop ports, or crosses a port the anomaly's PFC held paused
+/// while the sampled packet was in the network (a pause that had ended before it was sent
+/// did not delay it: that victim was slowed by something else).
+pub fn attributed(truth: &Truth, paths: &FlowPaths, victim: &str, window: Window) -> bool {
+    if !truth.in_window(window.at_ns) {
         return false;
     }
     if truth.anomaly_flows.contains(victim) {
         return true;
     }
-    let causal = truth.causal_ports_at(trigger_ns);
-    paths
-        .ports(victim)
-        .is_some_and(|ports| ports.iter().any(|p| causal.contains(p)))
+    let Some(ports) = paths.ports_at(victim, window.at_ns) else {
+        return false;
+    };
+    ports.iter().any(|p| {
+        truth.initial_causal.contains(p)
+            || truth.spreading.iter().any(|e| {
+                e.paused == *p && e.time_ns <= window.at_ns && e.until_ns >= window.since_ns
+            })
+    })
 }

@@ -637,11 +637,11 @@ fn judge_mode(
             unattributed += 1;
             continue;
         };
-        if !attributed(truth, paths, victim, *at) {
+        let window = Window::of_sample(*at, *rtt);
+        if !attributed(truth, paths, victim, window) {
             unattributed += 1;
             continue;
         }
-        let window = Window::of_sample(*at, *rtt);
         let exposure = exposure(truth, paths, victim, window, topology);
         let judgement = judge_victim(truth, exposure, incident.diagnosis.as_ref());
         let (collected, bytes) = by_event.get(&event).cloned().unwrap_or_default();
