@@ -402,6 +402,25 @@ fn exposure_follows_what_each_paused_port_waited_for() {
             .exposure(&through, Window::until(1_000_500), &topo)
             .reaches_loop
     );
+    // A victim whose chain enters the closed cycle has the whole loop as causal switches,
+    // also the loop switches its chain does not walk through (core0, with a third loop
+    // port core0.p1 that waits for agg1.p1).
+    let mut wider = t.clone();
+    wider.loop_ports.push(port(2, 1));
+    let in_loop: BTreeSet<PortRef> = [port(3, 1)].into();
+    assert_eq!(
+        wider
+            .causal_switches_for(&in_loop, Window::until(1_000_500), &topo)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+    assert_eq!(
+        t.causal_switches_for(&in_loop, Window::until(1_000_500), &topo)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![3, 4]
+    );
     // A loop whose cycle has not closed is no deadlock yet: with a second loop port that
     // nothing paused — even one on the victim's own path — the same victim met only the
     // initiator.
@@ -512,14 +531,15 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
             .collect::<Vec<_>>(),
         vec![1, 2, 3, 4]
     );
-    // A chain that enters a loop makes the whole loop causal, the switches the chain did not
-    // walk through included.
+    // A chain that enters a loop whose cycle has not closed (agg1.p1 waits for tor1.p1,
+    // outside it) meets congestion like any other: only the switches it walks through are
+    // causal, not the rest of the loop.
     t.loop_ports = vec![port(3, 1), port(0, 1)];
     assert_eq!(
         t.causal_switches_for(&short, Window::until(1_001_000), &topology)
             .into_iter()
             .collect::<Vec<_>>(),
-        vec![0, 1, 2, 3, 4]
+        vec![1, 2, 3, 4]
     );
     assert_eq!(
         t.causal_switches_for(&short, Window::until(1_000_500), &topology)

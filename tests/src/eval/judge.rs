@@ -111,6 +111,18 @@ impl Truth {
             .collect()
     }
 
+    /// Whether the deadlock's cycle was closed during `window`: every loop port paused and
+    /// waiting for a loop port (a cyclic buffer dependency). Loop ports all paused while one
+    /// of them waits for a queue outside the loop are a chain into that queue, not a cycle.
+    fn loop_closed(&self, window: Window) -> bool {
+        !self.loop_ports.is_empty()
+            && self.loop_ports.iter().all(|l| {
+                self.causes_in(*l, window)
+                    .iter()
+                    .any(|e| self.loop_ports.contains(&e.cause))
+            })
+    }
+
     /// Ports causally tied to the anomaly at `time_ns`: initial and loop ports, and every
     /// port its PFC had paused by then.
     pub fn causal_ports_at(&self, time_ns: u64) -> BTreeSet<PortRef> {
@@ -126,7 +138,8 @@ impl Truth {
     /// paused ports back to the origin — the PAUSE sender of a paused port, then the sender
     /// that paused the port it waited for, and so on (the pauses the sampled packet could
     /// have met: [`Truth::causes_in`]) — and, when
-    /// that chain enters a deadlock's loop, every loop switch. Branches of the spreading tree
+    /// that chain enters a deadlock's loop whose cycle is closed, every loop switch (before
+    /// it closes the loop's ports are congestion like any other, causal only on the chain). Branches of the spreading tree
     /// that never reach the victim's path are not causal for it, and neither is an origin
     /// the victim's chain never reaches (an incast congesting several ports: a victim behind
     /// one of them waits for that one only). Chains start at switch ports, as in
@@ -157,7 +170,7 @@ impl Truth {
                 frontier.push(edge.cause);
             }
         }
-        if seen.iter().any(|p| self.loop_ports.contains(p)) {
+        if self.loop_closed(window) && seen.iter().any(|p| self.loop_ports.contains(p)) {
             nodes.extend(self.loop_ports.iter().map(|p| p.node));
         }
         nodes.retain(|n| is_switch(topology, *n));
@@ -183,15 +196,7 @@ impl Truth {
             .filter(|e| e.time_ns <= window.at_ns && e.until_ns >= window.since_ns)
             .collect();
         let paused = edges.iter().any(|e| victim_path.contains(&e.paused));
-        // A deadlock exists while the cycle is closed: every loop port paused and waiting
-        // for a loop port (a cyclic buffer dependency). Loop ports all paused while one of
-        // them waits for a queue outside the loop are a chain into that queue, not a cycle.
-        let loop_closed = !self.loop_ports.is_empty()
-            && self.loop_ports.iter().all(|l| {
-                self.causes_in(*l, window)
-                    .iter()
-                    .any(|e| self.loop_ports.contains(&e.cause))
-            });
+        let loop_closed = self.loop_closed(window);
         // Follow what each paused port of the path waited for, port by port, back to the
         // origin; the victim met the deadlock if that chain enters the closed loop.
         let mut reaches_loop = false;

@@ -326,7 +326,7 @@ pub fn markdown(results: &EvalResults, timing: Option<&EvalTiming>, command: &st
     );
     let _ = writeln!(
         out,
-        "Per run: polling packets sent by hosts, polling copies at switch CPUs, full polling's controller requests, collections, telemetry bytes. Per attributed incident: telemetry bytes, switches collected, causally relevant switches (the victim's path and the switches on the PFC spreading paths from the victim's paused ports back to the origin, over the triggering RTT sample's window, with the whole loop when that chain enters a deadlock's loop) and the share of them collected (coverage).\n"
+        "Per run: polling packets sent by hosts, polling copies at switch CPUs, full polling's controller requests, collections, telemetry bytes. Per attributed incident: telemetry bytes, switches collected, causally relevant switches (the victim's path and the switches on the PFC spreading paths from the victim's paused ports back to the origin, over the triggering RTT sample's window, with the whole loop when that chain enters a deadlock's closed loop) and the share of them collected (coverage).\n"
     );
     let _ = writeln!(
         out,
