@@ -335,7 +335,7 @@ pub fn markdown(results: &EvalResults, timing: Option<&EvalTiming>, command: &st
     for row in &results.summary.overhead {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.2} | {:.2} | {:.3} |",
             class_name(row.class),
             row.mode.as_str(),
             row.runs,
