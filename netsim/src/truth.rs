@@ -97,6 +97,8 @@ fn pause_ns(quanta: u16, gbps: f64) -> u64 {
     if gbps > 0.0 {
         (f64::from(quanta) * 512.0 / gbps).ceil() as u64
     } else {
+        // A port without a link (not in the topology) never resumes by expiry; only an
+        // XON or a new XOFF ends its pause. Kept far from overflow when added to a time.
         u64::MAX / 4
     }
 }

@@ -840,13 +840,7 @@ start_us = 500
         hawkmesh_netsim::Scenario::parse(text, "loop-paths.toml", std::path::PathBuf::new())
             .expect("scenario");
     let sim = hawkmesh_netsim::Simulation::new(&loaded).expect("simulation");
-    let id = |name: &str| {
-        sim.topology()
-            .nodes
-            .iter()
-            .position(|n| n.name == name)
-            .expect("node") as u32
-    };
+    let id = |name: &str| sim.topology().node_by_name(name).expect("node").id;
     let (tor1, agg1, core2, tor6) = (id("tor1"), id("agg1"), id("core2"), id("tor6"));
     let paths = FlowPaths::of(&loaded).expect("paths");
     let tuple = "11.0.2.1:49152->11.0.12.1:4791";
