@@ -15,7 +15,7 @@
 //! | PFC backpressure (micro-burst incast) | a sink `p` of `G_P` reachable from the victim, with positive port→flow edges; micro-burst when the contributors' rate within their window is high and the window short |
 //! | PFC storm | a sink `p`, paused, with no positive port→flow edge; its peer is a host (host PFC injection) or a switch none of whose metered egress ports is congested |
 //! | deadlock, initiator in loop | a cycle of `G_P` whose ports have no edge leaving it; a loop port has positive port→flow edges |
-//! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink; the sink's port→flow edges tell flow contention from host injection |
+//! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink, in an epoch in which the cycle's own edges hold (an exit the port waited out before the loop formed is evidence `loop_exit_apart`); the sink's port→flow edges tell flow contention from host injection |
 //! | normal flow contention | the victim is not paused at a port of its path where positive port→flow edges exist and the victim waited |
 //!
 //! Every anomaly is keyed by its initial congestion point (or its loop), so several victim
@@ -576,19 +576,49 @@ impl<'a> Context<'a> {
             } else {
                 0.0
             };
+            // The epochs in which the loop's own wait-for edges had weight: an exit that
+            // never had weight in one of them (a pause the port waited out before the
+            // loop's dependencies formed, or after they were gone) did not hold the loop.
+            let loop_epochs: BTreeSet<u64> = members
+                .iter()
+                .zip(members.iter().cycle().skip(1))
+                .filter_map(|(from, to)| self.graph.edge_epochs(*from, *to))
+                .flatten()
+                .copied()
+                .collect();
             let mut weak_exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
+            let mut apart_exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
             let mut exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
             for p in &members {
                 for (to, w) in self.graph.port_edges(*p) {
                     if member_set.contains(to) {
                         continue;
                     }
-                    if *w >= exit_floor {
+                    let concurrent = self
+                        .graph
+                        .edge_epochs(*p, *to)
+                        .is_some_and(|epochs| !epochs.is_disjoint(&loop_epochs));
+                    if !concurrent && !loop_epochs.is_empty() {
+                        apart_exits.push((*p, *to, *w));
+                    } else if *w >= exit_floor {
                         exits.push((*p, *to, *w));
                     } else {
                         weak_exits.push((*p, *to, *w));
                     }
                 }
+            }
+            for (from, to, weight) in &apart_exits {
+                evidence.push(Evidence {
+                    rule: "loop_exit_apart".into(),
+                    from: label(self.incident, *from),
+                    to: label(self.incident, *to),
+                    weight: round3(*weight),
+                    note: format!(
+                        "loop port {} also waited for {} outside the loop, but never in an epoch in which the loop's own wait-for edges held: not what holds the loop",
+                        label(self.incident, *from),
+                        label(self.incident, *to),
+                    ),
+                });
             }
             for (from, to, weight) in &weak_exits {
                 evidence.push(Evidence {

@@ -266,6 +266,8 @@ pub struct ProvenanceGraph {
     pub ports: BTreeMap<PortRef, PortSummary>,
     /// Port→port edges per source port, heaviest first.
     pub port_out: BTreeMap<PortRef, Vec<(PortRef, f64)>>,
+    /// The epochs (start, ns) in which each port→port edge had weight.
+    pub port_edge_epochs: BTreeMap<(PortRef, PortRef), BTreeSet<u64>>,
     /// Port→flow edges per port, largest contribution first.
     pub port_flows: BTreeMap<PortRef, Vec<(FiveTuple, f64)>>,
     /// Counts.
@@ -315,6 +317,12 @@ impl ProvenanceGraph {
     /// Outgoing port→port edges of a port, heaviest first.
     pub fn port_edges(&self, port: PortRef) -> &[(PortRef, f64)] {
         self.port_out.get(&port).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The epochs (start, ns) in which the port→port edge `from → to` had weight (empty
+    /// when there is no such edge).
+    pub fn edge_epochs(&self, from: PortRef, to: PortRef) -> Option<&BTreeSet<u64>> {
+        self.port_edge_epochs.get(&(from, to))
     }
 
     /// Port→flow edges of a port, largest first.
@@ -442,6 +450,7 @@ impl ProvenanceGraph {
 
         // Alg. 1 l.6-9: port→port wait-for edges, per epoch.
         let mut port_weights: BTreeMap<(PortRef, PortRef), f64> = BTreeMap::new();
+        let mut edge_epochs: BTreeMap<(PortRef, PortRef), BTreeSet<u64>> = BTreeMap::new();
         for (switch, data) in &incident.switches {
             let first = data.epochs.keys().next().copied();
             let latest = data.epochs.keys().next_back().copied();
@@ -579,6 +588,10 @@ impl ProvenanceGraph {
                                                 };
                                                 *port_weights.entry((upstream, to)).or_default() +=
                                                     weight;
+                                                edge_epochs
+                                                    .entry((upstream, to))
+                                                    .or_default()
+                                                    .insert(*start);
                                             }
                                         }
                                         if !any {
@@ -631,6 +644,8 @@ impl ProvenanceGraph {
         for edges in graph.port_out.values_mut() {
             edges.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         }
+        edge_epochs.retain(|edge, _| port_weights.contains_key(edge));
+        graph.port_edge_epochs = edge_epochs;
         graph.stats.port_port_edges = port_weights.len();
 
         // Alg. 1 l.10-14: flow nodes and flow→port edges; l.15-20: port→flow edges.

@@ -466,6 +466,59 @@ fn deadlock_with_initiator_out_of_loop_by_flow_contention() {
 }
 
 #[test]
+fn a_pause_a_loop_port_waited_out_before_the_loop_formed_is_not_its_initiator() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 3, victim());
+    // Epoch 0: bursts h1 → h9 contend at s2.p(h9) and pause s1's port toward s2 — a loop
+    // port waits for a queue outside the loop, but no loop has formed yet.
+    for index in 0..3u8 {
+        builder.flow(
+            0,
+            flow(40 + index, 53000 + u16::from(index), 19),
+            &["h1", "s1", "s2", "h9"],
+            &[
+                Hop::new(150).paused(100, 300_000),
+                Hop::new(300).depth(150_000).window(60_000, 70_000),
+            ],
+        );
+    }
+    // Epoch 1: micro-bursts h1 → h2 contend at s1.p(s2), unpaused.
+    for index in 0..2u8 {
+        builder.flow(
+            1,
+            flow(30 + index, 52000 + u16::from(index), 3),
+            &["h1", "s1", "s2", "h2"],
+            &[
+                Hop::new(400).depth(200_000).window(10_000, 30_000),
+                Hop::new(400),
+            ],
+        );
+    }
+    // Epoch 2: the cyclic buffer dependency is paused all around.
+    ring_flows(&mut builder, 2);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["s1.p1"]);
+    let toward_h9 = port(builder.topology(), "s2", "h9");
+    let toward_h9 = format!("s2.p{}", toward_h9.port);
+    assert!(
+        anomaly
+            .evidence
+            .iter()
+            .any(|e| e.rule == "loop_exit_apart" && e.from == "s1.p1" && e.to == toward_h9),
+        "{:?}",
+        anomaly.evidence
+    );
+}
+
+#[test]
 fn normal_flow_contention_without_pfc() {
     let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
     let elephant = flow(3, 49999, 2);

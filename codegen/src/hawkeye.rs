@@ -1061,6 +1061,8 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let mut fanout_read: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
     let mut seen_or: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
     let mut seen_read: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
+    let mut xoff_or: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
+    let mut xoff_read: Vec<Vec<RegisterActionId>> = vec![Vec::new(); slots];
     // The lap (stored epoch id) each slot's data must carry to be one of the ring's last
     // `slots` epochs: the current lap for slots up to the current one, the previous lap
     // for the slots after it.
@@ -1075,8 +1077,11 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let held_set: Vec<FieldId> = word_meta(&mut b, "fanout_held_set", mask_words);
     let held_keep: Vec<FieldId> = word_meta(&mut b, "fanout_held_keep", mask_words);
     let held_now: Vec<FieldId> = word_meta(&mut b, "fanout_held_now", mask_words);
+    let last_now: Vec<FieldId> = word_meta(&mut b, "fanout_last_now", mask_words);
     let mut held_update = Vec::new();
     let mut held_read = Vec::new();
+    let mut last_or = Vec::new();
+    let mut last_read = Vec::new();
     let mut xoff_set = Vec::new();
     let mut xon_clear = Vec::new();
     let mut pfc_read = Vec::new();
@@ -1128,6 +1133,30 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                 seen,
                 slot_laps[k],
             ));
+            // A pause can freeze a queue with nothing new enqueued behind it (its upstream
+            // is paused too) and end just before a polling packet comes: the ring then
+            // holds no paused arrival at the port, yet the pause delayed traffic within
+            // the ring's time. The XOFFs the port received within the ring stand for it.
+            let xoff = b.register(
+                &format!("pfc_xoff_e{k}_w{w}"),
+                64,
+                1,
+                module_bitmap,
+                &format!("Ring slot {k}: lo = epoch id, hi = bitmap of ports {lo_port}.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch"),
+            );
+            xoff_or[k].push(epoch_bitmap_or(
+                &mut b,
+                &format!("pfc_xoff_e{k}_w{w}_or"),
+                xoff,
+                ig_epoch_id,
+                masks[w],
+            ));
+            xoff_read[k].push(slot_bitmap_read(
+                &mut b,
+                &format!("pfc_xoff_e{k}_w{w}_read"),
+                xoff,
+                slot_laps[k],
+            ));
         }
         let held = b.register(
             &format!("fanout_held_w{w}"),
@@ -1159,6 +1188,33 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                 ),
             ],
             vec![],
+        ));
+        // The latest epoch's fanout of each ingress port, however old: a switch frozen
+        // behind a deadlock or a storm gets nothing new from that ingress, so the ring forgets
+        // it, yet the queues the ingress filled then still hold its packets (the analyzer's
+        // newest earlier epoch stands in the same way).
+        let last = b.register(
+            &format!("fanout_last_w{w}"),
+            64,
+            params.ports,
+            module_bitmap,
+            &format!("Per ingress port: lo = epoch id of its latest enqueue, hi = bitmap of egress ports {lo_port}.. that traffic from it was enqueued at in that epoch (no ring: kept until the ingress sends again)"),
+        );
+        last_or.push(epoch_bitmap_or(
+            &mut b,
+            &format!("fanout_last_w{w}_or"),
+            last,
+            ig_epoch_id,
+            masks[w],
+        ));
+        last_read.push(ra(
+            &mut b,
+            &format!("fanout_last_w{w}_read"),
+            last,
+            "Returns the bitmap, whatever its epoch",
+            vec![],
+            vec![],
+            vec![out(Pred::ALWAYS, SaluOutputValue::Old(Word::Hi))],
         ));
         held_read.push(ra(
             &mut b,
@@ -1226,10 +1282,24 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         ));
     }
 
-    let mut pfc_stmts = vec![
+    // Now and the ring slot of the ingress timestamp.
+    let ig_prologue = vec![
         Stmt::Assign(now, slice(f(ig_tstamp), 31, 0)),
-        Stmt::Apply(port_speed),
+        Stmt::Assign(
+            ig_epoch_index,
+            if epoch_bits == 0 {
+                c(0, 1)
+            } else {
+                slice(f(ig_tstamp), eb + epoch_bits - 1, eb)
+            },
+        ),
+        Stmt::Assign(
+            ig_epoch_id,
+            slice(f(ig_tstamp), eb + epoch_bits + 15, eb + epoch_bits),
+        ),
     ];
+    let mut pfc_stmts = ig_prologue.clone();
+    pfc_stmts.push(Stmt::Apply(port_speed));
     for q in 0..8 {
         pfc_stmts.push(Stmt::Assign(
             pause_ns[q],
@@ -1260,11 +1330,21 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     }
     // The paused-port bitmap (approximation per port: a frame pausing any enabled class
     // sets the bit, a frame resuming every enabled class clears it).
+    let mut on_xoff: Vec<Stmt> = (0..mask_words)
+        .map(|w| exec(xoff_set[w], c(0, 1), None))
+        .collect();
+    // The XOFF ring: the port's bit in the current slot (each slot register is touched on
+    // one path only).
+    for (k, actions) in xoff_or.iter().enumerate() {
+        on_xoff.push(Stmt::If(
+            eq(f(ig_epoch_index), c(k as u64, epoch_bits.max(1))),
+            actions.iter().map(|a| exec(*a, c(0, 1), None)).collect(),
+            vec![],
+        ));
+    }
     pfc_stmts.push(Stmt::If(
         ne(f(xoff_ns), c(0, 32)),
-        (0..mask_words)
-            .map(|w| exec(xoff_set[w], c(0, 1), None))
-            .collect(),
+        on_xoff,
         (0..mask_words)
             .map(|w| exec(xon_clear[w], c(0, 1), None))
             .collect(),
@@ -1327,21 +1407,6 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         Phv(ig_len),
     );
 
-    let ig_prologue = vec![
-        Stmt::Assign(now, slice(f(ig_tstamp), 31, 0)),
-        Stmt::Assign(
-            ig_epoch_index,
-            if epoch_bits == 0 {
-                c(0, 1)
-            } else {
-                slice(f(ig_tstamp), eb + epoch_bits - 1, eb)
-            },
-        ),
-        Stmt::Assign(
-            ig_epoch_id,
-            slice(f(ig_tstamp), eb + epoch_bits + 15, eb + epoch_bits),
-        ),
-    ];
     let mut pause_chain: Vec<Stmt> = vec![];
     for q in (0..8).rev() {
         let this = vec![exec(
@@ -1428,6 +1493,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                     vec![],
                 ),
                 exec(held_update[w], slice(f(ig_port), port_bits - 1, 0), None),
+                exec(last_or[w], slice(f(ig_port), port_bits - 1, 0), None),
             ]);
         }
         // The current ring slot's bitmaps (each slot register is touched on one path only).
@@ -1523,6 +1589,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         for k in 0..slots {
             let fan_k = b.meta(&format!("fanout_e{k}_seen_w{w}"), 32);
             let seen_k = b.meta(&format!("paused_seen_e{k}_now_w{w}"), 32);
+            let xoff_k = b.meta(&format!("pfc_xoff_e{k}_now_w{w}"), 32);
             polling_decide.extend([
                 exec(
                     fanout_read[k][w],
@@ -1530,14 +1597,16 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                     Some(fan_k),
                 ),
                 exec(seen_read[k][w], c(0, 1), Some(seen_k)),
+                exec(xoff_read[k][w], c(0, 1), Some(xoff_k)),
             ]);
             fan_any = Some(match fan_any {
                 None => f(fan_k),
                 Some(e) => or(e, f(fan_k)),
             });
+            let paused_k = or(f(seen_k), f(xoff_k));
             seen_any = Some(match seen_any {
-                None => f(seen_k),
-                Some(e) => or(e, f(seen_k)),
+                None => paused_k,
+                Some(e) => or(e, paused_k),
             });
         }
         if let (Some(fan_any), Some(seen_any)) = (fan_any, seen_any) {
@@ -1547,15 +1616,21 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                     slice(f(ig_port), port_bits - 1, 0),
                     Some(held_now[w]),
                 ),
-                // Traffic from the arrival port within the ring, or held behind a pause
-                // since before it.
-                Stmt::Assign(fan[w], or(fan_any, f(held_now[w]))),
+                exec(
+                    last_read[w],
+                    slice(f(ig_port), port_bits - 1, 0),
+                    Some(last_now[w]),
+                ),
+                // Traffic from the arrival port within the ring, in its latest epoch, or
+                // held behind a pause since before it.
+                Stmt::Assign(fan[w], or(or(fan_any, f(last_now[w])), f(held_now[w]))),
                 Stmt::Assign(seen[w], seen_any),
             ]);
         }
         polling_decide.extend([
             exec(pfc_read[w], c(0, 1), Some(held[w])),
-            // Paused ports: paused packets enqueued within the ring, or a pause in force.
+            // Paused ports: paused packets enqueued or XOFFs received within the ring, or
+            // a pause in force.
             Stmt::Assign(seen[w], or(f(seen[w]), f(held[w]))),
             Stmt::Assign(pfc_ports[w], c(0, 32)),
         ]);

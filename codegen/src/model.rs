@@ -2767,10 +2767,22 @@ impl State {
     }
 
     /// The parser stopped at byte `offset`.
+    #[inline(always)]
     fn parse_done(&mut self, code: &Code, offset: usize) {
         self.payload_offset = offset;
-        // Fields of headers not extracted now read as zero, as after a fresh reset.
-        let mut stale = self.stale & !self.parsed;
+        // Fields of headers not extracted now read as zero, as after a fresh reset. A
+        // switch mostly sees the header stack of its previous pass again: nothing to clear.
+        let stale = self.stale & !self.parsed;
+        if stale != 0 {
+            self.clear_unparsed(code, stale);
+        }
+        self.stale = self.parsed;
+    }
+
+    /// Zeroes the fields of the headers in `stale` (set by an earlier pass, not extracted
+    /// by this one).
+    #[inline(never)]
+    fn clear_unparsed(&mut self, code: &Code, mut stale: u64) {
         while stale != 0 {
             let h = stale.trailing_zeros() as usize;
             stale &= stale - 1;
@@ -2779,7 +2791,6 @@ impl State {
                 self.phv[f.phv as usize] = 0;
             }
         }
-        self.stale = self.parsed;
     }
 
     /// Writes `fields` (of a header at byte `base`) from the PHV into `out`.
@@ -2964,11 +2975,19 @@ impl State {
 
     fn hash(&self, code: &Code, unit: u16) -> u64 {
         let h = &code.hashes[unit as usize];
+        self.hash_inputs(&h.inputs, h.mask)
+    }
+
+    /// The CRC-32 of the `(PHV slot, bytes)` inputs, big-endian one after another, masked
+    /// with `mask`. Emitted code passes the unit's inputs as a constant, so the whole hash
+    /// unrolls.
+    #[inline(always)]
+    fn hash_inputs(&self, inputs: &[(u16, u8)], mask: u64) -> u64 {
         // Each input is stored as a whole big-endian word whose tail the next input
         // overwrites (fixed-size stores).
         let mut buf = [0u8; MAX_HASH_BYTES + 8];
         let mut n = 0;
-        for (f, bytes) in &h.inputs {
+        for (f, bytes) in inputs {
             let b = (*bytes as usize).min(8);
             if b > 0 {
                 let v = self.phv[*f as usize] << (64 - 8 * b as u32);
@@ -2976,13 +2995,34 @@ impl State {
                 n += b;
             }
         }
-        (crc32_fast(&buf[..n]) as u64) & h.mask
+        (crc32_fast(&buf[..n]) as u64) & mask
     }
 
     fn set_params(&mut self, code: &Code, action: u16, args: &[u64]) {
         for ((p, m), v) in code.action_params[action as usize].iter().zip(args) {
             self.phv[*p as usize] = v & m;
         }
+    }
+
+    /// [`State::select`] for a table of one exact key in PHV slot `key` with direct
+    /// entries (emitted code only): a key within the direct array is looked up there.
+    #[inline(always)]
+    fn select_direct(&mut self, code: &Code, t: u16, key: u16) -> u16 {
+        let key = self.phv[key as usize];
+        let state = &self.tables[t as usize];
+        if key < state.direct.len() as u64 {
+            let d = state.direct[key as usize];
+            if d.action != NO_SLOT {
+                for ((p, m), v) in code.action_params[d.action as usize].iter().zip(d.params) {
+                    self.phv[*p as usize] = v & m;
+                }
+                return d.action;
+            }
+            let table = &code.tables[t as usize];
+            self.set_params(code, table.default_action, &table.default_params);
+            return table.default_action;
+        }
+        self.select(code, t)
     }
 
     /// Looks `t` up: sets the chosen action's parameters and returns the action.
@@ -3268,6 +3308,7 @@ const fn crc_slice_tables() -> [[u32; 256]; 8] {
 static CRC_SLICES: [[u32; 256]; 8] = crc_slice_tables();
 
 /// The CRC-32 of [`crate::hash::crc32`].
+#[inline(always)]
 fn crc32_fast(bytes: &[u8]) -> u32 {
     let t = &CRC_SLICES;
     let mut c = 0xFFFF_FFFFu32;

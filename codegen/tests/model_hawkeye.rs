@@ -445,10 +445,10 @@ fn packets_held_behind_a_pause_are_counted_at_enqueue() {
 }
 
 #[test]
-fn a_pause_in_force_keeps_the_pfc_branch_after_arrivals_stop_and_xon_ends_it() {
+fn a_pause_keeps_the_pfc_branch_while_in_force_and_while_its_xoff_is_in_the_ring() {
     // A deadlock: traffic from port 1 reached port 2 in epoch 0, then port 2 is paused and
     // nothing arrives any more. One epoch later the branch still follows the pause in
-    // force; after XON (and with no paused arrivals) it no longer does.
+    // force.
     let mut sw = Switch::new();
     sw.enqueue(&tuple(1, 1), 1, 2, 3, 100, 1000);
     sw.pfc(2, 500, 1 << 3, [0xFFFF; 8]);
@@ -462,33 +462,77 @@ fn a_pause_in_force_keeps_the_pfc_branch_after_arrivals_stop_and_xon_ends_it() {
         vec![2],
         "paused now and fed from port 1 within the ring"
     );
+    // XON just before the polling packet comes: nothing was enqueued behind the pause, yet
+    // it held port 2's queue within the ring's time. Its XOFF stands for it.
     sw.pfc(2, later + 100, 1 << 3, [0; 8]);
     let mut p = Polling::new(23, tuple(9, 9), 8);
     p.trace_flag = 2;
     let out = polling_in(&mut sw, &p, 1, later + 200, None);
-    assert!(out.ports.is_empty(), "XON: port 2 is no longer paused");
-    // A pause that simply expires (no XON) ends the branch too (every pause of the
-    // switch must have expired: the bitmap keeps the latest end of all of them).
-    let mut fresh = Switch::new();
-    fresh.enqueue(&tuple(1, 1), 1, 2, 3, 100, 1000);
-    fresh.pfc(2, 1500, 1 << 3, [0, 0, 0, 10, 0, 0, 0, 0]);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(ports, vec![2], "resumed, but the XOFF is within the ring");
+    // Port 1 keeps feeding port 2, unpaused. Once the ring has turned past the XOFF, port 2
+    // is no longer taken for paused.
+    sw.enqueue(&tuple(1, 1), 1, 2, 3, 2 * 1024 + 100, 1000);
     let mut p = Polling::new(24, tuple(9, 9), 8);
     p.trace_flag = 2;
-    let during = polling_in(&mut fresh, &p, 1, 1520, None);
+    let out = polling_in(&mut sw, &p, 1, 3 * 1024 + 100, None);
+    assert!(out.ports.is_empty(), "the XOFF has left the ring");
+    // A pause that simply expires (no XON) ends "in force" too (every pause of the switch
+    // must have expired: the bitmap keeps the latest end of all of them). The XOFF of
+    // epoch 1 has left the ring by epoch 3, so only the in-force check could keep port 2.
+    let mut fresh = Switch::new();
+    fresh.enqueue(&tuple(1, 1), 1, 2, 3, 1024 + 100, 1000);
+    fresh.pfc(2, 1024 + 500, 1 << 3, [0, 0, 0, 10, 0, 0, 0, 0]);
+    let mut p = Polling::new(25, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let during = polling_in(&mut fresh, &p, 1, 1024 + 520, None);
     assert_eq!(during.ports.len(), 1, "within the 51 ns pause");
+    fresh.enqueue(&tuple(1, 1), 1, 2, 3, 2 * 1024 + 100, 1000);
     let mut p = Polling::new(26, tuple(9, 9), 8);
     p.trace_flag = 2;
-    let out = polling_in(&mut fresh, &p, 1, 1600, None);
+    let out = polling_in(&mut fresh, &p, 1, 3 * 1024 + 100, None);
     assert!(out.ports.is_empty(), "the 51 ns pause expired");
-    // Beyond the ring, the fanout of port 1 is forgotten even while a pause is in force.
+    // Port 1 moves on to port 3. Beyond the ring, its old traffic to port 2 is forgotten
+    // even while a pause of port 2 is in force.
+    sw.enqueue(&tuple(1, 2), 1, 3, 3, 5 * 1024 + 100, 1000);
     sw.pfc(2, 10 * 1024, 1 << 3, [0xFFFF; 8]);
-    let mut p = Polling::new(25, tuple(9, 9), 8);
+    let mut p = Polling::new(27, tuple(9, 9), 8);
     p.trace_flag = 2;
     let out = polling_in(&mut sw, &p, 1, 10 * 1024 + 100, None);
     assert!(
         out.ports.is_empty(),
-        "no traffic from port 1 within the ring"
+        "no traffic from port 1 to port 2 within the ring or in its latest epoch"
     );
+}
+
+#[test]
+fn a_frozen_switch_keeps_the_pfc_branch_to_where_an_ingress_sent_last() {
+    // A switch frozen behind a deadlock: port 1's traffic went to port 2 (unpaused), then
+    // port 2 was paused and port 1 itself paused upstream, so nothing from it arrives any
+    // more. Many epochs later port 2's queue still holds port 1's packets: the polling
+    // packet arriving by port 1 follows the pause to port 2, though the ring has turned
+    // and no packet from port 1 ever went in behind the pause.
+    let mut sw = Switch::new();
+    sw.enqueue(&tuple(1, 1), 1, 2, 3, 100, 1000);
+    sw.enqueue(&tuple(1, 2), 1, 4, 3, 150, 1000);
+    sw.pfc(2, 500, 1 << 3, [0xFFFF; 8]);
+    let late = 10 * 1024;
+    sw.pfc(2, late, 1 << 3, [0xFFFF; 8]);
+    let mut p = Polling::new(61, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 1, late + 100, None);
+    let ports: Vec<u16> = out.ports.iter().map(|(port, _)| *port).collect();
+    assert_eq!(
+        ports,
+        vec![2],
+        "port 1's latest epoch fed port 2, paused now"
+    );
+    // By a port whose latest traffic went elsewhere, nothing is followed.
+    sw.enqueue(&tuple(2, 2), 3, 4, 3, late + 200, 1000);
+    let mut p = Polling::new(62, tuple(9, 9), 8);
+    p.trace_flag = 2;
+    let out = polling_in(&mut sw, &p, 3, late + 300, None);
+    assert!(out.ports.is_empty(), "{:?}", out.ports);
 }
 
 #[test]
@@ -515,11 +559,13 @@ fn a_frozen_pause_keeps_the_pfc_branch_after_the_ring_turns() {
     p.trace_flag = 2;
     let out = polling_in(&mut sw, &p, 4, late + 110, None);
     assert!(out.ports.is_empty(), "{:?}", out.ports);
-    // XON, then a packet from port 1 goes in unpaused: the bit is cleared. A new pause
-    // that nothing from port 1 joins is not followed once the ring has turned.
+    // XON, then a packet from port 1 goes in unpaused: the bit is cleared. Port 1 then
+    // feeds port 3 only. A new pause of port 2 that nothing from port 1 joins is not
+    // followed once the ring has turned.
     sw.pfc(2, late + 200, 1 << 3, [0; 8]);
     sw.enqueue(&tuple(1, 1), 1, 2, 3, late + 300, 1000);
-    sw.pfc(2, late + 400, 1 << 3, [0xFFFF; 8]);
+    sw.enqueue(&tuple(1, 2), 1, 3, 3, late + 2 * 1024 + 100, 1000);
+    sw.pfc(2, late + 2 * 1024 + 400, 1 << 3, [0xFFFF; 8]);
     let later = 20 * 1024;
     sw.pfc(2, later, 1 << 3, [0xFFFF; 8]);
     let mut p = Polling::new(53, tuple(9, 9), 8);

@@ -294,6 +294,8 @@ struct metadata_t {
     bit<32> fanout_held_keep_w1;
     bit<32> fanout_held_now_w0;
     bit<32> fanout_held_now_w1;
+    bit<32> fanout_last_now_w0;
+    bit<32> fanout_last_now_w1;
     bit<2> ig_epoch_index;
     bit<16> ig_epoch_id;
     bit<32> pfc_xoff_ns;
@@ -315,20 +317,28 @@ struct metadata_t {
     bit<32> pfc_paused_now_w1;
     bit<32> fanout_e0_seen_w0;
     bit<32> paused_seen_e0_now_w0;
+    bit<32> pfc_xoff_e0_now_w0;
     bit<32> fanout_e1_seen_w0;
     bit<32> paused_seen_e1_now_w0;
+    bit<32> pfc_xoff_e1_now_w0;
     bit<32> fanout_e2_seen_w0;
     bit<32> paused_seen_e2_now_w0;
+    bit<32> pfc_xoff_e2_now_w0;
     bit<32> fanout_e3_seen_w0;
     bit<32> paused_seen_e3_now_w0;
+    bit<32> pfc_xoff_e3_now_w0;
     bit<32> fanout_e0_seen_w1;
     bit<32> paused_seen_e0_now_w1;
+    bit<32> pfc_xoff_e0_now_w1;
     bit<32> fanout_e1_seen_w1;
     bit<32> paused_seen_e1_now_w1;
+    bit<32> pfc_xoff_e1_now_w1;
     bit<32> fanout_e2_seen_w1;
     bit<32> paused_seen_e2_now_w1;
+    bit<32> pfc_xoff_e2_now_w1;
     bit<32> fanout_e3_seen_w1;
     bit<32> paused_seen_e3_now_w1;
+    bit<32> pfc_xoff_e3_now_w1;
     bit<2> epoch_index;
     bit<16> epoch_id;
     bit<32> epoch_offset;
@@ -443,40 +453,60 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e0_w0;
     // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e0_w0;
+    // Ring slot 0: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e0_w0;
     // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e1_w0;
     // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e1_w0;
+    // Ring slot 1: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e1_w0;
     // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e2_w0;
     // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e2_w0;
+    // Ring slot 2: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e2_w0;
     // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e3_w0;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e3_w0;
+    // Ring slot 3: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e3_w0;
     // Per ingress port: bitmap of egress ports 0.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
     Register<bit<32>, bit<6>>(64, 0) fanout_held_w0;
+    // Per ingress port: lo = epoch id of its latest enqueue, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (no ring: kept until the ingress sends again) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_last_w0;
     // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w0;
     // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e0_w1;
     // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e0_w1;
+    // Ring slot 0: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e0_w1;
     // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e1_w1;
     // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e1_w1;
+    // Ring slot 1: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e1_w1;
     // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e2_w1;
     // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e2_w1;
+    // Ring slot 2: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e2_w1;
     // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_e3_w1;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) paused_seen_e3_w1;
+    // Ring slot 3: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    Register<pair_t, bit<1>>(1, {0, 0}) pfc_xoff_e3_w1;
     // Per ingress port: bitmap of egress ports 32.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
     Register<bit<32>, bit<6>>(64, 0) fanout_held_w1;
+    // Per ingress port: lo = epoch id of its latest enqueue, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (no ring: kept until the ingress sends again) [pfc branch]
+    Register<pair_t, bit<6>>(64, {0, 0}) fanout_last_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w1;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
@@ -761,6 +791,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e0_w0) pfc_xoff_e0_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e0_w0) pfc_xoff_e0_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_0))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
     RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e1_w0) fanout_e1_w0_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
@@ -800,6 +854,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
 
     // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
     RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e1_w0) paused_seen_e1_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e1_w0) pfc_xoff_e1_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e1_w0) pfc_xoff_e1_w0_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
             if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
@@ -857,6 +935,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e2_w0) pfc_xoff_e2_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e2_w0) pfc_xoff_e2_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
     RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e3_w0) fanout_e3_w0_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
@@ -904,6 +1006,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e3_w0) pfc_xoff_e3_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e3_w0) pfc_xoff_e3_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                rv = value.hi;
+            }
+        }
+    };
+
     // A paused enqueue sets the egress port's bit (set mask non-zero), an unpaused one clears it (keep mask without the bit)
     RegisterAction<bit<32>, bit<6>, bit<32>>(fanout_held_w0) fanout_held_w0_update = {
         void apply(inout bit<32> value, out bit<32> rv) {
@@ -913,6 +1039,28 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
             } else if ((meta.fanout_held_set_w0 != 32w0x0)) {
                 value = value | meta.fanout_held_set_w0;
             }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_last_w0) fanout_last_w0_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w0;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap, whatever its epoch
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_last_w0) fanout_last_w0_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            rv = value.hi;
         }
     };
 
@@ -1010,6 +1158,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e0_w1) pfc_xoff_e0_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e0_w1) pfc_xoff_e0_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_0))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
     RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e1_w1) fanout_e1_w1_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
@@ -1049,6 +1221,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
 
     // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
     RegisterAction<pair_t, bit<1>, bit<32>>(paused_seen_e1_w1) paused_seen_e1_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e1_w1) pfc_xoff_e1_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e1_w1) pfc_xoff_e1_w1_read = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
             if ((value.lo == ((bit<32>)meta.ring_slot_lap_1))) {
@@ -1106,6 +1302,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     };
 
     // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e2_w1) pfc_xoff_e2_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e2_w1) pfc_xoff_e2_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                rv = value.hi;
+            }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
     RegisterAction<pair_t, bit<6>, bit<32>>(fanout_e3_w1) fanout_e3_w1_or = {
         void apply(inout pair_t value, out bit<32> rv) {
             rv = 32w0;
@@ -1153,6 +1373,30 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e3_w1) pfc_xoff_e3_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+    RegisterAction<pair_t, bit<1>, bit<32>>(pfc_xoff_e3_w1) pfc_xoff_e3_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if ((value.lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                rv = value.hi;
+            }
+        }
+    };
+
     // A paused enqueue sets the egress port's bit (set mask non-zero), an unpaused one clears it (keep mask without the bit)
     RegisterAction<bit<32>, bit<6>, bit<32>>(fanout_held_w1) fanout_held_w1_update = {
         void apply(inout bit<32> value, out bit<32> rv) {
@@ -1162,6 +1406,28 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
             } else if ((meta.fanout_held_set_w1 != 32w0x0)) {
                 value = value | meta.fanout_held_set_w1;
             }
+        }
+    };
+
+    // Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_last_w1) fanout_last_w1_or = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi | meta.port_mask_w1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
+    // Returns the bitmap, whatever its epoch
+    RegisterAction<pair_t, bit<6>, bit<32>>(fanout_last_w1) fanout_last_w1_read = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            rv = value.hi;
         }
     };
 
@@ -1454,6 +1720,8 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         if (hdr.pfc.isValid()) {
             if (hdr.pfc.opcode == 16w0x101) {
                 meta.now = meta.intr_ingress_tstamp[31:0];
+                meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
+                meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
                 pfc_port_speed.apply();
                 meta.pause_ns_0 = ((meta.pause_ns_0 + (meta.pause_ns_0 >> 2)) + (meta.pause_ns_0 >> 5));
                 meta.pause_end_0 = (meta.now + meta.pause_ns_0);
@@ -1510,6 +1778,22 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                 if (meta.pfc_xoff_ns != 32w0) {
                     pfc_paused_w0_xoff.execute(1w0);
                     pfc_paused_w1_xoff.execute(1w0);
+                    if (meta.ig_epoch_index == 2w0) {
+                        pfc_xoff_e0_w0_or.execute(1w0);
+                        pfc_xoff_e0_w1_or.execute(1w0);
+                    }
+                    if (meta.ig_epoch_index == 2w1) {
+                        pfc_xoff_e1_w0_or.execute(1w0);
+                        pfc_xoff_e1_w1_or.execute(1w0);
+                    }
+                    if (meta.ig_epoch_index == 2w2) {
+                        pfc_xoff_e2_w0_or.execute(1w0);
+                        pfc_xoff_e2_w1_or.execute(1w0);
+                    }
+                    if (meta.ig_epoch_index == 2w3) {
+                        pfc_xoff_e3_w0_or.execute(1w0);
+                        pfc_xoff_e3_w1_or.execute(1w0);
+                    }
                 } else {
                     pfc_paused_w0_xon.execute(1w0);
                     pfc_paused_w1_xon.execute(1w0);
@@ -1550,29 +1834,39 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     }
                     meta.fanout_e0_seen_w0 = fanout_e0_w0_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e0_now_w0 = paused_seen_e0_w0_read.execute(1w0);
+                    meta.pfc_xoff_e0_now_w0 = pfc_xoff_e0_w0_read.execute(1w0);
                     meta.fanout_e1_seen_w0 = fanout_e1_w0_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e1_now_w0 = paused_seen_e1_w0_read.execute(1w0);
+                    meta.pfc_xoff_e1_now_w0 = pfc_xoff_e1_w0_read.execute(1w0);
                     meta.fanout_e2_seen_w0 = fanout_e2_w0_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e2_now_w0 = paused_seen_e2_w0_read.execute(1w0);
+                    meta.pfc_xoff_e2_now_w0 = pfc_xoff_e2_w0_read.execute(1w0);
                     meta.fanout_e3_seen_w0 = fanout_e3_w0_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e3_now_w0 = paused_seen_e3_w0_read.execute(1w0);
+                    meta.pfc_xoff_e3_now_w0 = pfc_xoff_e3_w0_read.execute(1w0);
                     meta.fanout_held_now_w0 = fanout_held_w0_read.execute(meta.intr_ingress_port[5:0]);
-                    meta.fanout_seen_w0 = ((((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0) | meta.fanout_held_now_w0);
-                    meta.paused_seen_now_w0 = (((meta.paused_seen_e0_now_w0 | meta.paused_seen_e1_now_w0) | meta.paused_seen_e2_now_w0) | meta.paused_seen_e3_now_w0);
+                    meta.fanout_last_now_w0 = fanout_last_w0_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.fanout_seen_w0 = (((((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0) | meta.fanout_last_now_w0) | meta.fanout_held_now_w0);
+                    meta.paused_seen_now_w0 = ((((meta.paused_seen_e0_now_w0 | meta.pfc_xoff_e0_now_w0) | (meta.paused_seen_e1_now_w0 | meta.pfc_xoff_e1_now_w0)) | (meta.paused_seen_e2_now_w0 | meta.pfc_xoff_e2_now_w0)) | (meta.paused_seen_e3_now_w0 | meta.pfc_xoff_e3_now_w0));
                     meta.pfc_paused_now_w0 = pfc_paused_w0_read.execute(1w0);
                     meta.paused_seen_now_w0 = (meta.paused_seen_now_w0 | meta.pfc_paused_now_w0);
                     meta.pfc_ports_w0 = 32w0;
                     meta.fanout_e0_seen_w1 = fanout_e0_w1_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e0_now_w1 = paused_seen_e0_w1_read.execute(1w0);
+                    meta.pfc_xoff_e0_now_w1 = pfc_xoff_e0_w1_read.execute(1w0);
                     meta.fanout_e1_seen_w1 = fanout_e1_w1_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e1_now_w1 = paused_seen_e1_w1_read.execute(1w0);
+                    meta.pfc_xoff_e1_now_w1 = pfc_xoff_e1_w1_read.execute(1w0);
                     meta.fanout_e2_seen_w1 = fanout_e2_w1_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e2_now_w1 = paused_seen_e2_w1_read.execute(1w0);
+                    meta.pfc_xoff_e2_now_w1 = pfc_xoff_e2_w1_read.execute(1w0);
                     meta.fanout_e3_seen_w1 = fanout_e3_w1_read.execute(meta.intr_ingress_port[5:0]);
                     meta.paused_seen_e3_now_w1 = paused_seen_e3_w1_read.execute(1w0);
+                    meta.pfc_xoff_e3_now_w1 = pfc_xoff_e3_w1_read.execute(1w0);
                     meta.fanout_held_now_w1 = fanout_held_w1_read.execute(meta.intr_ingress_port[5:0]);
-                    meta.fanout_seen_w1 = ((((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1) | meta.fanout_held_now_w1);
-                    meta.paused_seen_now_w1 = (((meta.paused_seen_e0_now_w1 | meta.paused_seen_e1_now_w1) | meta.paused_seen_e2_now_w1) | meta.paused_seen_e3_now_w1);
+                    meta.fanout_last_now_w1 = fanout_last_w1_read.execute(meta.intr_ingress_port[5:0]);
+                    meta.fanout_seen_w1 = (((((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1) | meta.fanout_last_now_w1) | meta.fanout_held_now_w1);
+                    meta.paused_seen_now_w1 = ((((meta.paused_seen_e0_now_w1 | meta.pfc_xoff_e0_now_w1) | (meta.paused_seen_e1_now_w1 | meta.pfc_xoff_e1_now_w1)) | (meta.paused_seen_e2_now_w1 | meta.pfc_xoff_e2_now_w1)) | (meta.paused_seen_e3_now_w1 | meta.pfc_xoff_e3_now_w1));
                     meta.pfc_paused_now_w1 = pfc_paused_w1_read.execute(1w0);
                     meta.paused_seen_now_w1 = (meta.paused_seen_now_w1 | meta.pfc_paused_now_w1);
                     meta.pfc_ports_w1 = 32w0;
@@ -1697,6 +1991,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                             meta.fanout_held_keep_w0 = 32w0xffffffff;
                         }
                         fanout_held_w0_update.execute(meta.intr_ingress_port[5:0]);
+                        fanout_last_w0_or.execute(meta.intr_ingress_port[5:0]);
                         meta.fanout_held_set_w1 = 32w0;
                         meta.fanout_held_keep_w1 = (meta.port_mask_w1 ^ 32w0xffffffff);
                         if (meta.paused_at_enqueue == 1w1) {
@@ -1704,6 +1999,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                             meta.fanout_held_keep_w1 = 32w0xffffffff;
                         }
                         fanout_held_w1_update.execute(meta.intr_ingress_port[5:0]);
+                        fanout_last_w1_or.execute(meta.intr_ingress_port[5:0]);
                         if (meta.ig_epoch_index == 2w0) {
                             fanout_e0_w0_or.execute(meta.intr_ingress_port[5:0]);
                             fanout_e0_w1_or.execute(meta.intr_ingress_port[5:0]);

@@ -250,6 +250,8 @@ struct metadata_t {
     bit<32> fanout_held_keep_w1;
     bit<32> fanout_held_now_w0;
     bit<32> fanout_held_now_w1;
+    bit<32> fanout_last_now_w0;
+    bit<32> fanout_last_now_w1;
     bit<2> ig_epoch_index;
     bit<16> ig_epoch_id;
     bit<32> pfc_xoff_ns;
@@ -271,20 +273,28 @@ struct metadata_t {
     bit<32> pfc_paused_now_w1;
     bit<32> fanout_e0_seen_w0;
     bit<32> paused_seen_e0_now_w0;
+    bit<32> pfc_xoff_e0_now_w0;
     bit<32> fanout_e1_seen_w0;
     bit<32> paused_seen_e1_now_w0;
+    bit<32> pfc_xoff_e1_now_w0;
     bit<32> fanout_e2_seen_w0;
     bit<32> paused_seen_e2_now_w0;
+    bit<32> pfc_xoff_e2_now_w0;
     bit<32> fanout_e3_seen_w0;
     bit<32> paused_seen_e3_now_w0;
+    bit<32> pfc_xoff_e3_now_w0;
     bit<32> fanout_e0_seen_w1;
     bit<32> paused_seen_e0_now_w1;
+    bit<32> pfc_xoff_e0_now_w1;
     bit<32> fanout_e1_seen_w1;
     bit<32> paused_seen_e1_now_w1;
+    bit<32> pfc_xoff_e1_now_w1;
     bit<32> fanout_e2_seen_w1;
     bit<32> paused_seen_e2_now_w1;
+    bit<32> pfc_xoff_e2_now_w1;
     bit<32> fanout_e3_seen_w1;
     bit<32> paused_seen_e3_now_w1;
+    bit<32> pfc_xoff_e3_now_w1;
     bit<2> epoch_index;
     @field_list(1) bit<16> epoch_id;
     bit<32> epoch_offset;
@@ -396,40 +406,60 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     register<bit<64>>(64) fanout_e0_w0;
     // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e0_w0;
+    // Ring slot 0: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e0_w0;
     // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     register<bit<64>>(64) fanout_e1_w0;
     // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e1_w0;
+    // Ring slot 1: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e1_w0;
     // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     register<bit<64>>(64) fanout_e2_w0;
     // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e2_w0;
+    // Ring slot 2: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e2_w0;
     // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     register<bit<64>>(64) fanout_e3_w0;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e3_w0;
+    // Ring slot 3: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e3_w0;
     // Per ingress port: bitmap of egress ports 0.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
     register<bit<32>>(64) fanout_held_w0;
+    // Per ingress port: lo = epoch id of its latest enqueue, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (no ring: kept until the ingress sends again) [pfc branch]
+    register<bit<64>>(64) fanout_last_w0;
     // lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     register<bit<64>>(1) pfc_paused_w0;
     // Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     register<bit<64>>(64) fanout_e0_w1;
     // Ring slot 0: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e0_w1;
+    // Ring slot 0: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e0_w1;
     // Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     register<bit<64>>(64) fanout_e1_w1;
     // Ring slot 1: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e1_w1;
+    // Ring slot 1: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e1_w1;
     // Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     register<bit<64>>(64) fanout_e2_w1;
     // Ring slot 2: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e2_w1;
+    // Ring slot 2: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e2_w1;
     // Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap) [pfc branch]
     register<bit<64>>(64) fanout_e3_w1;
     // Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch [pfc branch]
     register<bit<64>>(1) paused_seen_e3_w1;
+    // Ring slot 3: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch [pfc branch]
+    register<bit<64>>(1) pfc_xoff_e3_w1;
     // Per ingress port: bitmap of egress ports 32.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit) [pfc branch]
     register<bit<32>>(64) fanout_held_w1;
+    // Per ingress port: lo = epoch id of its latest enqueue, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (no ring: kept until the ingress sends again) [pfc branch]
+    register<bit<64>>(64) fanout_last_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     register<bit<64>>(1) pfc_paused_w1;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
@@ -650,6 +680,8 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
         if (hdr.pfc.isValid()) {
             if (hdr.pfc.opcode == 16w0x101) {
                 meta.now = meta.intr_ingress_tstamp[31:0];
+                meta.ig_epoch_index = meta.intr_ingress_tstamp[21:20];
+                meta.ig_epoch_id = meta.intr_ingress_tstamp[37:22];
                 pfc_port_speed.apply();
                 meta.pause_ns_0 = ((meta.pause_ns_0 + (meta.pause_ns_0 >> 2)) + (meta.pause_ns_0 >> 5));
                 meta.pause_end_0 = (meta.now + meta.pause_ns_0);
@@ -820,6 +852,150 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         }
                         pfc_paused_w1.write(pfc_paused_w1_index, value_hi ++ value_lo);
                     }
+                    if (meta.ig_epoch_index == 2w0) {
+                        // RegisterAction pfc_xoff_e0_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e0_w0_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e0_w0_cell;
+                            pfc_xoff_e0_w0.read(pfc_xoff_e0_w0_cell, pfc_xoff_e0_w0_index);
+                            bit<32> value_lo = pfc_xoff_e0_w0_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e0_w0_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e0_w0.write(pfc_xoff_e0_w0_index, value_hi ++ value_lo);
+                        }
+                        // RegisterAction pfc_xoff_e0_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e0_w1_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e0_w1_cell;
+                            pfc_xoff_e0_w1.read(pfc_xoff_e0_w1_cell, pfc_xoff_e0_w1_index);
+                            bit<32> value_lo = pfc_xoff_e0_w1_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e0_w1_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e0_w1.write(pfc_xoff_e0_w1_index, value_hi ++ value_lo);
+                        }
+                    }
+                    if (meta.ig_epoch_index == 2w1) {
+                        // RegisterAction pfc_xoff_e1_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e1_w0_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e1_w0_cell;
+                            pfc_xoff_e1_w0.read(pfc_xoff_e1_w0_cell, pfc_xoff_e1_w0_index);
+                            bit<32> value_lo = pfc_xoff_e1_w0_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e1_w0_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e1_w0.write(pfc_xoff_e1_w0_index, value_hi ++ value_lo);
+                        }
+                        // RegisterAction pfc_xoff_e1_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e1_w1_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e1_w1_cell;
+                            pfc_xoff_e1_w1.read(pfc_xoff_e1_w1_cell, pfc_xoff_e1_w1_index);
+                            bit<32> value_lo = pfc_xoff_e1_w1_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e1_w1_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e1_w1.write(pfc_xoff_e1_w1_index, value_hi ++ value_lo);
+                        }
+                    }
+                    if (meta.ig_epoch_index == 2w2) {
+                        // RegisterAction pfc_xoff_e2_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e2_w0_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e2_w0_cell;
+                            pfc_xoff_e2_w0.read(pfc_xoff_e2_w0_cell, pfc_xoff_e2_w0_index);
+                            bit<32> value_lo = pfc_xoff_e2_w0_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e2_w0_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e2_w0.write(pfc_xoff_e2_w0_index, value_hi ++ value_lo);
+                        }
+                        // RegisterAction pfc_xoff_e2_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e2_w1_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e2_w1_cell;
+                            pfc_xoff_e2_w1.read(pfc_xoff_e2_w1_cell, pfc_xoff_e2_w1_index);
+                            bit<32> value_lo = pfc_xoff_e2_w1_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e2_w1_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e2_w1.write(pfc_xoff_e2_w1_index, value_hi ++ value_lo);
+                        }
+                    }
+                    if (meta.ig_epoch_index == 2w3) {
+                        // RegisterAction pfc_xoff_e3_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e3_w0_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e3_w0_cell;
+                            pfc_xoff_e3_w0.read(pfc_xoff_e3_w0_cell, pfc_xoff_e3_w0_index);
+                            bit<32> value_lo = pfc_xoff_e3_w0_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e3_w0_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e3_w0.write(pfc_xoff_e3_w0_index, value_hi ++ value_lo);
+                        }
+                        // RegisterAction pfc_xoff_e3_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> pfc_xoff_e3_w1_index = (bit<32>)1w0;
+                            bit<64> pfc_xoff_e3_w1_cell;
+                            pfc_xoff_e3_w1.read(pfc_xoff_e3_w1_cell, pfc_xoff_e3_w1_index);
+                            bit<32> value_lo = pfc_xoff_e3_w1_cell[31:0];
+                            bit<32> value_hi = pfc_xoff_e3_w1_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            pfc_xoff_e3_w1.write(pfc_xoff_e3_w1_index, value_hi ++ value_lo);
+                        }
+                    }
                 } else {
                     // RegisterAction pfc_paused_w0_xon: XON: the port's bit is cleared
                     {
@@ -906,6 +1082,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e0_w0.write(paused_seen_e0_w0_index, value_hi ++ value_lo);
                         meta.paused_seen_e0_now_w0 = rv;
                     }
+                    // RegisterAction pfc_xoff_e0_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e0_w0_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e0_w0_cell;
+                        pfc_xoff_e0_w0.read(pfc_xoff_e0_w0_cell, pfc_xoff_e0_w0_index);
+                        bit<32> value_lo = pfc_xoff_e0_w0_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e0_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_0))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e0_w0.write(pfc_xoff_e0_w0_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e0_now_w0 = rv;
+                    }
                     // RegisterAction fanout_e1_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
                         bit<32> fanout_e1_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
@@ -933,6 +1123,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         }
                         paused_seen_e1_w0.write(paused_seen_e1_w0_index, value_hi ++ value_lo);
                         meta.paused_seen_e1_now_w0 = rv;
+                    }
+                    // RegisterAction pfc_xoff_e1_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e1_w0_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e1_w0_cell;
+                        pfc_xoff_e1_w0.read(pfc_xoff_e1_w0_cell, pfc_xoff_e1_w0_index);
+                        bit<32> value_lo = pfc_xoff_e1_w0_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e1_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e1_w0.write(pfc_xoff_e1_w0_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e1_now_w0 = rv;
                     }
                     // RegisterAction fanout_e2_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
@@ -962,6 +1166,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e2_w0.write(paused_seen_e2_w0_index, value_hi ++ value_lo);
                         meta.paused_seen_e2_now_w0 = rv;
                     }
+                    // RegisterAction pfc_xoff_e2_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e2_w0_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e2_w0_cell;
+                        pfc_xoff_e2_w0.read(pfc_xoff_e2_w0_cell, pfc_xoff_e2_w0_index);
+                        bit<32> value_lo = pfc_xoff_e2_w0_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e2_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e2_w0.write(pfc_xoff_e2_w0_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e2_now_w0 = rv;
+                    }
                     // RegisterAction fanout_e3_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
                         bit<32> fanout_e3_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
@@ -990,6 +1208,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e3_w0.write(paused_seen_e3_w0_index, value_hi ++ value_lo);
                         meta.paused_seen_e3_now_w0 = rv;
                     }
+                    // RegisterAction pfc_xoff_e3_w0_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e3_w0_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e3_w0_cell;
+                        pfc_xoff_e3_w0.read(pfc_xoff_e3_w0_cell, pfc_xoff_e3_w0_index);
+                        bit<32> value_lo = pfc_xoff_e3_w0_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e3_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e3_w0.write(pfc_xoff_e3_w0_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e3_now_w0 = rv;
+                    }
                     // RegisterAction fanout_held_w0_read: Returns the bitmap
                     {
                         bit<32> fanout_held_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
@@ -1001,8 +1233,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         fanout_held_w0.write(fanout_held_w0_index, value);
                         meta.fanout_held_now_w0 = rv;
                     }
-                    meta.fanout_seen_w0 = ((((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0) | meta.fanout_held_now_w0);
-                    meta.paused_seen_now_w0 = (((meta.paused_seen_e0_now_w0 | meta.paused_seen_e1_now_w0) | meta.paused_seen_e2_now_w0) | meta.paused_seen_e3_now_w0);
+                    // RegisterAction fanout_last_w0_read: Returns the bitmap, whatever its epoch
+                    {
+                        bit<32> fanout_last_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_last_w0_cell;
+                        fanout_last_w0.read(fanout_last_w0_cell, fanout_last_w0_index);
+                        bit<32> value_lo = fanout_last_w0_cell[31:0];
+                        bit<32> value_hi = fanout_last_w0_cell[63:32];
+                        bit<32> rv = 32w0;
+                        rv = value_hi;
+                        fanout_last_w0.write(fanout_last_w0_index, value_hi ++ value_lo);
+                        meta.fanout_last_now_w0 = rv;
+                    }
+                    meta.fanout_seen_w0 = (((((meta.fanout_e0_seen_w0 | meta.fanout_e1_seen_w0) | meta.fanout_e2_seen_w0) | meta.fanout_e3_seen_w0) | meta.fanout_last_now_w0) | meta.fanout_held_now_w0);
+                    meta.paused_seen_now_w0 = ((((meta.paused_seen_e0_now_w0 | meta.pfc_xoff_e0_now_w0) | (meta.paused_seen_e1_now_w0 | meta.pfc_xoff_e1_now_w0)) | (meta.paused_seen_e2_now_w0 | meta.pfc_xoff_e2_now_w0)) | (meta.paused_seen_e3_now_w0 | meta.pfc_xoff_e3_now_w0));
                     // RegisterAction pfc_paused_w0_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
                         bit<32> pfc_paused_w0_index = (bit<32>)1w0;
@@ -1047,6 +1291,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e0_w1.write(paused_seen_e0_w1_index, value_hi ++ value_lo);
                         meta.paused_seen_e0_now_w1 = rv;
                     }
+                    // RegisterAction pfc_xoff_e0_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e0_w1_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e0_w1_cell;
+                        pfc_xoff_e0_w1.read(pfc_xoff_e0_w1_cell, pfc_xoff_e0_w1_index);
+                        bit<32> value_lo = pfc_xoff_e0_w1_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e0_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_0))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e0_w1.write(pfc_xoff_e0_w1_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e0_now_w1 = rv;
+                    }
                     // RegisterAction fanout_e1_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
                         bit<32> fanout_e1_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
@@ -1074,6 +1332,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         }
                         paused_seen_e1_w1.write(paused_seen_e1_w1_index, value_hi ++ value_lo);
                         meta.paused_seen_e1_now_w1 = rv;
+                    }
+                    // RegisterAction pfc_xoff_e1_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e1_w1_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e1_w1_cell;
+                        pfc_xoff_e1_w1.read(pfc_xoff_e1_w1_cell, pfc_xoff_e1_w1_index);
+                        bit<32> value_lo = pfc_xoff_e1_w1_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e1_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_1))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e1_w1.write(pfc_xoff_e1_w1_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e1_now_w1 = rv;
                     }
                     // RegisterAction fanout_e2_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
@@ -1103,6 +1375,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e2_w1.write(paused_seen_e2_w1_index, value_hi ++ value_lo);
                         meta.paused_seen_e2_now_w1 = rv;
                     }
+                    // RegisterAction pfc_xoff_e2_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e2_w1_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e2_w1_cell;
+                        pfc_xoff_e2_w1.read(pfc_xoff_e2_w1_cell, pfc_xoff_e2_w1_index);
+                        bit<32> value_lo = pfc_xoff_e2_w1_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e2_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_2))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e2_w1.write(pfc_xoff_e2_w1_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e2_now_w1 = rv;
+                    }
                     // RegisterAction fanout_e3_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
                     {
                         bit<32> fanout_e3_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
@@ -1131,6 +1417,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         paused_seen_e3_w1.write(paused_seen_e3_w1_index, value_hi ++ value_lo);
                         meta.paused_seen_e3_now_w1 = rv;
                     }
+                    // RegisterAction pfc_xoff_e3_w1_read: Returns the bitmap when it was written in the slot's epoch of the ring (stored lap id = the lap that epoch belongs to), else 0
+                    {
+                        bit<32> pfc_xoff_e3_w1_index = (bit<32>)1w0;
+                        bit<64> pfc_xoff_e3_w1_cell;
+                        pfc_xoff_e3_w1.read(pfc_xoff_e3_w1_cell, pfc_xoff_e3_w1_index);
+                        bit<32> value_lo = pfc_xoff_e3_w1_cell[31:0];
+                        bit<32> value_hi = pfc_xoff_e3_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        if ((value_lo == ((bit<32>)meta.ring_slot_lap_3))) {
+                            rv = value_hi;
+                        }
+                        pfc_xoff_e3_w1.write(pfc_xoff_e3_w1_index, value_hi ++ value_lo);
+                        meta.pfc_xoff_e3_now_w1 = rv;
+                    }
                     // RegisterAction fanout_held_w1_read: Returns the bitmap
                     {
                         bit<32> fanout_held_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
@@ -1142,8 +1442,20 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         fanout_held_w1.write(fanout_held_w1_index, value);
                         meta.fanout_held_now_w1 = rv;
                     }
-                    meta.fanout_seen_w1 = ((((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1) | meta.fanout_held_now_w1);
-                    meta.paused_seen_now_w1 = (((meta.paused_seen_e0_now_w1 | meta.paused_seen_e1_now_w1) | meta.paused_seen_e2_now_w1) | meta.paused_seen_e3_now_w1);
+                    // RegisterAction fanout_last_w1_read: Returns the bitmap, whatever its epoch
+                    {
+                        bit<32> fanout_last_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                        bit<64> fanout_last_w1_cell;
+                        fanout_last_w1.read(fanout_last_w1_cell, fanout_last_w1_index);
+                        bit<32> value_lo = fanout_last_w1_cell[31:0];
+                        bit<32> value_hi = fanout_last_w1_cell[63:32];
+                        bit<32> rv = 32w0;
+                        rv = value_hi;
+                        fanout_last_w1.write(fanout_last_w1_index, value_hi ++ value_lo);
+                        meta.fanout_last_now_w1 = rv;
+                    }
+                    meta.fanout_seen_w1 = (((((meta.fanout_e0_seen_w1 | meta.fanout_e1_seen_w1) | meta.fanout_e2_seen_w1) | meta.fanout_e3_seen_w1) | meta.fanout_last_now_w1) | meta.fanout_held_now_w1);
+                    meta.paused_seen_now_w1 = ((((meta.paused_seen_e0_now_w1 | meta.pfc_xoff_e0_now_w1) | (meta.paused_seen_e1_now_w1 | meta.pfc_xoff_e1_now_w1)) | (meta.paused_seen_e2_now_w1 | meta.pfc_xoff_e2_now_w1)) | (meta.paused_seen_e3_now_w1 | meta.pfc_xoff_e3_now_w1));
                     // RegisterAction pfc_paused_w1_read: Returns the paused-port bitmap unless every pause has expired (0 < latest end − now ≤ MAX_PAUSE_NS)
                     {
                         bit<32> pfc_paused_w1_index = (bit<32>)1w0;
@@ -1528,6 +1840,23 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             }
                             fanout_held_w0.write(fanout_held_w0_index, value);
                         }
+                        // RegisterAction fanout_last_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> fanout_last_w0_index = (bit<32>)meta.intr_ingress_port[5:0];
+                            bit<64> fanout_last_w0_cell;
+                            fanout_last_w0.read(fanout_last_w0_cell, fanout_last_w0_index);
+                            bit<32> value_lo = fanout_last_w0_cell[31:0];
+                            bit<32> value_hi = fanout_last_w0_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w0;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            fanout_last_w0.write(fanout_last_w0_index, value_hi ++ value_lo);
+                        }
                         meta.fanout_held_set_w1 = 32w0;
                         meta.fanout_held_keep_w1 = (meta.port_mask_w1 ^ 32w0xffffffff);
                         if (meta.paused_at_enqueue == 1w1) {
@@ -1547,6 +1876,23 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 value = value | meta.fanout_held_set_w1;
                             }
                             fanout_held_w1.write(fanout_held_w1_index, value);
+                        }
+                        // RegisterAction fanout_last_w1_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
+                        {
+                            bit<32> fanout_last_w1_index = (bit<32>)meta.intr_ingress_port[5:0];
+                            bit<64> fanout_last_w1_cell;
+                            fanout_last_w1.read(fanout_last_w1_cell, fanout_last_w1_index);
+                            bit<32> value_lo = fanout_last_w1_cell[31:0];
+                            bit<32> value_hi = fanout_last_w1_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi | meta.port_mask_w1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            fanout_last_w1.write(fanout_last_w1_index, value_hi ++ value_lo);
                         }
                         if (meta.ig_epoch_index == 2w0) {
                             // RegisterAction fanout_e0_w0_or: Same epoch: bitmap |= mask; a new epoch starts the bitmap over
@@ -1959,6 +2305,8 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.fanout_held_keep_w1 = 0;
         meta.fanout_held_now_w0 = 0;
         meta.fanout_held_now_w1 = 0;
+        meta.fanout_last_now_w0 = 0;
+        meta.fanout_last_now_w1 = 0;
         meta.ig_epoch_index = 0;
         meta.ig_epoch_id = 0;
         meta.pfc_xoff_ns = 0;
@@ -1980,20 +2328,28 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.pfc_paused_now_w1 = 0;
         meta.fanout_e0_seen_w0 = 0;
         meta.paused_seen_e0_now_w0 = 0;
+        meta.pfc_xoff_e0_now_w0 = 0;
         meta.fanout_e1_seen_w0 = 0;
         meta.paused_seen_e1_now_w0 = 0;
+        meta.pfc_xoff_e1_now_w0 = 0;
         meta.fanout_e2_seen_w0 = 0;
         meta.paused_seen_e2_now_w0 = 0;
+        meta.pfc_xoff_e2_now_w0 = 0;
         meta.fanout_e3_seen_w0 = 0;
         meta.paused_seen_e3_now_w0 = 0;
+        meta.pfc_xoff_e3_now_w0 = 0;
         meta.fanout_e0_seen_w1 = 0;
         meta.paused_seen_e0_now_w1 = 0;
+        meta.pfc_xoff_e0_now_w1 = 0;
         meta.fanout_e1_seen_w1 = 0;
         meta.paused_seen_e1_now_w1 = 0;
+        meta.pfc_xoff_e1_now_w1 = 0;
         meta.fanout_e2_seen_w1 = 0;
         meta.paused_seen_e2_now_w1 = 0;
+        meta.pfc_xoff_e2_now_w1 = 0;
         meta.fanout_e3_seen_w1 = 0;
         meta.paused_seen_e3_now_w1 = 0;
+        meta.pfc_xoff_e3_now_w1 = 0;
         meta.epoch_index = 0;
         meta.epoch_offset = 0;
         meta.qdepth = 0;

@@ -182,23 +182,33 @@ pub const REGISTERS: &[(&str, u8, u32, &str)] = &[
     ("pause_end_p7", 32, 64, "pfc status"),
     ("fanout_e0_w0", 64, 64, "pfc branch"),
     ("paused_seen_e0_w0", 64, 1, "pfc branch"),
+    ("pfc_xoff_e0_w0", 64, 1, "pfc branch"),
     ("fanout_e1_w0", 64, 64, "pfc branch"),
     ("paused_seen_e1_w0", 64, 1, "pfc branch"),
+    ("pfc_xoff_e1_w0", 64, 1, "pfc branch"),
     ("fanout_e2_w0", 64, 64, "pfc branch"),
     ("paused_seen_e2_w0", 64, 1, "pfc branch"),
+    ("pfc_xoff_e2_w0", 64, 1, "pfc branch"),
     ("fanout_e3_w0", 64, 64, "pfc branch"),
     ("paused_seen_e3_w0", 64, 1, "pfc branch"),
+    ("pfc_xoff_e3_w0", 64, 1, "pfc branch"),
     ("fanout_held_w0", 32, 64, "pfc branch"),
+    ("fanout_last_w0", 64, 64, "pfc branch"),
     ("pfc_paused_w0", 64, 1, "pfc branch"),
     ("fanout_e0_w1", 64, 64, "pfc branch"),
     ("paused_seen_e0_w1", 64, 1, "pfc branch"),
+    ("pfc_xoff_e0_w1", 64, 1, "pfc branch"),
     ("fanout_e1_w1", 64, 64, "pfc branch"),
     ("paused_seen_e1_w1", 64, 1, "pfc branch"),
+    ("pfc_xoff_e1_w1", 64, 1, "pfc branch"),
     ("fanout_e2_w1", 64, 64, "pfc branch"),
     ("paused_seen_e2_w1", 64, 1, "pfc branch"),
+    ("pfc_xoff_e2_w1", 64, 1, "pfc branch"),
     ("fanout_e3_w1", 64, 64, "pfc branch"),
     ("paused_seen_e3_w1", 64, 1, "pfc branch"),
+    ("pfc_xoff_e3_w1", 64, 1, "pfc branch"),
     ("fanout_held_w1", 32, 64, "pfc branch"),
+    ("fanout_last_w1", 64, 64, "pfc branch"),
     ("pfc_paused_w1", 64, 1, "pfc branch"),
     ("port_enq_epoch", 16, 256, "port telemetry"),
     ("port_packets", 32, 256, "port telemetry"),
@@ -252,40 +262,60 @@ pub mod register {
     pub const FANOUT_E0_W0: &str = "fanout_e0_w0";
     /// pfc branch: Ring slot 0: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E0_W0: &str = "paused_seen_e0_w0";
+    /// pfc branch: Ring slot 0: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E0_W0: &str = "pfc_xoff_e0_w0";
     /// pfc branch: Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
     pub const FANOUT_E1_W0: &str = "fanout_e1_w0";
     /// pfc branch: Ring slot 1: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E1_W0: &str = "paused_seen_e1_w0";
+    /// pfc branch: Ring slot 1: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E1_W0: &str = "pfc_xoff_e1_w0";
     /// pfc branch: Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
     pub const FANOUT_E2_W0: &str = "fanout_e2_w0";
     /// pfc branch: Ring slot 2: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E2_W0: &str = "paused_seen_e2_w0";
+    /// pfc branch: Ring slot 2: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E2_W0: &str = "pfc_xoff_e2_w0";
     /// pfc branch: Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
     pub const FANOUT_E3_W0: &str = "fanout_e3_w0";
     /// pfc branch: Ring slot 3: lo = epoch id, hi = bitmap of egress ports 0.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E3_W0: &str = "paused_seen_e3_w0";
+    /// pfc branch: Ring slot 3: lo = epoch id, hi = bitmap of ports 0.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E3_W0: &str = "pfc_xoff_e3_w0";
     /// pfc branch: Per ingress port: bitmap of egress ports 0.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit)
     pub const FANOUT_HELD_W0: &str = "fanout_held_w0";
+    /// pfc branch: Per ingress port: lo = epoch id of its latest enqueue, hi = bitmap of egress ports 0.. that traffic from it was enqueued at in that epoch (no ring: kept until the ingress sends again)
+    pub const FANOUT_LAST_W0: &str = "fanout_last_w0";
     /// pfc branch: lo = bitmap of ports 0.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past)
     pub const PFC_PAUSED_W0: &str = "pfc_paused_w0";
     /// pfc branch: Ring slot 0, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
     pub const FANOUT_E0_W1: &str = "fanout_e0_w1";
     /// pfc branch: Ring slot 0: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E0_W1: &str = "paused_seen_e0_w1";
+    /// pfc branch: Ring slot 0: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E0_W1: &str = "pfc_xoff_e0_w1";
     /// pfc branch: Ring slot 1, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
     pub const FANOUT_E1_W1: &str = "fanout_e1_w1";
     /// pfc branch: Ring slot 1: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E1_W1: &str = "paused_seen_e1_w1";
+    /// pfc branch: Ring slot 1: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E1_W1: &str = "pfc_xoff_e1_w1";
     /// pfc branch: Ring slot 2, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
     pub const FANOUT_E2_W1: &str = "fanout_e2_w1";
     /// pfc branch: Ring slot 2: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E2_W1: &str = "paused_seen_e2_w1";
+    /// pfc branch: Ring slot 2: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E2_W1: &str = "pfc_xoff_e2_w1";
     /// pfc branch: Ring slot 3, per ingress port: lo = epoch id, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (the causality meter's non-zero pairs as a bitmap)
     pub const FANOUT_E3_W1: &str = "fanout_e3_w1";
     /// pfc branch: Ring slot 3: lo = epoch id, hi = bitmap of egress ports 32.. where a packet was enqueued while paused in that epoch
     pub const PAUSED_SEEN_E3_W1: &str = "paused_seen_e3_w1";
+    /// pfc branch: Ring slot 3: lo = epoch id, hi = bitmap of ports 32.. that received a PFC XOFF (IEEE 802.1Qbb, non-zero quanta) in that epoch
+    pub const PFC_XOFF_E3_W1: &str = "pfc_xoff_e3_w1";
     /// pfc branch: Per ingress port: bitmap of egress ports 32.. whose latest packet from it was enqueued while the port was paused (no epoch: a frozen pause keeps its bit)
     pub const FANOUT_HELD_W1: &str = "fanout_held_w1";
+    /// pfc branch: Per ingress port: lo = epoch id of its latest enqueue, hi = bitmap of egress ports 32.. that traffic from it was enqueued at in that epoch (no ring: kept until the ingress sends again)
+    pub const FANOUT_LAST_W1: &str = "fanout_last_w1";
     /// pfc branch: lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past)
     pub const PFC_PAUSED_W1: &str = "pfc_paused_w1";
     /// port telemetry: Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch

@@ -8,56 +8,59 @@ use super::*;
 // Variant `tor`.
 
 fn tor_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-'l397: {
-'l396: {
-'l385: {
+'l453: {
+'l452: {
+'l441: {
+'l431: {
+'l421: {
+'l407: {
+'l398: {
 'l375: {
+'l373: {
+'l369: {
 'l365: {
+'l361: {
+'l357: {
 'l353: {
-'l346: {
-'l323: {
-'l321: {
-'l317: {
-'l313: {
+'l349: {
+'l338: {
+'l336: {
+'l326: {
+'l318: {
 'l309: {
-'l305: {
-'l301: {
-'l297: {
-'l286: {
-'l284: {
-'l274: {
-'l266: {
-'l257: {
-'l256: {
-'l248: {
-'l247: {
-'l244: {
-'l242: {
-'l239: {
-'l235: {
-'l231: {
-'l230: {
-'l166: {
+'l308: {
+'l300: {
+'l299: {
+'l296: {
+'l294: {
+'l291: {
+'l287: {
+'l283: {
+'l282: {
+'l188: {
+'l184: {
+'l183: {
+'l180: {
+'l179: {
+'l176: {
+'l175: {
+'l172: {
+'l171: {
 'l162: {
-'l161: {
+'l160: {
 'l158: {
-'l157: {
 'l154: {
-'l153: {
-'l150: {
-'l149: {
-'l140: {
+'l148: {
+'l143: {
 'l138: {
-'l136: {
-'l132: {
-'l123: {
-'l118: {
-'l113: {
-'l108: {
-'l103: {
-'l98: {
-'l93: {
-'l88: {
+'l125: {
+'l120: {
+'l115: {
+'l110: {
+'l105: {
+'l100: {
+'l95: {
+'l90: {
 'l37: {
 'l34: {
 'l30: {
@@ -80,13 +83,13 @@ ctx.dropped = true;
 break 'l34;
 }
 st.phv[90] = st.phv[0] & 0xFFFF;
-st.phv[206] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[207] = st.phv[0].wrapping_shl(23) & 0xFFFFFFFF;
-st.phv[89] = bin(BinOp::Xor, st.phv[206], st.phv[207], 0xFFFFFFFF);
-st.phv[206] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-st.phv[91] = bin(BinOp::Add, st.phv[206], 0xB72, 0xFFFFFFFF);
-st.phv[92] = st.hash(code, 0) & 0x3FF;
-{ let w = 315424 + ((st.phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[93] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
+st.phv[217] = st.phv[0].wrapping_shl(23) & 0xFFFFFFFF;
+st.phv[89] = bin(BinOp::Xor, st.phv[216], st.phv[217], 0xFFFFFFFF);
+st.phv[216] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+st.phv[91] = bin(BinOp::Add, st.phv[216], 0xB72, 0xFFFFFFFF);
+st.phv[92] = st.hash_inputs(&[(64, 8), (90, 2)], 0x3FF) & 0x3FF;
+{ let w = 315440 + ((st.phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[93] = out & 0xFFFFFFFF; }
 if st.phv[93] == 0x0 { break 'l22; }
 ctx.dropped = true;
 break 'l34;
@@ -109,411 +112,470 @@ tor_action(st.select(code, 0), st, code, ctx);
 if st.phv[88] != 0x1 { break 'l37; }
 st.phv[124] = st.phv[87] & 0xFFFF;
 }
-tor_action(st.select(code, 2), st, code, ctx);
-if st.valid & 0x4 == 0 { break 'l140; }
-if st.phv[24] != 0x101 { break 'l138; }
+tor_action(st.select_direct(code, 2, 124), st, code, ctx);
+if st.valid & 0x4 == 0 { break 'l162; }
+if st.phv[24] != 0x101 { break 'l160; }
 st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-tor_action(st.select(code, 1), st, code, ctx);
-st.phv[206] = st.phv[108].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[108], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[108].wrapping_shr(5);
-st.phv[108] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[141] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[142] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+tor_action(st.select_direct(code, 1, 0), st, code, ctx);
+st.phv[216] = st.phv[108].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[108], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[108].wrapping_shr(5);
+st.phv[108] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[109] = bin(BinOp::Add, st.phv[105], st.phv[108], 0xFFFFFFFF);
-st.phv[206] = st.phv[110].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[110], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[110].wrapping_shr(5);
-st.phv[110] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[216] = st.phv[110].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[110], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[110].wrapping_shr(5);
+st.phv[110] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[111] = bin(BinOp::Add, st.phv[105], st.phv[110], 0xFFFFFFFF);
-st.phv[206] = st.phv[112].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[112], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[112].wrapping_shr(5);
-st.phv[112] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[216] = st.phv[112].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[112], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[112].wrapping_shr(5);
+st.phv[112] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[113] = bin(BinOp::Add, st.phv[105], st.phv[112], 0xFFFFFFFF);
-st.phv[206] = st.phv[114].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[114], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[114].wrapping_shr(5);
-st.phv[114] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[216] = st.phv[114].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[114], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[114].wrapping_shr(5);
+st.phv[114] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[115] = bin(BinOp::Add, st.phv[105], st.phv[114], 0xFFFFFFFF);
-st.phv[206] = st.phv[116].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[116], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[116].wrapping_shr(5);
-st.phv[116] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[216] = st.phv[116].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[116], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[116].wrapping_shr(5);
+st.phv[116] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[117] = bin(BinOp::Add, st.phv[105], st.phv[116], 0xFFFFFFFF);
-st.phv[206] = st.phv[118].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[118], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[118].wrapping_shr(5);
-st.phv[118] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[216] = st.phv[118].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[118], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[118].wrapping_shr(5);
+st.phv[118] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[119] = bin(BinOp::Add, st.phv[105], st.phv[118], 0xFFFFFFFF);
-st.phv[206] = st.phv[120].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[120], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[120].wrapping_shr(5);
-st.phv[120] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[216] = st.phv[120].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[120], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[120].wrapping_shr(5);
+st.phv[120] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[121] = bin(BinOp::Add, st.phv[105], st.phv[120], 0xFFFFFFFF);
-st.phv[206] = st.phv[122].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[122], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[122].wrapping_shr(5);
-st.phv[122] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
+st.phv[216] = st.phv[122].wrapping_shr(2);
+st.phv[217] = bin(BinOp::Add, st.phv[122], st.phv[216], 0xFFFFFFFF);
+st.phv[218] = st.phv[122].wrapping_shr(5);
+st.phv[122] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
 st.phv[123] = bin(BinOp::Add, st.phv[105], st.phv[122], 0xFFFFFFFF);
-st.phv[141] = 0x0;
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l88; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317472, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[108], 0xFFFFFFFF);
+st.phv[143] = 0x0;
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l90; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[108], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l93; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317536, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[110], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l95; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[110], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l98; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317600, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[112], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l100; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[112], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l103; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317664, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[114], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l105; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[114], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l108; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317728, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[116], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l110; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[116], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l113; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317792, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[118], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l115; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[118], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l118; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317856, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[120], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l120; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[120], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l123; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317920, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[141] = bin(BinOp::Max, st.phv[141], st.phv[122], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l125; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[122], 0xFFFFFFFF);
 }
-st.phv[142] = bin(BinOp::Add, st.phv[105], st.phv[141], 0xFFFFFFFF);
-st.phv[143] = bin(BinOp::Xor, st.phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
-st.phv[144] = bin(BinOp::Xor, st.phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[141] == 0x0 { break 'l132; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-break 'l136;
+st.phv[144] = bin(BinOp::Add, st.phv[105], st.phv[143], 0xFFFFFFFF);
+st.phv[145] = bin(BinOp::Xor, st.phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
+st.phv[146] = bin(BinOp::Xor, st.phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
+if st.phv[143] == 0x0 { break 'l154; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[141] != 0x0 { break 'l138; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(143) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(144) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[141] != 0x1 { break 'l143; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-ctx.dropped = true;
-return;
+if st.phv[141] != 0x2 { break 'l148; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-ctx.dropped = true;
-return;
-}
-if st.valid & 0x8 == 0 { break 'l396; }
-if st.valid & 0x40 == 0 { break 'l244; }
-st.phv[76] = 0xFFFF;
-st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[139] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[140] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(st.phv[139], 0x0) { break 'l149; }
-st.phv[129] = bin(BinOp::Sub, st.phv[140], 0x1, 0xFFFF);
-break 'l150;
-}
-st.phv[129] = st.phv[140] & 0xFFFF;
-}
-if Cmp::raw(6, 0, false).test(st.phv[139], 0x1) { break 'l153; }
-st.phv[130] = bin(BinOp::Sub, st.phv[140], 0x1, 0xFFFF);
-break 'l154;
-}
-st.phv[130] = st.phv[140] & 0xFFFF;
-}
-if Cmp::raw(6, 0, false).test(st.phv[139], 0x2) { break 'l157; }
-st.phv[131] = bin(BinOp::Sub, st.phv[140], 0x1, 0xFFFF);
+if st.phv[141] != 0x3 { break 'l158; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l158;
 }
-st.phv[131] = st.phv[140] & 0xFFFF;
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(145) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(146) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if Cmp::raw(6, 0, false).test(st.phv[139], 0x3) { break 'l161; }
-st.phv[132] = bin(BinOp::Sub, st.phv[140], 0x1, 0xFFFF);
-break 'l162;
+ctx.dropped = true;
+return;
 }
-st.phv[132] = st.phv[140] & 0xFFFF;
+ctx.dropped = true;
+return;
 }
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l166; }
-if st.phv[88] != 0x1 { break 'l166; }
+if st.valid & 0x8 == 0 { break 'l452; }
+if st.valid & 0x40 == 0 { break 'l296; }
+st.phv[76] = 0xFFFF;
+st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+st.phv[141] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[142] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(st.phv[141], 0x0) { break 'l171; }
+st.phv[129] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+break 'l172;
+}
+st.phv[129] = st.phv[142] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[141], 0x1) { break 'l175; }
+st.phv[130] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+break 'l176;
+}
+st.phv[130] = st.phv[142] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[141], 0x2) { break 'l179; }
+st.phv[131] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+break 'l180;
+}
+st.phv[131] = st.phv[142] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[141], 0x3) { break 'l183; }
+st.phv[132] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+break 'l184;
+}
+st.phv[132] = st.phv[142] & 0xFFFF;
+}
+st.phv[216] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l188; }
+if st.phv[88] != 0x1 { break 'l188; }
 st.phv[76] = st.phv[87] & 0xFFFF;
 }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[158] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[159] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[160] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[161] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[162] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[163] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[164] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[165] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[137] = v & 0xFFFFFFFF; } }
-st.phv[206] = bin(BinOp::Or, st.phv[158], st.phv[160], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[162], 0xFFFFFFFFFFFFFFFF);
-st.phv[208] = bin(BinOp::Or, st.phv[207], st.phv[164], 0xFFFFFFFFFFFFFFFF);
-st.phv[152] = bin(BinOp::Or, st.phv[208], st.phv[137], 0xFFFFFFFF);
-st.phv[206] = bin(BinOp::Or, st.phv[159], st.phv[161], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[163], 0xFFFFFFFFFFFFFFFF);
-st.phv[154] = bin(BinOp::Or, st.phv[207], st.phv[165], 0xFFFFFFFF);
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[156] = out & 0xFFFFFFFF; }
-st.phv[154] = bin(BinOp::Or, st.phv[154], st.phv[156], 0xFFFFFFFF);
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[160] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[161] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[162] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[163] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[164] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[165] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[166] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[167] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[168] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[169] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[170] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[171] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[137] = v & 0xFFFFFFFF; } }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[139] = out & 0xFFFFFFFF; }
+st.phv[216] = bin(BinOp::Or, st.phv[160], st.phv[163], 0xFFFFFFFFFFFFFFFF);
+st.phv[217] = bin(BinOp::Or, st.phv[216], st.phv[166], 0xFFFFFFFFFFFFFFFF);
+st.phv[218] = bin(BinOp::Or, st.phv[217], st.phv[169], 0xFFFFFFFFFFFFFFFF);
+st.phv[219] = bin(BinOp::Or, st.phv[218], st.phv[139], 0xFFFFFFFFFFFFFFFF);
+st.phv[154] = bin(BinOp::Or, st.phv[219], st.phv[137], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::Or, st.phv[161], st.phv[162], 0xFFFFFFFFFFFFFFFF);
+st.phv[217] = bin(BinOp::Or, st.phv[164], st.phv[165], 0xFFFFFFFFFFFFFFFF);
+st.phv[218] = bin(BinOp::Or, st.phv[216], st.phv[217], 0xFFFFFFFFFFFFFFFF);
+st.phv[219] = bin(BinOp::Or, st.phv[167], st.phv[168], 0xFFFFFFFFFFFFFFFF);
+st.phv[220] = bin(BinOp::Or, st.phv[218], st.phv[219], 0xFFFFFFFFFFFFFFFF);
+st.phv[221] = bin(BinOp::Or, st.phv[170], st.phv[171], 0xFFFFFFFFFFFFFFFF);
+st.phv[156] = bin(BinOp::Or, st.phv[220], st.phv[221], 0xFFFFFFFF);
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[158] = out & 0xFFFFFFFF; }
+st.phv[156] = bin(BinOp::Or, st.phv[156], st.phv[158], 0xFFFFFFFF);
 st.phv[79] = 0x0;
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[166] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[167] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[168] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[169] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[170] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[171] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[172] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[173] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 17, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 17); st.phv[138] = v & 0xFFFFFFFF; } }
-st.phv[206] = bin(BinOp::Or, st.phv[166], st.phv[168], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[170], 0xFFFFFFFFFFFFFFFF);
-st.phv[208] = bin(BinOp::Or, st.phv[207], st.phv[172], 0xFFFFFFFFFFFFFFFF);
-st.phv[153] = bin(BinOp::Or, st.phv[208], st.phv[138], 0xFFFFFFFF);
-st.phv[206] = bin(BinOp::Or, st.phv[167], st.phv[169], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[171], 0xFFFFFFFFFFFFFFFF);
-st.phv[155] = bin(BinOp::Or, st.phv[207], st.phv[173], 0xFFFFFFFF);
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[157] = out & 0xFFFFFFFF; }
-st.phv[155] = bin(BinOp::Or, st.phv[155], st.phv[157], 0xFFFFFFFF);
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[172] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[173] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[174] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[175] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[176] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[177] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[178] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[179] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[180] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[181] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[182] = out & 0xFFFFFFFF; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[183] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); st.phv[138] = v & 0xFFFFFFFF; } }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[140] = out & 0xFFFFFFFF; }
+st.phv[216] = bin(BinOp::Or, st.phv[172], st.phv[175], 0xFFFFFFFFFFFFFFFF);
+st.phv[217] = bin(BinOp::Or, st.phv[216], st.phv[178], 0xFFFFFFFFFFFFFFFF);
+st.phv[218] = bin(BinOp::Or, st.phv[217], st.phv[181], 0xFFFFFFFFFFFFFFFF);
+st.phv[219] = bin(BinOp::Or, st.phv[218], st.phv[140], 0xFFFFFFFFFFFFFFFF);
+st.phv[155] = bin(BinOp::Or, st.phv[219], st.phv[138], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::Or, st.phv[173], st.phv[174], 0xFFFFFFFFFFFFFFFF);
+st.phv[217] = bin(BinOp::Or, st.phv[176], st.phv[177], 0xFFFFFFFFFFFFFFFF);
+st.phv[218] = bin(BinOp::Or, st.phv[216], st.phv[217], 0xFFFFFFFFFFFFFFFF);
+st.phv[219] = bin(BinOp::Or, st.phv[179], st.phv[180], 0xFFFFFFFFFFFFFFFF);
+st.phv[220] = bin(BinOp::Or, st.phv[218], st.phv[219], 0xFFFFFFFFFFFFFFFF);
+st.phv[221] = bin(BinOp::Or, st.phv[182], st.phv[183], 0xFFFFFFFFFFFFFFFF);
+st.phv[157] = bin(BinOp::Or, st.phv[220], st.phv[221], 0xFFFFFFFF);
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[159] = out & 0xFFFFFFFF; }
+st.phv[157] = bin(BinOp::Or, st.phv[157], st.phv[159], 0xFFFFFFFF);
 st.phv[80] = 0x0;
 st.phv[78] = 0x0;
-if st.phv[76] == 0xFFFF { break 'l231; }
-st.phv[206] = bin(BinOp::And, st.phv[154], st.phv[125], 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] != 0x0 { break 'l230; }
-st.phv[207] = bin(BinOp::And, st.phv[155], st.phv[126], 0xFFFFFFFFFFFFFFFF);
-if st.phv[207] == 0x0 { break 'l231; }
+if st.phv[76] == 0xFFFF { break 'l283; }
+st.phv[216] = bin(BinOp::And, st.phv[156], st.phv[125], 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] != 0x0 { break 'l282; }
+st.phv[217] = bin(BinOp::And, st.phv[157], st.phv[126], 0xFFFFFFFFFFFFFFFF);
+if st.phv[217] == 0x0 { break 'l283; }
 }
 st.phv[78] = 0x1;
 }
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l235; }
-st.phv[79] = bin(BinOp::And, st.phv[152], st.phv[154], 0xFFFFFFFF);
-st.phv[80] = bin(BinOp::And, st.phv[153], st.phv[155], 0xFFFFFFFF);
+st.phv[216] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l287; }
+st.phv[79] = bin(BinOp::And, st.phv[154], st.phv[156], 0xFFFFFFFF);
+st.phv[80] = bin(BinOp::And, st.phv[155], st.phv[157], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l239; }
+st.phv[216] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l291; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if st.phv[76] == 0xFFFF { break 'l242; }
+if st.phv[76] == 0xFFFF { break 'l294; }
 ctx.forward = Forward::Unicast(st.phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if st.phv[88] != 0x1 { break 'l247; }
+if st.phv[88] != 0x1 { break 'l299; }
 ctx.forward = Forward::Unicast(st.phv[87] as u16);
-break 'l248;
+break 'l300;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l286; }
-st.phv[206] = bin(BinOp::And, st.phv[36], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] != 0x0 { break 'l286; }
+if st.valid & 0x20 == 0 { break 'l338; }
+st.phv[216] = bin(BinOp::And, st.phv[36], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] != 0x0 { break 'l338; }
 st.phv[36] = bin(BinOp::Or, st.phv[36], 0x1, 0x3F);
 st.dirty |= 0x8;
-st.phv[95] = st.hash(code, 1) & 0xFFFFFFFF;
-if st.phv[95] == 0x0 { break 'l256; }
-if st.phv[95] != 0xFFFFFFFF { break 'l257; }
+st.phv[95] = st.hash_inputs(&[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
+if st.phv[95] == 0x0 { break 'l308; }
+if st.phv[95] != 0xFFFFFFFF { break 'l309; }
 }
 st.phv[95] = 0x1;
 }
 st.phv[96] = st.phv[95].wrapping_shr(20) & 0xFFF;
 { let base = (((st.phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[97] = v & 0xFFFFFFFF; } }
 { let w = 0 + ((st.phv[96] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(97), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(95), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(97), b: COperand::Const(0x8) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[98] = out & 0xFFFFFFFF; }
-if st.phv[98] != 0xFFFFFFFF { break 'l266; }
+if st.phv[98] != 0xFFFFFFFF { break 'l318; }
 st.phv[103] = st.phv[95] & 0xFFFFFFFF;
 st.phv[104] = 0x1;
-st.phv[206] = st.phv[103].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[206] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l286;
+st.phv[216] = st.phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((st.phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+break 'l338;
 }
 st.phv[99] = 0x0;
 st.phv[100] = 0x0;
 st.phv[101] = 0x1;
 if st.phv[98] != Cmp::raw(5, 0, false).norm(st.phv[95]) { st.phv[99] = 0x1; }
-if st.phv[98] == Cmp::raw(2, 0, false).norm(st.phv[95]) { break 'l274; }
-if st.phv[98] == 0x0 { break 'l274; }
+if st.phv[98] == Cmp::raw(2, 0, false).norm(st.phv[95]) { break 'l326; }
+if st.phv[98] == 0x0 { break 'l326; }
 st.phv[100] = 0x1;
 st.phv[101] = 0x80000001;
 }
 { let base = (((st.phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 99, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[102] = v & 0xFFFFFFFF; } }
-if st.phv[100] != 0x1 { break 'l286; }
+if st.phv[100] != 0x1 { break 'l338; }
 st.phv[103] = st.phv[98] & 0xFFFFFFFF;
-st.phv[206] = bin(BinOp::And, st.phv[102], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
-st.phv[104] = bin(BinOp::Min, st.phv[206], 0xFF, 0xFF);
-st.phv[206] = bin(BinOp::And, st.phv[102], 0x80000000, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l284; }
-st.phv[206] = st.phv[103].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[206] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l286;
+st.phv[216] = bin(BinOp::And, st.phv[102], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
+st.phv[104] = bin(BinOp::Min, st.phv[216], 0xFF, 0xFF);
+st.phv[216] = bin(BinOp::And, st.phv[102], 0x80000000, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l336; }
+st.phv[216] = st.phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((st.phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+break 'l338;
 }
-st.phv[206] = st.phv[103].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[206] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+st.phv[216] = st.phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((st.phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 }
-if st.valid & 0x20 == 0 { break 'l397; }
-if st.phv[88] != 0x1 { break 'l397; }
+if st.valid & 0x20 == 0 { break 'l453; }
+if st.phv[88] != 0x1 { break 'l453; }
 st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[139] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[140] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+st.phv[141] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[142] = st.phv[1].wrapping_shr(22) & 0xFFFF;
 st.phv[106] = st.phv[36].wrapping_shr(3) & 0x7;
 st.phv[107] = 0x0;
-if st.phv[106] != 0x0 { break 'l297; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317472 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
-break 'l323;
+if st.phv[106] != 0x0 { break 'l349; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317488 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+break 'l375;
 }
-if st.phv[106] != 0x1 { break 'l301; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317536 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
-break 'l323;
+if st.phv[106] != 0x1 { break 'l353; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317552 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+break 'l375;
 }
-if st.phv[106] != 0x2 { break 'l305; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317600 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
-break 'l323;
+if st.phv[106] != 0x2 { break 'l357; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317616 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+break 'l375;
 }
-if st.phv[106] != 0x3 { break 'l309; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317664 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
-break 'l323;
+if st.phv[106] != 0x3 { break 'l361; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317680 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+break 'l375;
 }
-if st.phv[106] != 0x4 { break 'l313; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317728 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
-break 'l323;
+if st.phv[106] != 0x4 { break 'l365; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317744 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+break 'l375;
 }
-if st.phv[106] != 0x5 { break 'l317; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317792 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
-break 'l323;
+if st.phv[106] != 0x5 { break 'l369; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317808 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+break 'l375;
 }
-if st.phv[106] != 0x6 { break 'l321; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317856 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
-break 'l323;
+if st.phv[106] != 0x6 { break 'l373; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317872 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+break 'l375;
 }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317920 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317936 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
 }
 st.phv[77] = 0x0;
 if st.phv[107] != 0x0 { st.phv[77] = 0x1; }
-st.phv[151] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[145] = (st.phv[139].wrapping_shl(6) | st.phv[206]) & 0xFF;
-{ let base = (((st.phv[145] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18464, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 140, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 140, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[147] = v & 0xFFFF; } }
-st.phv[148] = 0x0;
-if st.phv[147] != Cmp::raw(5, 0, false).norm(st.phv[140]) { st.phv[148] = 0x1; }
-{ let base = (((st.phv[145] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18464, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 148, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 18464, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 148, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-st.phv[207] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[208] = (st.phv[206].wrapping_shl(6) | st.phv[207]) & 0xFFF;
-st.phv[146] = (st.phv[139].wrapping_shl(12) | st.phv[208]) & 0x3FFF;
-{ let base = (((st.phv[146] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19488, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 140, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 140, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[149] = v & 0xFFFF; } }
+st.phv[153] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
+st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[147] = (st.phv[141].wrapping_shl(6) | st.phv[216]) & 0xFF;
+{ let base = (((st.phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[149] = v & 0xFFFF; } }
 st.phv[150] = 0x0;
-if st.phv[149] != Cmp::raw(5, 0, false).norm(st.phv[140]) { st.phv[150] = 0x1; }
-{ let base = (((st.phv[146] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19488, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 151, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 151, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } }
+if st.phv[149] != Cmp::raw(5, 0, false).norm(st.phv[142]) { st.phv[150] = 0x1; }
+{ let base = (((st.phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+st.phv[217] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[218] = (st.phv[216].wrapping_shl(6) | st.phv[217]) & 0xFFF;
+st.phv[148] = (st.phv[141].wrapping_shl(12) | st.phv[218]) & 0x3FFF;
+{ let base = (((st.phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[151] = v & 0xFFFF; } }
+st.phv[152] = 0x0;
+if st.phv[151] != Cmp::raw(5, 0, false).norm(st.phv[142]) { st.phv[152] = 0x1; }
+{ let base = (((st.phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 152, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } }
 st.phv[133] = 0x0;
 st.phv[135] = bin(BinOp::Xor, st.phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l346; }
+if st.phv[77] != 0x1 { break 'l398; }
 st.phv[133] = st.phv[125] & 0xFFFFFFFF;
 st.phv[135] = 0xFFFFFFFF;
 }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 133, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 135, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 133, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); let _ = v; } }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 133, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 135, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 133, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); let _ = v; } }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 st.phv[134] = 0x0;
 st.phv[136] = bin(BinOp::Xor, st.phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l353; }
+if st.phv[77] != 0x1 { break 'l407; }
 st.phv[134] = st.phv[126] & 0xFFFFFFFF;
 st.phv[136] = 0xFFFFFFFF;
 }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 17, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 134, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 136, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 17); let _ = v; } }
-if st.phv[139] != 0x0 { break 'l365; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l365; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 134, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 136, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); let _ = v; } }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[141] != 0x0 { break 'l421; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l421; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[139] != 0x1 { break 'l375; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l375; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[141] != 0x1 { break 'l431; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l431; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[139] != 0x2 { break 'l385; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l385; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[141] != 0x2 { break 'l441; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l441; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[139] != 0x3 { break 'l397; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l397; }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 18432 + ((st.phv[206] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(140))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(140), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[141] != 0x3 { break 'l453; }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l453; }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[216] = 0x0;
+{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -552,64 +614,64 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0);
-st.phv[9] = st.phv[175] & 0xFFFF;
+st.phv[9] = st.phv[185] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[10] = st.phv[198] & 0xFF;
+st.phv[10] = st.phv[208] & 0xFF;
 st.dirty |= 0x1;
-st.phv[11] = st.phv[197] & 0xFFFF;
+st.phv[11] = st.phv[207] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[12] = st.phv[189] & 0xFFFFFFFF;
+st.phv[12] = st.phv[199] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[13] = st.phv[190] & 0xFFFFFFFF;
+st.phv[13] = st.phv[200] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[14] = st.phv[191].wrapping_shr(16) & 0xFFFF;
+st.phv[14] = st.phv[201].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[15] = st.phv[191].wrapping_shr(0) & 0xFFFF;
+st.phv[15] = st.phv[201].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[16] = st.phv[192] & 0xFFFFFFFF;
+st.phv[16] = st.phv[202] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[17] = st.phv[193] & 0xFFFFFFFF;
+st.phv[17] = st.phv[203] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[18] = st.phv[194] & 0xFFFFFFFF;
+st.phv[18] = st.phv[204] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[19] = st.phv[195] & 0xFFFFFFFF;
+st.phv[19] = st.phv[205] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[20] = st.phv[196] & 0xFFFFFFFF;
+st.phv[20] = st.phv[206] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-tor_action(st.select(code, 3), st, code, ctx);
-st.phv[203] = 0x0;
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l49; }
+tor_action(st.select_direct(code, 3, 3), st, code, ctx);
+st.phv[213] = 0x0;
+st.phv[216] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l49; }
 if st.phv[3] != Cmp::raw(5, 0, false).norm(st.phv[76]) { break 'l49; }
-st.phv[203] = 0x1;
+st.phv[213] = 0x1;
 }
-st.phv[204] = 0x0;
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l57; }
-st.phv[207] = bin(BinOp::And, st.phv[79], st.phv[199], 0xFFFFFFFFFFFFFFFF);
-if st.phv[207] != 0x0 { break 'l56; }
-st.phv[208] = bin(BinOp::And, st.phv[80], st.phv[200], 0xFFFFFFFFFFFFFFFF);
-if st.phv[208] == 0x0 { break 'l57; }
+st.phv[214] = 0x0;
+st.phv[216] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[216] == 0x0 { break 'l57; }
+st.phv[217] = bin(BinOp::And, st.phv[79], st.phv[209], 0xFFFFFFFFFFFFFFFF);
+if st.phv[217] != 0x0 { break 'l56; }
+st.phv[218] = bin(BinOp::And, st.phv[80], st.phv[210], 0xFFFFFFFFFFFFFFFF);
+if st.phv[218] == 0x0 { break 'l57; }
 }
-st.phv[204] = 0x1;
+st.phv[214] = 0x1;
 }
-if st.phv[203] != 0x0 { break 'l61; }
-if st.phv[204] != 0x0 { break 'l61; }
+if st.phv[213] != 0x0 { break 'l61; }
+if st.phv[214] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
-st.phv[205] = 0x0;
-if st.phv[203] != 0x1 { break 'l65; }
-st.phv[205] = 0x1;
-if st.phv[78] == 0x1 { st.phv[205] = 0x3; }
+st.phv[215] = 0x0;
+if st.phv[213] != 0x1 { break 'l65; }
+st.phv[215] = 0x1;
+if st.phv[78] == 0x1 { st.phv[215] = 0x3; }
 }
-if st.phv[204] != 0x1 { break 'l67; }
-st.phv[205] = bin(BinOp::Or, st.phv[205], 0x2, 0x3);
+if st.phv[214] != 0x1 { break 'l67; }
+st.phv[215] = bin(BinOp::Or, st.phv[215], 0x2, 0x3);
 }
-st.phv[61] = st.phv[205] & 0x3;
+st.phv[61] = st.phv[215] & 0x3;
 st.dirty |= 0x40;
 st.phv[62] = bin(BinOp::Sub, st.phv[62], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -628,39 +690,39 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l126; }
-st.phv[174] = st.phv[5].wrapping_shr(20) & 0x3;
-st.phv[175] = st.phv[5].wrapping_shr(22) & 0xFFFF;
-st.phv[176] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
-st.phv[206] = st.phv[3].wrapping_shr(0) & 0x3F;
-st.phv[180] = (st.phv[174].wrapping_shl(6) | st.phv[206]) & 0xFF;
-st.phv[179] = st.phv[77] & 0xFFFFFFFF;
-st.phv[177] = st.phv[6] & 0xFFFFFFFF;
-st.phv[178] = st.phv[177] & 0xFFFFFFFF;
-if st.phv[179] != 0x0 { st.phv[178] = 0x0; }
-{ let base = (((st.phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52256, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[183] = v & 0xFFFF; } }
-st.phv[184] = 0x0;
-if st.phv[183] != Cmp::raw(5, 0, false).norm(st.phv[175]) { st.phv[184] = 0x1; }
-{ let base = (((st.phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52256, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 52256, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[181] = st.hash(code, 2) & 0xFFF;
-st.phv[182] = (st.phv[174].wrapping_shl(12) | st.phv[181]) & 0x3FFF;
-st.phv[185] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
-{ let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[188] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[190] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[191] = v & 0xFFFFFFFF; } }
-st.phv[186] = 0x0;
-if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l112; }
-if st.phv[189] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
-if st.phv[190] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
-if st.phv[191] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l112; }
-st.phv[186] = 0x1;
+st.phv[184] = st.phv[5].wrapping_shr(20) & 0x3;
+st.phv[185] = st.phv[5].wrapping_shr(22) & 0xFFFF;
+st.phv[186] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
+st.phv[216] = st.phv[3].wrapping_shr(0) & 0x3F;
+st.phv[190] = (st.phv[184].wrapping_shl(6) | st.phv[216]) & 0xFF;
+st.phv[189] = st.phv[77] & 0xFFFFFFFF;
+st.phv[187] = st.phv[6] & 0xFFFFFFFF;
+st.phv[188] = st.phv[187] & 0xFFFFFFFF;
+if st.phv[189] != 0x0 { st.phv[188] = 0x0; }
+{ let base = (((st.phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[193] = v & 0xFFFF; } }
+st.phv[194] = 0x0;
+if st.phv[193] != Cmp::raw(5, 0, false).norm(st.phv[185]) { st.phv[194] = 0x1; }
+{ let base = (((st.phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
+st.phv[191] = st.hash_inputs(&[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFF) & 0xFFF;
+st.phv[192] = (st.phv[184].wrapping_shl(12) | st.phv[191]) & 0x3FFF;
+st.phv[195] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
+{ let base = (((st.phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[198] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[199] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[200] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[201] = v & 0xFFFFFFFF; } }
+st.phv[196] = 0x0;
+if st.phv[198] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l112; }
+if st.phv[199] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
+if st.phv[200] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
+if st.phv[201] != Cmp::raw(5, 0, false).norm(st.phv[195]) { break 'l112; }
+st.phv[196] = 0x1;
 }
-st.phv[187] = 0x0;
-if st.phv[186] != 0x0 { break 'l117; }
-if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l117; }
-if st.phv[189] == 0x0 { break 'l117; }
-st.phv[187] = 0x1;
+st.phv[197] = 0x0;
+if st.phv[196] != 0x0 { break 'l117; }
+if st.phv[198] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l117; }
+if st.phv[199] == 0x0 { break 'l117; }
+st.phv[197] = 0x1;
 }
-{ let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[192] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[194] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53280, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[197] = v & 0xFFFF; } }
-st.phv[198] = st.phv[174] & 0xFF;
-if st.phv[187] != 0x1 { break 'l126; }
+{ let base = (((st.phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[202] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[203] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[204] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[207] = v & 0xFFFF; } }
+st.phv[208] = st.phv[184] & 0xFF;
+if st.phv[197] != 0x1 { break 'l126; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
@@ -750,14 +812,14 @@ return;
 }
 
 fn tor_a9(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[199] = st.phv[201] & 0xFFFFFFFF;
-st.phv[200] = st.phv[202] & 0xFFFFFFFF;
+st.phv[209] = st.phv[211] & 0xFFFFFFFF;
+st.phv[210] = st.phv[212] & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a10(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[199] = 0x0;
-st.phv[200] = 0x0;
+st.phv[209] = 0x0;
+st.phv[210] = 0x0;
 return;
 }
 
@@ -906,14 +968,14 @@ phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
 
 fn tor_clear_ingress(phv: &mut [u64; PHV_SLOTS]) {
 phv[76..89].fill(0);
-phv[175..176].fill(0);
-phv[188..199].fill(0);
+phv[185..186].fill(0);
+phv[198..209].fill(0);
 }
 
 fn tor_clear_egress(phv: &mut [u64; PHV_SLOTS]) {
 phv[76..83].fill(0);
-phv[175..176].fill(0);
-phv[188..199].fill(0);
+phv[185..186].fill(0);
+phv[198..209].fill(0);
 }
 
 fn tor_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
@@ -936,50 +998,53 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 // Variant `fabric`.
 
 fn fabric_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-'l359: {
-'l358: {
-'l347: {
+'l415: {
+'l414: {
+'l403: {
+'l393: {
+'l383: {
+'l369: {
+'l360: {
 'l337: {
+'l335: {
+'l331: {
 'l327: {
+'l323: {
+'l319: {
 'l315: {
-'l308: {
-'l285: {
+'l311: {
+'l300: {
+'l299: {
+'l296: {
+'l294: {
+'l291: {
+'l287: {
 'l283: {
-'l279: {
-'l275: {
-'l271: {
-'l267: {
-'l263: {
-'l259: {
-'l248: {
-'l247: {
-'l244: {
-'l242: {
-'l239: {
-'l235: {
-'l231: {
-'l230: {
-'l166: {
+'l282: {
+'l188: {
+'l184: {
+'l183: {
+'l180: {
+'l179: {
+'l176: {
+'l175: {
+'l172: {
+'l171: {
 'l162: {
-'l161: {
+'l160: {
 'l158: {
-'l157: {
 'l154: {
-'l153: {
-'l150: {
-'l149: {
-'l140: {
+'l148: {
+'l143: {
 'l138: {
-'l136: {
-'l132: {
-'l123: {
-'l118: {
-'l113: {
-'l108: {
-'l103: {
-'l98: {
-'l93: {
-'l88: {
+'l125: {
+'l120: {
+'l115: {
+'l110: {
+'l105: {
+'l100: {
+'l95: {
+'l90: {
 'l37: {
 'l34: {
 'l30: {
@@ -1002,13 +1067,13 @@ ctx.dropped = true;
 break 'l34;
 }
 st.phv[90] = st.phv[0] & 0xFFFF;
-st.phv[196] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[197] = st.phv[0].wrapping_shl(23) & 0xFFFFFFFF;
-st.phv[89] = bin(BinOp::Xor, st.phv[196], st.phv[197], 0xFFFFFFFF);
-st.phv[196] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-st.phv[91] = bin(BinOp::Add, st.phv[196], 0xB72, 0xFFFFFFFF);
-st.phv[92] = st.hash(code, 0) & 0x3FF;
-{ let w = 299040 + ((st.phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[93] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
+st.phv[207] = st.phv[0].wrapping_shl(23) & 0xFFFFFFFF;
+st.phv[89] = bin(BinOp::Xor, st.phv[206], st.phv[207], 0xFFFFFFFF);
+st.phv[206] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+st.phv[91] = bin(BinOp::Add, st.phv[206], 0xB72, 0xFFFFFFFF);
+st.phv[92] = st.hash_inputs(&[(64, 8), (90, 2)], 0x3FF) & 0x3FF;
+{ let w = 299056 + ((st.phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[93] = out & 0xFFFFFFFF; }
 if st.phv[93] == 0x0 { break 'l22; }
 ctx.dropped = true;
 break 'l34;
@@ -1031,367 +1096,426 @@ fabric_action(st.select(code, 0), st, code, ctx);
 if st.phv[88] != 0x1 { break 'l37; }
 st.phv[114] = st.phv[87] & 0xFFFF;
 }
-fabric_action(st.select(code, 2), st, code, ctx);
-if st.valid & 0x4 == 0 { break 'l140; }
-if st.phv[24] != 0x101 { break 'l138; }
+fabric_action(st.select_direct(code, 2, 114), st, code, ctx);
+if st.valid & 0x4 == 0 { break 'l162; }
+if st.phv[24] != 0x101 { break 'l160; }
 st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-fabric_action(st.select(code, 1), st, code, ctx);
-st.phv[196] = st.phv[98].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[98], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[98].wrapping_shr(5);
-st.phv[98] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[131] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[132] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+fabric_action(st.select_direct(code, 1, 0), st, code, ctx);
+st.phv[206] = st.phv[98].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[98], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[98].wrapping_shr(5);
+st.phv[98] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[99] = bin(BinOp::Add, st.phv[95], st.phv[98], 0xFFFFFFFF);
-st.phv[196] = st.phv[100].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[100], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[100].wrapping_shr(5);
-st.phv[100] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[206] = st.phv[100].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[100], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[100].wrapping_shr(5);
+st.phv[100] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[101] = bin(BinOp::Add, st.phv[95], st.phv[100], 0xFFFFFFFF);
-st.phv[196] = st.phv[102].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[102], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[102].wrapping_shr(5);
-st.phv[102] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[206] = st.phv[102].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[102], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[102].wrapping_shr(5);
+st.phv[102] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[103] = bin(BinOp::Add, st.phv[95], st.phv[102], 0xFFFFFFFF);
-st.phv[196] = st.phv[104].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[104], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[104].wrapping_shr(5);
-st.phv[104] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[206] = st.phv[104].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[104], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[104].wrapping_shr(5);
+st.phv[104] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[105] = bin(BinOp::Add, st.phv[95], st.phv[104], 0xFFFFFFFF);
-st.phv[196] = st.phv[106].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[106], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[106].wrapping_shr(5);
-st.phv[106] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[206] = st.phv[106].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[106], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[106].wrapping_shr(5);
+st.phv[106] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[107] = bin(BinOp::Add, st.phv[95], st.phv[106], 0xFFFFFFFF);
-st.phv[196] = st.phv[108].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[108], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[108].wrapping_shr(5);
-st.phv[108] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[206] = st.phv[108].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[108], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[108].wrapping_shr(5);
+st.phv[108] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[109] = bin(BinOp::Add, st.phv[95], st.phv[108], 0xFFFFFFFF);
-st.phv[196] = st.phv[110].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[110], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[110].wrapping_shr(5);
-st.phv[110] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[206] = st.phv[110].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[110], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[110].wrapping_shr(5);
+st.phv[110] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[111] = bin(BinOp::Add, st.phv[95], st.phv[110], 0xFFFFFFFF);
-st.phv[196] = st.phv[112].wrapping_shr(2);
-st.phv[197] = bin(BinOp::Add, st.phv[112], st.phv[196], 0xFFFFFFFF);
-st.phv[198] = st.phv[112].wrapping_shr(5);
-st.phv[112] = bin(BinOp::Add, st.phv[197], st.phv[198], 0xFFFFFFFF);
+st.phv[206] = st.phv[112].wrapping_shr(2);
+st.phv[207] = bin(BinOp::Add, st.phv[112], st.phv[206], 0xFFFFFFFF);
+st.phv[208] = st.phv[112].wrapping_shr(5);
+st.phv[112] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
 st.phv[113] = bin(BinOp::Add, st.phv[95], st.phv[112], 0xFFFFFFFF);
-st.phv[131] = 0x0;
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l88; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301088, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[98], 0xFFFFFFFF);
+st.phv[133] = 0x0;
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l90; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[98], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l93; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301152, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[100], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l95; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[100], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l98; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301216, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[102], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l100; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[102], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l103; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301280, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[104], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l105; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[104], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l108; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301344, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[106], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l110; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[106], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l113; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301408, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[108], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l115; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[108], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l118; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301472, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[110], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l120; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[110], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l123; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301536, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[131] = bin(BinOp::Max, st.phv[131], st.phv[112], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l125; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
+st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[112], 0xFFFFFFFF);
 }
-st.phv[132] = bin(BinOp::Add, st.phv[95], st.phv[131], 0xFFFFFFFF);
-st.phv[133] = bin(BinOp::Xor, st.phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
-st.phv[134] = bin(BinOp::Xor, st.phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[131] == 0x0 { break 'l132; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-break 'l136;
+st.phv[134] = bin(BinOp::Add, st.phv[95], st.phv[133], 0xFFFFFFFF);
+st.phv[135] = bin(BinOp::Xor, st.phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
+st.phv[136] = bin(BinOp::Xor, st.phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
+if st.phv[133] == 0x0 { break 'l154; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[131] != 0x0 { break 'l138; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(133) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(134) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[131] != 0x1 { break 'l143; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-ctx.dropped = true;
-return;
+if st.phv[131] != 0x2 { break 'l148; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-ctx.dropped = true;
-return;
-}
-if st.valid & 0x8 == 0 { break 'l358; }
-if st.valid & 0x40 == 0 { break 'l244; }
-st.phv[76] = 0xFFFF;
-st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[129] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[130] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(st.phv[129], 0x0) { break 'l149; }
-st.phv[119] = bin(BinOp::Sub, st.phv[130], 0x1, 0xFFFF);
-break 'l150;
-}
-st.phv[119] = st.phv[130] & 0xFFFF;
-}
-if Cmp::raw(6, 0, false).test(st.phv[129], 0x1) { break 'l153; }
-st.phv[120] = bin(BinOp::Sub, st.phv[130], 0x1, 0xFFFF);
-break 'l154;
-}
-st.phv[120] = st.phv[130] & 0xFFFF;
-}
-if Cmp::raw(6, 0, false).test(st.phv[129], 0x2) { break 'l157; }
-st.phv[121] = bin(BinOp::Sub, st.phv[130], 0x1, 0xFFFF);
+if st.phv[131] != 0x3 { break 'l158; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l158;
 }
-st.phv[121] = st.phv[130] & 0xFFFF;
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(135) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(136) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if Cmp::raw(6, 0, false).test(st.phv[129], 0x3) { break 'l161; }
-st.phv[122] = bin(BinOp::Sub, st.phv[130], 0x1, 0xFFFF);
-break 'l162;
+ctx.dropped = true;
+return;
 }
-st.phv[122] = st.phv[130] & 0xFFFF;
+ctx.dropped = true;
+return;
 }
-st.phv[196] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l166; }
-if st.phv[88] != 0x1 { break 'l166; }
+if st.valid & 0x8 == 0 { break 'l414; }
+if st.valid & 0x40 == 0 { break 'l296; }
+st.phv[76] = 0xFFFF;
+st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+st.phv[131] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[132] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(st.phv[131], 0x0) { break 'l171; }
+st.phv[119] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+break 'l172;
+}
+st.phv[119] = st.phv[132] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[131], 0x1) { break 'l175; }
+st.phv[120] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+break 'l176;
+}
+st.phv[120] = st.phv[132] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[131], 0x2) { break 'l179; }
+st.phv[121] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+break 'l180;
+}
+st.phv[121] = st.phv[132] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(st.phv[131], 0x3) { break 'l183; }
+st.phv[122] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+break 'l184;
+}
+st.phv[122] = st.phv[132] & 0xFFFF;
+}
+st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l188; }
+if st.phv[88] != 0x1 { break 'l188; }
 st.phv[76] = st.phv[87] & 0xFFFF;
 }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[148] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[149] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[150] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[151] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[152] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[153] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[154] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[155] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[127] = v & 0xFFFFFFFF; } }
-st.phv[196] = bin(BinOp::Or, st.phv[148], st.phv[150], 0xFFFFFFFFFFFFFFFF);
-st.phv[197] = bin(BinOp::Or, st.phv[196], st.phv[152], 0xFFFFFFFFFFFFFFFF);
-st.phv[198] = bin(BinOp::Or, st.phv[197], st.phv[154], 0xFFFFFFFFFFFFFFFF);
-st.phv[142] = bin(BinOp::Or, st.phv[198], st.phv[127], 0xFFFFFFFF);
-st.phv[196] = bin(BinOp::Or, st.phv[149], st.phv[151], 0xFFFFFFFFFFFFFFFF);
-st.phv[197] = bin(BinOp::Or, st.phv[196], st.phv[153], 0xFFFFFFFFFFFFFFFF);
-st.phv[144] = bin(BinOp::Or, st.phv[197], st.phv[155], 0xFFFFFFFF);
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[146] = out & 0xFFFFFFFF; }
-st.phv[144] = bin(BinOp::Or, st.phv[144], st.phv[146], 0xFFFFFFFF);
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[150] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[151] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[152] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[153] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[154] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[155] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[156] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[157] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[158] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[159] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[160] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[161] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[127] = v & 0xFFFFFFFF; } }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[129] = out & 0xFFFFFFFF; }
+st.phv[206] = bin(BinOp::Or, st.phv[150], st.phv[153], 0xFFFFFFFFFFFFFFFF);
+st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[156], 0xFFFFFFFFFFFFFFFF);
+st.phv[208] = bin(BinOp::Or, st.phv[207], st.phv[159], 0xFFFFFFFFFFFFFFFF);
+st.phv[209] = bin(BinOp::Or, st.phv[208], st.phv[129], 0xFFFFFFFFFFFFFFFF);
+st.phv[144] = bin(BinOp::Or, st.phv[209], st.phv[127], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::Or, st.phv[151], st.phv[152], 0xFFFFFFFFFFFFFFFF);
+st.phv[207] = bin(BinOp::Or, st.phv[154], st.phv[155], 0xFFFFFFFFFFFFFFFF);
+st.phv[208] = bin(BinOp::Or, st.phv[206], st.phv[207], 0xFFFFFFFFFFFFFFFF);
+st.phv[209] = bin(BinOp::Or, st.phv[157], st.phv[158], 0xFFFFFFFFFFFFFFFF);
+st.phv[210] = bin(BinOp::Or, st.phv[208], st.phv[209], 0xFFFFFFFFFFFFFFFF);
+st.phv[211] = bin(BinOp::Or, st.phv[160], st.phv[161], 0xFFFFFFFFFFFFFFFF);
+st.phv[146] = bin(BinOp::Or, st.phv[210], st.phv[211], 0xFFFFFFFF);
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[148] = out & 0xFFFFFFFF; }
+st.phv[146] = bin(BinOp::Or, st.phv[146], st.phv[148], 0xFFFFFFFF);
 st.phv[79] = 0x0;
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[156] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[157] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[158] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[159] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[160] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[161] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[162] = out & 0xFFFFFFFF; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[163] = out & 0xFFFFFFFF; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 17, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 17); st.phv[128] = v & 0xFFFFFFFF; } }
-st.phv[196] = bin(BinOp::Or, st.phv[156], st.phv[158], 0xFFFFFFFFFFFFFFFF);
-st.phv[197] = bin(BinOp::Or, st.phv[196], st.phv[160], 0xFFFFFFFFFFFFFFFF);
-st.phv[198] = bin(BinOp::Or, st.phv[197], st.phv[162], 0xFFFFFFFFFFFFFFFF);
-st.phv[143] = bin(BinOp::Or, st.phv[198], st.phv[128], 0xFFFFFFFF);
-st.phv[196] = bin(BinOp::Or, st.phv[157], st.phv[159], 0xFFFFFFFFFFFFFFFF);
-st.phv[197] = bin(BinOp::Or, st.phv[196], st.phv[161], 0xFFFFFFFFFFFFFFFF);
-st.phv[145] = bin(BinOp::Or, st.phv[197], st.phv[163], 0xFFFFFFFF);
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[147] = out & 0xFFFFFFFF; }
-st.phv[145] = bin(BinOp::Or, st.phv[145], st.phv[147], 0xFFFFFFFF);
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[162] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[163] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[164] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[165] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[166] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[167] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[168] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[169] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[170] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[171] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[172] = out & 0xFFFFFFFF; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[173] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); st.phv[128] = v & 0xFFFFFFFF; } }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[130] = out & 0xFFFFFFFF; }
+st.phv[206] = bin(BinOp::Or, st.phv[162], st.phv[165], 0xFFFFFFFFFFFFFFFF);
+st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[168], 0xFFFFFFFFFFFFFFFF);
+st.phv[208] = bin(BinOp::Or, st.phv[207], st.phv[171], 0xFFFFFFFFFFFFFFFF);
+st.phv[209] = bin(BinOp::Or, st.phv[208], st.phv[130], 0xFFFFFFFFFFFFFFFF);
+st.phv[145] = bin(BinOp::Or, st.phv[209], st.phv[128], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::Or, st.phv[163], st.phv[164], 0xFFFFFFFFFFFFFFFF);
+st.phv[207] = bin(BinOp::Or, st.phv[166], st.phv[167], 0xFFFFFFFFFFFFFFFF);
+st.phv[208] = bin(BinOp::Or, st.phv[206], st.phv[207], 0xFFFFFFFFFFFFFFFF);
+st.phv[209] = bin(BinOp::Or, st.phv[169], st.phv[170], 0xFFFFFFFFFFFFFFFF);
+st.phv[210] = bin(BinOp::Or, st.phv[208], st.phv[209], 0xFFFFFFFFFFFFFFFF);
+st.phv[211] = bin(BinOp::Or, st.phv[172], st.phv[173], 0xFFFFFFFFFFFFFFFF);
+st.phv[147] = bin(BinOp::Or, st.phv[210], st.phv[211], 0xFFFFFFFF);
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[149] = out & 0xFFFFFFFF; }
+st.phv[147] = bin(BinOp::Or, st.phv[147], st.phv[149], 0xFFFFFFFF);
 st.phv[80] = 0x0;
 st.phv[78] = 0x0;
-if st.phv[76] == 0xFFFF { break 'l231; }
-st.phv[196] = bin(BinOp::And, st.phv[144], st.phv[115], 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] != 0x0 { break 'l230; }
-st.phv[197] = bin(BinOp::And, st.phv[145], st.phv[116], 0xFFFFFFFFFFFFFFFF);
-if st.phv[197] == 0x0 { break 'l231; }
+if st.phv[76] == 0xFFFF { break 'l283; }
+st.phv[206] = bin(BinOp::And, st.phv[146], st.phv[115], 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] != 0x0 { break 'l282; }
+st.phv[207] = bin(BinOp::And, st.phv[147], st.phv[116], 0xFFFFFFFFFFFFFFFF);
+if st.phv[207] == 0x0 { break 'l283; }
 }
 st.phv[78] = 0x1;
 }
-st.phv[196] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l235; }
-st.phv[79] = bin(BinOp::And, st.phv[142], st.phv[144], 0xFFFFFFFF);
-st.phv[80] = bin(BinOp::And, st.phv[143], st.phv[145], 0xFFFFFFFF);
+st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l287; }
+st.phv[79] = bin(BinOp::And, st.phv[144], st.phv[146], 0xFFFFFFFF);
+st.phv[80] = bin(BinOp::And, st.phv[145], st.phv[147], 0xFFFFFFFF);
 }
-st.phv[196] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l239; }
+st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l291; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if st.phv[76] == 0xFFFF { break 'l242; }
+if st.phv[76] == 0xFFFF { break 'l294; }
 ctx.forward = Forward::Unicast(st.phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if st.phv[88] != 0x1 { break 'l247; }
+if st.phv[88] != 0x1 { break 'l299; }
 ctx.forward = Forward::Unicast(st.phv[87] as u16);
-break 'l248;
+break 'l300;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l359; }
-if st.phv[88] != 0x1 { break 'l359; }
+if st.valid & 0x20 == 0 { break 'l415; }
+if st.phv[88] != 0x1 { break 'l415; }
 st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[129] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[130] = st.phv[1].wrapping_shr(22) & 0xFFFF;
+st.phv[131] = st.phv[1].wrapping_shr(20) & 0x3;
+st.phv[132] = st.phv[1].wrapping_shr(22) & 0xFFFF;
 st.phv[96] = st.phv[36].wrapping_shr(3) & 0x7;
 st.phv[97] = 0x0;
-if st.phv[96] != 0x0 { break 'l259; }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301088 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
-break 'l285;
+if st.phv[96] != 0x0 { break 'l311; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301104 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+break 'l337;
 }
-if st.phv[96] != 0x1 { break 'l263; }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301152 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
-break 'l285;
+if st.phv[96] != 0x1 { break 'l315; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301168 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+break 'l337;
 }
-if st.phv[96] != 0x2 { break 'l267; }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301216 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
-break 'l285;
+if st.phv[96] != 0x2 { break 'l319; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301232 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+break 'l337;
 }
-if st.phv[96] != 0x3 { break 'l271; }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301280 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
-break 'l285;
+if st.phv[96] != 0x3 { break 'l323; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301296 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+break 'l337;
 }
-if st.phv[96] != 0x4 { break 'l275; }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301344 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
-break 'l285;
+if st.phv[96] != 0x4 { break 'l327; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301360 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+break 'l337;
 }
-if st.phv[96] != 0x5 { break 'l279; }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301408 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
-break 'l285;
+if st.phv[96] != 0x5 { break 'l331; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301424 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+break 'l337;
 }
-if st.phv[96] != 0x6 { break 'l283; }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301472 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
-break 'l285;
+if st.phv[96] != 0x6 { break 'l335; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301488 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+break 'l337;
 }
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301536 + ((st.phv[196] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301552 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
 }
 st.phv[77] = 0x0;
 if st.phv[97] != 0x0 { st.phv[77] = 0x1; }
-st.phv[141] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
-st.phv[196] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[135] = (st.phv[129].wrapping_shl(6) | st.phv[196]) & 0xFF;
-{ let base = (((st.phv[135] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2080, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 130, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 130, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[137] = v & 0xFFFF; } }
-st.phv[138] = 0x0;
-if st.phv[137] != Cmp::raw(5, 0, false).norm(st.phv[130]) { st.phv[138] = 0x1; }
-{ let base = (((st.phv[135] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2080, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 138, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 2080, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 138, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-st.phv[197] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[198] = (st.phv[196].wrapping_shl(6) | st.phv[197]) & 0xFFF;
-st.phv[136] = (st.phv[129].wrapping_shl(12) | st.phv[198]) & 0x3FFF;
-{ let base = (((st.phv[136] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3104, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 130, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 130, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[139] = v & 0xFFFF; } }
+st.phv[143] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
+st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[137] = (st.phv[131].wrapping_shl(6) | st.phv[206]) & 0xFF;
+{ let base = (((st.phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[139] = v & 0xFFFF; } }
 st.phv[140] = 0x0;
-if st.phv[139] != Cmp::raw(5, 0, false).norm(st.phv[130]) { st.phv[140] = 0x1; }
-{ let base = (((st.phv[136] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3104, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } }
+if st.phv[139] != Cmp::raw(5, 0, false).norm(st.phv[132]) { st.phv[140] = 0x1; }
+{ let base = (((st.phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+st.phv[207] = st.phv[87].wrapping_shr(0) & 0x3F;
+st.phv[208] = (st.phv[206].wrapping_shl(6) | st.phv[207]) & 0xFFF;
+st.phv[138] = (st.phv[131].wrapping_shl(12) | st.phv[208]) & 0x3FFF;
+{ let base = (((st.phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[141] = v & 0xFFFF; } }
+st.phv[142] = 0x0;
+if st.phv[141] != Cmp::raw(5, 0, false).norm(st.phv[132]) { st.phv[142] = 0x1; }
+{ let base = (((st.phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 142, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } }
 st.phv[123] = 0x0;
 st.phv[125] = bin(BinOp::Xor, st.phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l308; }
+if st.phv[77] != 0x1 { break 'l360; }
 st.phv[123] = st.phv[115] & 0xFFFFFFFF;
 st.phv[125] = 0xFFFFFFFF;
 }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 123, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); let _ = v; } }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 123, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); let _ = v; } }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 st.phv[124] = 0x0;
 st.phv[126] = bin(BinOp::Xor, st.phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l315; }
+if st.phv[77] != 0x1 { break 'l369; }
 st.phv[124] = st.phv[116] & 0xFFFFFFFF;
 st.phv[126] = 0xFFFFFFFF;
 }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[196] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 17, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 124, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 17); let _ = v; } }
-if st.phv[129] != 0x0 { break 'l327; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l327; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 124, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); let _ = v; } }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[131] != 0x0 { break 'l383; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l383; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[129] != 0x1 { break 'l337; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l337; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[131] != 0x1 { break 'l393; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l393; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[129] != 0x2 { break 'l347; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l347; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[131] != 0x2 { break 'l403; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l403; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[129] != 0x3 { break 'l359; }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[196] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l359; }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[196] = 0x0;
-{ let w = 2048 + ((st.phv[196] as usize) & 0x0) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[131] != 0x3 { break 'l415; }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if st.phv[77] != 0x1 { break 'l415; }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+st.phv[206] = 0x0;
+{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -1430,64 +1554,64 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0);
-st.phv[9] = st.phv[165] & 0xFFFF;
+st.phv[9] = st.phv[175] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[10] = st.phv[188] & 0xFF;
+st.phv[10] = st.phv[198] & 0xFF;
 st.dirty |= 0x1;
-st.phv[11] = st.phv[187] & 0xFFFF;
+st.phv[11] = st.phv[197] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[12] = st.phv[179] & 0xFFFFFFFF;
+st.phv[12] = st.phv[189] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[13] = st.phv[180] & 0xFFFFFFFF;
+st.phv[13] = st.phv[190] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[14] = st.phv[181].wrapping_shr(16) & 0xFFFF;
+st.phv[14] = st.phv[191].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[15] = st.phv[181].wrapping_shr(0) & 0xFFFF;
+st.phv[15] = st.phv[191].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[16] = st.phv[182] & 0xFFFFFFFF;
+st.phv[16] = st.phv[192] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[17] = st.phv[183] & 0xFFFFFFFF;
+st.phv[17] = st.phv[193] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[18] = st.phv[184] & 0xFFFFFFFF;
+st.phv[18] = st.phv[194] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[19] = st.phv[185] & 0xFFFFFFFF;
+st.phv[19] = st.phv[195] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[20] = st.phv[186] & 0xFFFFFFFF;
+st.phv[20] = st.phv[196] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-fabric_action(st.select(code, 3), st, code, ctx);
-st.phv[193] = 0x0;
-st.phv[196] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l49; }
+fabric_action(st.select_direct(code, 3, 3), st, code, ctx);
+st.phv[203] = 0x0;
+st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l49; }
 if st.phv[3] != Cmp::raw(5, 0, false).norm(st.phv[76]) { break 'l49; }
-st.phv[193] = 0x1;
+st.phv[203] = 0x1;
 }
-st.phv[194] = 0x0;
-st.phv[196] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[196] == 0x0 { break 'l57; }
-st.phv[197] = bin(BinOp::And, st.phv[79], st.phv[189], 0xFFFFFFFFFFFFFFFF);
-if st.phv[197] != 0x0 { break 'l56; }
-st.phv[198] = bin(BinOp::And, st.phv[80], st.phv[190], 0xFFFFFFFFFFFFFFFF);
-if st.phv[198] == 0x0 { break 'l57; }
+st.phv[204] = 0x0;
+st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if st.phv[206] == 0x0 { break 'l57; }
+st.phv[207] = bin(BinOp::And, st.phv[79], st.phv[199], 0xFFFFFFFFFFFFFFFF);
+if st.phv[207] != 0x0 { break 'l56; }
+st.phv[208] = bin(BinOp::And, st.phv[80], st.phv[200], 0xFFFFFFFFFFFFFFFF);
+if st.phv[208] == 0x0 { break 'l57; }
 }
-st.phv[194] = 0x1;
+st.phv[204] = 0x1;
 }
-if st.phv[193] != 0x0 { break 'l61; }
-if st.phv[194] != 0x0 { break 'l61; }
+if st.phv[203] != 0x0 { break 'l61; }
+if st.phv[204] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
-st.phv[195] = 0x0;
-if st.phv[193] != 0x1 { break 'l65; }
-st.phv[195] = 0x1;
-if st.phv[78] == 0x1 { st.phv[195] = 0x3; }
+st.phv[205] = 0x0;
+if st.phv[203] != 0x1 { break 'l65; }
+st.phv[205] = 0x1;
+if st.phv[78] == 0x1 { st.phv[205] = 0x3; }
 }
-if st.phv[194] != 0x1 { break 'l67; }
-st.phv[195] = bin(BinOp::Or, st.phv[195], 0x2, 0x3);
+if st.phv[204] != 0x1 { break 'l67; }
+st.phv[205] = bin(BinOp::Or, st.phv[205], 0x2, 0x3);
 }
-st.phv[61] = st.phv[195] & 0x3;
+st.phv[61] = st.phv[205] & 0x3;
 st.dirty |= 0x40;
 st.phv[62] = bin(BinOp::Sub, st.phv[62], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -1506,39 +1630,39 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l126; }
-st.phv[164] = st.phv[5].wrapping_shr(20) & 0x3;
-st.phv[165] = st.phv[5].wrapping_shr(22) & 0xFFFF;
-st.phv[166] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
-st.phv[196] = st.phv[3].wrapping_shr(0) & 0x3F;
-st.phv[170] = (st.phv[164].wrapping_shl(6) | st.phv[196]) & 0xFF;
-st.phv[169] = st.phv[77] & 0xFFFFFFFF;
-st.phv[167] = st.phv[6] & 0xFFFFFFFF;
-st.phv[168] = st.phv[167] & 0xFFFFFFFF;
-if st.phv[169] != 0x0 { st.phv[168] = 0x0; }
-{ let base = (((st.phv[170] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35872, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 165, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 165, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[173] = v & 0xFFFF; } }
-st.phv[174] = 0x0;
-if st.phv[173] != Cmp::raw(5, 0, false).norm(st.phv[165]) { st.phv[174] = 0x1; }
-{ let base = (((st.phv[170] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35872, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 174, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 167, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 167, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 35872, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 174, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 168, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[171] = st.hash(code, 1) & 0xFFF;
-st.phv[172] = (st.phv[164].wrapping_shl(12) | st.phv[171]) & 0x3FFF;
-st.phv[175] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
-{ let base = (((st.phv[172] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 165, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 165, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[178] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[179] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[180] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[181] = v & 0xFFFFFFFF; } }
-st.phv[176] = 0x0;
-if st.phv[178] != Cmp::raw(5, 0, false).norm(st.phv[165]) { break 'l112; }
-if st.phv[179] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
-if st.phv[180] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
-if st.phv[181] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l112; }
-st.phv[176] = 0x1;
+st.phv[174] = st.phv[5].wrapping_shr(20) & 0x3;
+st.phv[175] = st.phv[5].wrapping_shr(22) & 0xFFFF;
+st.phv[176] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
+st.phv[206] = st.phv[3].wrapping_shr(0) & 0x3F;
+st.phv[180] = (st.phv[174].wrapping_shl(6) | st.phv[206]) & 0xFF;
+st.phv[179] = st.phv[77] & 0xFFFFFFFF;
+st.phv[177] = st.phv[6] & 0xFFFFFFFF;
+st.phv[178] = st.phv[177] & 0xFFFFFFFF;
+if st.phv[179] != 0x0 { st.phv[178] = 0x0; }
+{ let base = (((st.phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[183] = v & 0xFFFF; } }
+st.phv[184] = 0x0;
+if st.phv[183] != Cmp::raw(5, 0, false).norm(st.phv[175]) { st.phv[184] = 0x1; }
+{ let base = (((st.phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
+st.phv[181] = st.hash_inputs(&[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFF) & 0xFFF;
+st.phv[182] = (st.phv[174].wrapping_shl(12) | st.phv[181]) & 0x3FFF;
+st.phv[185] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
+{ let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[188] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[190] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[191] = v & 0xFFFFFFFF; } }
+st.phv[186] = 0x0;
+if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l112; }
+if st.phv[189] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
+if st.phv[190] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
+if st.phv[191] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l112; }
+st.phv[186] = 0x1;
 }
-st.phv[177] = 0x0;
-if st.phv[176] != 0x0 { break 'l117; }
-if st.phv[178] != Cmp::raw(5, 0, false).norm(st.phv[165]) { break 'l117; }
-if st.phv[179] == 0x0 { break 'l117; }
-st.phv[177] = 0x1;
+st.phv[187] = 0x0;
+if st.phv[186] != 0x0 { break 'l117; }
+if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l117; }
+if st.phv[189] == 0x0 { break 'l117; }
+st.phv[187] = 0x1;
 }
-{ let base = (((st.phv[172] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[182] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 169, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[183] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 168, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[184] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 176, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 166, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[185] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 166, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 166, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[186] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36896, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[187] = v & 0xFFFF; } }
-st.phv[188] = st.phv[164] & 0xFF;
-if st.phv[177] != 0x1 { break 'l126; }
+{ let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[192] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[194] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[197] = v & 0xFFFF; } }
+st.phv[198] = st.phv[174] & 0xFF;
+if st.phv[187] != 0x1 { break 'l126; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
 }
 return;
@@ -1628,14 +1752,14 @@ return;
 }
 
 fn fabric_a9(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[189] = st.phv[191] & 0xFFFFFFFF;
-st.phv[190] = st.phv[192] & 0xFFFFFFFF;
+st.phv[199] = st.phv[201] & 0xFFFFFFFF;
+st.phv[200] = st.phv[202] & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a10(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[189] = 0x0;
-st.phv[190] = 0x0;
+st.phv[199] = 0x0;
+st.phv[200] = 0x0;
 return;
 }
 
@@ -1784,14 +1908,14 @@ phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
 
 fn fabric_clear_ingress(phv: &mut [u64; PHV_SLOTS]) {
 phv[76..89].fill(0);
-phv[165..166].fill(0);
-phv[178..189].fill(0);
+phv[175..176].fill(0);
+phv[188..199].fill(0);
 }
 
 fn fabric_clear_egress(phv: &mut [u64; PHV_SLOTS]) {
 phv[76..83].fill(0);
-phv[165..166].fill(0);
-phv[178..189].fill(0);
+phv[175..176].fill(0);
+phv[188..199].fill(0);
 }
 
 fn fabric_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
@@ -1812,6 +1936,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x50DA9912F4D9C18A, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
-Native { fingerprint: 0xC6C7F3B10D48D7C0, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
+Native { fingerprint: 0x29D869236E84A4A2, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
+Native { fingerprint: 0xE3D8ADEB2DAFF752, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
 ];

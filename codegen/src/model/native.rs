@@ -117,6 +117,21 @@ fn masked(v: String, mask: u64) -> String {
     }
 }
 
+/// A hash unit with its inputs as a constant (the interpreter looks them up).
+fn hash_call(code: &Code, unit: u16) -> String {
+    match code.hashes.get(unit as usize) {
+        Some(h) => {
+            let inputs: Vec<String> = h
+                .inputs
+                .iter()
+                .map(|(slot, bytes)| format!("({slot}, {bytes})"))
+                .collect();
+            format!("st.hash_inputs(&[{}], {})", inputs.join(", "), hex(h.mask))
+        }
+        None => format!("st.hash(code, {unit})"),
+    }
+}
+
 fn phv(slot: u16) -> String {
     format!("st.phv[{slot}]")
 }
@@ -478,11 +493,9 @@ fn function(
                 phv(dst),
                 hex(value)
             ),
-            Ins::Hash { unit, dst, mask } => format!(
-                "{} = {};",
-                phv(dst),
-                masked(format!("st.hash(code, {unit})"), mask)
-            ),
+            Ins::Hash { unit, dst, mask } => {
+                format!("{} = {};", phv(dst), masked(hash_call(code, unit), mask))
+            }
             Ins::SetValid(h) => format!("st.set_valid(code, {h});"),
             Ins::SetInvalid(h) => format!("st.valid &= !{};", hex(1 << h)),
             Ins::Unicast(port) => {
@@ -494,9 +507,17 @@ fn function(
             Ins::Digest(d) => format!(
                 "ctx.digests.push(DigestMessage {{ digest: DigestId({d}), values: Vec::new() }});"
             ),
-            Ins::Apply(t) => {
-                format!("{prefix}_action(st.select(code, {t}), st, code, ctx);")
-            }
+            Ins::Apply(t) => match code.tables.get(t as usize) {
+                // One exact key (a port): the direct array first, without the generic
+                // key assembly.
+                Some(table) if !table.forwarding && table.direct && table.keys.len() == 1 => {
+                    format!(
+                        "{prefix}_action(st.select_direct(code, {t}, {}), st, code, ctx);",
+                        table.keys[0].0
+                    )
+                }
+                _ => format!("{prefix}_action(st.select(code, {t}), st, code, ctx);"),
+            },
             Ins::Return => "return;".into(),
         };
         let _ = writeln!(out, "{line}");
