@@ -750,6 +750,8 @@ struct CHash {
 #[derive(Clone, Debug)]
 struct CTable {
     forwarding: bool,
+    /// The table's actions.
+    actions: Vec<u16>,
     first_action: Option<u16>,
     default_action: u16,
     default_params: Vec<u64>,
@@ -2135,6 +2137,7 @@ impl Code {
             .iter()
             .map(|t| CTable {
                 forwarding: t.forwarding,
+                actions: t.actions.iter().map(|a| a.0).collect(),
                 first_action: t.actions.first().map(|a| a.0),
                 default_action: t.default_action.0 .0,
                 default_params: t.default_action.1.clone(),
@@ -3004,25 +3007,23 @@ impl State {
         }
     }
 
-    /// [`State::select`] for a table of one exact key in PHV slot `key` with direct
-    /// entries (emitted code only): a key within the direct array is looked up there.
+    /// The direct entry of table `t` for `key` (emitted code only): `None` beyond the direct
+    /// array (the generic [`State::select`] then looks the key up), an entry whose action
+    /// is `NO_SLOT` where no entry is installed (the default action applies).
     #[inline(always)]
-    fn select_direct(&mut self, code: &Code, t: u16, key: u16) -> u16 {
-        let key = self.phv[key as usize];
-        let state = &self.tables[t as usize];
-        if key < state.direct.len() as u64 {
-            let d = state.direct[key as usize];
-            if d.action != NO_SLOT {
-                for ((p, m), v) in code.action_params[d.action as usize].iter().zip(d.params) {
-                    self.phv[*p as usize] = v & m;
-                }
-                return d.action;
-            }
-            let table = &code.tables[t as usize];
-            self.set_params(code, table.default_action, &table.default_params);
-            return table.default_action;
-        }
-        self.select(code, t)
+    fn direct_entry(&self, t: u16, key: u64) -> Option<Direct> {
+        let direct = &self.tables[t as usize].direct;
+        usize::try_from(key)
+            .ok()
+            .and_then(|k| direct.get(k))
+            .copied()
+    }
+
+    /// Whether this model takes the forwarding table's result from its input (emitted
+    /// code: the table is then not looked up), and the routed port if there is one.
+    #[inline(always)]
+    fn routed_from_input(&self) -> Option<Option<u16>> {
+        (self.routing == Routing::FromInput).then_some(self.routed)
     }
 
     /// Looks `t` up: sets the chosen action's parameters and returns the action.

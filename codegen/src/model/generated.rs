@@ -108,17 +108,17 @@ st.phv[84] = st.phv[46] & 0xFFFFFFFF;
 st.phv[85] = st.phv[47] & 0xFFFF;
 st.phv[86] = st.phv[48] & 0xFFFF;
 }
-tor_action(st.select(code, 0), st, code, ctx);
+match st.routed_from_input() { Some(Some(port)) => { st.phv[94] = port as u64 & 0xFFFF; tor_a0(st, code, ctx); } Some(None) => { tor_a1(st, code, ctx); } None => { tor_action(st.select(code, 0), st, code, ctx); } }
 if st.phv[88] != 0x1 { break 'l37; }
 st.phv[124] = st.phv[87] & 0xFFFF;
 }
-tor_action(st.select_direct(code, 2, 124), st, code, ctx);
+match st.direct_entry(2, st.phv[124]) { Some(d) if d.action == 7 => { st.phv[127] = d.params[0] & 0xFFFFFFFF; st.phv[128] = d.params[1] & 0xFFFFFFFF; tor_a7(st, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a8(st, code, ctx); } _ => { tor_action(st.select(code, 2), st, code, ctx); } }
 if st.valid & 0x4 == 0 { break 'l162; }
 if st.phv[24] != 0x101 { break 'l160; }
 st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 st.phv[141] = st.phv[1].wrapping_shr(20) & 0x3;
 st.phv[142] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-tor_action(st.select_direct(code, 1, 0), st, code, ctx);
+match st.direct_entry(1, st.phv[0]) { Some(d) if d.action == 2 => { tor_a2(st, code, ctx); } Some(d) if d.action == 3 => { tor_a3(st, code, ctx); } Some(d) if d.action == 4 => { tor_a4(st, code, ctx); } Some(d) if d.action == 5 => { tor_a5(st, code, ctx); } Some(d) if d.action == 6 => { tor_a6(st, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a4(st, code, ctx); } _ => { tor_action(st.select(code, 1), st, code, ctx); } }
 st.phv[216] = st.phv[108].wrapping_shr(2);
 st.phv[217] = bin(BinOp::Add, st.phv[108], st.phv[216], 0xFFFFFFFF);
 st.phv[218] = st.phv[108].wrapping_shr(5);
@@ -641,7 +641,7 @@ st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-tor_action(st.select_direct(code, 3, 3), st, code, ctx);
+match st.direct_entry(3, st.phv[3]) { Some(d) if d.action == 9 => { st.phv[211] = d.params[0] & 0xFFFFFFFF; st.phv[212] = d.params[1] & 0xFFFFFFFF; tor_a9(st, code, ctx); } Some(d) if d.action == 10 => { tor_a10(st, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a10(st, code, ctx); } _ => { tor_action(st.select(code, 3), st, code, ctx); } }
 st.phv[213] = 0x0;
 st.phv[216] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
 if st.phv[216] == 0x0 { break 'l49; }
@@ -1092,17 +1092,17 @@ st.phv[84] = st.phv[46] & 0xFFFFFFFF;
 st.phv[85] = st.phv[47] & 0xFFFF;
 st.phv[86] = st.phv[48] & 0xFFFF;
 }
-fabric_action(st.select(code, 0), st, code, ctx);
+match st.routed_from_input() { Some(Some(port)) => { st.phv[94] = port as u64 & 0xFFFF; fabric_a0(st, code, ctx); } Some(None) => { fabric_a1(st, code, ctx); } None => { fabric_action(st.select(code, 0), st, code, ctx); } }
 if st.phv[88] != 0x1 { break 'l37; }
 st.phv[114] = st.phv[87] & 0xFFFF;
 }
-fabric_action(st.select_direct(code, 2, 114), st, code, ctx);
+match st.direct_entry(2, st.phv[114]) { Some(d) if d.action == 7 => { st.phv[117] = d.params[0] & 0xFFFFFFFF; st.phv[118] = d.params[1] & 0xFFFFFFFF; fabric_a7(st, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a8(st, code, ctx); } _ => { fabric_action(st.select(code, 2), st, code, ctx); } }
 if st.valid & 0x4 == 0 { break 'l162; }
 if st.phv[24] != 0x101 { break 'l160; }
 st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 st.phv[131] = st.phv[1].wrapping_shr(20) & 0x3;
 st.phv[132] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-fabric_action(st.select_direct(code, 1, 0), st, code, ctx);
+match st.direct_entry(1, st.phv[0]) { Some(d) if d.action == 2 => { fabric_a2(st, code, ctx); } Some(d) if d.action == 3 => { fabric_a3(st, code, ctx); } Some(d) if d.action == 4 => { fabric_a4(st, code, ctx); } Some(d) if d.action == 5 => { fabric_a5(st, code, ctx); } Some(d) if d.action == 6 => { fabric_a6(st, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a4(st, code, ctx); } _ => { fabric_action(st.select(code, 1), st, code, ctx); } }
 st.phv[206] = st.phv[98].wrapping_shr(2);
 st.phv[207] = bin(BinOp::Add, st.phv[98], st.phv[206], 0xFFFFFFFF);
 st.phv[208] = st.phv[98].wrapping_shr(5);
@@ -1581,7 +1581,7 @@ st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-fabric_action(st.select_direct(code, 3, 3), st, code, ctx);
+match st.direct_entry(3, st.phv[3]) { Some(d) if d.action == 9 => { st.phv[201] = d.params[0] & 0xFFFFFFFF; st.phv[202] = d.params[1] & 0xFFFFFFFF; fabric_a9(st, code, ctx); } Some(d) if d.action == 10 => { fabric_a10(st, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a10(st, code, ctx); } _ => { fabric_action(st.select(code, 3), st, code, ctx); } }
 st.phv[203] = 0x0;
 st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
 if st.phv[206] == 0x0 { break 'l49; }
@@ -1936,6 +1936,6 @@ _ => st.run(code, code.action_start[a as usize], ctx),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x29D869236E84A4A2, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
-Native { fingerprint: 0xE3D8ADEB2DAFF752, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
+Native { fingerprint: 0x1FA238BCDABF22DE, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
+Native { fingerprint: 0x94321AC0BF7226C2, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
 ];

@@ -117,6 +117,64 @@ fn masked(v: String, mask: u64) -> String {
     }
 }
 
+/// Sets action `a`'s parameters from `values` (expressions) and runs the action.
+fn run_action(code: &Code, prefix: &str, a: u16, values: &[String]) -> String {
+    let mut v = String::new();
+    for ((slot, mask), value) in code.action_params[a as usize].iter().zip(values) {
+        let _ = write!(v, "{} = {}; ", phv(*slot), masked(value.clone(), *mask));
+    }
+    let _ = write!(v, "{prefix}_a{a}(st, code, ctx);");
+    v
+}
+
+/// A table lookup and its action. The forwarding table (when the model takes its result
+/// from the input) and tables of one exact key with direct entries are looked up inline,
+/// with each action's parameter slots as constants; anything else (and a key beyond the
+/// direct array) goes through [`State::select`].
+fn apply(code: &Code, prefix: &str, t: u16) -> String {
+    let generic = format!("{prefix}_action(st.select(code, {t}), st, code, ctx);");
+    let Some(table) = code.tables.get(t as usize) else {
+        return generic;
+    };
+    let default = run_action(
+        code,
+        prefix,
+        table.default_action,
+        &table
+            .default_params
+            .iter()
+            .map(|v| hex(*v))
+            .collect::<Vec<_>>(),
+    );
+    if table.forwarding {
+        let Some(first) = table.first_action else {
+            return generic;
+        };
+        let routed = run_action(code, prefix, first, &["port as u64".to_string()]);
+        return format!(
+            "match st.routed_from_input() {{ Some(Some(port)) => {{ {routed} }} Some(None) => {{ {default} }} None => {{ {generic} }} }}"
+        );
+    }
+    if !table.direct || table.keys.len() != 1 {
+        return generic;
+    }
+    let mut arms = String::new();
+    for a in &table.actions {
+        let values: Vec<String> = (0..code.action_params[*a as usize].len())
+            .map(|i| format!("d.params[{i}]"))
+            .collect();
+        let _ = write!(
+            arms,
+            "Some(d) if d.action == {a} => {{ {} }} ",
+            run_action(code, prefix, *a, &values)
+        );
+    }
+    format!(
+        "match st.direct_entry({t}, {}) {{ {arms}Some(d) if d.action == NO_SLOT => {{ {default} }} _ => {{ {generic} }} }}",
+        phv(table.keys[0].0)
+    )
+}
+
 /// A hash unit with its inputs as a constant (the interpreter looks them up).
 fn hash_call(code: &Code, unit: u16) -> String {
     match code.hashes.get(unit as usize) {
@@ -507,17 +565,7 @@ fn function(
             Ins::Digest(d) => format!(
                 "ctx.digests.push(DigestMessage {{ digest: DigestId({d}), values: Vec::new() }});"
             ),
-            Ins::Apply(t) => match code.tables.get(t as usize) {
-                // One exact key (a port): the direct array first, without the generic
-                // key assembly.
-                Some(table) if !table.forwarding && table.direct && table.keys.len() == 1 => {
-                    format!(
-                        "{prefix}_action(st.select_direct(code, {t}, {}), st, code, ctx);",
-                        table.keys[0].0
-                    )
-                }
-                _ => format!("{prefix}_action(st.select(code, {t}), st, code, ctx);"),
-            },
+            Ins::Apply(t) => apply(code, prefix, t),
             Ins::Return => "return;".into(),
         };
         let _ = writeln!(out, "{line}");
