@@ -472,6 +472,47 @@ fn line_topology() -> FabricTopology {
 }
 
 #[test]
+fn a_storm_hosts_pause_ends_the_chain_however_its_own_nic_is_paused() {
+    let topology = line_topology();
+    let mut t = truth(AnomalyClass::PfcStorm, "pfc_storm");
+    t.root_ports = vec![port(4, 1)];
+    t.initial_causal = vec![port(4, 1)];
+    let edge = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
+        time_ns,
+        last_ns: time_ns,
+        until_ns: 2_000_000,
+        sender,
+        paused,
+        cause,
+        priority: 3,
+    };
+    t.spreading = vec![
+        // h1 injects PAUSE into tor1.p1 (the storm's origin: it waits for nothing).
+        edge(1_000_000, port(6, 0), port(4, 1), port(6, 0)),
+        // tor1 pauses h1's own NIC, whose traffic waits for tor1's uplink, which agg1
+        // pauses: the other direction, which did not make h1 pause.
+        edge(1_000_100, port(4, 1), port(6, 0), port(4, 0)),
+        edge(1_000_200, port(3, 1), port(4, 0), port(3, 0)),
+    ];
+    // A victim into h1 waits at tor1.p1: tor1 is causal, agg1 is not.
+    let victim: BTreeSet<PortRef> = [port(4, 1)].into();
+    assert_eq!(
+        t.causal_switches_for(&victim, Window::until(1_000_500), &topology)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![4]
+    );
+    // A victim whose path crosses tor1's uplink does wait for agg1's pause.
+    let up: BTreeSet<PortRef> = [port(4, 0)].into();
+    assert_eq!(
+        t.causal_switches_for(&up, Window::until(1_000_500), &topology)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![3, 4]
+    );
+}
+
+#[test]
 fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     let topology = line_topology();
     let mut t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");

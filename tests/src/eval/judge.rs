@@ -167,7 +167,12 @@ impl Truth {
             }
             for edge in self.causes_in(port, window) {
                 nodes.insert(edge.sender.node);
-                frontier.push(edge.cause);
+                // A PAUSE a host sent starts the chain (its receive side, or an
+                // injection); the host's own transmit port being paused is the other
+                // direction and did not make it pause.
+                if is_switch(topology, edge.cause.node) {
+                    frontier.push(edge.cause);
+                }
             }
         }
         if self.loop_closed(window) && seen.iter().any(|p| self.loop_ports.contains(p)) {
@@ -211,7 +216,12 @@ impl Truth {
                 continue;
             }
             reaches_loop |= loop_closed && self.loop_ports.contains(&port);
-            frontier.extend(self.causes_in(port, window).into_iter().map(|e| e.cause));
+            frontier.extend(
+                self.causes_in(port, window)
+                    .into_iter()
+                    .map(|e| e.cause)
+                    .filter(|cause| is_switch(topology, cause.node)),
+            );
         }
         Exposure {
             paused,
