@@ -160,9 +160,14 @@ fn a_storm_whose_paused_packets_never_left_is_still_traced_to_the_host() {
 
 /// Epoch 0: two micro-bursts h1 → h2 contend at s1.p(s2).
 fn bursts_into_the_ring(builder: &mut IncidentBuilder) {
+    bursts_into_the_ring_in(builder, 0);
+}
+
+/// [`bursts_into_the_ring`] in `epoch`.
+fn bursts_into_the_ring_in(builder: &mut IncidentBuilder, epoch: usize) {
     for index in 0..2u8 {
         builder.flow(
-            0,
+            epoch,
             flow(30 + index, 52000 + u16::from(index), 3),
             &["h1", "s1", "s2", "h2"],
             &[
@@ -470,29 +475,9 @@ fn a_pause_a_loop_port_waited_out_before_the_loop_formed_is_not_its_initiator() 
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 3, victim());
     // Epoch 0: bursts h1 → h9 contend at s2.p(h9) and pause s1's port toward s2 — a loop
     // port waits for a queue outside the loop, but no loop has formed yet.
-    for index in 0..3u8 {
-        builder.flow(
-            0,
-            flow(40 + index, 53000 + u16::from(index), 19),
-            &["h1", "s1", "s2", "h9"],
-            &[
-                Hop::new(150).paused(100, 300_000),
-                Hop::new(300).depth(150_000).window(60_000, 70_000),
-            ],
-        );
-    }
+    bursts_from_h1_via_s2(&mut builder, "h9", 19, 150_000);
     // Epoch 1: micro-bursts h1 → h2 contend at s1.p(s2), unpaused.
-    for index in 0..2u8 {
-        builder.flow(
-            1,
-            flow(30 + index, 52000 + u16::from(index), 3),
-            &["h1", "s1", "s2", "h2"],
-            &[
-                Hop::new(400).depth(200_000).window(10_000, 30_000),
-                Hop::new(400),
-            ],
-        );
-    }
+    bursts_into_the_ring_in(&mut builder, 1);
     // Epoch 2: the cyclic buffer dependency is paused all around.
     ring_flows(&mut builder, 2);
     let output = run(&builder);

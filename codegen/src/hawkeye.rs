@@ -276,6 +276,22 @@ fn epoch_bitmap_or(
     )
 }
 
+/// The ring slot (`index`) and the epoch id (`id`, 16 bits: the lap) of timestamp `tstamp`
+/// for epochs of 2^`eb` ns and a ring of 2^`epoch_bits` slots (HAWKEYE §3.3).
+fn epoch_of(tstamp: FieldId, index: FieldId, id: FieldId, eb: u8, epoch_bits: u8) -> [Stmt; 2] {
+    [
+        Stmt::Assign(
+            index,
+            if epoch_bits == 0 {
+                c(0, 1)
+            } else {
+                slice(f(tstamp), eb + epoch_bits - 1, eb)
+            },
+        ),
+        Stmt::Assign(id, slice(f(tstamp), eb + epoch_bits + 15, eb + epoch_bits)),
+    ]
+}
+
 /// Reads one ring slot's [`epoch_bitmap_or`] bitmap when it was written in the lap
 /// `lap` (the slot's epoch within the ring), else 0.
 fn slot_bitmap_read(
@@ -1283,21 +1299,14 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     }
 
     // Now and the ring slot of the ingress timestamp.
-    let ig_prologue = vec![
-        Stmt::Assign(now, slice(f(ig_tstamp), 31, 0)),
-        Stmt::Assign(
-            ig_epoch_index,
-            if epoch_bits == 0 {
-                c(0, 1)
-            } else {
-                slice(f(ig_tstamp), eb + epoch_bits - 1, eb)
-            },
-        ),
-        Stmt::Assign(
-            ig_epoch_id,
-            slice(f(ig_tstamp), eb + epoch_bits + 15, eb + epoch_bits),
-        ),
-    ];
+    let mut ig_prologue = vec![Stmt::Assign(now, slice(f(ig_tstamp), 31, 0))];
+    ig_prologue.extend(epoch_of(
+        ig_tstamp,
+        ig_epoch_index,
+        ig_epoch_id,
+        eb,
+        epoch_bits,
+    ));
     let mut pfc_stmts = ig_prologue.clone();
     pfc_stmts.push(Stmt::Apply(port_speed));
     for q in 0..8 {
@@ -1746,19 +1755,8 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let port_old_epoch = b.meta("port_old_epoch", 16);
     let port_fresh = b.meta("port_fresh", 1);
 
-    let epoch_prologue = vec![
-        Stmt::Assign(
-            epoch_index,
-            if epoch_bits == 0 {
-                c(0, 1)
-            } else {
-                slice(f(enq_tstamp), eb + epoch_bits - 1, eb)
-            },
-        ),
-        Stmt::Assign(
-            epoch_id,
-            slice(f(enq_tstamp), eb + epoch_bits + 15, eb + epoch_bits),
-        ),
+    let mut epoch_prologue = epoch_of(enq_tstamp, epoch_index, epoch_id, eb, epoch_bits).to_vec();
+    epoch_prologue.extend([
         Stmt::Assign(epoch_offset, cast(slice(f(enq_tstamp), eb - 1, 0), 32)),
         Stmt::Assign(
             port_index,
@@ -1769,7 +1767,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
                 port_bits,
             ),
         ),
-    ];
+    ]);
 
     // Port queue-depth sums (the queue depth at enqueue is only known in egress), keyed by
     // the enqueue epoch like the ingress counters.
