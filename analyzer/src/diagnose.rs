@@ -560,9 +560,14 @@ impl<'a> Context<'a> {
                     ..item
                 });
             }
-            let weakest_loop_edge = members
+            // The loop's own wait-for edges, member to next member.
+            let cycle: Vec<(PortRef, PortRef)> = members
                 .iter()
-                .zip(members.iter().cycle().skip(1))
+                .copied()
+                .zip(members.iter().copied().cycle().skip(1))
+                .collect();
+            let weakest_loop_edge = cycle
+                .iter()
                 .filter_map(|(from, to)| {
                     self.graph
                         .port_edges(*from)
@@ -579,9 +584,8 @@ impl<'a> Context<'a> {
             // The epochs in which the loop's own wait-for edges had weight: an exit that
             // never had weight in one of them (a pause the port waited out before the
             // loop's dependencies formed, or after they were gone) did not hold the loop.
-            let loop_epochs: BTreeSet<u64> = members
+            let loop_epochs: BTreeSet<u64> = cycle
                 .iter()
-                .zip(members.iter().cycle().skip(1))
                 .filter_map(|(from, to)| self.graph.edge_epochs(*from, *to))
                 .flatten()
                 .copied()
@@ -607,32 +611,34 @@ impl<'a> Context<'a> {
                     }
                 }
             }
-            for (from, to, weight) in &apart_exits {
-                evidence.push(Evidence {
-                    rule: "loop_exit_apart".into(),
-                    from: label(self.incident, *from),
-                    to: label(self.incident, *to),
-                    weight: round3(*weight),
+            // An exit that does not hold the loop, with why.
+            let ignored_exit = |rule: &str,
+                                (from, to, weight): &(PortRef, PortRef, f64),
+                                why: &str| {
+                let (from, to) = (label(self.incident, *from), label(self.incident, *to));
+                Evidence {
+                    rule: rule.into(),
                     note: format!(
-                        "loop port {} also waited for {} outside the loop, but never in an epoch in which the loop's own wait-for edges held: not what holds the loop",
-                        label(self.incident, *from),
-                        label(self.incident, *to),
+                        "loop port {from} also waits for {to} outside the loop, but {why}: not what holds the loop"
                     ),
-                });
+                    from,
+                    to,
+                    weight: round3(*weight),
+                }
+            };
+            for exit in &apart_exits {
+                evidence.push(ignored_exit(
+                    "loop_exit_apart",
+                    exit,
+                    "never in an epoch in which the loop's own wait-for edges held",
+                ));
             }
-            for (from, to, weight) in &weak_exits {
-                evidence.push(Evidence {
-                    rule: "weak_loop_exit".into(),
-                    from: label(self.incident, *from),
-                    to: label(self.incident, *to),
-                    weight: round3(*weight),
-                    note: format!(
-                        "loop port {} also waits for {} outside the loop, but with less than {:.0} % of the weakest loop edge: not what holds the loop",
-                        label(self.incident, *from),
-                        label(self.incident, *to),
-                        self.options.min_loop_exit_share * 100.0
-                    ),
-                });
+            let weak_why = format!(
+                "with less than {:.0} % of the weakest loop edge",
+                self.options.min_loop_exit_share * 100.0
+            );
+            for exit in &weak_exits {
+                evidence.push(ignored_exit("weak_loop_exit", exit, &weak_why));
             }
             // Exits make the initiator a candidate outside the loop (Alg. 2 l.14), but with
             // background traffic a loop port nearly always also waits for some queue

@@ -471,21 +471,33 @@ fn line_topology() -> FabricTopology {
     }
 }
 
+/// A spreading edge: `sender` paused `paused` from `time_ns` (one XOFF) until `until_ns`,
+/// waiting for `cause`.
+fn spread(
+    time_ns: u64,
+    until_ns: u64,
+    sender: PortRef,
+    paused: PortRef,
+    cause: PortRef,
+) -> SpreadEdge {
+    SpreadEdge {
+        time_ns,
+        last_ns: time_ns,
+        until_ns,
+        sender,
+        paused,
+        cause,
+        priority: 3,
+    }
+}
+
 #[test]
 fn a_storm_hosts_pause_ends_the_chain_however_its_own_nic_is_paused() {
     let topology = line_topology();
     let mut t = truth(AnomalyClass::PfcStorm, "pfc_storm");
     t.root_ports = vec![port(4, 1)];
     t.initial_causal = vec![port(4, 1)];
-    let edge = |time_ns, sender: PortRef, paused: PortRef, cause: PortRef| SpreadEdge {
-        time_ns,
-        last_ns: time_ns,
-        until_ns: 2_000_000,
-        sender,
-        paused,
-        cause,
-        priority: 3,
-    };
+    let edge = |time_ns, sender, paused, cause| spread(time_ns, 2_000_000, sender, paused, cause);
     t.spreading = vec![
         // h1 injects PAUSE into tor1.p1 (the storm's origin: it waits for nothing).
         edge(1_000_000, port(6, 0), port(4, 1), port(6, 0)),
@@ -521,14 +533,8 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     t.root_ports = vec![port(4, 1)];
     t.initial_causal = vec![port(4, 1)];
     // On this line every switch's congested direction is port 1.
-    let edge = |time_ns, sender: PortRef, paused: PortRef| SpreadEdge {
-        time_ns,
-        last_ns: time_ns,
-        until_ns: time_ns,
-        sender,
-        paused,
-        cause: port(sender.node, 1),
-        priority: 3,
+    let edge = |time_ns, sender: PortRef, paused| {
+        spread(time_ns, time_ns, sender, paused, port(sender.node, 1))
     };
     t.spreading = vec![
         edge(1_000_100, port(4, 0), port(3, 1)),
