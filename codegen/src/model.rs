@@ -244,6 +244,8 @@ const MAX_SALU_CONDITIONS: usize = 3;
 const NO_SLOT: u16 = u16::MAX;
 /// PHV slots are `u16` indices.
 const PHV_SLOTS: usize = 1 << 16;
+/// The PHV: one `u64` per slot.
+type PhvBuf = [u64; PHV_SLOTS];
 const NO_HEADER: u8 = u8::MAX;
 const NONE: u8 = u8::MAX;
 
@@ -2570,9 +2572,6 @@ impl Regs {
 #[derive(Debug)]
 #[repr(C)]
 struct State {
-    /// One slot per possible `u16` slot index, so that indexing needs no bounds check (only
-    /// the first pages are ever touched).
-    phv: Box<[u64; PHV_SLOTS]>,
     /// Header validity (bit per header).
     valid: u64,
     /// Headers the parser extracted this pass.
@@ -2602,6 +2601,9 @@ struct State {
     /// Each register as the control plane reads it (`hi << 32 | lo`), built on demand by
     /// [`DataPlane::register_read_all`] and dropped when the data plane writes it.
     views: Vec<OnceLock<Vec<u64>>>,
+    /// The PHV of a pass that cannot use the thread's shared one (a pass started inside
+    /// another pass of the same program), made on first use.
+    own_phv: Option<Box<PhvBuf>>,
 }
 
 struct PassCtx<'a> {
@@ -2637,8 +2639,14 @@ fn window(buf: &[u8], at: usize) -> Option<u64> {
 
 impl State {
     /// Runs `pass` with this thread's PHV for `code`'s program (shared by every model of the
-    /// program, so it stays in cache however many switches take turns).
-    fn with_phv<R>(&mut self, code: &Arc<Code>, pass: impl FnOnce(&mut State) -> R) -> R {
+    /// program, so it stays in cache however many switches take turns). The PHV is handed
+    /// to the pass apart from the state, so that the emitted code knows the two do not
+    /// alias and keeps PHV values in registers.
+    fn with_phv<R>(
+        &mut self,
+        code: &Arc<Code>,
+        pass: impl FnOnce(&mut State, &mut PhvBuf) -> R,
+    ) -> R {
         let mut pass = Some(pass);
         let shared = SCRATCH.with(|scratch| {
             let Ok(mut scratch) = scratch.try_borrow_mut() else {
@@ -2664,16 +2672,14 @@ impl State {
                 }
             };
             let s = &mut scratch[at];
-            std::mem::swap(&mut self.phv, &mut s.phv);
             self.stale = s.stale;
-            // While the pass runs the scratch holds this model's own PHV (if the pass
-            // panics, it stays there and its fields count as stale).
+            // While the pass runs its fields count as stale (if the pass panics, they
+            // stay so).
             s.stale = u64::MAX;
             self.meta = s.meta;
             s.meta = META_ANY;
             self.dirty = 0;
-            let r = pass.take().map(|pass| pass(self));
-            std::mem::swap(&mut self.phv, &mut s.phv);
+            let r = pass.take().map(|pass| pass(self, &mut s.phv));
             s.stale = self.stale | self.dirty;
             s.meta = self.meta;
             r
@@ -2685,7 +2691,11 @@ impl State {
                 self.stale = u64::MAX;
                 self.meta = META_ANY;
                 self.dirty = 0;
-                pass(self)
+                let mut own = std::mem::take(&mut self.own_phv);
+                let phv = own.get_or_insert_with(new_phv);
+                let r = pass(self, phv);
+                self.own_phv = own;
+                r
             }
             (None, None) => unreachable!("the pass ran with the shared PHV"),
         }
@@ -2697,20 +2707,26 @@ impl State {
     /// (the reference the emitted code is tested against) also gives every other metadata
     /// field an all-ones value, so a read the analysis missed changes the interpreter's
     /// result and the differential test fails.
-    fn reset(&mut self, code: &Code, gress: usize, native: Option<&native::Native>) {
+    fn reset(
+        &mut self,
+        code: &Code,
+        gress: usize,
+        native: Option<&native::Native>,
+        phv: &mut PhvBuf,
+    ) {
         self.stale |= self.dirty;
         match native {
             Some(n) => {
                 if self.meta != META_CLEAN {
-                    (n.clear[gress])(&mut self.phv);
+                    (n.clear[gress])(phv);
                 }
             }
             None => {
                 for (start, end) in &code.meta_ranges {
-                    self.phv[*start..*end].copy_from_slice(&code.masks[*start..*end]);
+                    phv[*start..*end].copy_from_slice(&code.masks[*start..*end]);
                 }
                 for (start, end) in &code.meta_exposed[gress] {
-                    self.phv[*start..*end].fill(0);
+                    phv[*start..*end].fill(0);
                 }
             }
         }
@@ -2722,7 +2738,7 @@ impl State {
         self.in_order = true;
     }
 
-    fn parse(&mut self, code: &Code, packet: &[u8]) {
+    fn parse(&mut self, code: &Code, packet: &[u8], phv: &mut PhvBuf) {
         let mut state = 0usize;
         let mut offset = 0usize;
         let mut last: i32 = -1;
@@ -2733,8 +2749,7 @@ impl State {
                     break;
                 }
                 for f in &code.pfields[s.fields as usize..s.fields_end as usize] {
-                    self.phv[f.phv as usize] =
-                        extract(packet, offset, f.byte, f.bit, f.shift, f.width);
+                    phv[f.phv as usize] = extract(packet, offset, f.byte, f.bit, f.shift, f.width);
                 }
                 self.extracted(h, offset, &mut last);
                 offset += s.bytes as usize;
@@ -2742,7 +2757,7 @@ impl State {
             match s.kind {
                 GOTO => state = s.next as usize,
                 SELECT => {
-                    let v = self.phv[s.select as usize];
+                    let v = phv[s.select as usize];
                     match code.pcases[s.cases as usize..s.cases_end as usize]
                         .iter()
                         .find(|(c, _)| *c == v)
@@ -2754,7 +2769,7 @@ impl State {
                 _ => break,
             }
         }
-        self.parse_done(code, offset);
+        self.parse_done(code, offset, phv);
     }
 
     /// Header `h` was extracted at byte `offset`; `last` is the previous header extracted.
@@ -2771,13 +2786,13 @@ impl State {
 
     /// The parser stopped at byte `offset`.
     #[inline(always)]
-    fn parse_done(&mut self, code: &Code, offset: usize) {
+    fn parse_done(&mut self, code: &Code, offset: usize, phv: &mut PhvBuf) {
         self.payload_offset = offset;
         // Fields of headers not extracted now read as zero, as after a fresh reset. A
         // switch mostly sees the header stack of its previous pass again: nothing to clear.
         let stale = self.stale & !self.parsed;
         if stale != 0 {
-            self.clear_unparsed(code, stale);
+            self.clear_unparsed(code, stale, phv);
         }
         self.stale = self.parsed;
     }
@@ -2785,26 +2800,21 @@ impl State {
     /// Zeroes the fields of the headers in `stale` (set by an earlier pass, not extracted
     /// by this one).
     #[inline(never)]
-    fn clear_unparsed(&mut self, code: &Code, mut stale: u64) {
+    fn clear_unparsed(&mut self, code: &Code, mut stale: u64, phv: &mut PhvBuf) {
         while stale != 0 {
             let h = stale.trailing_zeros() as usize;
             stale &= stale - 1;
             let (a, b) = code.header_fields[h];
             for f in &code.pfields[a as usize..b as usize] {
-                self.phv[f.phv as usize] = 0;
+                phv[f.phv as usize] = 0;
             }
         }
     }
 
     /// Writes `fields` (of a header at byte `base`) from the PHV into `out`.
-    fn emit_fields(&self, fields: &[CField], out: &mut [u8], base: usize) {
+    fn emit_fields(&self, fields: &[CField], out: &mut [u8], base: usize, phv: &PhvBuf) {
         for f in fields {
-            write_bits(
-                out,
-                base * 8 + f.bit as usize,
-                f.width,
-                self.phv[f.phv as usize],
-            );
+            write_bits(out, base * 8 + f.bit as usize, f.width, phv[f.phv as usize]);
         }
     }
 
@@ -2828,7 +2838,7 @@ impl State {
     /// bytes and gets the fields the program writes re-emitted if it was written; a header
     /// the program made valid is emitted whole. When the valid headers are the parsed ones
     /// (in order), the output is a copy of the input with the written headers patched.
-    fn deparse(&self, code: &Code, packet: &[u8], out: &mut Vec<u8>) {
+    fn deparse(&self, code: &Code, packet: &[u8], out: &mut Vec<u8>, phv: &PhvBuf) {
         out.clear();
         if self.valid == self.parsed && self.in_order {
             out.extend_from_slice(packet);
@@ -2842,7 +2852,7 @@ impl State {
                 } else {
                     &header.emit
                 };
-                self.emit_fields(fields, out, self.offsets[h] as usize);
+                self.emit_fields(fields, out, self.offsets[h] as usize, phv);
             }
             return;
         }
@@ -2856,11 +2866,11 @@ impl State {
                 let at = self.offsets[h] as usize;
                 out.extend_from_slice(&packet[at..at + header.bytes]);
                 if self.dirty & bit != 0 {
-                    self.emit_fields(&header.emit, out, start);
+                    self.emit_fields(&header.emit, out, start, phv);
                 }
             } else {
                 out.resize(start + header.bytes, 0);
-                self.emit_fields(&header.fields, out, start);
+                self.emit_fields(&header.fields, out, start, phv);
             }
         }
         if self.payload_offset < packet.len() {
@@ -2869,7 +2879,7 @@ impl State {
     }
 
     /// One TNA RegisterAction: conditions, predicated updates, one output.
-    fn execute(&mut self, code: &Code, ra: u16, index: u64) -> u64 {
+    fn execute(&mut self, code: &Code, ra: u16, index: u64, phv: &PhvBuf) -> u64 {
         let ra = &code.register_actions[ra as usize];
         // Registers are powers of two; masking the index is the hardware's behaviour.
         let w = ra.base + ((index as usize) & ra.size_mask) * ra.stride + ra.offset;
@@ -2880,7 +2890,6 @@ impl State {
             0
         };
         let m = ra.word_mask;
-        let phv = &self.phv;
         let mut outcome = 0usize;
         for (i, c) in ra.conditions.iter().enumerate() {
             if c.test(phv, lo, hi, m) {
@@ -2914,10 +2923,10 @@ impl State {
 
     /// A [`WordAction`] on word `w` of its slab (emitted code passes a constant action).
     #[inline(always)]
-    fn word_at(&mut self, code: &Code, a: &WordAction, w: usize) -> u64 {
+    fn word_at(&mut self, code: &Code, a: &WordAction, w: usize, phv: &PhvBuf) -> u64 {
         let w = a.base as usize + w;
         let cell = &mut self.regs.words[w >> 4].0[w & 15];
-        word_step(a, &code.word_conds, cell, &self.phv)
+        word_step(a, &code.word_conds, cell, phv)
     }
 
     /// Drops every control-plane view: a pass is about to run and may write any register
@@ -2932,13 +2941,13 @@ impl State {
 
     /// A register action in its [`WordAction`] form.
     #[inline(always)]
-    fn execute_word(&mut self, code: &Code, wa: u16, index: u64) -> u64 {
+    fn execute_word(&mut self, code: &Code, wa: u16, index: u64, phv: &PhvBuf) -> u64 {
         let a = &code.word_actions[wa as usize];
         let w = a.base as usize
             + ((index as usize) & a.size_mask as usize) * a.stride as usize
             + a.offset as usize;
         let cell = &mut self.regs.words[w >> 4].0[w & 15];
-        let value = word_step(a, &code.word_conds, cell, &self.phv);
+        let value = word_step(a, &code.word_conds, cell, phv);
         if a.writes && *self.live_views.get_mut() != 0 {
             self.drop_view(code.word_registers[wa as usize] as usize);
         }
@@ -2946,7 +2955,13 @@ impl State {
     }
 
     /// The word actions of an [`Ins::ExecuteGroup`]: one cell group, one address.
-    fn execute_group(&mut self, code: &Code, members: &[(u16, u16, u64)], index: u64) {
+    fn execute_group(
+        &mut self,
+        code: &Code,
+        members: &[(u16, u16, u64)],
+        index: u64,
+        phv: &mut PhvBuf,
+    ) {
         let Some(&(first, _, _)) = members.first() else {
             return;
         };
@@ -2957,14 +2972,9 @@ impl State {
         for &(wa, out, mask) in members {
             let wa = &code.word_actions[wa as usize];
             let w = base + wa.offset as usize;
-            let value = word_step(
-                wa,
-                &code.word_conds,
-                &mut lines[w >> 4].0[w & 15],
-                &self.phv,
-            );
+            let value = word_step(wa, &code.word_conds, &mut lines[w >> 4].0[w & 15], phv);
             if out != NO_SLOT {
-                self.phv[out as usize] = value & mask;
+                phv[out as usize] = value & mask;
             }
         }
         if *self.live_views.get_mut() != 0 {
@@ -2976,34 +2986,14 @@ impl State {
         }
     }
 
-    fn hash(&self, code: &Code, unit: u16) -> u64 {
+    fn hash(&self, code: &Code, unit: u16, phv: &PhvBuf) -> u64 {
         let h = &code.hashes[unit as usize];
-        self.hash_inputs(&h.inputs, h.mask)
+        hash_inputs(phv, &h.inputs, h.mask)
     }
 
-    /// The CRC-32 of the `(PHV slot, bytes)` inputs, big-endian one after another, masked
-    /// with `mask`. Emitted code passes the unit's inputs as a constant, so the whole hash
-    /// unrolls.
-    #[inline(always)]
-    fn hash_inputs(&self, inputs: &[(u16, u8)], mask: u64) -> u64 {
-        // Each input is stored as a whole big-endian word whose tail the next input
-        // overwrites (fixed-size stores).
-        let mut buf = [0u8; MAX_HASH_BYTES + 8];
-        let mut n = 0;
-        for (f, bytes) in inputs {
-            let b = (*bytes as usize).min(8);
-            if b > 0 {
-                let v = self.phv[*f as usize] << (64 - 8 * b as u32);
-                buf[n..n + 8].copy_from_slice(&v.to_be_bytes());
-                n += b;
-            }
-        }
-        (crc32_fast(&buf[..n]) as u64) & mask
-    }
-
-    fn set_params(&mut self, code: &Code, action: u16, args: &[u64]) {
+    fn set_params(&mut self, code: &Code, action: u16, args: &[u64], phv: &mut PhvBuf) {
         for ((p, m), v) in code.action_params[action as usize].iter().zip(args) {
-            self.phv[*p as usize] = v & m;
+            phv[*p as usize] = v & m;
         }
     }
 
@@ -3027,31 +3017,31 @@ impl State {
     }
 
     /// Looks `t` up: sets the chosen action's parameters and returns the action.
-    fn select(&mut self, code: &Code, t: u16) -> u16 {
+    fn select(&mut self, code: &Code, t: u16, phv: &mut PhvBuf) -> u16 {
         let table = &code.tables[t as usize];
         if table.forwarding && self.routing == Routing::FromInput {
             if let (Some(port), Some(action)) = (self.routed, table.first_action) {
                 if let Some((p, m)) = code.action_params[action as usize].first() {
-                    self.phv[*p as usize] = port as u64 & m;
+                    phv[*p as usize] = port as u64 & m;
                 }
                 return action;
             }
-            self.set_params(code, table.default_action, &table.default_params);
+            self.set_params(code, table.default_action, &table.default_params, phv);
             return table.default_action;
         }
         let mut key: u128 = 0;
         for (f, w) in &table.keys {
-            key = (key << w) | self.phv[*f as usize] as u128;
+            key = (key << w) | phv[*f as usize] as u128;
         }
         let state = &self.tables[t as usize];
         if key < state.direct.len() as u128 {
             let d = state.direct[key as usize];
             if d.action == NO_SLOT {
-                self.set_params(code, table.default_action, &table.default_params);
+                self.set_params(code, table.default_action, &table.default_params, phv);
                 return table.default_action;
             }
             for ((p, m), v) in code.action_params[d.action as usize].iter().zip(d.params) {
-                self.phv[*p as usize] = v & m;
+                phv[*p as usize] = v & m;
             }
             return d.action;
         }
@@ -3067,26 +3057,26 @@ impl State {
         match hit {
             Some((a, params)) => {
                 for ((p, m), v) in code.action_params[a as usize].iter().zip(params) {
-                    self.phv[*p as usize] = v & m;
+                    phv[*p as usize] = v & m;
                 }
                 a
             }
             None => {
-                self.set_params(code, table.default_action, &table.default_params);
+                self.set_params(code, table.default_action, &table.default_params, phv);
                 table.default_action
             }
         }
     }
 
-    fn run(&mut self, code: &Code, start: u32, ctx: &mut PassCtx) {
+    fn run(&mut self, code: &Code, start: u32, ctx: &mut PassCtx, phv: &mut PhvBuf) {
         let mut pc = start as usize;
         while let Some(ins) = code.ins.get(pc) {
             pc += 1;
             match *ins {
                 Ins::Mov { dst, src, mask } => {
-                    self.phv[dst as usize] = self.phv[src as usize] & mask;
+                    phv[dst as usize] = phv[src as usize] & mask;
                 }
-                Ins::Imm { dst, value } => self.phv[dst as usize] = value,
+                Ins::Imm { dst, value } => phv[dst as usize] = value,
                 Ins::Bin {
                     op,
                     dst,
@@ -3094,8 +3084,7 @@ impl State {
                     b,
                     mask,
                 } => {
-                    self.phv[dst as usize] =
-                        bin(op, self.phv[a as usize], self.phv[b as usize], mask);
+                    phv[dst as usize] = bin(op, phv[a as usize], phv[b as usize], mask);
                 }
                 Ins::BinImm {
                     op,
@@ -3104,25 +3093,25 @@ impl State {
                     b,
                     mask,
                 } => {
-                    self.phv[dst as usize] = bin(op, self.phv[a as usize], b, mask);
+                    phv[dst as usize] = bin(op, phv[a as usize], b, mask);
                 }
                 Ins::Shl { dst, a, n, mask } => {
-                    self.phv[dst as usize] = self.phv[a as usize].wrapping_shl(n as u32) & mask;
+                    phv[dst as usize] = phv[a as usize].wrapping_shl(n as u32) & mask;
                 }
                 Ins::Shr { dst, a, n, mask } => {
-                    self.phv[dst as usize] = self.phv[a as usize].wrapping_shr(n as u32) & mask;
+                    phv[dst as usize] = phv[a as usize].wrapping_shr(n as u32) & mask;
                 }
                 Ins::ShlOr { dst, a, n, b, mask } => {
-                    self.phv[dst as usize] =
-                        (self.phv[a as usize].wrapping_shl(n as u32) | self.phv[b as usize]) & mask;
+                    phv[dst as usize] =
+                        (phv[a as usize].wrapping_shl(n as u32) | phv[b as usize]) & mask;
                 }
                 Ins::JumpCmp { cmp, a, b, target } => {
-                    if cmp.test(self.phv[a as usize], cmp.norm(self.phv[b as usize])) {
+                    if cmp.test(phv[a as usize], cmp.norm(phv[b as usize])) {
                         pc = target as usize;
                     }
                 }
                 Ins::JumpCmpImm { cmp, a, b, target } => {
-                    if cmp.test(self.phv[a as usize], b) {
+                    if cmp.test(phv[a as usize], b) {
                         pc = target as usize;
                     }
                 }
@@ -3144,9 +3133,9 @@ impl State {
                     out,
                     mask,
                 } => {
-                    let v = self.execute(code, ra, self.phv[index as usize]);
+                    let v = self.execute(code, ra, phv[index as usize], phv);
                     if out != NO_SLOT {
-                        self.phv[out as usize] = v & mask;
+                        phv[out as usize] = v & mask;
                     }
                 }
                 Ins::ExecuteGroup {
@@ -3155,7 +3144,7 @@ impl State {
                     index,
                 } => {
                     let members = &code.group_members[first as usize..][..count as usize];
-                    self.execute_group(code, members, self.phv[index as usize]);
+                    self.execute_group(code, members, phv[index as usize], phv);
                     pc += count as usize - 1;
                 }
                 Ins::CondSet {
@@ -3165,8 +3154,8 @@ impl State {
                     dst,
                     value,
                 } => {
-                    if cmp.test(self.phv[a as usize], cmp.norm(self.phv[b as usize])) {
-                        self.phv[dst as usize] = value;
+                    if cmp.test(phv[a as usize], cmp.norm(phv[b as usize])) {
+                        phv[dst as usize] = value;
                     }
                 }
                 Ins::CondSetImm {
@@ -3176,8 +3165,8 @@ impl State {
                     b,
                     value,
                 } => {
-                    if cmp.test(self.phv[a as usize], b) {
-                        self.phv[dst as usize] = value;
+                    if cmp.test(phv[a as usize], b) {
+                        phv[dst as usize] = value;
                     }
                 }
                 Ins::ExecuteWord {
@@ -3186,18 +3175,18 @@ impl State {
                     out,
                     mask,
                 } => {
-                    let v = self.execute_word(code, wa, self.phv[index as usize]);
+                    let v = self.execute_word(code, wa, phv[index as usize], phv);
                     if out != NO_SLOT {
-                        self.phv[out as usize] = v & mask;
+                        phv[out as usize] = v & mask;
                     }
                 }
                 Ins::Hash { unit, dst, mask } => {
-                    self.phv[dst as usize] = self.hash(code, unit) & mask;
+                    phv[dst as usize] = self.hash(code, unit, phv) & mask;
                 }
-                Ins::SetValid(h) => self.set_valid(code, h),
+                Ins::SetValid(h) => self.set_valid(code, h, phv),
                 Ins::SetInvalid(h) => self.valid &= !(1 << h),
                 Ins::Unicast(port) => {
-                    ctx.forward = Forward::Unicast(self.phv[port as usize] as u16);
+                    ctx.forward = Forward::Unicast(phv[port as usize] as u16);
                 }
                 Ins::Multicast(g) => ctx.forward = Forward::Multicast(g),
                 Ins::Drop => ctx.dropped = true,
@@ -3205,7 +3194,7 @@ impl State {
                     // The copy is taken here; in ingress the rule checker guarantees that no
                     // header was rewritten before this point.
                     ctx.clone = true;
-                    self.deparse(code, ctx.packet, ctx.clone_bytes);
+                    self.deparse(code, ctx.packet, ctx.clone_bytes, phv);
                 }
                 // The values are filled in at the end of the pass (the deparser sends
                 // the digest with the fields' final values).
@@ -3214,49 +3203,49 @@ impl State {
                     values: Vec::new(),
                 }),
                 Ins::Apply(t) => {
-                    let action = self.select(code, t);
-                    self.run(code, code.action_start[action as usize], ctx);
+                    let action = self.select(code, t, phv);
+                    self.run(code, code.action_start[action as usize], ctx, phv);
                 }
                 Ins::Return => return,
             }
         }
     }
 
-    fn set_valid(&mut self, code: &Code, h: u8) {
+    fn set_valid(&mut self, code: &Code, h: u8, phv: &mut PhvBuf) {
         if self.valid & (1 << h) == 0 {
             self.valid |= 1 << h;
             self.dirty |= 1 << h;
             self.zeroed |= 1 << h;
             self.stale |= 1 << h;
             for f in &code.headers[h as usize].fields {
-                self.phv[f.phv as usize] = 0;
+                phv[f.phv as usize] = 0;
             }
         }
     }
 
     /// Fills `c` (which holds the default) with the values of `fields`.
-    fn carry_into(&self, fields: &[(u16, u64)], c: &mut Carried) {
+    fn carry_into(&self, fields: &[(u16, u64)], c: &mut Carried, phv: &PhvBuf) {
         for (v, (f, _)) in c.values.iter_mut().zip(fields) {
-            *v = self.phv[*f as usize];
+            *v = phv[*f as usize];
         }
     }
 
-    fn carry(&self, fields: &[(u16, u64)]) -> Carried {
+    fn carry(&self, fields: &[(u16, u64)], phv: &PhvBuf) -> Carried {
         let mut c = Carried::default();
-        self.carry_into(fields, &mut c);
+        self.carry_into(fields, &mut c, phv);
         c
     }
 
-    fn restore(&mut self, fields: &[(u16, u64)], carried: &Carried) {
+    fn restore(&mut self, fields: &[(u16, u64)], carried: &Carried, phv: &mut PhvBuf) {
         for (v, (f, m)) in carried.values.iter().zip(fields) {
-            self.phv[*f as usize] = v & m;
+            phv[*f as usize] = v & m;
         }
     }
 
     #[inline(always)]
-    fn set_intrinsic(&mut self, code: &Code, which: Intrinsic, value: u64) {
+    fn set_intrinsic(&mut self, code: &Code, which: Intrinsic, value: u64, phv: &mut PhvBuf) {
         let (f, m) = code.intrinsic(which);
-        self.phv[f as usize] = value & m;
+        phv[f as usize] = value & m;
     }
 
     /// Drops the control-plane view of register `r` (its cells changed).
@@ -3341,6 +3330,93 @@ fn crc32_fast(bytes: &[u8]) -> u32 {
     c ^ 0xFFFF_FFFF
 }
 
+/// The CRC-32 of the `(PHV slot, bytes)` inputs, big-endian one after another, masked
+/// with `mask`. Emitted code passes the unit's inputs as a constant, so the whole hash
+/// unrolls.
+#[inline(always)]
+fn hash_inputs(phv: &PhvBuf, inputs: &[(u16, u8)], mask: u64) -> u64 {
+    let total: usize = inputs.iter().map(|(_, b)| (*b as usize).min(8)).sum();
+    if total <= 16 {
+        // The inputs one after another in a 128-bit register: no stores and loads of
+        // different widths (which stall store forwarding) on the packet's path.
+        let mut acc = 0u128;
+        for (f, bytes) in inputs {
+            let bits = 8 * (*bytes as u32).min(8);
+            if bits > 0 {
+                let v = phv[*f as usize] as u128 & ((1u128 << bits) - 1);
+                acc = acc << bits | v;
+            }
+        }
+        return (crc32_u128(acc, total) as u64) & mask;
+    }
+    // Each input is stored as a whole big-endian word whose tail the next input
+    // overwrites (fixed-size stores).
+    let mut buf = [0u8; MAX_HASH_BYTES + 8];
+    let mut n = 0;
+    for (f, bytes) in inputs {
+        let b = (*bytes as usize).min(8);
+        if b > 0 {
+            let v = phv[*f as usize] << (64 - 8 * b as u32);
+            buf[n..n + 8].copy_from_slice(&v.to_be_bytes());
+            n += b;
+        }
+    }
+    (crc32_fast(&buf[..n]) as u64) & mask
+}
+
+/// The CRC-32 of [`crate::hash::crc32`] over the `n` (≤ 16) low bytes of `acc`, most
+/// significant first: [`crc32_fast`] with the bytes taken from a register.
+#[inline(always)]
+fn crc32_u128(acc: u128, n: usize) -> u32 {
+    let t = &CRC_SLICES;
+    // The message's first byte at the top.
+    let mut m = if n == 0 { 0 } else { acc << (8 * (16 - n)) };
+    let mut c = 0xFFFF_FFFFu32;
+    let mut left = n;
+    if left >= 8 {
+        let lo = c ^ ((m >> 96) as u32).swap_bytes();
+        let hi = ((m >> 64) as u32).swap_bytes();
+        c = t[7][(lo & 0xFF) as usize]
+            ^ t[6][((lo >> 8) & 0xFF) as usize]
+            ^ t[5][((lo >> 16) & 0xFF) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xFF) as usize]
+            ^ t[2][((hi >> 8) & 0xFF) as usize]
+            ^ t[1][((hi >> 16) & 0xFF) as usize]
+            ^ t[0][(hi >> 24) as usize];
+        m <<= 64;
+        left -= 8;
+    }
+    if left >= 8 {
+        let lo = c ^ ((m >> 96) as u32).swap_bytes();
+        let hi = ((m >> 64) as u32).swap_bytes();
+        c = t[7][(lo & 0xFF) as usize]
+            ^ t[6][((lo >> 8) & 0xFF) as usize]
+            ^ t[5][((lo >> 16) & 0xFF) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xFF) as usize]
+            ^ t[2][((hi >> 8) & 0xFF) as usize]
+            ^ t[1][((hi >> 16) & 0xFF) as usize]
+            ^ t[0][(hi >> 24) as usize];
+        m = 0;
+        left -= 8;
+    }
+    if left >= 4 {
+        let x = c ^ ((m >> 96) as u32).swap_bytes();
+        c = t[3][(x & 0xFF) as usize]
+            ^ t[2][((x >> 8) & 0xFF) as usize]
+            ^ t[1][((x >> 16) & 0xFF) as usize]
+            ^ t[0][(x >> 24) as usize];
+        m <<= 32;
+        left -= 4;
+    }
+    for _ in 0..left {
+        c = t[0][((c ^ (m >> 120) as u32) & 0xFF) as usize] ^ (c >> 8);
+        m <<= 8;
+    }
+    c ^ 0xFFFF_FFFF
+}
+
 /// The Rust source of the native back end for `variants` (name, program): the file
 /// `codegen/src/model/generated.rs` that `hawkmesh-codegen --write` writes.
 pub fn emit_native(variants: &[(&str, &Program)]) -> Result<String, ModelError> {
@@ -3354,10 +3430,10 @@ pub fn emit_native(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
 pub struct Model {
     // What a pass touches first (see [`State`]).
     code: Arc<Code>,
+    /// The emitted variant the passes run, `None` for the interpreter (no variant, or the
+    /// differential tests run the interpreter on purpose).
+    native: Option<&'static native::Native>,
     st: State,
-    /// Run on the interpreter even when the code has an emitted variant (differential
-    /// tests).
-    interpreted: bool,
     program: Arc<Program>,
     groups: HashMap<u16, Vec<u16>>,
     cpu_port: u16,
@@ -3493,7 +3569,7 @@ impl Model {
             )));
         }
         let st = State {
-            phv: new_phv(),
+            own_phv: None,
             valid: 0,
             parsed: 0,
             dirty: 0,
@@ -3534,12 +3610,12 @@ impl Model {
             routed: None,
         };
         Ok(Model {
+            native: code.native.map(|n| &generated::VARIANTS[n]),
             code,
             st,
             groups: HashMap::new(),
             cpu_port,
             scratch: [PassOutput::default(), PassOutput::default()],
-            interpreted: false,
             program,
         })
     }
@@ -3547,7 +3623,7 @@ impl Model {
     /// Whether passes run as emitted Rust (the program's compiled code has a variant in
     /// the generated native back end) rather than on the interpreter.
     pub fn is_native(&self) -> bool {
-        self.code.native.is_some() && !self.interpreted
+        self.native.is_some()
     }
 
     /// The program.
@@ -3680,18 +3756,15 @@ impl Model {
             self.st.drop_views();
         }
         let code = &self.code;
-        let native = code
-            .native
-            .filter(|_| !self.interpreted)
-            .map(|n| &generated::VARIANTS[n]);
-        Ok(self.st.with_phv(code, |st| {
-            st.reset(code, 0, native);
-            st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64);
-            st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns);
+        let native = self.native;
+        Ok(self.st.with_phv(code, |st, phv| {
+            st.reset(code, 0, native, phv);
+            st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64, phv);
+            st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns, phv);
             st.routed = input.routed_egress_port;
             match native {
-                Some(n) => (n.parse)(st, code, packet),
-                None => st.parse(code, packet),
+                Some(n) => (n.parse)(st, phv, code, packet),
+                None => st.parse(code, packet, phv),
             }
             let mut ctx = PassCtx {
                 packet,
@@ -3702,33 +3775,33 @@ impl Model {
                 clone: false,
             };
             match native {
-                Some(n) => (n.ingress)(st, code, &mut ctx),
-                None => st.run(code, code.ingress, &mut ctx),
+                Some(n) => (n.ingress)(st, phv, code, &mut ctx),
+                None => st.run(code, code.ingress, &mut ctx, phv),
             }
             let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
             let same = handover == Handover::Packed && st.unchanged();
             if !same {
-                st.deparse(code, packet, &mut out.bytes);
+                st.deparse(code, packet, &mut out.bytes, phv);
             }
             out.dropped = dropped;
             out.forward = forward;
             match handover {
-                Handover::Full => st.carry_into(&code.bridged, &mut out.bridged),
+                Handover::Full => st.carry_into(&code.bridged, &mut out.bridged, phv),
                 Handover::Packed => {
                     *bridge = match native {
-                        Some(n) => (n.pack)(&st.phv),
-                        None => pack_fields(&st.phv, &code.bridge_packing),
+                        Some(n) => (n.pack)(phv),
+                        None => pack_fields(phv, &code.bridge_packing),
                     }
                 }
             }
             for d in out.digests.iter_mut() {
                 d.values = code.digests[d.digest.0 as usize]
                     .iter()
-                    .map(|f| st.phv[*f as usize])
+                    .map(|f| phv[*f as usize])
                     .collect();
             }
             if clone {
-                let mut c = st.carry(&code.cloned);
+                let mut c = st.carry(&code.cloned, phv);
                 c.clone_kind = CLONE_INGRESS as u8;
                 out.clone = Some(c);
             }
@@ -3765,32 +3838,34 @@ impl Model {
             self.st.drop_views();
         }
         let code = &self.code;
-        let native = code
-            .native
-            .filter(|_| !self.interpreted)
-            .map(|n| &generated::VARIANTS[n]);
-        Ok(self.st.with_phv(code, |st| {
-            st.reset(code, 1, native);
+        let native = self.native;
+        Ok(self.st.with_phv(code, |st, phv| {
+            st.reset(code, 1, native, phv);
             let port = input.ingress_port as u64;
             let clone_kind = carried.map_or(0, |c| c.clone_kind);
-            st.set_intrinsic(code, Intrinsic::EgressIngressPort, port);
-            st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64);
-            st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64);
-            st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns);
-            st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64);
-            st.set_intrinsic(code, Intrinsic::PacketLength, input.packet_length as u64);
-            st.set_intrinsic(code, Intrinsic::CloneKind, clone_kind as u64);
+            st.set_intrinsic(code, Intrinsic::EgressIngressPort, port, phv);
+            st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64, phv);
+            st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64, phv);
+            st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns, phv);
+            st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64, phv);
+            st.set_intrinsic(
+                code,
+                Intrinsic::PacketLength,
+                input.packet_length as u64,
+                phv,
+            );
+            st.set_intrinsic(code, Intrinsic::CloneKind, clone_kind as u64, phv);
             match carried {
-                Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c),
-                Ok(c) => st.restore(&code.bridged, c),
+                Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
+                Ok(c) => st.restore(&code.bridged, c, phv),
                 Err(packed) => match native {
-                    Some(n) => (n.unpack)(&mut st.phv, packed),
-                    None => unpack_fields(&mut st.phv, &code.bridge_packing, packed),
+                    Some(n) => (n.unpack)(phv, packed),
+                    None => unpack_fields(phv, &code.bridge_packing, packed),
                 },
             }
             match native {
-                Some(n) => (n.parse)(st, code, packet),
-                None => st.parse(code, packet),
+                Some(n) => (n.parse)(st, phv, code, packet),
+                None => st.parse(code, packet, phv),
             }
             let mut unused = Vec::new();
             let mut ctx = PassCtx {
@@ -3802,17 +3877,17 @@ impl Model {
                 clone: false,
             };
             match native {
-                Some(n) => (n.egress)(st, code, &mut ctx),
-                None => st.run(code, code.egress, &mut ctx),
+                Some(n) => (n.egress)(st, phv, code, &mut ctx),
+                None => st.run(code, code.egress, &mut ctx, phv),
             }
             let (dropped, clone) = (ctx.dropped, ctx.clone);
             let same = handover == Handover::Packed && !clone && st.unchanged();
             if !same {
-                st.deparse(code, packet, &mut out.bytes);
+                st.deparse(code, packet, &mut out.bytes, phv);
             }
             out.dropped = dropped;
             if clone {
-                let mut c = st.carry(&code.cloned);
+                let mut c = st.carry(&code.cloned, phv);
                 c.clone_kind = CLONE_EGRESS as u8;
                 out.clone = Some(c);
                 out.clone_bytes.clear();
@@ -4139,6 +4214,14 @@ mod tests {
             for n in start..bytes.len() {
                 let b = &bytes[start..n];
                 assert_eq!(crc32_fast(b), crc32(b), "bytes {start}..{n}");
+            }
+        }
+        // Up to 16 bytes from a register, as hash units with few inputs are computed.
+        for start in 0..8 {
+            for n in 0..=16 {
+                let b = &bytes[start..start + n];
+                let acc = b.iter().fold(0u128, |a, x| a << 8 | *x as u128);
+                assert_eq!(crc32_u128(acc, n), crc32(b), "{n} bytes from {start}");
             }
         }
     }

@@ -7,7 +7,7 @@ use super::*;
 
 // Variant `tor`.
 
-fn tor_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
+fn tor_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l453: {
 'l452: {
 'l441: {
@@ -68,183 +68,183 @@ fn tor_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l11: {
 'l9: {
 'l5: {
-st.phv[124] = 0xFFFF;
+phv[124] = 0xFFFF;
 if st.valid & 0x4 == 0 { break 'l5; }
-if st.phv[24] != 0x101 { break 'l37; }
-st.phv[124] = st.phv[0] & 0xFFFF;
+if phv[24] != 0x101 { break 'l37; }
+phv[124] = phv[0] & 0xFFFF;
 break 'l37;
 }
 if st.valid & 0x8 == 0 { break 'l37; }
 if st.valid & 0x40 == 0 { break 'l30; }
-if st.phv[62] == 0x0 { break 'l9; }
-if st.phv[59] == 0x2 { break 'l11; }
+if phv[62] == 0x0 { break 'l9; }
+if phv[59] == 0x2 { break 'l11; }
 }
 ctx.dropped = true;
 break 'l34;
 }
-st.phv[90] = st.phv[0] & 0xFFFF;
-st.phv[216] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[217] = st.phv[0].wrapping_shl(23) & 0xFFFFFFFF;
-st.phv[89] = bin(BinOp::Xor, st.phv[216], st.phv[217], 0xFFFFFFFF);
-st.phv[216] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-st.phv[91] = bin(BinOp::Add, st.phv[216], 0xB72, 0xFFFFFFFF);
-st.phv[92] = st.hash_inputs(&[(64, 8), (90, 2)], 0x3FF) & 0x3FF;
-{ let w = 315440 + ((st.phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[93] = out & 0xFFFFFFFF; }
-if st.phv[93] == 0x0 { break 'l22; }
+phv[90] = phv[0] & 0xFFFF;
+phv[216] = phv[64].wrapping_shr(0) & 0xFFFFFFFF;
+phv[217] = phv[0].wrapping_shl(23) & 0xFFFFFFFF;
+phv[89] = bin(BinOp::Xor, phv[216], phv[217], 0xFFFFFFFF);
+phv[216] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[91] = bin(BinOp::Add, phv[216], 0xB72, 0xFFFFFFFF);
+phv[92] = hash_inputs(phv, &[(64, 8), (90, 2)], 0x3FF) & 0x3FF;
+{ let w = 315440 + ((phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[93] = out & 0xFFFFFFFF; }
+if phv[93] == 0x0 { break 'l22; }
 ctx.dropped = true;
 break 'l34;
 }
-st.phv[81] = st.phv[61] & 0xFF;
-st.phv[82] = st.phv[0] & 0xFFFF;
-ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
-st.phv[83] = st.phv[65] & 0xFFFFFFFF;
-st.phv[84] = st.phv[66] & 0xFFFFFFFF;
-st.phv[85] = st.phv[67] & 0xFFFF;
-st.phv[86] = st.phv[68] & 0xFFFF;
+phv[81] = phv[61] & 0xFF;
+phv[82] = phv[0] & 0xFFFF;
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
+phv[83] = phv[65] & 0xFFFFFFFF;
+phv[84] = phv[66] & 0xFFFFFFFF;
+phv[85] = phv[67] & 0xFFFF;
+phv[86] = phv[68] & 0xFFFF;
 break 'l34;
 }
-st.phv[83] = st.phv[45] & 0xFFFFFFFF;
-st.phv[84] = st.phv[46] & 0xFFFFFFFF;
-st.phv[85] = st.phv[47] & 0xFFFF;
-st.phv[86] = st.phv[48] & 0xFFFF;
+phv[83] = phv[45] & 0xFFFFFFFF;
+phv[84] = phv[46] & 0xFFFFFFFF;
+phv[85] = phv[47] & 0xFFFF;
+phv[86] = phv[48] & 0xFFFF;
 }
-match st.routed_from_input() { Some(Some(port)) => { st.phv[94] = port as u64 & 0xFFFF; tor_a0(st, code, ctx); } Some(None) => { tor_a1(st, code, ctx); } None => { tor_action(st.select(code, 0), st, code, ctx); } }
-if st.phv[88] != 0x1 { break 'l37; }
-st.phv[124] = st.phv[87] & 0xFFFF;
+match st.routed_from_input() { Some(Some(port)) => { phv[94] = port as u64 & 0xFFFF; tor_a0(st, phv, code, ctx); } Some(None) => { tor_a1(st, phv, code, ctx); } None => { tor_action(st.select(code, 0, phv), st, phv, code, ctx); } }
+if phv[88] != 0x1 { break 'l37; }
+phv[124] = phv[87] & 0xFFFF;
 }
-match st.direct_entry(2, st.phv[124]) { Some(d) if d.action == 7 => { st.phv[127] = d.params[0] & 0xFFFFFFFF; st.phv[128] = d.params[1] & 0xFFFFFFFF; tor_a7(st, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a8(st, code, ctx); } _ => { tor_action(st.select(code, 2), st, code, ctx); } }
+match st.direct_entry(2, phv[124]) { Some(d) if d.action == 7 => { phv[127] = d.params[0] & 0xFFFFFFFF; phv[128] = d.params[1] & 0xFFFFFFFF; tor_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a8(st, phv, code, ctx); } _ => { tor_action(st.select(code, 2, phv), st, phv, code, ctx); } }
 if st.valid & 0x4 == 0 { break 'l162; }
-if st.phv[24] != 0x101 { break 'l160; }
-st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[141] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[142] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-match st.direct_entry(1, st.phv[0]) { Some(d) if d.action == 2 => { tor_a2(st, code, ctx); } Some(d) if d.action == 3 => { tor_a3(st, code, ctx); } Some(d) if d.action == 4 => { tor_a4(st, code, ctx); } Some(d) if d.action == 5 => { tor_a5(st, code, ctx); } Some(d) if d.action == 6 => { tor_a6(st, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a4(st, code, ctx); } _ => { tor_action(st.select(code, 1), st, code, ctx); } }
-st.phv[216] = st.phv[108].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[108], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[108].wrapping_shr(5);
-st.phv[108] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[109] = bin(BinOp::Add, st.phv[105], st.phv[108], 0xFFFFFFFF);
-st.phv[216] = st.phv[110].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[110], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[110].wrapping_shr(5);
-st.phv[110] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[111] = bin(BinOp::Add, st.phv[105], st.phv[110], 0xFFFFFFFF);
-st.phv[216] = st.phv[112].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[112], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[112].wrapping_shr(5);
-st.phv[112] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[113] = bin(BinOp::Add, st.phv[105], st.phv[112], 0xFFFFFFFF);
-st.phv[216] = st.phv[114].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[114], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[114].wrapping_shr(5);
-st.phv[114] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[115] = bin(BinOp::Add, st.phv[105], st.phv[114], 0xFFFFFFFF);
-st.phv[216] = st.phv[116].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[116], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[116].wrapping_shr(5);
-st.phv[116] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[117] = bin(BinOp::Add, st.phv[105], st.phv[116], 0xFFFFFFFF);
-st.phv[216] = st.phv[118].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[118], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[118].wrapping_shr(5);
-st.phv[118] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[119] = bin(BinOp::Add, st.phv[105], st.phv[118], 0xFFFFFFFF);
-st.phv[216] = st.phv[120].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[120], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[120].wrapping_shr(5);
-st.phv[120] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[121] = bin(BinOp::Add, st.phv[105], st.phv[120], 0xFFFFFFFF);
-st.phv[216] = st.phv[122].wrapping_shr(2);
-st.phv[217] = bin(BinOp::Add, st.phv[122], st.phv[216], 0xFFFFFFFF);
-st.phv[218] = st.phv[122].wrapping_shr(5);
-st.phv[122] = bin(BinOp::Add, st.phv[217], st.phv[218], 0xFFFFFFFF);
-st.phv[123] = bin(BinOp::Add, st.phv[105], st.phv[122], 0xFFFFFFFF);
-st.phv[143] = 0x0;
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l90; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[108], 0xFFFFFFFF);
+if phv[24] != 0x101 { break 'l160; }
+phv[105] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[141] = phv[1].wrapping_shr(20) & 0x3;
+phv[142] = phv[1].wrapping_shr(22) & 0xFFFF;
+match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { tor_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { tor_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { tor_a4(st, phv, code, ctx); } Some(d) if d.action == 5 => { tor_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { tor_a6(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a4(st, phv, code, ctx); } _ => { tor_action(st.select(code, 1, phv), st, phv, code, ctx); } }
+phv[216] = phv[108].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[108], phv[216], 0xFFFFFFFF);
+phv[218] = phv[108].wrapping_shr(5);
+phv[108] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[109] = bin(BinOp::Add, phv[105], phv[108], 0xFFFFFFFF);
+phv[216] = phv[110].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[110], phv[216], 0xFFFFFFFF);
+phv[218] = phv[110].wrapping_shr(5);
+phv[110] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[111] = bin(BinOp::Add, phv[105], phv[110], 0xFFFFFFFF);
+phv[216] = phv[112].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[112], phv[216], 0xFFFFFFFF);
+phv[218] = phv[112].wrapping_shr(5);
+phv[112] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[113] = bin(BinOp::Add, phv[105], phv[112], 0xFFFFFFFF);
+phv[216] = phv[114].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[114], phv[216], 0xFFFFFFFF);
+phv[218] = phv[114].wrapping_shr(5);
+phv[114] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[115] = bin(BinOp::Add, phv[105], phv[114], 0xFFFFFFFF);
+phv[216] = phv[116].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[116], phv[216], 0xFFFFFFFF);
+phv[218] = phv[116].wrapping_shr(5);
+phv[116] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[117] = bin(BinOp::Add, phv[105], phv[116], 0xFFFFFFFF);
+phv[216] = phv[118].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[118], phv[216], 0xFFFFFFFF);
+phv[218] = phv[118].wrapping_shr(5);
+phv[118] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[119] = bin(BinOp::Add, phv[105], phv[118], 0xFFFFFFFF);
+phv[216] = phv[120].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[120], phv[216], 0xFFFFFFFF);
+phv[218] = phv[120].wrapping_shr(5);
+phv[120] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[121] = bin(BinOp::Add, phv[105], phv[120], 0xFFFFFFFF);
+phv[216] = phv[122].wrapping_shr(2);
+phv[217] = bin(BinOp::Add, phv[122], phv[216], 0xFFFFFFFF);
+phv[218] = phv[122].wrapping_shr(5);
+phv[122] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
+phv[123] = bin(BinOp::Add, phv[105], phv[122], 0xFFFFFFFF);
+phv[143] = 0x0;
+phv[216] = bin(BinOp::And, phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l90; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[108], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l95; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[110], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l95; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[110], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l100; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[112], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l100; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[112], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l105; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[114], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l105; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[114], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l110; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[116], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l110; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[116], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l115; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[118], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l115; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[118], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l120; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[120], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l120; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[120], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l125; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[143] = bin(BinOp::Max, st.phv[143], st.phv[122], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l125; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[122], 0xFFFFFFFF);
 }
-st.phv[144] = bin(BinOp::Add, st.phv[105], st.phv[143], 0xFFFFFFFF);
-st.phv[145] = bin(BinOp::Xor, st.phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
-st.phv[146] = bin(BinOp::Xor, st.phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[143] == 0x0 { break 'l154; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[141] != 0x0 { break 'l138; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[144] = bin(BinOp::Add, phv[105], phv[143], 0xFFFFFFFF);
+phv[145] = bin(BinOp::Xor, phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
+phv[146] = bin(BinOp::Xor, phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[143] == 0x0 { break 'l154; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x0 { break 'l138; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[141] != 0x1 { break 'l143; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x1 { break 'l143; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[141] != 0x2 { break 'l148; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x2 { break 'l148; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[141] != 0x3 { break 'l158; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x3 { break 'l158; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l158;
 }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(145) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(146) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(145) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(146) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
 return;
@@ -254,328 +254,328 @@ return;
 }
 if st.valid & 0x8 == 0 { break 'l452; }
 if st.valid & 0x40 == 0 { break 'l296; }
-st.phv[76] = 0xFFFF;
-st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[141] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[142] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(st.phv[141], 0x0) { break 'l171; }
-st.phv[129] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+phv[76] = 0xFFFF;
+phv[105] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[141] = phv[1].wrapping_shr(20) & 0x3;
+phv[142] = phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(phv[141], 0x0) { break 'l171; }
+phv[129] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
 break 'l172;
 }
-st.phv[129] = st.phv[142] & 0xFFFF;
+phv[129] = phv[142] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(st.phv[141], 0x1) { break 'l175; }
-st.phv[130] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+if Cmp::raw(6, 0, false).test(phv[141], 0x1) { break 'l175; }
+phv[130] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
 break 'l176;
 }
-st.phv[130] = st.phv[142] & 0xFFFF;
+phv[130] = phv[142] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(st.phv[141], 0x2) { break 'l179; }
-st.phv[131] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+if Cmp::raw(6, 0, false).test(phv[141], 0x2) { break 'l179; }
+phv[131] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
 break 'l180;
 }
-st.phv[131] = st.phv[142] & 0xFFFF;
+phv[131] = phv[142] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(st.phv[141], 0x3) { break 'l183; }
-st.phv[132] = bin(BinOp::Sub, st.phv[142], 0x1, 0xFFFF);
+if Cmp::raw(6, 0, false).test(phv[141], 0x3) { break 'l183; }
+phv[132] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
 break 'l184;
 }
-st.phv[132] = st.phv[142] & 0xFFFF;
+phv[132] = phv[142] & 0xFFFF;
 }
-st.phv[216] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l188; }
-if st.phv[88] != 0x1 { break 'l188; }
-st.phv[76] = st.phv[87] & 0xFFFF;
+phv[216] = bin(BinOp::And, phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l188; }
+if phv[88] != 0x1 { break 'l188; }
+phv[76] = phv[87] & 0xFFFF;
 }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[160] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[161] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[162] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[163] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[164] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[165] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[166] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[167] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[168] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[169] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[170] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[171] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[137] = v & 0xFFFFFFFF; } }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[139] = out & 0xFFFFFFFF; }
-st.phv[216] = bin(BinOp::Or, st.phv[160], st.phv[163], 0xFFFFFFFFFFFFFFFF);
-st.phv[217] = bin(BinOp::Or, st.phv[216], st.phv[166], 0xFFFFFFFFFFFFFFFF);
-st.phv[218] = bin(BinOp::Or, st.phv[217], st.phv[169], 0xFFFFFFFFFFFFFFFF);
-st.phv[219] = bin(BinOp::Or, st.phv[218], st.phv[139], 0xFFFFFFFFFFFFFFFF);
-st.phv[154] = bin(BinOp::Or, st.phv[219], st.phv[137], 0xFFFFFFFF);
-st.phv[216] = bin(BinOp::Or, st.phv[161], st.phv[162], 0xFFFFFFFFFFFFFFFF);
-st.phv[217] = bin(BinOp::Or, st.phv[164], st.phv[165], 0xFFFFFFFFFFFFFFFF);
-st.phv[218] = bin(BinOp::Or, st.phv[216], st.phv[217], 0xFFFFFFFFFFFFFFFF);
-st.phv[219] = bin(BinOp::Or, st.phv[167], st.phv[168], 0xFFFFFFFFFFFFFFFF);
-st.phv[220] = bin(BinOp::Or, st.phv[218], st.phv[219], 0xFFFFFFFFFFFFFFFF);
-st.phv[221] = bin(BinOp::Or, st.phv[170], st.phv[171], 0xFFFFFFFFFFFFFFFF);
-st.phv[156] = bin(BinOp::Or, st.phv[220], st.phv[221], 0xFFFFFFFF);
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[158] = out & 0xFFFFFFFF; }
-st.phv[156] = bin(BinOp::Or, st.phv[156], st.phv[158], 0xFFFFFFFF);
-st.phv[79] = 0x0;
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[172] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[173] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[174] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[175] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[176] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[177] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[178] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[179] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[180] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[181] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[182] = out & 0xFFFFFFFF; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[183] = out & 0xFFFFFFFF; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); st.phv[138] = v & 0xFFFFFFFF; } }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[140] = out & 0xFFFFFFFF; }
-st.phv[216] = bin(BinOp::Or, st.phv[172], st.phv[175], 0xFFFFFFFFFFFFFFFF);
-st.phv[217] = bin(BinOp::Or, st.phv[216], st.phv[178], 0xFFFFFFFFFFFFFFFF);
-st.phv[218] = bin(BinOp::Or, st.phv[217], st.phv[181], 0xFFFFFFFFFFFFFFFF);
-st.phv[219] = bin(BinOp::Or, st.phv[218], st.phv[140], 0xFFFFFFFFFFFFFFFF);
-st.phv[155] = bin(BinOp::Or, st.phv[219], st.phv[138], 0xFFFFFFFF);
-st.phv[216] = bin(BinOp::Or, st.phv[173], st.phv[174], 0xFFFFFFFFFFFFFFFF);
-st.phv[217] = bin(BinOp::Or, st.phv[176], st.phv[177], 0xFFFFFFFFFFFFFFFF);
-st.phv[218] = bin(BinOp::Or, st.phv[216], st.phv[217], 0xFFFFFFFFFFFFFFFF);
-st.phv[219] = bin(BinOp::Or, st.phv[179], st.phv[180], 0xFFFFFFFFFFFFFFFF);
-st.phv[220] = bin(BinOp::Or, st.phv[218], st.phv[219], 0xFFFFFFFFFFFFFFFF);
-st.phv[221] = bin(BinOp::Or, st.phv[182], st.phv[183], 0xFFFFFFFFFFFFFFFF);
-st.phv[157] = bin(BinOp::Or, st.phv[220], st.phv[221], 0xFFFFFFFF);
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[159] = out & 0xFFFFFFFF; }
-st.phv[157] = bin(BinOp::Or, st.phv[157], st.phv[159], 0xFFFFFFFF);
-st.phv[80] = 0x0;
-st.phv[78] = 0x0;
-if st.phv[76] == 0xFFFF { break 'l283; }
-st.phv[216] = bin(BinOp::And, st.phv[156], st.phv[125], 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] != 0x0 { break 'l282; }
-st.phv[217] = bin(BinOp::And, st.phv[157], st.phv[126], 0xFFFFFFFFFFFFFFFF);
-if st.phv[217] == 0x0 { break 'l283; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[137] = v & 0xFFFFFFFF; } }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[139] = out & 0xFFFFFFFF; }
+phv[216] = bin(BinOp::Or, phv[160], phv[163], 0xFFFFFFFFFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[216], phv[166], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[217], phv[169], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[218], phv[139], 0xFFFFFFFFFFFFFFFF);
+phv[154] = bin(BinOp::Or, phv[219], phv[137], 0xFFFFFFFF);
+phv[216] = bin(BinOp::Or, phv[161], phv[162], 0xFFFFFFFFFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[164], phv[165], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[167], phv[168], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[218], phv[219], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[170], phv[171], 0xFFFFFFFFFFFFFFFF);
+phv[156] = bin(BinOp::Or, phv[220], phv[221], 0xFFFFFFFF);
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
+phv[156] = bin(BinOp::Or, phv[156], phv[158], 0xFFFFFFFF);
+phv[79] = 0x0;
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[180] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[181] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[182] = out & 0xFFFFFFFF; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[183] = out & 0xFFFFFFFF; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[138] = v & 0xFFFFFFFF; } }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[140] = out & 0xFFFFFFFF; }
+phv[216] = bin(BinOp::Or, phv[172], phv[175], 0xFFFFFFFFFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[216], phv[178], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[217], phv[181], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[218], phv[140], 0xFFFFFFFFFFFFFFFF);
+phv[155] = bin(BinOp::Or, phv[219], phv[138], 0xFFFFFFFF);
+phv[216] = bin(BinOp::Or, phv[173], phv[174], 0xFFFFFFFFFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[176], phv[177], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[179], phv[180], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[218], phv[219], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[182], phv[183], 0xFFFFFFFFFFFFFFFF);
+phv[157] = bin(BinOp::Or, phv[220], phv[221], 0xFFFFFFFF);
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
+phv[157] = bin(BinOp::Or, phv[157], phv[159], 0xFFFFFFFF);
+phv[80] = 0x0;
+phv[78] = 0x0;
+if phv[76] == 0xFFFF { break 'l283; }
+phv[216] = bin(BinOp::And, phv[156], phv[125], 0xFFFFFFFFFFFFFFFF);
+if phv[216] != 0x0 { break 'l282; }
+phv[217] = bin(BinOp::And, phv[157], phv[126], 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l283; }
 }
-st.phv[78] = 0x1;
+phv[78] = 0x1;
 }
-st.phv[216] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l287; }
-st.phv[79] = bin(BinOp::And, st.phv[154], st.phv[156], 0xFFFFFFFF);
-st.phv[80] = bin(BinOp::And, st.phv[155], st.phv[157], 0xFFFFFFFF);
+phv[216] = bin(BinOp::And, phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l287; }
+phv[79] = bin(BinOp::And, phv[154], phv[156], 0xFFFFFFFF);
+phv[80] = bin(BinOp::And, phv[155], phv[157], 0xFFFFFFFF);
 }
-st.phv[216] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l291; }
+phv[216] = bin(BinOp::And, phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l291; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if st.phv[76] == 0xFFFF { break 'l294; }
-ctx.forward = Forward::Unicast(st.phv[76] as u16);
+if phv[76] == 0xFFFF { break 'l294; }
+ctx.forward = Forward::Unicast(phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if st.phv[88] != 0x1 { break 'l299; }
-ctx.forward = Forward::Unicast(st.phv[87] as u16);
+if phv[88] != 0x1 { break 'l299; }
+ctx.forward = Forward::Unicast(phv[87] as u16);
 break 'l300;
 }
 ctx.dropped = true;
 }
 if st.valid & 0x20 == 0 { break 'l338; }
-st.phv[216] = bin(BinOp::And, st.phv[36], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] != 0x0 { break 'l338; }
-st.phv[36] = bin(BinOp::Or, st.phv[36], 0x1, 0x3F);
+phv[216] = bin(BinOp::And, phv[36], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[216] != 0x0 { break 'l338; }
+phv[36] = bin(BinOp::Or, phv[36], 0x1, 0x3F);
 st.dirty |= 0x8;
-st.phv[95] = st.hash_inputs(&[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-if st.phv[95] == 0x0 { break 'l308; }
-if st.phv[95] != 0xFFFFFFFF { break 'l309; }
+phv[95] = hash_inputs(phv, &[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
+if phv[95] == 0x0 { break 'l308; }
+if phv[95] != 0xFFFFFFFF { break 'l309; }
 }
-st.phv[95] = 0x1;
+phv[95] = 0x1;
 }
-st.phv[96] = st.phv[95].wrapping_shr(20) & 0xFFF;
-{ let base = (((st.phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[97] = v & 0xFFFFFFFF; } }
-{ let w = 0 + ((st.phv[96] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(97), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(95), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(97), b: COperand::Const(0x8) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[98] = out & 0xFFFFFFFF; }
-if st.phv[98] != 0xFFFFFFFF { break 'l318; }
-st.phv[103] = st.phv[95] & 0xFFFFFFFF;
-st.phv[104] = 0x1;
-st.phv[216] = st.phv[103].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+phv[96] = phv[95].wrapping_shr(20) & 0xFFF;
+{ let base = (((phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[97] = v & 0xFFFFFFFF; } }
+{ let w = 0 + ((phv[96] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(97), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(95), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(97), b: COperand::Const(0x8) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[98] = out & 0xFFFFFFFF; }
+if phv[98] != 0xFFFFFFFF { break 'l318; }
+phv[103] = phv[95] & 0xFFFFFFFF;
+phv[104] = 0x1;
+phv[216] = phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 break 'l338;
 }
-st.phv[99] = 0x0;
-st.phv[100] = 0x0;
-st.phv[101] = 0x1;
-if st.phv[98] != Cmp::raw(5, 0, false).norm(st.phv[95]) { st.phv[99] = 0x1; }
-if st.phv[98] == Cmp::raw(2, 0, false).norm(st.phv[95]) { break 'l326; }
-if st.phv[98] == 0x0 { break 'l326; }
-st.phv[100] = 0x1;
-st.phv[101] = 0x80000001;
+phv[99] = 0x0;
+phv[100] = 0x0;
+phv[101] = 0x1;
+if phv[98] != Cmp::raw(5, 0, false).norm(phv[95]) { phv[99] = 0x1; }
+if phv[98] == Cmp::raw(2, 0, false).norm(phv[95]) { break 'l326; }
+if phv[98] == 0x0 { break 'l326; }
+phv[100] = 0x1;
+phv[101] = 0x80000001;
 }
-{ let base = (((st.phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 99, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[102] = v & 0xFFFFFFFF; } }
-if st.phv[100] != 0x1 { break 'l338; }
-st.phv[103] = st.phv[98] & 0xFFFFFFFF;
-st.phv[216] = bin(BinOp::And, st.phv[102], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
-st.phv[104] = bin(BinOp::Min, st.phv[216], 0xFF, 0xFF);
-st.phv[216] = bin(BinOp::And, st.phv[102], 0x80000000, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l336; }
-st.phv[216] = st.phv[103].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+{ let base = (((phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 99, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[102] = v & 0xFFFFFFFF; } }
+if phv[100] != 0x1 { break 'l338; }
+phv[103] = phv[98] & 0xFFFFFFFF;
+phv[216] = bin(BinOp::And, phv[102], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
+phv[104] = bin(BinOp::Min, phv[216], 0xFF, 0xFF);
+phv[216] = bin(BinOp::And, phv[102], 0x80000000, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l336; }
+phv[216] = phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 break 'l338;
 }
-st.phv[216] = st.phv[103].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((st.phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(104) }).apply(&st.phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+phv[216] = phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(104) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 }
 if st.valid & 0x20 == 0 { break 'l453; }
-if st.phv[88] != 0x1 { break 'l453; }
-st.phv[105] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[141] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[142] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-st.phv[106] = st.phv[36].wrapping_shr(3) & 0x7;
-st.phv[107] = 0x0;
-if st.phv[106] != 0x0 { break 'l349; }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317488 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+if phv[88] != 0x1 { break 'l453; }
+phv[105] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[141] = phv[1].wrapping_shr(20) & 0x3;
+phv[142] = phv[1].wrapping_shr(22) & 0xFFFF;
+phv[106] = phv[36].wrapping_shr(3) & 0x7;
+phv[107] = 0x0;
+if phv[106] != 0x0 { break 'l349; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317488 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 break 'l375;
 }
-if st.phv[106] != 0x1 { break 'l353; }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317552 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+if phv[106] != 0x1 { break 'l353; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317552 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 break 'l375;
 }
-if st.phv[106] != 0x2 { break 'l357; }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317616 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+if phv[106] != 0x2 { break 'l357; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317616 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 break 'l375;
 }
-if st.phv[106] != 0x3 { break 'l361; }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317680 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+if phv[106] != 0x3 { break 'l361; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317680 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 break 'l375;
 }
-if st.phv[106] != 0x4 { break 'l365; }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317744 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+if phv[106] != 0x4 { break 'l365; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317744 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 break 'l375;
 }
-if st.phv[106] != 0x5 { break 'l369; }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317808 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+if phv[106] != 0x5 { break 'l369; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317808 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 break 'l375;
 }
-if st.phv[106] != 0x6 { break 'l373; }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317872 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+if phv[106] != 0x6 { break 'l373; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317872 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 break 'l375;
 }
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 317936 + ((st.phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[107] = out & 0xFFFFFFFF; }
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 317936 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 }
-st.phv[77] = 0x0;
-if st.phv[107] != 0x0 { st.phv[77] = 0x1; }
-st.phv[153] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
-st.phv[216] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[147] = (st.phv[141].wrapping_shl(6) | st.phv[216]) & 0xFF;
-{ let base = (((st.phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[149] = v & 0xFFFF; } }
-st.phv[150] = 0x0;
-if st.phv[149] != Cmp::raw(5, 0, false).norm(st.phv[142]) { st.phv[150] = 0x1; }
-{ let base = (((st.phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-st.phv[217] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[218] = (st.phv[216].wrapping_shl(6) | st.phv[217]) & 0xFFF;
-st.phv[148] = (st.phv[141].wrapping_shl(12) | st.phv[218]) & 0x3FFF;
-{ let base = (((st.phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[151] = v & 0xFFFF; } }
-st.phv[152] = 0x0;
-if st.phv[151] != Cmp::raw(5, 0, false).norm(st.phv[142]) { st.phv[152] = 0x1; }
-{ let base = (((st.phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 152, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } }
-st.phv[133] = 0x0;
-st.phv[135] = bin(BinOp::Xor, st.phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l398; }
-st.phv[133] = st.phv[125] & 0xFFFFFFFF;
-st.phv[135] = 0xFFFFFFFF;
+phv[77] = 0x0;
+if phv[107] != 0x0 { phv[77] = 0x1; }
+phv[153] = bin(BinOp::Add, phv[38], 0x12, 0xFFFFFFFF);
+phv[216] = phv[87].wrapping_shr(0) & 0x3F;
+phv[147] = (phv[141].wrapping_shl(6) | phv[216]) & 0xFF;
+{ let base = (((phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[149] = v & 0xFFFF; } }
+phv[150] = 0x0;
+if phv[149] != Cmp::raw(5, 0, false).norm(phv[142]) { phv[150] = 0x1; }
+{ let base = (((phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+phv[217] = phv[87].wrapping_shr(0) & 0x3F;
+phv[218] = (phv[216].wrapping_shl(6) | phv[217]) & 0xFFF;
+phv[148] = (phv[141].wrapping_shl(12) | phv[218]) & 0x3FFF;
+{ let base = (((phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[151] = v & 0xFFFF; } }
+phv[152] = 0x0;
+if phv[151] != Cmp::raw(5, 0, false).norm(phv[142]) { phv[152] = 0x1; }
+{ let base = (((phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 152, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
+phv[133] = 0x0;
+phv[135] = bin(BinOp::Xor, phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[77] != 0x1 { break 'l398; }
+phv[133] = phv[125] & 0xFFFFFFFF;
+phv[135] = 0xFFFFFFFF;
 }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 133, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 135, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 133, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); let _ = v; } }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[134] = 0x0;
-st.phv[136] = bin(BinOp::Xor, st.phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l407; }
-st.phv[134] = st.phv[126] & 0xFFFFFFFF;
-st.phv[136] = 0xFFFFFFFF;
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 133, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 135, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 133, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[134] = 0x0;
+phv[136] = bin(BinOp::Xor, phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[77] != 0x1 { break 'l407; }
+phv[134] = phv[126] & 0xFFFFFFFF;
+phv[136] = 0xFFFFFFFF;
 }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 134, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 136, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); let _ = v; } }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[141] != 0x0 { break 'l421; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l421; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 134, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 136, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x0 { break 'l421; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l421; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[141] != 0x1 { break 'l431; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l431; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x1 { break 'l431; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l431; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[141] != 0x2 { break 'l441; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l441; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x2 { break 'l441; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l441; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[141] != 0x3 { break 'l453; }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((st.phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l453; }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[216] = 0x0;
-{ let w = 18432 + ((st.phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x3 { break 'l453; }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l453; }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[216] = 0x0;
+{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -583,7 +583,7 @@ ctx.dropped = true;
 return;
 }
 
-fn tor_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
+fn tor_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l126: {
 'l117: {
 'l112: {
@@ -596,293 +596,293 @@ fn tor_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l49: {
 'l42: {
 'l16: {
-if st.phv[8] == 0x0 { break 'l42; }
-if st.phv[8] != 0x1 { break 'l16; }
+if phv[8] == 0x0 { break 'l42; }
+if phv[8] != 0x1 { break 'l16; }
 if st.valid & 0x40 == 0 { break 'l126; }
-st.phv[63] = 0x1;
+phv[63] = 0x1;
 st.dirty |= 0x40;
-st.phv[70] = st.phv[81] & 0xFF;
+phv[70] = phv[81] & 0xFF;
 st.dirty |= 0x40;
-st.phv[71] = st.phv[82] & 0xFFFF;
+phv[71] = phv[82] & 0xFFFF;
 st.dirty |= 0x40;
-st.phv[72] = st.phv[76] & 0xFFFF;
+phv[72] = phv[76] & 0xFFFF;
 st.dirty |= 0x40;
-st.phv[73] = st.phv[78] & 0xFF;
+phv[73] = phv[78] & 0xFF;
 st.dirty |= 0x40;
-st.phv[75] = (st.phv[80].wrapping_shl(32) | st.phv[79]);
+phv[75] = (phv[80].wrapping_shl(32) | phv[79]);
 st.dirty |= 0x40;
 return;
 }
-st.set_valid(code, 0);
-st.phv[9] = st.phv[185] & 0xFFFF;
+st.set_valid(code, 0, phv);
+phv[9] = phv[185] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[10] = st.phv[208] & 0xFF;
+phv[10] = phv[208] & 0xFF;
 st.dirty |= 0x1;
-st.phv[11] = st.phv[207] & 0xFFFF;
+phv[11] = phv[207] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[12] = st.phv[199] & 0xFFFFFFFF;
+phv[12] = phv[199] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[13] = st.phv[200] & 0xFFFFFFFF;
+phv[13] = phv[200] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[14] = st.phv[201].wrapping_shr(16) & 0xFFFF;
+phv[14] = phv[201].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[15] = st.phv[201].wrapping_shr(0) & 0xFFFF;
+phv[15] = phv[201].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[16] = st.phv[202] & 0xFFFFFFFF;
+phv[16] = phv[202] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[17] = st.phv[203] & 0xFFFFFFFF;
+phv[17] = phv[203] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[18] = st.phv[204] & 0xFFFFFFFF;
+phv[18] = phv[204] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[19] = st.phv[205] & 0xFFFFFFFF;
+phv[19] = phv[205] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[20] = st.phv[206] & 0xFFFFFFFF;
+phv[20] = phv[206] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-match st.direct_entry(3, st.phv[3]) { Some(d) if d.action == 9 => { st.phv[211] = d.params[0] & 0xFFFFFFFF; st.phv[212] = d.params[1] & 0xFFFFFFFF; tor_a9(st, code, ctx); } Some(d) if d.action == 10 => { tor_a10(st, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a10(st, code, ctx); } _ => { tor_action(st.select(code, 3), st, code, ctx); } }
-st.phv[213] = 0x0;
-st.phv[216] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l49; }
-if st.phv[3] != Cmp::raw(5, 0, false).norm(st.phv[76]) { break 'l49; }
-st.phv[213] = 0x1;
+match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[211] = d.params[0] & 0xFFFFFFFF; phv[212] = d.params[1] & 0xFFFFFFFF; tor_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { tor_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a10(st, phv, code, ctx); } _ => { tor_action(st.select(code, 3, phv), st, phv, code, ctx); } }
+phv[213] = 0x0;
+phv[216] = bin(BinOp::And, phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l49; }
+if phv[3] != Cmp::raw(5, 0, false).norm(phv[76]) { break 'l49; }
+phv[213] = 0x1;
 }
-st.phv[214] = 0x0;
-st.phv[216] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[216] == 0x0 { break 'l57; }
-st.phv[217] = bin(BinOp::And, st.phv[79], st.phv[209], 0xFFFFFFFFFFFFFFFF);
-if st.phv[217] != 0x0 { break 'l56; }
-st.phv[218] = bin(BinOp::And, st.phv[80], st.phv[210], 0xFFFFFFFFFFFFFFFF);
-if st.phv[218] == 0x0 { break 'l57; }
+phv[214] = 0x0;
+phv[216] = bin(BinOp::And, phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[216] == 0x0 { break 'l57; }
+phv[217] = bin(BinOp::And, phv[79], phv[209], 0xFFFFFFFFFFFFFFFF);
+if phv[217] != 0x0 { break 'l56; }
+phv[218] = bin(BinOp::And, phv[80], phv[210], 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l57; }
 }
-st.phv[214] = 0x1;
+phv[214] = 0x1;
 }
-if st.phv[213] != 0x0 { break 'l61; }
-if st.phv[214] != 0x0 { break 'l61; }
+if phv[213] != 0x0 { break 'l61; }
+if phv[214] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
-st.phv[215] = 0x0;
-if st.phv[213] != 0x1 { break 'l65; }
-st.phv[215] = 0x1;
-if st.phv[78] == 0x1 { st.phv[215] = 0x3; }
+phv[215] = 0x0;
+if phv[213] != 0x1 { break 'l65; }
+phv[215] = 0x1;
+if phv[78] == 0x1 { phv[215] = 0x3; }
 }
-if st.phv[214] != 0x1 { break 'l67; }
-st.phv[215] = bin(BinOp::Or, st.phv[215], 0x2, 0x3);
+if phv[214] != 0x1 { break 'l67; }
+phv[215] = bin(BinOp::Or, phv[215], 0x2, 0x3);
 }
-st.phv[61] = st.phv[215] & 0x3;
+phv[61] = phv[215] & 0x3;
 st.dirty |= 0x40;
-st.phv[62] = bin(BinOp::Sub, st.phv[62], 0x1, 0xFF);
+phv[62] = bin(BinOp::Sub, phv[62], 0x1, 0xFF);
 st.dirty |= 0x40;
-st.phv[63] = 0x0;
+phv[63] = 0x0;
 st.dirty |= 0x40;
-st.phv[70] = 0x0;
+phv[70] = 0x0;
 st.dirty |= 0x40;
-st.phv[71] = 0x0;
+phv[71] = 0x0;
 st.dirty |= 0x40;
-st.phv[72] = 0x0;
+phv[72] = 0x0;
 st.dirty |= 0x40;
-st.phv[73] = 0x0;
+phv[73] = 0x0;
 st.dirty |= 0x40;
-st.phv[75] = 0x0;
+phv[75] = 0x0;
 st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l126; }
-st.phv[184] = st.phv[5].wrapping_shr(20) & 0x3;
-st.phv[185] = st.phv[5].wrapping_shr(22) & 0xFFFF;
-st.phv[186] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
-st.phv[216] = st.phv[3].wrapping_shr(0) & 0x3F;
-st.phv[190] = (st.phv[184].wrapping_shl(6) | st.phv[216]) & 0xFF;
-st.phv[189] = st.phv[77] & 0xFFFFFFFF;
-st.phv[187] = st.phv[6] & 0xFFFFFFFF;
-st.phv[188] = st.phv[187] & 0xFFFFFFFF;
-if st.phv[189] != 0x0 { st.phv[188] = 0x0; }
-{ let base = (((st.phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[193] = v & 0xFFFF; } }
-st.phv[194] = 0x0;
-if st.phv[193] != Cmp::raw(5, 0, false).norm(st.phv[185]) { st.phv[194] = 0x1; }
-{ let base = (((st.phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[191] = st.hash_inputs(&[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFF) & 0xFFF;
-st.phv[192] = (st.phv[184].wrapping_shl(12) | st.phv[191]) & 0x3FFF;
-st.phv[195] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
-{ let base = (((st.phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[198] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[199] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[200] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[201] = v & 0xFFFFFFFF; } }
-st.phv[196] = 0x0;
-if st.phv[198] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l112; }
-if st.phv[199] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
-if st.phv[200] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
-if st.phv[201] != Cmp::raw(5, 0, false).norm(st.phv[195]) { break 'l112; }
-st.phv[196] = 0x1;
+phv[184] = phv[5].wrapping_shr(20) & 0x3;
+phv[185] = phv[5].wrapping_shr(22) & 0xFFFF;
+phv[186] = phv[5].wrapping_shr(0) & 0xFFFFF;
+phv[216] = phv[3].wrapping_shr(0) & 0x3F;
+phv[190] = (phv[184].wrapping_shl(6) | phv[216]) & 0xFF;
+phv[189] = phv[77] & 0xFFFFFFFF;
+phv[187] = phv[6] & 0xFFFFFFFF;
+phv[188] = phv[187] & 0xFFFFFFFF;
+if phv[189] != 0x0 { phv[188] = 0x0; }
+{ let base = (((phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[193] = v & 0xFFFF; } }
+phv[194] = 0x0;
+if phv[193] != Cmp::raw(5, 0, false).norm(phv[185]) { phv[194] = 0x1; }
+{ let base = (((phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[191] = hash_inputs(phv, &[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFF) & 0xFFF;
+phv[192] = (phv[184].wrapping_shl(12) | phv[191]) & 0x3FFF;
+phv[195] = (phv[47].wrapping_shl(16) | phv[48]) & 0xFFFFFFFF;
+{ let base = (((phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[198] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[199] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[200] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[201] = v & 0xFFFFFFFF; } }
+phv[196] = 0x0;
+if phv[198] != Cmp::raw(5, 0, false).norm(phv[185]) { break 'l112; }
+if phv[199] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l112; }
+if phv[200] != Cmp::raw(5, 0, false).norm(phv[46]) { break 'l112; }
+if phv[201] != Cmp::raw(5, 0, false).norm(phv[195]) { break 'l112; }
+phv[196] = 0x1;
 }
-st.phv[197] = 0x0;
-if st.phv[196] != 0x0 { break 'l117; }
-if st.phv[198] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l117; }
-if st.phv[199] == 0x0 { break 'l117; }
-st.phv[197] = 0x1;
+phv[197] = 0x0;
+if phv[196] != 0x0 { break 'l117; }
+if phv[198] != Cmp::raw(5, 0, false).norm(phv[185]) { break 'l117; }
+if phv[199] == 0x0 { break 'l117; }
+phv[197] = 0x1;
 }
-{ let base = (((st.phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[202] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[203] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[204] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[207] = v & 0xFFFF; } }
-st.phv[208] = st.phv[184] & 0xFF;
-if st.phv[197] != 0x1 { break 'l126; }
-ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
+{ let base = (((phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[202] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[203] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[204] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[207] = v & 0xFFFF; } }
+phv[208] = phv[184] & 0xFF;
+if phv[197] != 0x1 { break 'l126; }
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
 }
 
-fn tor_a0(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[87] = st.phv[94] & 0xFFFF;
-st.phv[88] = 0x1;
+fn tor_a0(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[87] = phv[94] & 0xFFFF;
+phv[88] = 0x1;
 return;
 }
 
-fn tor_a1(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[88] = 0x0;
+fn tor_a1(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[88] = 0x0;
 return;
 }
 
-fn tor_a2(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[108] = st.phv[26].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[110] = st.phv[27].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[112] = st.phv[28].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[114] = st.phv[29].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[116] = st.phv[30].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[118] = st.phv[31].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[120] = st.phv[32].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[122] = st.phv[33].wrapping_shl(0) & 0xFFFFFFFF;
+fn tor_a2(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[108] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
+phv[110] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
+phv[112] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
+phv[114] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
+phv[116] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
+phv[118] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
+phv[120] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
+phv[122] = phv[33].wrapping_shl(0) & 0xFFFFFFFF;
 return;
 }
 
-fn tor_a3(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[108] = st.phv[26].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[110] = st.phv[27].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[112] = st.phv[28].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[114] = st.phv[29].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[116] = st.phv[30].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[118] = st.phv[31].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[120] = st.phv[32].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[122] = st.phv[33].wrapping_shl(1) & 0xFFFFFFFF;
+fn tor_a3(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[108] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
+phv[110] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
+phv[112] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
+phv[114] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
+phv[116] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
+phv[118] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
+phv[120] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
+phv[122] = phv[33].wrapping_shl(1) & 0xFFFFFFFF;
 return;
 }
 
-fn tor_a4(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[108] = st.phv[26].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[110] = st.phv[27].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[112] = st.phv[28].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[114] = st.phv[29].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[116] = st.phv[30].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[118] = st.phv[31].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[120] = st.phv[32].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[122] = st.phv[33].wrapping_shl(2) & 0xFFFFFFFF;
+fn tor_a4(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[108] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
+phv[110] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
+phv[112] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
+phv[114] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
+phv[116] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
+phv[118] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
+phv[120] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
+phv[122] = phv[33].wrapping_shl(2) & 0xFFFFFFFF;
 return;
 }
 
-fn tor_a5(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[108] = st.phv[26].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[110] = st.phv[27].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[112] = st.phv[28].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[114] = st.phv[29].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[116] = st.phv[30].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[118] = st.phv[31].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[120] = st.phv[32].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[122] = st.phv[33].wrapping_shl(3) & 0xFFFFFFFF;
+fn tor_a5(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[108] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
+phv[110] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
+phv[112] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
+phv[114] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
+phv[116] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
+phv[118] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
+phv[120] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
+phv[122] = phv[33].wrapping_shl(3) & 0xFFFFFFFF;
 return;
 }
 
-fn tor_a6(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[108] = st.phv[26].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[110] = st.phv[27].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[112] = st.phv[28].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[114] = st.phv[29].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[116] = st.phv[30].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[118] = st.phv[31].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[120] = st.phv[32].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[122] = st.phv[33].wrapping_shl(4) & 0xFFFFFFFF;
+fn tor_a6(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[108] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
+phv[110] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
+phv[112] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
+phv[114] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
+phv[116] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
+phv[118] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
+phv[120] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
+phv[122] = phv[33].wrapping_shl(4) & 0xFFFFFFFF;
 return;
 }
 
-fn tor_a7(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[125] = st.phv[127] & 0xFFFFFFFF;
-st.phv[126] = st.phv[128] & 0xFFFFFFFF;
+fn tor_a7(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[125] = phv[127] & 0xFFFFFFFF;
+phv[126] = phv[128] & 0xFFFFFFFF;
 return;
 }
 
-fn tor_a8(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[125] = 0x0;
-st.phv[126] = 0x0;
+fn tor_a8(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[125] = 0x0;
+phv[126] = 0x0;
 return;
 }
 
-fn tor_a9(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[209] = st.phv[211] & 0xFFFFFFFF;
-st.phv[210] = st.phv[212] & 0xFFFFFFFF;
+fn tor_a9(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[209] = phv[211] & 0xFFFFFFFF;
+phv[210] = phv[212] & 0xFFFFFFFF;
 return;
 }
 
-fn tor_a10(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[209] = 0x0;
-st.phv[210] = 0x0;
+fn tor_a10(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[209] = 0x0;
+phv[210] = 0x0;
 return;
 }
 
-fn tor_parse(st: &mut State, code: &Code, packet: &[u8]) {
+fn tor_parse(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {
 if packet.len() < 14 {
-st.parse_done(code, 0);
+st.parse_done(code, 0, phv);
 return;
 }
-st.phv[23] = extract(packet, 0, 12, 96, 48, 16);
-match st.phv[23] {
+phv[23] = extract(packet, 0, 12, 96, 48, 16);
+match phv[23] {
 0x8808 => {
 if packet.len() < 34 {
 st.valid |= 0x2; st.parsed |= 0x2;
 st.offsets[1] = 0;
-st.parse_done(code, 14);
+st.parse_done(code, 14, phv);
 return;
 }
-st.phv[24] = extract(packet, 14, 0, 0, 48, 16);
-st.phv[25] = extract(packet, 14, 2, 16, 48, 16);
-st.phv[26] = extract(packet, 14, 4, 32, 48, 16);
-st.phv[27] = extract(packet, 14, 6, 48, 48, 16);
-st.phv[28] = extract(packet, 14, 8, 64, 48, 16);
-st.phv[29] = extract(packet, 14, 10, 80, 48, 16);
-st.phv[30] = extract(packet, 14, 12, 96, 48, 16);
-st.phv[31] = extract(packet, 14, 14, 112, 48, 16);
-st.phv[32] = extract(packet, 14, 16, 128, 48, 16);
-st.phv[33] = extract(packet, 14, 18, 144, 48, 16);
+phv[24] = extract(packet, 14, 0, 0, 48, 16);
+phv[25] = extract(packet, 14, 2, 16, 48, 16);
+phv[26] = extract(packet, 14, 4, 32, 48, 16);
+phv[27] = extract(packet, 14, 6, 48, 48, 16);
+phv[28] = extract(packet, 14, 8, 64, 48, 16);
+phv[29] = extract(packet, 14, 10, 80, 48, 16);
+phv[30] = extract(packet, 14, 12, 96, 48, 16);
+phv[31] = extract(packet, 14, 14, 112, 48, 16);
+phv[32] = extract(packet, 14, 16, 128, 48, 16);
+phv[33] = extract(packet, 14, 18, 144, 48, 16);
 st.valid |= 0x6; st.parsed |= 0x6;
 st.offsets[1] = 0;
 st.offsets[2] = 14;
-st.parse_done(code, 34);
+st.parse_done(code, 34, phv);
 }
 0x800 => {
 if packet.len() < 34 {
 st.valid |= 0x2; st.parsed |= 0x2;
 st.offsets[1] = 0;
-st.parse_done(code, 14);
+st.parse_done(code, 14, phv);
 return;
 }
-st.phv[36] = extract(packet, 14, 1, 8, 58, 6);
-st.phv[38] = extract(packet, 14, 2, 16, 48, 16);
-st.phv[43] = extract(packet, 14, 9, 72, 56, 8);
-st.phv[45] = extract(packet, 14, 12, 96, 32, 32);
-st.phv[46] = extract(packet, 14, 16, 128, 32, 32);
-match st.phv[43] {
+phv[36] = extract(packet, 14, 1, 8, 58, 6);
+phv[38] = extract(packet, 14, 2, 16, 48, 16);
+phv[43] = extract(packet, 14, 9, 72, 56, 8);
+phv[45] = extract(packet, 14, 12, 96, 32, 32);
+phv[46] = extract(packet, 14, 16, 128, 32, 32);
+match phv[43] {
 0x11 => {
 if packet.len() < 42 {
 st.valid |= 0xA; st.parsed |= 0xA;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
-st.parse_done(code, 34);
+st.parse_done(code, 34, phv);
 return;
 }
-st.phv[47] = extract(packet, 34, 0, 0, 48, 16);
-st.phv[48] = extract(packet, 34, 2, 16, 48, 16);
-match st.phv[48] {
+phv[47] = extract(packet, 34, 0, 0, 48, 16);
+phv[48] = extract(packet, 34, 2, 16, 48, 16);
+match phv[48] {
 0x12B7 => {
 if packet.len() < 54 {
 st.valid |= 0x1A; st.parsed |= 0x1A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
-st.parse_done(code, 42);
+st.parse_done(code, 42, phv);
 return;
 }
 st.valid |= 0x3A; st.parsed |= 0x3A;
@@ -890,7 +890,7 @@ st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
 st.offsets[5] = 42;
-st.parse_done(code, 54);
+st.parse_done(code, 54, phv);
 }
 0x6888 => {
 if packet.len() < 82 {
@@ -898,36 +898,36 @@ st.valid |= 0x1A; st.parsed |= 0x1A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
-st.parse_done(code, 42);
+st.parse_done(code, 42, phv);
 return;
 }
-st.phv[59] = extract(packet, 42, 0, 0, 56, 8);
-st.phv[61] = extract(packet, 42, 1, 14, 56, 2);
-st.phv[62] = extract(packet, 42, 2, 16, 56, 8);
-st.phv[63] = extract(packet, 42, 3, 24, 56, 8);
-st.phv[64] = extract(packet, 42, 4, 32, 0, 64);
-st.phv[65] = extract(packet, 42, 12, 96, 32, 32);
-st.phv[66] = extract(packet, 42, 16, 128, 32, 32);
-st.phv[67] = extract(packet, 42, 20, 160, 48, 16);
-st.phv[68] = extract(packet, 42, 22, 176, 48, 16);
-st.phv[70] = extract(packet, 42, 25, 200, 56, 8);
-st.phv[71] = extract(packet, 42, 26, 208, 48, 16);
-st.phv[72] = extract(packet, 42, 28, 224, 48, 16);
-st.phv[73] = extract(packet, 42, 30, 240, 56, 8);
-st.phv[75] = extract(packet, 42, 32, 256, 0, 64);
+phv[59] = extract(packet, 42, 0, 0, 56, 8);
+phv[61] = extract(packet, 42, 1, 14, 56, 2);
+phv[62] = extract(packet, 42, 2, 16, 56, 8);
+phv[63] = extract(packet, 42, 3, 24, 56, 8);
+phv[64] = extract(packet, 42, 4, 32, 0, 64);
+phv[65] = extract(packet, 42, 12, 96, 32, 32);
+phv[66] = extract(packet, 42, 16, 128, 32, 32);
+phv[67] = extract(packet, 42, 20, 160, 48, 16);
+phv[68] = extract(packet, 42, 22, 176, 48, 16);
+phv[70] = extract(packet, 42, 25, 200, 56, 8);
+phv[71] = extract(packet, 42, 26, 208, 48, 16);
+phv[72] = extract(packet, 42, 28, 224, 48, 16);
+phv[73] = extract(packet, 42, 30, 240, 56, 8);
+phv[75] = extract(packet, 42, 32, 256, 0, 64);
 st.valid |= 0x5A; st.parsed |= 0x5A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
 st.offsets[6] = 42;
-st.parse_done(code, 82);
+st.parse_done(code, 82, phv);
 }
 _ => {
 st.valid |= 0x1A; st.parsed |= 0x1A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
-st.parse_done(code, 42);
+st.parse_done(code, 42, phv);
 }
 }
 }
@@ -935,14 +935,14 @@ _ => {
 st.valid |= 0xA; st.parsed |= 0xA;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
-st.parse_done(code, 34);
+st.parse_done(code, 34, phv);
 }
 }
 }
 _ => {
 st.valid |= 0x2; st.parsed |= 0x2;
 st.offsets[1] = 0;
-st.parse_done(code, 14);
+st.parse_done(code, 14, phv);
 }
 }
 }
@@ -978,26 +978,26 @@ phv[185..186].fill(0);
 phv[198..209].fill(0);
 }
 
-fn tor_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
+fn tor_action(a: u16, st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 match a {
-0 => tor_a0(st, code, ctx),
-1 => tor_a1(st, code, ctx),
-2 => tor_a2(st, code, ctx),
-3 => tor_a3(st, code, ctx),
-4 => tor_a4(st, code, ctx),
-5 => tor_a5(st, code, ctx),
-6 => tor_a6(st, code, ctx),
-7 => tor_a7(st, code, ctx),
-8 => tor_a8(st, code, ctx),
-9 => tor_a9(st, code, ctx),
-10 => tor_a10(st, code, ctx),
-_ => st.run(code, code.action_start[a as usize], ctx),
+0 => tor_a0(st, phv, code, ctx),
+1 => tor_a1(st, phv, code, ctx),
+2 => tor_a2(st, phv, code, ctx),
+3 => tor_a3(st, phv, code, ctx),
+4 => tor_a4(st, phv, code, ctx),
+5 => tor_a5(st, phv, code, ctx),
+6 => tor_a6(st, phv, code, ctx),
+7 => tor_a7(st, phv, code, ctx),
+8 => tor_a8(st, phv, code, ctx),
+9 => tor_a9(st, phv, code, ctx),
+10 => tor_a10(st, phv, code, ctx),
+_ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 }
 
 // Variant `fabric`.
 
-fn fabric_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
+fn fabric_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l415: {
 'l414: {
 'l403: {
@@ -1052,183 +1052,183 @@ fn fabric_ingress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l11: {
 'l9: {
 'l5: {
-st.phv[114] = 0xFFFF;
+phv[114] = 0xFFFF;
 if st.valid & 0x4 == 0 { break 'l5; }
-if st.phv[24] != 0x101 { break 'l37; }
-st.phv[114] = st.phv[0] & 0xFFFF;
+if phv[24] != 0x101 { break 'l37; }
+phv[114] = phv[0] & 0xFFFF;
 break 'l37;
 }
 if st.valid & 0x8 == 0 { break 'l37; }
 if st.valid & 0x40 == 0 { break 'l30; }
-if st.phv[62] == 0x0 { break 'l9; }
-if st.phv[59] == 0x2 { break 'l11; }
+if phv[62] == 0x0 { break 'l9; }
+if phv[59] == 0x2 { break 'l11; }
 }
 ctx.dropped = true;
 break 'l34;
 }
-st.phv[90] = st.phv[0] & 0xFFFF;
-st.phv[206] = st.phv[64].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[207] = st.phv[0].wrapping_shl(23) & 0xFFFFFFFF;
-st.phv[89] = bin(BinOp::Xor, st.phv[206], st.phv[207], 0xFFFFFFFF);
-st.phv[206] = st.phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-st.phv[91] = bin(BinOp::Add, st.phv[206], 0xB72, 0xFFFFFFFF);
-st.phv[92] = st.hash_inputs(&[(64, 8), (90, 2)], 0x3FF) & 0x3FF;
-{ let w = 299056 + ((st.phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); st.phv[93] = out & 0xFFFFFFFF; }
-if st.phv[93] == 0x0 { break 'l22; }
+phv[90] = phv[0] & 0xFFFF;
+phv[206] = phv[64].wrapping_shr(0) & 0xFFFFFFFF;
+phv[207] = phv[0].wrapping_shl(23) & 0xFFFFFFFF;
+phv[89] = bin(BinOp::Xor, phv[206], phv[207], 0xFFFFFFFF);
+phv[206] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[91] = bin(BinOp::Add, phv[206], 0xB72, 0xFFFFFFFF);
+phv[92] = hash_inputs(phv, &[(64, 8), (90, 2)], 0x3FF) & 0x3FF;
+{ let w = 299056 + ((phv[92] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(89))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(91), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(89), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(91), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[93] = out & 0xFFFFFFFF; }
+if phv[93] == 0x0 { break 'l22; }
 ctx.dropped = true;
 break 'l34;
 }
-st.phv[81] = st.phv[61] & 0xFF;
-st.phv[82] = st.phv[0] & 0xFFFF;
-ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
-st.phv[83] = st.phv[65] & 0xFFFFFFFF;
-st.phv[84] = st.phv[66] & 0xFFFFFFFF;
-st.phv[85] = st.phv[67] & 0xFFFF;
-st.phv[86] = st.phv[68] & 0xFFFF;
+phv[81] = phv[61] & 0xFF;
+phv[82] = phv[0] & 0xFFFF;
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
+phv[83] = phv[65] & 0xFFFFFFFF;
+phv[84] = phv[66] & 0xFFFFFFFF;
+phv[85] = phv[67] & 0xFFFF;
+phv[86] = phv[68] & 0xFFFF;
 break 'l34;
 }
-st.phv[83] = st.phv[45] & 0xFFFFFFFF;
-st.phv[84] = st.phv[46] & 0xFFFFFFFF;
-st.phv[85] = st.phv[47] & 0xFFFF;
-st.phv[86] = st.phv[48] & 0xFFFF;
+phv[83] = phv[45] & 0xFFFFFFFF;
+phv[84] = phv[46] & 0xFFFFFFFF;
+phv[85] = phv[47] & 0xFFFF;
+phv[86] = phv[48] & 0xFFFF;
 }
-match st.routed_from_input() { Some(Some(port)) => { st.phv[94] = port as u64 & 0xFFFF; fabric_a0(st, code, ctx); } Some(None) => { fabric_a1(st, code, ctx); } None => { fabric_action(st.select(code, 0), st, code, ctx); } }
-if st.phv[88] != 0x1 { break 'l37; }
-st.phv[114] = st.phv[87] & 0xFFFF;
+match st.routed_from_input() { Some(Some(port)) => { phv[94] = port as u64 & 0xFFFF; fabric_a0(st, phv, code, ctx); } Some(None) => { fabric_a1(st, phv, code, ctx); } None => { fabric_action(st.select(code, 0, phv), st, phv, code, ctx); } }
+if phv[88] != 0x1 { break 'l37; }
+phv[114] = phv[87] & 0xFFFF;
 }
-match st.direct_entry(2, st.phv[114]) { Some(d) if d.action == 7 => { st.phv[117] = d.params[0] & 0xFFFFFFFF; st.phv[118] = d.params[1] & 0xFFFFFFFF; fabric_a7(st, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a8(st, code, ctx); } _ => { fabric_action(st.select(code, 2), st, code, ctx); } }
+match st.direct_entry(2, phv[114]) { Some(d) if d.action == 7 => { phv[117] = d.params[0] & 0xFFFFFFFF; phv[118] = d.params[1] & 0xFFFFFFFF; fabric_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a8(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 2, phv), st, phv, code, ctx); } }
 if st.valid & 0x4 == 0 { break 'l162; }
-if st.phv[24] != 0x101 { break 'l160; }
-st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[131] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[132] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-match st.direct_entry(1, st.phv[0]) { Some(d) if d.action == 2 => { fabric_a2(st, code, ctx); } Some(d) if d.action == 3 => { fabric_a3(st, code, ctx); } Some(d) if d.action == 4 => { fabric_a4(st, code, ctx); } Some(d) if d.action == 5 => { fabric_a5(st, code, ctx); } Some(d) if d.action == 6 => { fabric_a6(st, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a4(st, code, ctx); } _ => { fabric_action(st.select(code, 1), st, code, ctx); } }
-st.phv[206] = st.phv[98].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[98], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[98].wrapping_shr(5);
-st.phv[98] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[99] = bin(BinOp::Add, st.phv[95], st.phv[98], 0xFFFFFFFF);
-st.phv[206] = st.phv[100].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[100], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[100].wrapping_shr(5);
-st.phv[100] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[101] = bin(BinOp::Add, st.phv[95], st.phv[100], 0xFFFFFFFF);
-st.phv[206] = st.phv[102].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[102], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[102].wrapping_shr(5);
-st.phv[102] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[103] = bin(BinOp::Add, st.phv[95], st.phv[102], 0xFFFFFFFF);
-st.phv[206] = st.phv[104].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[104], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[104].wrapping_shr(5);
-st.phv[104] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[105] = bin(BinOp::Add, st.phv[95], st.phv[104], 0xFFFFFFFF);
-st.phv[206] = st.phv[106].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[106], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[106].wrapping_shr(5);
-st.phv[106] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[107] = bin(BinOp::Add, st.phv[95], st.phv[106], 0xFFFFFFFF);
-st.phv[206] = st.phv[108].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[108], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[108].wrapping_shr(5);
-st.phv[108] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[109] = bin(BinOp::Add, st.phv[95], st.phv[108], 0xFFFFFFFF);
-st.phv[206] = st.phv[110].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[110], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[110].wrapping_shr(5);
-st.phv[110] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[111] = bin(BinOp::Add, st.phv[95], st.phv[110], 0xFFFFFFFF);
-st.phv[206] = st.phv[112].wrapping_shr(2);
-st.phv[207] = bin(BinOp::Add, st.phv[112], st.phv[206], 0xFFFFFFFF);
-st.phv[208] = st.phv[112].wrapping_shr(5);
-st.phv[112] = bin(BinOp::Add, st.phv[207], st.phv[208], 0xFFFFFFFF);
-st.phv[113] = bin(BinOp::Add, st.phv[95], st.phv[112], 0xFFFFFFFF);
-st.phv[133] = 0x0;
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l90; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[98], 0xFFFFFFFF);
+if phv[24] != 0x101 { break 'l160; }
+phv[95] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[131] = phv[1].wrapping_shr(20) & 0x3;
+phv[132] = phv[1].wrapping_shr(22) & 0xFFFF;
+match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { fabric_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { fabric_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { fabric_a4(st, phv, code, ctx); } Some(d) if d.action == 5 => { fabric_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { fabric_a6(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a4(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 1, phv), st, phv, code, ctx); } }
+phv[206] = phv[98].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[98], phv[206], 0xFFFFFFFF);
+phv[208] = phv[98].wrapping_shr(5);
+phv[98] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[99] = bin(BinOp::Add, phv[95], phv[98], 0xFFFFFFFF);
+phv[206] = phv[100].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[100], phv[206], 0xFFFFFFFF);
+phv[208] = phv[100].wrapping_shr(5);
+phv[100] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[101] = bin(BinOp::Add, phv[95], phv[100], 0xFFFFFFFF);
+phv[206] = phv[102].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[102], phv[206], 0xFFFFFFFF);
+phv[208] = phv[102].wrapping_shr(5);
+phv[102] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[103] = bin(BinOp::Add, phv[95], phv[102], 0xFFFFFFFF);
+phv[206] = phv[104].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[104], phv[206], 0xFFFFFFFF);
+phv[208] = phv[104].wrapping_shr(5);
+phv[104] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[105] = bin(BinOp::Add, phv[95], phv[104], 0xFFFFFFFF);
+phv[206] = phv[106].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[106], phv[206], 0xFFFFFFFF);
+phv[208] = phv[106].wrapping_shr(5);
+phv[106] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[107] = bin(BinOp::Add, phv[95], phv[106], 0xFFFFFFFF);
+phv[206] = phv[108].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[108], phv[206], 0xFFFFFFFF);
+phv[208] = phv[108].wrapping_shr(5);
+phv[108] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[109] = bin(BinOp::Add, phv[95], phv[108], 0xFFFFFFFF);
+phv[206] = phv[110].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[110], phv[206], 0xFFFFFFFF);
+phv[208] = phv[110].wrapping_shr(5);
+phv[110] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[111] = bin(BinOp::Add, phv[95], phv[110], 0xFFFFFFFF);
+phv[206] = phv[112].wrapping_shr(2);
+phv[207] = bin(BinOp::Add, phv[112], phv[206], 0xFFFFFFFF);
+phv[208] = phv[112].wrapping_shr(5);
+phv[112] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
+phv[113] = bin(BinOp::Add, phv[95], phv[112], 0xFFFFFFFF);
+phv[133] = 0x0;
+phv[206] = bin(BinOp::And, phv[25], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l90; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[98], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l95; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[100], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[25], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l95; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[100], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l100; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[102], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[25], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l100; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[102], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l105; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[104], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[25], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l105; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[104], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l110; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[106], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[25], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l110; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[106], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l115; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[108], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[25], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l115; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[108], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l120; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[110], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[25], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l120; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[110], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l125; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); let _ = v; } }
-st.phv[133] = bin(BinOp::Max, st.phv[133], st.phv[112], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[25], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l125; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[112], 0xFFFFFFFF);
 }
-st.phv[134] = bin(BinOp::Add, st.phv[95], st.phv[133], 0xFFFFFFFF);
-st.phv[135] = bin(BinOp::Xor, st.phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
-st.phv[136] = bin(BinOp::Xor, st.phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[133] == 0x0 { break 'l154; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[131] != 0x0 { break 'l138; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[134] = bin(BinOp::Add, phv[95], phv[133], 0xFFFFFFFF);
+phv[135] = bin(BinOp::Xor, phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
+phv[136] = bin(BinOp::Xor, phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[133] == 0x0 { break 'l154; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x0 { break 'l138; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[131] != 0x1 { break 'l143; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x1 { break 'l143; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[131] != 0x2 { break 'l148; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x2 { break 'l148; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[131] != 0x3 { break 'l158; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x3 { break 'l158; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l158;
 }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(135) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(136) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(135) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(136) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
 return;
@@ -1238,284 +1238,284 @@ return;
 }
 if st.valid & 0x8 == 0 { break 'l414; }
 if st.valid & 0x40 == 0 { break 'l296; }
-st.phv[76] = 0xFFFF;
-st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[131] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[132] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(st.phv[131], 0x0) { break 'l171; }
-st.phv[119] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+phv[76] = 0xFFFF;
+phv[95] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[131] = phv[1].wrapping_shr(20) & 0x3;
+phv[132] = phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(phv[131], 0x0) { break 'l171; }
+phv[119] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
 break 'l172;
 }
-st.phv[119] = st.phv[132] & 0xFFFF;
+phv[119] = phv[132] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(st.phv[131], 0x1) { break 'l175; }
-st.phv[120] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+if Cmp::raw(6, 0, false).test(phv[131], 0x1) { break 'l175; }
+phv[120] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
 break 'l176;
 }
-st.phv[120] = st.phv[132] & 0xFFFF;
+phv[120] = phv[132] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(st.phv[131], 0x2) { break 'l179; }
-st.phv[121] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+if Cmp::raw(6, 0, false).test(phv[131], 0x2) { break 'l179; }
+phv[121] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
 break 'l180;
 }
-st.phv[121] = st.phv[132] & 0xFFFF;
+phv[121] = phv[132] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(st.phv[131], 0x3) { break 'l183; }
-st.phv[122] = bin(BinOp::Sub, st.phv[132], 0x1, 0xFFFF);
+if Cmp::raw(6, 0, false).test(phv[131], 0x3) { break 'l183; }
+phv[122] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
 break 'l184;
 }
-st.phv[122] = st.phv[132] & 0xFFFF;
+phv[122] = phv[132] & 0xFFFF;
 }
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l188; }
-if st.phv[88] != 0x1 { break 'l188; }
-st.phv[76] = st.phv[87] & 0xFFFF;
+phv[206] = bin(BinOp::And, phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l188; }
+if phv[88] != 0x1 { break 'l188; }
+phv[76] = phv[87] & 0xFFFF;
 }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[150] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[151] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[152] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[153] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[154] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[155] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[156] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[157] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[158] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[159] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[160] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[161] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[127] = v & 0xFFFFFFFF; } }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[129] = out & 0xFFFFFFFF; }
-st.phv[206] = bin(BinOp::Or, st.phv[150], st.phv[153], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[156], 0xFFFFFFFFFFFFFFFF);
-st.phv[208] = bin(BinOp::Or, st.phv[207], st.phv[159], 0xFFFFFFFFFFFFFFFF);
-st.phv[209] = bin(BinOp::Or, st.phv[208], st.phv[129], 0xFFFFFFFFFFFFFFFF);
-st.phv[144] = bin(BinOp::Or, st.phv[209], st.phv[127], 0xFFFFFFFF);
-st.phv[206] = bin(BinOp::Or, st.phv[151], st.phv[152], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[154], st.phv[155], 0xFFFFFFFFFFFFFFFF);
-st.phv[208] = bin(BinOp::Or, st.phv[206], st.phv[207], 0xFFFFFFFFFFFFFFFF);
-st.phv[209] = bin(BinOp::Or, st.phv[157], st.phv[158], 0xFFFFFFFFFFFFFFFF);
-st.phv[210] = bin(BinOp::Or, st.phv[208], st.phv[209], 0xFFFFFFFFFFFFFFFF);
-st.phv[211] = bin(BinOp::Or, st.phv[160], st.phv[161], 0xFFFFFFFFFFFFFFFF);
-st.phv[146] = bin(BinOp::Or, st.phv[210], st.phv[211], 0xFFFFFFFF);
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[148] = out & 0xFFFFFFFF; }
-st.phv[146] = bin(BinOp::Or, st.phv[146], st.phv[148], 0xFFFFFFFF);
-st.phv[79] = 0x0;
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[162] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[163] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[164] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[165] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[166] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[167] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[168] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[169] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[170] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[171] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[172] = out & 0xFFFFFFFF; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[173] = out & 0xFFFFFFFF; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); st.phv[128] = v & 0xFFFFFFFF; } }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; st.phv[130] = out & 0xFFFFFFFF; }
-st.phv[206] = bin(BinOp::Or, st.phv[162], st.phv[165], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[206], st.phv[168], 0xFFFFFFFFFFFFFFFF);
-st.phv[208] = bin(BinOp::Or, st.phv[207], st.phv[171], 0xFFFFFFFFFFFFFFFF);
-st.phv[209] = bin(BinOp::Or, st.phv[208], st.phv[130], 0xFFFFFFFFFFFFFFFF);
-st.phv[145] = bin(BinOp::Or, st.phv[209], st.phv[128], 0xFFFFFFFF);
-st.phv[206] = bin(BinOp::Or, st.phv[163], st.phv[164], 0xFFFFFFFFFFFFFFFF);
-st.phv[207] = bin(BinOp::Or, st.phv[166], st.phv[167], 0xFFFFFFFFFFFFFFFF);
-st.phv[208] = bin(BinOp::Or, st.phv[206], st.phv[207], 0xFFFFFFFFFFFFFFFF);
-st.phv[209] = bin(BinOp::Or, st.phv[169], st.phv[170], 0xFFFFFFFFFFFFFFFF);
-st.phv[210] = bin(BinOp::Or, st.phv[208], st.phv[209], 0xFFFFFFFFFFFFFFFF);
-st.phv[211] = bin(BinOp::Or, st.phv[172], st.phv[173], 0xFFFFFFFFFFFFFFFF);
-st.phv[147] = bin(BinOp::Or, st.phv[210], st.phv[211], 0xFFFFFFFF);
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.phv[149] = out & 0xFFFFFFFF; }
-st.phv[147] = bin(BinOp::Or, st.phv[147], st.phv[149], 0xFFFFFFFF);
-st.phv[80] = 0x0;
-st.phv[78] = 0x0;
-if st.phv[76] == 0xFFFF { break 'l283; }
-st.phv[206] = bin(BinOp::And, st.phv[146], st.phv[115], 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] != 0x0 { break 'l282; }
-st.phv[207] = bin(BinOp::And, st.phv[147], st.phv[116], 0xFFFFFFFFFFFFFFFF);
-if st.phv[207] == 0x0 { break 'l283; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[150] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[151] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[152] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[153] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[154] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[155] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[156] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[157] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[127] = v & 0xFFFFFFFF; } }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[129] = out & 0xFFFFFFFF; }
+phv[206] = bin(BinOp::Or, phv[150], phv[153], 0xFFFFFFFFFFFFFFFF);
+phv[207] = bin(BinOp::Or, phv[206], phv[156], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[207], phv[159], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[208], phv[129], 0xFFFFFFFFFFFFFFFF);
+phv[144] = bin(BinOp::Or, phv[209], phv[127], 0xFFFFFFFF);
+phv[206] = bin(BinOp::Or, phv[151], phv[152], 0xFFFFFFFFFFFFFFFF);
+phv[207] = bin(BinOp::Or, phv[154], phv[155], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[206], phv[207], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[157], phv[158], 0xFFFFFFFFFFFFFFFF);
+phv[210] = bin(BinOp::Or, phv[208], phv[209], 0xFFFFFFFFFFFFFFFF);
+phv[211] = bin(BinOp::Or, phv[160], phv[161], 0xFFFFFFFFFFFFFFFF);
+phv[146] = bin(BinOp::Or, phv[210], phv[211], 0xFFFFFFFF);
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[148] = out & 0xFFFFFFFF; }
+phv[146] = bin(BinOp::Or, phv[146], phv[148], 0xFFFFFFFF);
+phv[79] = 0x0;
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[128] = v & 0xFFFFFFFF; } }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[130] = out & 0xFFFFFFFF; }
+phv[206] = bin(BinOp::Or, phv[162], phv[165], 0xFFFFFFFFFFFFFFFF);
+phv[207] = bin(BinOp::Or, phv[206], phv[168], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[207], phv[171], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[208], phv[130], 0xFFFFFFFFFFFFFFFF);
+phv[145] = bin(BinOp::Or, phv[209], phv[128], 0xFFFFFFFF);
+phv[206] = bin(BinOp::Or, phv[163], phv[164], 0xFFFFFFFFFFFFFFFF);
+phv[207] = bin(BinOp::Or, phv[166], phv[167], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[206], phv[207], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[169], phv[170], 0xFFFFFFFFFFFFFFFF);
+phv[210] = bin(BinOp::Or, phv[208], phv[209], 0xFFFFFFFFFFFFFFFF);
+phv[211] = bin(BinOp::Or, phv[172], phv[173], 0xFFFFFFFFFFFFFFFF);
+phv[147] = bin(BinOp::Or, phv[210], phv[211], 0xFFFFFFFF);
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[149] = out & 0xFFFFFFFF; }
+phv[147] = bin(BinOp::Or, phv[147], phv[149], 0xFFFFFFFF);
+phv[80] = 0x0;
+phv[78] = 0x0;
+if phv[76] == 0xFFFF { break 'l283; }
+phv[206] = bin(BinOp::And, phv[146], phv[115], 0xFFFFFFFFFFFFFFFF);
+if phv[206] != 0x0 { break 'l282; }
+phv[207] = bin(BinOp::And, phv[147], phv[116], 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l283; }
 }
-st.phv[78] = 0x1;
+phv[78] = 0x1;
 }
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l287; }
-st.phv[79] = bin(BinOp::And, st.phv[144], st.phv[146], 0xFFFFFFFF);
-st.phv[80] = bin(BinOp::And, st.phv[145], st.phv[147], 0xFFFFFFFF);
+phv[206] = bin(BinOp::And, phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l287; }
+phv[79] = bin(BinOp::And, phv[144], phv[146], 0xFFFFFFFF);
+phv[80] = bin(BinOp::And, phv[145], phv[147], 0xFFFFFFFF);
 }
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l291; }
+phv[206] = bin(BinOp::And, phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l291; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if st.phv[76] == 0xFFFF { break 'l294; }
-ctx.forward = Forward::Unicast(st.phv[76] as u16);
+if phv[76] == 0xFFFF { break 'l294; }
+ctx.forward = Forward::Unicast(phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if st.phv[88] != 0x1 { break 'l299; }
-ctx.forward = Forward::Unicast(st.phv[87] as u16);
+if phv[88] != 0x1 { break 'l299; }
+ctx.forward = Forward::Unicast(phv[87] as u16);
 break 'l300;
 }
 ctx.dropped = true;
 }
 if st.valid & 0x20 == 0 { break 'l415; }
-if st.phv[88] != 0x1 { break 'l415; }
-st.phv[95] = st.phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-st.phv[131] = st.phv[1].wrapping_shr(20) & 0x3;
-st.phv[132] = st.phv[1].wrapping_shr(22) & 0xFFFF;
-st.phv[96] = st.phv[36].wrapping_shr(3) & 0x7;
-st.phv[97] = 0x0;
-if st.phv[96] != 0x0 { break 'l311; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301104 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+if phv[88] != 0x1 { break 'l415; }
+phv[95] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[131] = phv[1].wrapping_shr(20) & 0x3;
+phv[132] = phv[1].wrapping_shr(22) & 0xFFFF;
+phv[96] = phv[36].wrapping_shr(3) & 0x7;
+phv[97] = 0x0;
+if phv[96] != 0x0 { break 'l311; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301104 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 break 'l337;
 }
-if st.phv[96] != 0x1 { break 'l315; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301168 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+if phv[96] != 0x1 { break 'l315; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301168 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 break 'l337;
 }
-if st.phv[96] != 0x2 { break 'l319; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301232 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+if phv[96] != 0x2 { break 'l319; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301232 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 break 'l337;
 }
-if st.phv[96] != 0x3 { break 'l323; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301296 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+if phv[96] != 0x3 { break 'l323; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301296 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 break 'l337;
 }
-if st.phv[96] != 0x4 { break 'l327; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301360 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+if phv[96] != 0x4 { break 'l327; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301360 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 break 'l337;
 }
-if st.phv[96] != 0x5 { break 'l331; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301424 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+if phv[96] != 0x5 { break 'l331; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301424 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 break 'l337;
 }
-if st.phv[96] != 0x6 { break 'l335; }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301488 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+if phv[96] != 0x6 { break 'l335; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301488 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 break 'l337;
 }
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-{ let w = 301552 + ((st.phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.phv[97] = out & 0xFFFFFFFF; }
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+{ let w = 301552 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 }
-st.phv[77] = 0x0;
-if st.phv[97] != 0x0 { st.phv[77] = 0x1; }
-st.phv[143] = bin(BinOp::Add, st.phv[38], 0x12, 0xFFFFFFFF);
-st.phv[206] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[137] = (st.phv[131].wrapping_shl(6) | st.phv[206]) & 0xFF;
-{ let base = (((st.phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[139] = v & 0xFFFF; } }
-st.phv[140] = 0x0;
-if st.phv[139] != Cmp::raw(5, 0, false).norm(st.phv[132]) { st.phv[140] = 0x1; }
-{ let base = (((st.phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-st.phv[207] = st.phv[87].wrapping_shr(0) & 0x3F;
-st.phv[208] = (st.phv[206].wrapping_shl(6) | st.phv[207]) & 0xFFF;
-st.phv[138] = (st.phv[131].wrapping_shl(12) | st.phv[208]) & 0x3FFF;
-{ let base = (((st.phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[141] = v & 0xFFFF; } }
-st.phv[142] = 0x0;
-if st.phv[141] != Cmp::raw(5, 0, false).norm(st.phv[132]) { st.phv[142] = 0x1; }
-{ let base = (((st.phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 142, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } }
-st.phv[123] = 0x0;
-st.phv[125] = bin(BinOp::Xor, st.phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l360; }
-st.phv[123] = st.phv[115] & 0xFFFFFFFF;
-st.phv[125] = 0xFFFFFFFF;
+phv[77] = 0x0;
+if phv[97] != 0x0 { phv[77] = 0x1; }
+phv[143] = bin(BinOp::Add, phv[38], 0x12, 0xFFFFFFFF);
+phv[206] = phv[87].wrapping_shr(0) & 0x3F;
+phv[137] = (phv[131].wrapping_shl(6) | phv[206]) & 0xFF;
+{ let base = (((phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[139] = v & 0xFFFF; } }
+phv[140] = 0x0;
+if phv[139] != Cmp::raw(5, 0, false).norm(phv[132]) { phv[140] = 0x1; }
+{ let base = (((phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+phv[207] = phv[87].wrapping_shr(0) & 0x3F;
+phv[208] = (phv[206].wrapping_shl(6) | phv[207]) & 0xFFF;
+phv[138] = (phv[131].wrapping_shl(12) | phv[208]) & 0x3FFF;
+{ let base = (((phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[141] = v & 0xFFFF; } }
+phv[142] = 0x0;
+if phv[141] != Cmp::raw(5, 0, false).norm(phv[132]) { phv[142] = 0x1; }
+{ let base = (((phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 142, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
+phv[123] = 0x0;
+phv[125] = bin(BinOp::Xor, phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[77] != 0x1 { break 'l360; }
+phv[123] = phv[115] & 0xFFFFFFFF;
+phv[125] = 0xFFFFFFFF;
 }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 123, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); let _ = v; } }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[124] = 0x0;
-st.phv[126] = bin(BinOp::Xor, st.phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
-if st.phv[77] != 0x1 { break 'l369; }
-st.phv[124] = st.phv[116] & 0xFFFFFFFF;
-st.phv[126] = 0xFFFFFFFF;
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 123, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[124] = 0x0;
+phv[126] = bin(BinOp::Xor, phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[77] != 0x1 { break 'l369; }
+phv[124] = phv[116] & 0xFFFFFFFF;
+phv[126] = 0xFFFFFFFF;
 }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((st.phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 124, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19); let _ = v; } }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[131] != 0x0 { break 'l383; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l383; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 124, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x0 { break 'l383; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l383; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[131] != 0x1 { break 'l393; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l393; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x1 { break 'l393; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l393; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[131] != 0x2 { break 'l403; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l403; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x2 { break 'l403; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l403; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if st.phv[131] != 0x3 { break 'l415; }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = st.phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((st.phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if st.phv[77] != 0x1 { break 'l415; }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-st.phv[206] = 0x0;
-{ let w = 2048 + ((st.phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(&st.phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(&st.phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x3 { break 'l415; }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l415; }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[206] = 0x0;
+{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -1523,7 +1523,7 @@ ctx.dropped = true;
 return;
 }
 
-fn fabric_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
+fn fabric_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l126: {
 'l117: {
 'l112: {
@@ -1536,293 +1536,293 @@ fn fabric_egress(st: &mut State, code: &Code, ctx: &mut PassCtx) {
 'l49: {
 'l42: {
 'l16: {
-if st.phv[8] == 0x0 { break 'l42; }
-if st.phv[8] != 0x1 { break 'l16; }
+if phv[8] == 0x0 { break 'l42; }
+if phv[8] != 0x1 { break 'l16; }
 if st.valid & 0x40 == 0 { break 'l126; }
-st.phv[63] = 0x1;
+phv[63] = 0x1;
 st.dirty |= 0x40;
-st.phv[70] = st.phv[81] & 0xFF;
+phv[70] = phv[81] & 0xFF;
 st.dirty |= 0x40;
-st.phv[71] = st.phv[82] & 0xFFFF;
+phv[71] = phv[82] & 0xFFFF;
 st.dirty |= 0x40;
-st.phv[72] = st.phv[76] & 0xFFFF;
+phv[72] = phv[76] & 0xFFFF;
 st.dirty |= 0x40;
-st.phv[73] = st.phv[78] & 0xFF;
+phv[73] = phv[78] & 0xFF;
 st.dirty |= 0x40;
-st.phv[75] = (st.phv[80].wrapping_shl(32) | st.phv[79]);
+phv[75] = (phv[80].wrapping_shl(32) | phv[79]);
 st.dirty |= 0x40;
 return;
 }
-st.set_valid(code, 0);
-st.phv[9] = st.phv[175] & 0xFFFF;
+st.set_valid(code, 0, phv);
+phv[9] = phv[175] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[10] = st.phv[198] & 0xFF;
+phv[10] = phv[198] & 0xFF;
 st.dirty |= 0x1;
-st.phv[11] = st.phv[197] & 0xFFFF;
+phv[11] = phv[197] & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[12] = st.phv[189] & 0xFFFFFFFF;
+phv[12] = phv[189] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[13] = st.phv[190] & 0xFFFFFFFF;
+phv[13] = phv[190] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[14] = st.phv[191].wrapping_shr(16) & 0xFFFF;
+phv[14] = phv[191].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[15] = st.phv[191].wrapping_shr(0) & 0xFFFF;
+phv[15] = phv[191].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-st.phv[16] = st.phv[192] & 0xFFFFFFFF;
+phv[16] = phv[192] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[17] = st.phv[193] & 0xFFFFFFFF;
+phv[17] = phv[193] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[18] = st.phv[194] & 0xFFFFFFFF;
+phv[18] = phv[194] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[19] = st.phv[195] & 0xFFFFFFFF;
+phv[19] = phv[195] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-st.phv[20] = st.phv[196] & 0xFFFFFFFF;
+phv[20] = phv[196] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-match st.direct_entry(3, st.phv[3]) { Some(d) if d.action == 9 => { st.phv[201] = d.params[0] & 0xFFFFFFFF; st.phv[202] = d.params[1] & 0xFFFFFFFF; fabric_a9(st, code, ctx); } Some(d) if d.action == 10 => { fabric_a10(st, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a10(st, code, ctx); } _ => { fabric_action(st.select(code, 3), st, code, ctx); } }
-st.phv[203] = 0x0;
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l49; }
-if st.phv[3] != Cmp::raw(5, 0, false).norm(st.phv[76]) { break 'l49; }
-st.phv[203] = 0x1;
+match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[201] = d.params[0] & 0xFFFFFFFF; phv[202] = d.params[1] & 0xFFFFFFFF; fabric_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { fabric_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a10(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 3, phv), st, phv, code, ctx); } }
+phv[203] = 0x0;
+phv[206] = bin(BinOp::And, phv[61], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l49; }
+if phv[3] != Cmp::raw(5, 0, false).norm(phv[76]) { break 'l49; }
+phv[203] = 0x1;
 }
-st.phv[204] = 0x0;
-st.phv[206] = bin(BinOp::And, st.phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
-if st.phv[206] == 0x0 { break 'l57; }
-st.phv[207] = bin(BinOp::And, st.phv[79], st.phv[199], 0xFFFFFFFFFFFFFFFF);
-if st.phv[207] != 0x0 { break 'l56; }
-st.phv[208] = bin(BinOp::And, st.phv[80], st.phv[200], 0xFFFFFFFFFFFFFFFF);
-if st.phv[208] == 0x0 { break 'l57; }
+phv[204] = 0x0;
+phv[206] = bin(BinOp::And, phv[61], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[206] == 0x0 { break 'l57; }
+phv[207] = bin(BinOp::And, phv[79], phv[199], 0xFFFFFFFFFFFFFFFF);
+if phv[207] != 0x0 { break 'l56; }
+phv[208] = bin(BinOp::And, phv[80], phv[200], 0xFFFFFFFFFFFFFFFF);
+if phv[208] == 0x0 { break 'l57; }
 }
-st.phv[204] = 0x1;
+phv[204] = 0x1;
 }
-if st.phv[203] != 0x0 { break 'l61; }
-if st.phv[204] != 0x0 { break 'l61; }
+if phv[203] != 0x0 { break 'l61; }
+if phv[204] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
-st.phv[205] = 0x0;
-if st.phv[203] != 0x1 { break 'l65; }
-st.phv[205] = 0x1;
-if st.phv[78] == 0x1 { st.phv[205] = 0x3; }
+phv[205] = 0x0;
+if phv[203] != 0x1 { break 'l65; }
+phv[205] = 0x1;
+if phv[78] == 0x1 { phv[205] = 0x3; }
 }
-if st.phv[204] != 0x1 { break 'l67; }
-st.phv[205] = bin(BinOp::Or, st.phv[205], 0x2, 0x3);
+if phv[204] != 0x1 { break 'l67; }
+phv[205] = bin(BinOp::Or, phv[205], 0x2, 0x3);
 }
-st.phv[61] = st.phv[205] & 0x3;
+phv[61] = phv[205] & 0x3;
 st.dirty |= 0x40;
-st.phv[62] = bin(BinOp::Sub, st.phv[62], 0x1, 0xFF);
+phv[62] = bin(BinOp::Sub, phv[62], 0x1, 0xFF);
 st.dirty |= 0x40;
-st.phv[63] = 0x0;
+phv[63] = 0x0;
 st.dirty |= 0x40;
-st.phv[70] = 0x0;
+phv[70] = 0x0;
 st.dirty |= 0x40;
-st.phv[71] = 0x0;
+phv[71] = 0x0;
 st.dirty |= 0x40;
-st.phv[72] = 0x0;
+phv[72] = 0x0;
 st.dirty |= 0x40;
-st.phv[73] = 0x0;
+phv[73] = 0x0;
 st.dirty |= 0x40;
-st.phv[75] = 0x0;
+phv[75] = 0x0;
 st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l126; }
-st.phv[174] = st.phv[5].wrapping_shr(20) & 0x3;
-st.phv[175] = st.phv[5].wrapping_shr(22) & 0xFFFF;
-st.phv[176] = st.phv[5].wrapping_shr(0) & 0xFFFFF;
-st.phv[206] = st.phv[3].wrapping_shr(0) & 0x3F;
-st.phv[180] = (st.phv[174].wrapping_shl(6) | st.phv[206]) & 0xFF;
-st.phv[179] = st.phv[77] & 0xFFFFFFFF;
-st.phv[177] = st.phv[6] & 0xFFFFFFFF;
-st.phv[178] = st.phv[177] & 0xFFFFFFFF;
-if st.phv[179] != 0x0 { st.phv[178] = 0x0; }
-{ let base = (((st.phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[183] = v & 0xFFFF; } }
-st.phv[184] = 0x0;
-if st.phv[183] != Cmp::raw(5, 0, false).norm(st.phv[175]) { st.phv[184] = 0x1; }
-{ let base = (((st.phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); let _ = v; } { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); let _ = v; } }
-st.phv[181] = st.hash_inputs(&[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFF) & 0xFFF;
-st.phv[182] = (st.phv[174].wrapping_shl(12) | st.phv[181]) & 0x3FFF;
-st.phv[185] = (st.phv[47].wrapping_shl(16) | st.phv[48]) & 0xFFFFFFFF;
-{ let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0); st.phv[188] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1); st.phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2); st.phv[190] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3); st.phv[191] = v & 0xFFFFFFFF; } }
-st.phv[186] = 0x0;
-if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l112; }
-if st.phv[189] != Cmp::raw(5, 0, false).norm(st.phv[45]) { break 'l112; }
-if st.phv[190] != Cmp::raw(5, 0, false).norm(st.phv[46]) { break 'l112; }
-if st.phv[191] != Cmp::raw(5, 0, false).norm(st.phv[185]) { break 'l112; }
-st.phv[186] = 0x1;
+phv[174] = phv[5].wrapping_shr(20) & 0x3;
+phv[175] = phv[5].wrapping_shr(22) & 0xFFFF;
+phv[176] = phv[5].wrapping_shr(0) & 0xFFFFF;
+phv[206] = phv[3].wrapping_shr(0) & 0x3F;
+phv[180] = (phv[174].wrapping_shl(6) | phv[206]) & 0xFF;
+phv[179] = phv[77] & 0xFFFFFFFF;
+phv[177] = phv[6] & 0xFFFFFFFF;
+phv[178] = phv[177] & 0xFFFFFFFF;
+if phv[179] != 0x0 { phv[178] = 0x0; }
+{ let base = (((phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[183] = v & 0xFFFF; } }
+phv[184] = 0x0;
+if phv[183] != Cmp::raw(5, 0, false).norm(phv[175]) { phv[184] = 0x1; }
+{ let base = (((phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[181] = hash_inputs(phv, &[(45, 4), (46, 4), (47, 2), (48, 2)], 0xFFF) & 0xFFF;
+phv[182] = (phv[174].wrapping_shl(12) | phv[181]) & 0x3FFF;
+phv[185] = (phv[47].wrapping_shl(16) | phv[48]) & 0xFFFFFFFF;
+{ let base = (((phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[188] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 46, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[190] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[191] = v & 0xFFFFFFFF; } }
+phv[186] = 0x0;
+if phv[188] != Cmp::raw(5, 0, false).norm(phv[175]) { break 'l112; }
+if phv[189] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l112; }
+if phv[190] != Cmp::raw(5, 0, false).norm(phv[46]) { break 'l112; }
+if phv[191] != Cmp::raw(5, 0, false).norm(phv[185]) { break 'l112; }
+phv[186] = 0x1;
 }
-st.phv[187] = 0x0;
-if st.phv[186] != 0x0 { break 'l117; }
-if st.phv[188] != Cmp::raw(5, 0, false).norm(st.phv[175]) { break 'l117; }
-if st.phv[189] == 0x0 { break 'l117; }
-st.phv[187] = 0x1;
+phv[187] = 0x0;
+if phv[186] != 0x0 { break 'l117; }
+if phv[188] != Cmp::raw(5, 0, false).norm(phv[175]) { break 'l117; }
+if phv[189] == 0x0 { break 'l117; }
+phv[187] = 0x1;
 }
-{ let base = (((st.phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4); st.phv[192] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5); st.phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6); st.phv[194] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7); st.phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8); st.phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9); st.phv[197] = v & 0xFFFF; } }
-st.phv[198] = st.phv[174] & 0xFF;
-if st.phv[187] != 0x1 { break 'l126; }
-ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);
+{ let base = (((phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[192] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[194] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[197] = v & 0xFFFF; } }
+phv[198] = phv[174] & 0xFF;
+if phv[187] != 0x1 { break 'l126; }
+ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
 }
 
-fn fabric_a0(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[87] = st.phv[94] & 0xFFFF;
-st.phv[88] = 0x1;
+fn fabric_a0(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[87] = phv[94] & 0xFFFF;
+phv[88] = 0x1;
 return;
 }
 
-fn fabric_a1(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[88] = 0x0;
+fn fabric_a1(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[88] = 0x0;
 return;
 }
 
-fn fabric_a2(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[98] = st.phv[26].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[100] = st.phv[27].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[102] = st.phv[28].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[104] = st.phv[29].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[106] = st.phv[30].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[108] = st.phv[31].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[110] = st.phv[32].wrapping_shl(0) & 0xFFFFFFFF;
-st.phv[112] = st.phv[33].wrapping_shl(0) & 0xFFFFFFFF;
+fn fabric_a2(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[98] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
+phv[100] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
+phv[102] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
+phv[104] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
+phv[106] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
+phv[108] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
+phv[110] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
+phv[112] = phv[33].wrapping_shl(0) & 0xFFFFFFFF;
 return;
 }
 
-fn fabric_a3(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[98] = st.phv[26].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[100] = st.phv[27].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[102] = st.phv[28].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[104] = st.phv[29].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[106] = st.phv[30].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[108] = st.phv[31].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[110] = st.phv[32].wrapping_shl(1) & 0xFFFFFFFF;
-st.phv[112] = st.phv[33].wrapping_shl(1) & 0xFFFFFFFF;
+fn fabric_a3(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[98] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
+phv[100] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
+phv[102] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
+phv[104] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
+phv[106] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
+phv[108] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
+phv[110] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
+phv[112] = phv[33].wrapping_shl(1) & 0xFFFFFFFF;
 return;
 }
 
-fn fabric_a4(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[98] = st.phv[26].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[100] = st.phv[27].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[102] = st.phv[28].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[104] = st.phv[29].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[106] = st.phv[30].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[108] = st.phv[31].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[110] = st.phv[32].wrapping_shl(2) & 0xFFFFFFFF;
-st.phv[112] = st.phv[33].wrapping_shl(2) & 0xFFFFFFFF;
+fn fabric_a4(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[98] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
+phv[100] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
+phv[102] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
+phv[104] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
+phv[106] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
+phv[108] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
+phv[110] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
+phv[112] = phv[33].wrapping_shl(2) & 0xFFFFFFFF;
 return;
 }
 
-fn fabric_a5(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[98] = st.phv[26].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[100] = st.phv[27].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[102] = st.phv[28].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[104] = st.phv[29].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[106] = st.phv[30].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[108] = st.phv[31].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[110] = st.phv[32].wrapping_shl(3) & 0xFFFFFFFF;
-st.phv[112] = st.phv[33].wrapping_shl(3) & 0xFFFFFFFF;
+fn fabric_a5(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[98] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
+phv[100] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
+phv[102] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
+phv[104] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
+phv[106] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
+phv[108] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
+phv[110] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
+phv[112] = phv[33].wrapping_shl(3) & 0xFFFFFFFF;
 return;
 }
 
-fn fabric_a6(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[98] = st.phv[26].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[100] = st.phv[27].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[102] = st.phv[28].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[104] = st.phv[29].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[106] = st.phv[30].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[108] = st.phv[31].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[110] = st.phv[32].wrapping_shl(4) & 0xFFFFFFFF;
-st.phv[112] = st.phv[33].wrapping_shl(4) & 0xFFFFFFFF;
+fn fabric_a6(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[98] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
+phv[100] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
+phv[102] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
+phv[104] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
+phv[106] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
+phv[108] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
+phv[110] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
+phv[112] = phv[33].wrapping_shl(4) & 0xFFFFFFFF;
 return;
 }
 
-fn fabric_a7(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[115] = st.phv[117] & 0xFFFFFFFF;
-st.phv[116] = st.phv[118] & 0xFFFFFFFF;
+fn fabric_a7(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[115] = phv[117] & 0xFFFFFFFF;
+phv[116] = phv[118] & 0xFFFFFFFF;
 return;
 }
 
-fn fabric_a8(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[115] = 0x0;
-st.phv[116] = 0x0;
+fn fabric_a8(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[115] = 0x0;
+phv[116] = 0x0;
 return;
 }
 
-fn fabric_a9(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[199] = st.phv[201] & 0xFFFFFFFF;
-st.phv[200] = st.phv[202] & 0xFFFFFFFF;
+fn fabric_a9(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[199] = phv[201] & 0xFFFFFFFF;
+phv[200] = phv[202] & 0xFFFFFFFF;
 return;
 }
 
-fn fabric_a10(st: &mut State, code: &Code, ctx: &mut PassCtx) {
-st.phv[199] = 0x0;
-st.phv[200] = 0x0;
+fn fabric_a10(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[199] = 0x0;
+phv[200] = 0x0;
 return;
 }
 
-fn fabric_parse(st: &mut State, code: &Code, packet: &[u8]) {
+fn fabric_parse(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {
 if packet.len() < 14 {
-st.parse_done(code, 0);
+st.parse_done(code, 0, phv);
 return;
 }
-st.phv[23] = extract(packet, 0, 12, 96, 48, 16);
-match st.phv[23] {
+phv[23] = extract(packet, 0, 12, 96, 48, 16);
+match phv[23] {
 0x8808 => {
 if packet.len() < 34 {
 st.valid |= 0x2; st.parsed |= 0x2;
 st.offsets[1] = 0;
-st.parse_done(code, 14);
+st.parse_done(code, 14, phv);
 return;
 }
-st.phv[24] = extract(packet, 14, 0, 0, 48, 16);
-st.phv[25] = extract(packet, 14, 2, 16, 48, 16);
-st.phv[26] = extract(packet, 14, 4, 32, 48, 16);
-st.phv[27] = extract(packet, 14, 6, 48, 48, 16);
-st.phv[28] = extract(packet, 14, 8, 64, 48, 16);
-st.phv[29] = extract(packet, 14, 10, 80, 48, 16);
-st.phv[30] = extract(packet, 14, 12, 96, 48, 16);
-st.phv[31] = extract(packet, 14, 14, 112, 48, 16);
-st.phv[32] = extract(packet, 14, 16, 128, 48, 16);
-st.phv[33] = extract(packet, 14, 18, 144, 48, 16);
+phv[24] = extract(packet, 14, 0, 0, 48, 16);
+phv[25] = extract(packet, 14, 2, 16, 48, 16);
+phv[26] = extract(packet, 14, 4, 32, 48, 16);
+phv[27] = extract(packet, 14, 6, 48, 48, 16);
+phv[28] = extract(packet, 14, 8, 64, 48, 16);
+phv[29] = extract(packet, 14, 10, 80, 48, 16);
+phv[30] = extract(packet, 14, 12, 96, 48, 16);
+phv[31] = extract(packet, 14, 14, 112, 48, 16);
+phv[32] = extract(packet, 14, 16, 128, 48, 16);
+phv[33] = extract(packet, 14, 18, 144, 48, 16);
 st.valid |= 0x6; st.parsed |= 0x6;
 st.offsets[1] = 0;
 st.offsets[2] = 14;
-st.parse_done(code, 34);
+st.parse_done(code, 34, phv);
 }
 0x800 => {
 if packet.len() < 34 {
 st.valid |= 0x2; st.parsed |= 0x2;
 st.offsets[1] = 0;
-st.parse_done(code, 14);
+st.parse_done(code, 14, phv);
 return;
 }
-st.phv[36] = extract(packet, 14, 1, 8, 58, 6);
-st.phv[38] = extract(packet, 14, 2, 16, 48, 16);
-st.phv[43] = extract(packet, 14, 9, 72, 56, 8);
-st.phv[45] = extract(packet, 14, 12, 96, 32, 32);
-st.phv[46] = extract(packet, 14, 16, 128, 32, 32);
-match st.phv[43] {
+phv[36] = extract(packet, 14, 1, 8, 58, 6);
+phv[38] = extract(packet, 14, 2, 16, 48, 16);
+phv[43] = extract(packet, 14, 9, 72, 56, 8);
+phv[45] = extract(packet, 14, 12, 96, 32, 32);
+phv[46] = extract(packet, 14, 16, 128, 32, 32);
+match phv[43] {
 0x11 => {
 if packet.len() < 42 {
 st.valid |= 0xA; st.parsed |= 0xA;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
-st.parse_done(code, 34);
+st.parse_done(code, 34, phv);
 return;
 }
-st.phv[47] = extract(packet, 34, 0, 0, 48, 16);
-st.phv[48] = extract(packet, 34, 2, 16, 48, 16);
-match st.phv[48] {
+phv[47] = extract(packet, 34, 0, 0, 48, 16);
+phv[48] = extract(packet, 34, 2, 16, 48, 16);
+match phv[48] {
 0x12B7 => {
 if packet.len() < 54 {
 st.valid |= 0x1A; st.parsed |= 0x1A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
-st.parse_done(code, 42);
+st.parse_done(code, 42, phv);
 return;
 }
 st.valid |= 0x3A; st.parsed |= 0x3A;
@@ -1830,7 +1830,7 @@ st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
 st.offsets[5] = 42;
-st.parse_done(code, 54);
+st.parse_done(code, 54, phv);
 }
 0x6888 => {
 if packet.len() < 82 {
@@ -1838,36 +1838,36 @@ st.valid |= 0x1A; st.parsed |= 0x1A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
-st.parse_done(code, 42);
+st.parse_done(code, 42, phv);
 return;
 }
-st.phv[59] = extract(packet, 42, 0, 0, 56, 8);
-st.phv[61] = extract(packet, 42, 1, 14, 56, 2);
-st.phv[62] = extract(packet, 42, 2, 16, 56, 8);
-st.phv[63] = extract(packet, 42, 3, 24, 56, 8);
-st.phv[64] = extract(packet, 42, 4, 32, 0, 64);
-st.phv[65] = extract(packet, 42, 12, 96, 32, 32);
-st.phv[66] = extract(packet, 42, 16, 128, 32, 32);
-st.phv[67] = extract(packet, 42, 20, 160, 48, 16);
-st.phv[68] = extract(packet, 42, 22, 176, 48, 16);
-st.phv[70] = extract(packet, 42, 25, 200, 56, 8);
-st.phv[71] = extract(packet, 42, 26, 208, 48, 16);
-st.phv[72] = extract(packet, 42, 28, 224, 48, 16);
-st.phv[73] = extract(packet, 42, 30, 240, 56, 8);
-st.phv[75] = extract(packet, 42, 32, 256, 0, 64);
+phv[59] = extract(packet, 42, 0, 0, 56, 8);
+phv[61] = extract(packet, 42, 1, 14, 56, 2);
+phv[62] = extract(packet, 42, 2, 16, 56, 8);
+phv[63] = extract(packet, 42, 3, 24, 56, 8);
+phv[64] = extract(packet, 42, 4, 32, 0, 64);
+phv[65] = extract(packet, 42, 12, 96, 32, 32);
+phv[66] = extract(packet, 42, 16, 128, 32, 32);
+phv[67] = extract(packet, 42, 20, 160, 48, 16);
+phv[68] = extract(packet, 42, 22, 176, 48, 16);
+phv[70] = extract(packet, 42, 25, 200, 56, 8);
+phv[71] = extract(packet, 42, 26, 208, 48, 16);
+phv[72] = extract(packet, 42, 28, 224, 48, 16);
+phv[73] = extract(packet, 42, 30, 240, 56, 8);
+phv[75] = extract(packet, 42, 32, 256, 0, 64);
 st.valid |= 0x5A; st.parsed |= 0x5A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
 st.offsets[6] = 42;
-st.parse_done(code, 82);
+st.parse_done(code, 82, phv);
 }
 _ => {
 st.valid |= 0x1A; st.parsed |= 0x1A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
 st.offsets[4] = 34;
-st.parse_done(code, 42);
+st.parse_done(code, 42, phv);
 }
 }
 }
@@ -1875,14 +1875,14 @@ _ => {
 st.valid |= 0xA; st.parsed |= 0xA;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
-st.parse_done(code, 34);
+st.parse_done(code, 34, phv);
 }
 }
 }
 _ => {
 st.valid |= 0x2; st.parsed |= 0x2;
 st.offsets[1] = 0;
-st.parse_done(code, 14);
+st.parse_done(code, 14, phv);
 }
 }
 }
@@ -1918,20 +1918,20 @@ phv[175..176].fill(0);
 phv[188..199].fill(0);
 }
 
-fn fabric_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {
+fn fabric_action(a: u16, st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 match a {
-0 => fabric_a0(st, code, ctx),
-1 => fabric_a1(st, code, ctx),
-2 => fabric_a2(st, code, ctx),
-3 => fabric_a3(st, code, ctx),
-4 => fabric_a4(st, code, ctx),
-5 => fabric_a5(st, code, ctx),
-6 => fabric_a6(st, code, ctx),
-7 => fabric_a7(st, code, ctx),
-8 => fabric_a8(st, code, ctx),
-9 => fabric_a9(st, code, ctx),
-10 => fabric_a10(st, code, ctx),
-_ => st.run(code, code.action_start[a as usize], ctx),
+0 => fabric_a0(st, phv, code, ctx),
+1 => fabric_a1(st, phv, code, ctx),
+2 => fabric_a2(st, phv, code, ctx),
+3 => fabric_a3(st, phv, code, ctx),
+4 => fabric_a4(st, phv, code, ctx),
+5 => fabric_a5(st, phv, code, ctx),
+6 => fabric_a6(st, phv, code, ctx),
+7 => fabric_a7(st, phv, code, ctx),
+8 => fabric_a8(st, phv, code, ctx),
+9 => fabric_a9(st, phv, code, ctx),
+10 => fabric_a10(st, phv, code, ctx),
+_ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 }
 

@@ -21,9 +21,9 @@ use super::*;
 /// The emitted passes of one program.
 pub(super) struct Native {
     pub(super) fingerprint: u64,
-    pub(super) ingress: fn(&mut State, &Code, &mut PassCtx),
-    pub(super) egress: fn(&mut State, &Code, &mut PassCtx),
-    pub(super) parse: fn(&mut State, &Code, &[u8]),
+    pub(super) ingress: fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx),
+    pub(super) egress: fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx),
+    pub(super) parse: fn(&mut State, &mut PhvBuf, &Code, &[u8]),
     /// [`pack_fields`] / [`unpack_fields`] of the bridged fields, unrolled.
     pub(super) pack: fn(&[u64; PHV_SLOTS]) -> [u64; 2],
     pub(super) unpack: fn(&mut [u64; PHV_SLOTS], [u64; 2]),
@@ -31,6 +31,12 @@ pub(super) struct Native {
     /// ([`Code::meta_exposed`]), with constant ranges (small fills become inline stores
     /// rather than `memset` calls).
     pub(super) clear: [fn(&mut [u64; PHV_SLOTS]); 2],
+}
+
+impl std::fmt::Debug for Native {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Native({:#018x})", self.fingerprint)
+    }
 }
 
 /// The `{prefix}_clear_ingress` / `{prefix}_clear_egress` functions of [`Native::clear`].
@@ -123,7 +129,7 @@ fn run_action(code: &Code, prefix: &str, a: u16, values: &[String]) -> String {
     for ((slot, mask), value) in code.action_params[a as usize].iter().zip(values) {
         let _ = write!(v, "{} = {}; ", phv(*slot), masked(value.clone(), *mask));
     }
-    let _ = write!(v, "{prefix}_a{a}(st, code, ctx);");
+    let _ = write!(v, "{prefix}_a{a}(st, phv, code, ctx);");
     v
 }
 
@@ -132,7 +138,7 @@ fn run_action(code: &Code, prefix: &str, a: u16, values: &[String]) -> String {
 /// with each action's parameter slots as constants; anything else (and a key beyond the
 /// direct array) goes through [`State::select`].
 fn apply(code: &Code, prefix: &str, t: u16) -> String {
-    let generic = format!("{prefix}_action(st.select(code, {t}), st, code, ctx);");
+    let generic = format!("{prefix}_action(st.select(code, {t}, phv), st, phv, code, ctx);");
     let Some(table) = code.tables.get(t as usize) else {
         return generic;
     };
@@ -184,14 +190,18 @@ fn hash_call(code: &Code, unit: u16) -> String {
                 .iter()
                 .map(|(slot, bytes)| format!("({slot}, {bytes})"))
                 .collect();
-            format!("st.hash_inputs(&[{}], {})", inputs.join(", "), hex(h.mask))
+            format!(
+                "hash_inputs(phv, &[{}], {})",
+                inputs.join(", "),
+                hex(h.mask)
+            )
         }
-        None => format!("st.hash(code, {unit})"),
+        None => format!("st.hash(code, {unit}, phv)"),
     }
 }
 
 fn phv(slot: u16) -> String {
-    format!("st.phv[{slot}]")
+    format!("phv[{slot}]")
 }
 
 fn step_lit(s: &WordStep) -> String {
@@ -238,7 +248,7 @@ fn operand_lit(o: COperand) -> String {
 fn word_member(code: &Code, wa: u16, out: u16, mask: u64, base: &str) -> String {
     let a = &code.word_actions[wa as usize];
     let mut s = format!(
-        "{{ const A: WordAction = {}; let v = st.word_at(code, &A, {base} + {}); ",
+        "{{ const A: WordAction = {}; let v = st.word_at(code, &A, {base} + {}, phv); ",
         word_action_lit(a),
         a.offset
     );
@@ -293,7 +303,7 @@ fn register_action(code: &Code, ra: u16, index: u16, out: u16, mask: u64) -> Str
         };
         let _ = write!(
             s,
-            "if (CCond {{ left: {}, right: {right}, cmp: {}, constant: {} }}).test(&st.phv, lo, hi, {m}) {{ outcome |= {}; }} ",
+            "if (CCond {{ left: {}, right: {right}, cmp: {}, constant: {} }}).test(phv, lo, hi, {m}) {{ outcome |= {}; }} ",
             operand_lit(c.left),
             cmp_lit(c.cmp),
             hex(c.constant),
@@ -303,7 +313,7 @@ fn register_action(code: &Code, ra: u16, index: u16, out: u16, mask: u64) -> Str
     let update = |u: u8| {
         let u = &a.updates[u as usize];
         format!(
-            "(CUpdate {{ op: SaluOp::{:?}, a: {}, b: {} }}).apply(&st.phv, lo, hi, {m})",
+            "(CUpdate {{ op: SaluOp::{:?}, a: {}, b: {} }}).apply(phv, lo, hi, {m})",
             u.op,
             operand_lit(u.a),
             operand_lit(u.b)
@@ -419,7 +429,7 @@ fn function(
     }
     let _ = writeln!(
         out,
-        "fn {name}(st: &mut State, code: &Code, ctx: &mut PassCtx) {{"
+        "fn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {{"
     );
     for t in (0..body.len()).rev().filter(|t| target[*t]) {
         let _ = writeln!(out, "'l{t}: {{");
@@ -554,14 +564,16 @@ fn function(
             Ins::Hash { unit, dst, mask } => {
                 format!("{} = {};", phv(dst), masked(hash_call(code, unit), mask))
             }
-            Ins::SetValid(h) => format!("st.set_valid(code, {h});"),
+            Ins::SetValid(h) => format!("st.set_valid(code, {h}, phv);"),
             Ins::SetInvalid(h) => format!("st.valid &= !{};", hex(1 << h)),
             Ins::Unicast(port) => {
                 format!("ctx.forward = Forward::Unicast({} as u16);", phv(port))
             }
             Ins::Multicast(g) => format!("ctx.forward = Forward::Multicast({g});"),
             Ins::Drop => "ctx.dropped = true;".into(),
-            Ins::Clone => "ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes);".into(),
+            Ins::Clone => {
+                "ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);".into()
+            }
             Ins::Digest(d) => format!(
                 "ctx.digests.push(DigestMessage {{ digest: DigestId({d}), values: Vec::new() }});"
             ),
@@ -590,7 +602,7 @@ fn parser(code: &Code, name: &str, out: &mut String) {
     if tree_fits(code, 0, 0, &mut nodes) {
         let _ = writeln!(
             out,
-            "fn {name}(st: &mut State, code: &Code, packet: &[u8]) {{"
+            "fn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {{"
         );
         parse_node(code, 0, 0, &mut Vec::new(), out);
         let _ = writeln!(out, "}}\n");
@@ -641,7 +653,7 @@ fn parse_end(path: &[(u8, usize)], offset: usize, out: &mut String) {
     if !in_order {
         let _ = writeln!(out, "st.in_order = false;");
     }
-    let _ = writeln!(out, "st.parse_done(code, {offset});");
+    let _ = writeln!(out, "st.parse_done(code, {offset}, phv);");
 }
 
 /// The parser tree from `state` at byte `offset` after the headers of `path`.
@@ -709,7 +721,7 @@ fn parse_node(
 fn parser_loop(code: &Code, name: &str, out: &mut String) {
     let _ = writeln!(
         out,
-        "fn {name}(st: &mut State, code: &Code, packet: &[u8]) {{\n\
+        "fn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {{\n\
          let mut offset = 0usize;\n\
          let mut last: i32 = -1;\n\
          let mut state = 0usize;\n\
@@ -766,7 +778,7 @@ fn parser_loop(code: &Code, name: &str, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "_ => break,\n}}\n}}\nst.parse_done(code, offset);\n}}\n"
+        "_ => break,\n}}\n}}\nst.parse_done(code, offset, phv);\n}}\n"
     );
 }
 
@@ -799,15 +811,15 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
         clearing(&code, &prefix, &mut out);
         let _ = writeln!(
             out,
-            "fn {prefix}_action(a: u16, st: &mut State, code: &Code, ctx: &mut PassCtx) {{\n\
+            "fn {prefix}_action(a: u16, st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {{\n\
              match a {{"
         );
         for a in 0..code.action_start.len() {
-            let _ = writeln!(out, "{a} => {prefix}_a{a}(st, code, ctx),");
+            let _ = writeln!(out, "{a} => {prefix}_a{a}(st, phv, code, ctx),");
         }
         let _ = writeln!(
             out,
-            "_ => st.run(code, code.action_start[a as usize], ctx),\n}}\n}}\n"
+            "_ => st.run(code, code.action_start[a as usize], ctx, phv),\n}}\n}}\n"
         );
         let _ = writeln!(
             table,
@@ -956,7 +968,7 @@ mod tests {
                 Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("model");
             let mut interpreted =
                 Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("model");
-            interpreted.interpreted = true;
+            interpreted.native = None;
             // The netsim adapter's passes (bridged fields packed, no copy of unchanged
             // headers) on a third model.
             let mut packed =
