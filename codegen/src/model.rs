@@ -3762,10 +3762,6 @@ impl Model {
             st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64, phv);
             st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns, phv);
             st.routed = input.routed_egress_port;
-            match native {
-                Some(n) => (n.parse)(st, phv, code, packet),
-                None => st.parse(code, packet, phv),
-            }
             let mut ctx = PassCtx {
                 packet,
                 clone_bytes: &mut out.clone_bytes,
@@ -3775,8 +3771,12 @@ impl Model {
                 clone: false,
             };
             match native {
+                // Parser and control in one function.
                 Some(n) => (n.ingress)(st, phv, code, &mut ctx),
-                None => st.run(code, code.ingress, &mut ctx, phv),
+                None => {
+                    st.parse(code, packet, phv);
+                    st.run(code, code.ingress, &mut ctx, phv);
+                }
             }
             let (dropped, forward, clone) = (ctx.dropped, ctx.forward, ctx.clone);
             let same = handover == Handover::Packed && st.unchanged();
@@ -3863,10 +3863,6 @@ impl Model {
                     None => unpack_fields(phv, &code.bridge_packing, packed),
                 },
             }
-            match native {
-                Some(n) => (n.parse)(st, phv, code, packet),
-                None => st.parse(code, packet, phv),
-            }
             let mut unused = Vec::new();
             let mut ctx = PassCtx {
                 packet,
@@ -3878,7 +3874,10 @@ impl Model {
             };
             match native {
                 Some(n) => (n.egress)(st, phv, code, &mut ctx),
-                None => st.run(code, code.egress, &mut ctx, phv),
+                None => {
+                    st.parse(code, packet, phv);
+                    st.run(code, code.egress, &mut ctx, phv);
+                }
             }
             let (dropped, clone) = (ctx.dropped, ctx.clone);
             let same = handover == Handover::Packed && !clone && st.unchanged();

@@ -7,6 +7,7 @@ use super::*;
 
 // Variant `tor`.
 
+#[inline(always)]
 fn tor_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l453: {
 'l452: {
@@ -583,6 +584,7 @@ ctx.dropped = true;
 return;
 }
 
+#[inline(always)]
 fn tor_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l126: {
 'l117: {
@@ -823,6 +825,7 @@ phv[210] = 0x0;
 return;
 }
 
+#[inline(always)]
 fn tor_parse(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {
 if packet.len() < 14 {
 st.parse_done(code, 0, phv);
@@ -947,6 +950,16 @@ st.parse_done(code, 14, phv);
 }
 }
 
+fn tor_parse_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+tor_parse(st, phv, code, ctx.packet);
+tor_ingress(st, phv, code, ctx);
+}
+
+fn tor_parse_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+tor_parse(st, phv, code, ctx.packet);
+tor_egress(st, phv, code, ctx);
+}
+
 fn tor_pack(phv: &[u64; PHV_SLOTS]) -> [u64; 2] {
 let mut acc: u128 = 0;
 acc |= ((phv[76] & 0xFFFF) as u128) << 0;
@@ -997,6 +1010,7 @@ _ => st.run(code, code.action_start[a as usize], ctx, phv),
 
 // Variant `fabric`.
 
+#[inline(always)]
 fn fabric_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l415: {
 'l414: {
@@ -1523,6 +1537,7 @@ ctx.dropped = true;
 return;
 }
 
+#[inline(always)]
 fn fabric_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
 'l126: {
 'l117: {
@@ -1763,6 +1778,7 @@ phv[200] = 0x0;
 return;
 }
 
+#[inline(always)]
 fn fabric_parse(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {
 if packet.len() < 14 {
 st.parse_done(code, 0, phv);
@@ -1887,6 +1903,16 @@ st.parse_done(code, 14, phv);
 }
 }
 
+fn fabric_parse_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+fabric_parse(st, phv, code, ctx.packet);
+fabric_ingress(st, phv, code, ctx);
+}
+
+fn fabric_parse_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+fabric_parse(st, phv, code, ctx.packet);
+fabric_egress(st, phv, code, ctx);
+}
+
 fn fabric_pack(phv: &[u64; PHV_SLOTS]) -> [u64; 2] {
 let mut acc: u128 = 0;
 acc |= ((phv[76] & 0xFFFF) as u128) << 0;
@@ -1936,6 +1962,6 @@ _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x1FA238BCDABF22DE, ingress: tor_ingress, egress: tor_egress, parse: tor_parse, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
-Native { fingerprint: 0x94321AC0BF7226C2, ingress: fabric_ingress, egress: fabric_egress, parse: fabric_parse, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
+Native { fingerprint: 0x1FA238BCDABF22DE, ingress: tor_parse_ingress, egress: tor_parse_egress, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
+Native { fingerprint: 0x94321AC0BF7226C2, ingress: fabric_parse_ingress, egress: fabric_parse_egress, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
 ];

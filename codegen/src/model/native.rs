@@ -21,9 +21,11 @@ use super::*;
 /// The emitted passes of one program.
 pub(super) struct Native {
     pub(super) fingerprint: u64,
+    /// The parser, then the ingress control (one function: values the parser extracts
+    /// reach the control in registers).
     pub(super) ingress: fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx),
+    /// The parser, then the egress control.
     pub(super) egress: fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx),
-    pub(super) parse: fn(&mut State, &mut PhvBuf, &Code, &[u8]),
     /// [`pack_fields`] / [`unpack_fields`] of the bridged fields, unrolled.
     pub(super) pack: fn(&[u64; PHV_SLOTS]) -> [u64; 2],
     pub(super) unpack: fn(&mut [u64; PHV_SLOTS], [u64; 2]),
@@ -427,9 +429,15 @@ fn function(
             _ => {}
         }
     }
+    // The controls go inline into their `_parse_` function (one caller each).
+    let inline = if name.ends_with("_ingress") || name.ends_with("_egress") {
+        "#[inline(always)]\n"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
-        "fn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {{"
+        "{inline}fn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {{"
     );
     for t in (0..body.len()).rev().filter(|t| target[*t]) {
         let _ = writeln!(out, "'l{t}: {{");
@@ -602,7 +610,7 @@ fn parser(code: &Code, name: &str, out: &mut String) {
     if tree_fits(code, 0, 0, &mut nodes) {
         let _ = writeln!(
             out,
-            "fn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {{"
+            "#[inline(always)]\nfn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {{"
         );
         parse_node(code, 0, 0, &mut Vec::new(), out);
         let _ = writeln!(out, "}}\n");
@@ -721,7 +729,7 @@ fn parse_node(
 fn parser_loop(code: &Code, name: &str, out: &mut String) {
     let _ = writeln!(
         out,
-        "fn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {{\n\
+        "#[inline(always)]\nfn {name}(st: &mut State, phv: &mut PhvBuf, code: &Code, packet: &[u8]) {{\n\
          let mut offset = 0usize;\n\
          let mut last: i32 = -1;\n\
          let mut state = 0usize;\n\
@@ -807,6 +815,15 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
             function(&code, &fname, &prefix, *range, &mut out)?;
         }
         parser(&code, &format!("{prefix}_parse"), &mut out);
+        for gress in ["ingress", "egress"] {
+            let _ = writeln!(
+                out,
+                "fn {prefix}_parse_{gress}(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {{\n\
+                 {prefix}_parse(st, phv, code, ctx.packet);\n\
+                 {prefix}_{gress}(st, phv, code, ctx);\n\
+                 }}\n"
+            );
+        }
         packing(&code, &prefix, &mut out);
         clearing(&code, &prefix, &mut out);
         let _ = writeln!(
@@ -823,7 +840,7 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
         );
         let _ = writeln!(
             table,
-            "Native {{ fingerprint: {}, ingress: {prefix}_ingress, egress: {prefix}_egress, parse: {prefix}_parse, pack: {prefix}_pack, unpack: {prefix}_unpack, clear: [{prefix}_clear_ingress, {prefix}_clear_egress] }},",
+            "Native {{ fingerprint: {}, ingress: {prefix}_parse_ingress, egress: {prefix}_parse_egress, pack: {prefix}_pack, unpack: {prefix}_unpack, clear: [{prefix}_clear_ingress, {prefix}_clear_egress] }},",
             hex(fingerprint(&code))
         );
     }
