@@ -341,6 +341,27 @@ fn intern_table(table: Arc<TableState>) -> Arc<TableState> {
     table
 }
 
+/// Sets of (shared) tables, shared in turn by the models whose tables are all equal: a
+/// lookup starts from a slice that stays in cache however many switches take turns.
+static TABLE_SETS: Mutex<Vec<Weak<[Arc<TableState>]>>> = Mutex::new(Vec::new());
+
+/// The shared copy of a set of shared tables.
+fn intern_table_set(tables: Vec<Arc<TableState>>) -> Arc<[Arc<TableState>]> {
+    let Ok(mut all) = TABLE_SETS.lock() else {
+        return tables.into();
+    };
+    all.retain(|s| s.strong_count() > 0);
+    let same = |s: &[Arc<TableState>]| {
+        s.len() == tables.len() && s.iter().zip(&tables).all(|(a, b)| Arc::ptr_eq(a, b))
+    };
+    if let Some(found) = all.iter().filter_map(Weak::upgrade).find(|s| same(s)) {
+        return found;
+    }
+    let set: Arc<[Arc<TableState>]> = tables.into();
+    all.push(Arc::downgrade(&set));
+    set
+}
+
 /// One instruction. Slots index the PHV (fields, then temporaries); every result is
 /// `op(..) & mask`.
 #[derive(Clone, Copy, Debug)]
@@ -2587,7 +2608,7 @@ struct State {
     meta: u8,
     regs: Regs,
     /// Shared with other models while equal ([`intern_table`]); copied on write.
-    tables: Vec<Arc<TableState>>,
+    tables: Arc<[Arc<TableState>]>,
     /// How many views exist (a register action checks its register's view only then).
     live_views: AtomicUsize,
     routed: Option<u16>,
@@ -2818,12 +2839,15 @@ impl State {
         }
     }
 
-    /// Shares each table with the models that have the same entries.
+    /// Shares each table, and the set of them, with the models that have the same entries.
     #[cold]
     fn share_tables(&mut self) {
-        for t in self.tables.iter_mut() {
-            *t = intern_table(Arc::clone(t));
-        }
+        let tables: Vec<Arc<TableState>> = self
+            .tables
+            .iter()
+            .map(|t| intern_table(Arc::clone(t)))
+            .collect();
+        self.tables = intern_table_set(tables);
         self.tables_changed = false;
     }
 
@@ -3604,7 +3628,8 @@ impl Model {
                         ..TableState::default()
                     })
                 })
-                .collect(),
+                .collect::<Vec<_>>()
+                .into(),
             tables_changed: true,
             routing,
             routed: None,
@@ -4136,7 +4161,8 @@ impl DataPlane for Model {
             m = (m << w) | km as u128;
         }
         self.st.tables_changed = true;
-        let state = Arc::make_mut(&mut self.st.tables[t.0 as usize]);
+        let mut tables = self.st.tables.to_vec();
+        let state = Arc::make_mut(&mut tables[t.0 as usize]);
         let size = def.size;
         if exact {
             if !state.exact.contains_key(&key) && state.entries >= size as usize {
@@ -4168,6 +4194,7 @@ impl DataPlane for Model {
             state.ternary.sort_by_key(|e| e.2);
             state.entries += 1;
         }
+        self.st.tables = tables.into();
         Ok(())
     }
 

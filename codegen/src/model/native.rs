@@ -975,6 +975,47 @@ mod tests {
     }
 
     #[test]
+    fn models_share_equal_tables_until_one_of_them_changes() {
+        let params = HawkeyeParams::default();
+        let p = Arc::new(program(&params).expect("program"));
+        let speeds = vec![100.0; 8];
+        let mut a = Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("a");
+        let mut b = Model::new(Arc::clone(&p), Routing::FromInput, params.cpu_port).expect("b");
+        configure_model(&mut a, "a", &speeds).expect("configure a");
+        configure_model(&mut b, "b", &speeds).expect("configure b");
+        let t = FiveTuple::rocev2([10, 0, 0, 1], 49152, [10, 0, 0, 2]);
+        let packet = rocev2_data(&p, &t, 0, 2, 64, 1, 1062);
+        let input = IngressInput {
+            ingress_port: 1,
+            tstamp_ns: 1000,
+            routed_egress_port: Some(2),
+        };
+        let mut out = PassOutput::default();
+        for m in [&mut a, &mut b] {
+            m.ingress(&packet, &input, &mut out).expect("pass");
+        }
+        assert!(Arc::ptr_eq(&a.st.tables, &b.st.tables));
+        // A ninth port on `b` only: `b` gets its own tables, `a` keeps what it had.
+        b.table_add(
+            "pfc_port_speed",
+            TableEntry {
+                key: vec![8],
+                mask: vec![],
+                priority: 0,
+                action: "pfc_quanta_100g".into(),
+                params: vec![],
+            },
+        )
+        .expect("entry");
+        for m in [&mut a, &mut b] {
+            m.ingress(&packet, &input, &mut out).expect("pass");
+        }
+        assert!(!Arc::ptr_eq(&a.st.tables, &b.st.tables));
+        assert_eq!(a.table_len("pfc_port_speed").expect("a"), 8);
+        assert_eq!(b.table_len("pfc_port_speed").expect("b"), 9);
+    }
+
+    #[test]
     fn emitted_passes_match_the_interpreter_on_random_packets() {
         for (name, params) in variants() {
             let p = Arc::new(program(&params).expect("program"));
