@@ -2722,36 +2722,23 @@ impl State {
         }
     }
 
-    /// Starts a pass of `gress` (0 ingress, 1 egress): the metadata and action parameters
-    /// it may read before writing ([`Code::meta_exposed`]) read as zero, no header is
-    /// valid. The emitted code (`native`) clears with constant ranges. The interpreter
-    /// (the reference the emitted code is tested against) also gives every other metadata
-    /// field an all-ones value, so a read the analysis missed changes the interpreter's
-    /// result and the differential test fails.
-    fn reset(
-        &mut self,
-        code: &Code,
-        gress: usize,
-        native: Option<&native::Native>,
-        phv: &mut PhvBuf,
-    ) {
+    /// Starts a pass: no header is valid. The interpreter (`emitted` false) also makes the
+    /// metadata and action parameters the pass may read before writing
+    /// ([`Code::meta_exposed`] of `gress`, 0 ingress, 1 egress) read as zero, and gives
+    /// every other metadata field an all-ones value, so a read the analysis missed changes
+    /// the interpreter's result and the differential test fails; the emitted pass clears
+    /// the same ranges itself, with constant bounds.
+    fn reset(&mut self, code: &Code, gress: usize, emitted: bool, phv: &mut PhvBuf) {
         self.stale |= self.dirty;
-        match native {
-            Some(n) => {
-                if self.meta != META_CLEAN {
-                    (n.clear[gress])(phv);
-                }
+        if !emitted {
+            for (start, end) in &code.meta_ranges {
+                phv[*start..*end].copy_from_slice(&code.masks[*start..*end]);
             }
-            None => {
-                for (start, end) in &code.meta_ranges {
-                    phv[*start..*end].copy_from_slice(&code.masks[*start..*end]);
-                }
-                for (start, end) in &code.meta_exposed[gress] {
-                    phv[*start..*end].fill(0);
-                }
+            for (start, end) in &code.meta_exposed[gress] {
+                phv[*start..*end].fill(0);
             }
+            self.meta = META_ANY;
         }
-        self.meta = META_ANY;
         self.valid = 0;
         self.parsed = 0;
         self.dirty = 0;
@@ -3783,9 +3770,7 @@ impl Model {
         let code = &self.code;
         let native = self.native;
         Ok(self.st.with_phv(code, |st, phv| {
-            st.reset(code, 0, native, phv);
-            st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64, phv);
-            st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns, phv);
+            st.reset(code, 0, native.is_some(), phv);
             st.routed = input.routed_egress_port;
             let mut ctx = PassCtx {
                 packet,
@@ -3796,9 +3781,10 @@ impl Model {
                 clone: false,
             };
             match native {
-                // Parser and control in one function.
-                Some(n) => (n.ingress)(st, phv, code, &mut ctx),
+                Some(n) => (n.ingress)(st, phv, code, &mut ctx, input),
                 None => {
+                    st.set_intrinsic(code, Intrinsic::IngressPort, input.ingress_port as u64, phv);
+                    st.set_intrinsic(code, Intrinsic::IngressTstamp, input.tstamp_ns, phv);
                     st.parse(code, packet, phv);
                     st.run(code, code.ingress, &mut ctx, phv);
                 }
@@ -3865,29 +3851,7 @@ impl Model {
         let code = &self.code;
         let native = self.native;
         Ok(self.st.with_phv(code, |st, phv| {
-            st.reset(code, 1, native, phv);
-            let port = input.ingress_port as u64;
-            let clone_kind = carried.map_or(0, |c| c.clone_kind);
-            st.set_intrinsic(code, Intrinsic::EgressIngressPort, port, phv);
-            st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64, phv);
-            st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64, phv);
-            st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns, phv);
-            st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64, phv);
-            st.set_intrinsic(
-                code,
-                Intrinsic::PacketLength,
-                input.packet_length as u64,
-                phv,
-            );
-            st.set_intrinsic(code, Intrinsic::CloneKind, clone_kind as u64, phv);
-            match carried {
-                Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
-                Ok(c) => st.restore(&code.bridged, c, phv),
-                Err(packed) => match native {
-                    Some(n) => (n.unpack)(phv, packed),
-                    None => unpack_fields(phv, &code.bridge_packing, packed),
-                },
-            }
+            st.reset(code, 1, native.is_some(), phv);
             let mut unused = Vec::new();
             let mut ctx = PassCtx {
                 packet,
@@ -3898,8 +3862,23 @@ impl Model {
                 clone: false,
             };
             match native {
-                Some(n) => (n.egress)(st, phv, code, &mut ctx),
+                Some(n) => (n.egress)(st, phv, code, &mut ctx, input, carried),
                 None => {
+                    let clone_kind = carried.map_or(0, |c| c.clone_kind);
+                    let port = input.ingress_port as u64;
+                    st.set_intrinsic(code, Intrinsic::EgressIngressPort, port, phv);
+                    st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64, phv);
+                    st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64, phv);
+                    st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns, phv);
+                    st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64, phv);
+                    let len = input.packet_length as u64;
+                    st.set_intrinsic(code, Intrinsic::PacketLength, len, phv);
+                    st.set_intrinsic(code, Intrinsic::CloneKind, clone_kind as u64, phv);
+                    match carried {
+                        Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
+                        Ok(c) => st.restore(&code.bridged, c, phv),
+                        Err(packed) => unpack_fields(phv, &code.bridge_packing, packed),
+                    }
                     st.parse(code, packet, phv);
                     st.run(code, code.egress, &mut ctx, phv);
                 }

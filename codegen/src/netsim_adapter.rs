@@ -681,8 +681,11 @@ impl SwitchPipeline for NetsimAdapter {
             tstamp_ns: meta.ingress_tstamp_ns,
             routed_egress_port: meta.routed_egress_port,
         };
-        let mut bridge = [0u64; 2];
-        let Ok(same) = model.ingress_packed(&sc.buf[..sc.len], &input, &mut sc.ing, &mut bridge)
+        // The pass packs the bridged fields straight into the packet (a copy through the
+        // stack would be stored as two words and loaded as one, which the CPU cannot
+        // forward).
+        let Ok(same) =
+            model.ingress_packed(&sc.buf[..sc.len], &input, &mut sc.ing, &mut packet.bridge)
         else {
             drop(model);
             self.bump(|s| s.errors += 1);
@@ -750,7 +753,6 @@ impl SwitchPipeline for NetsimAdapter {
         if !same {
             Scratch::write_back(&shared.layout, shape, sc.len, &sc.ing.bytes, packet);
         }
-        packet.bridge = bridge;
         self.stats.set(stats);
     }
 

@@ -950,12 +950,45 @@ st.parse_done(code, 14, phv);
 }
 }
 
-fn tor_parse_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+fn tor_pass_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &IngressInput) {
+if st.meta != META_CLEAN {
+phv[76..89].fill(0);
+phv[185..186].fill(0);
+phv[198..209].fill(0);
+}
+st.meta = META_ANY;
+phv[0] = (input.ingress_port as u64) & 0xFFFF;
+phv[1] = (input.tstamp_ns) & 0xFFFFFFFFFFFF;
 tor_parse(st, phv, code, ctx.packet);
 tor_ingress(st, phv, code, ctx);
 }
 
-fn tor_parse_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+fn tor_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: Result<&Carried, [u64; 2]>) {
+if st.meta != META_CLEAN {
+phv[76..83].fill(0);
+phv[185..186].fill(0);
+phv[198..209].fill(0);
+}
+st.meta = META_ANY;
+phv[2] = (input.ingress_port as u64) & 0xFFFF;
+phv[3] = (input.egress_port as u64) & 0xFFFF;
+phv[4] = (input.queue as u64) & 0xFF;
+phv[5] = (input.enq_tstamp_ns) & 0xFFFFFFFFFFFF;
+phv[6] = (input.enq_qdepth as u64) & 0xFFFFFFFF;
+phv[7] = (input.packet_length as u64) & 0xFFFF;
+phv[8] = (carried.map_or(0, |c| c.clone_kind) as u64) & 0xFF;
+match carried {
+Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
+Ok(c) => st.restore(&code.bridged, c, phv),
+Err(packed) => {
+let acc = packed[0] as u128 | (packed[1] as u128) << 64;
+phv[76] = (acc >> 0) as u64 & 0xFFFF;
+phv[77] = (acc >> 16) as u64 & 0x1;
+phv[78] = (acc >> 17) as u64 & 0x1;
+phv[79] = (acc >> 18) as u64 & 0xFFFFFFFF;
+phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
+}
+}
 tor_parse(st, phv, code, ctx.packet);
 tor_egress(st, phv, code, ctx);
 }
@@ -968,27 +1001,6 @@ acc |= ((phv[78] & 0x1) as u128) << 17;
 acc |= ((phv[79] & 0xFFFFFFFF) as u128) << 18;
 acc |= ((phv[80] & 0xFFFFFFFF) as u128) << 50;
 [acc as u64, (acc >> 64) as u64]
-}
-
-fn tor_unpack(phv: &mut [u64; PHV_SLOTS], packed: [u64; 2]) {
-let acc = packed[0] as u128 | (packed[1] as u128) << 64;
-phv[76] = (acc >> 0) as u64 & 0xFFFF;
-phv[77] = (acc >> 16) as u64 & 0x1;
-phv[78] = (acc >> 17) as u64 & 0x1;
-phv[79] = (acc >> 18) as u64 & 0xFFFFFFFF;
-phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
-}
-
-fn tor_clear_ingress(phv: &mut [u64; PHV_SLOTS]) {
-phv[76..89].fill(0);
-phv[185..186].fill(0);
-phv[198..209].fill(0);
-}
-
-fn tor_clear_egress(phv: &mut [u64; PHV_SLOTS]) {
-phv[76..83].fill(0);
-phv[185..186].fill(0);
-phv[198..209].fill(0);
 }
 
 fn tor_action(a: u16, st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
@@ -1903,12 +1915,45 @@ st.parse_done(code, 14, phv);
 }
 }
 
-fn fabric_parse_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+fn fabric_pass_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &IngressInput) {
+if st.meta != META_CLEAN {
+phv[76..89].fill(0);
+phv[175..176].fill(0);
+phv[188..199].fill(0);
+}
+st.meta = META_ANY;
+phv[0] = (input.ingress_port as u64) & 0xFFFF;
+phv[1] = (input.tstamp_ns) & 0xFFFFFFFFFFFF;
 fabric_parse(st, phv, code, ctx.packet);
 fabric_ingress(st, phv, code, ctx);
 }
 
-fn fabric_parse_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+fn fabric_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: Result<&Carried, [u64; 2]>) {
+if st.meta != META_CLEAN {
+phv[76..83].fill(0);
+phv[175..176].fill(0);
+phv[188..199].fill(0);
+}
+st.meta = META_ANY;
+phv[2] = (input.ingress_port as u64) & 0xFFFF;
+phv[3] = (input.egress_port as u64) & 0xFFFF;
+phv[4] = (input.queue as u64) & 0xFF;
+phv[5] = (input.enq_tstamp_ns) & 0xFFFFFFFFFFFF;
+phv[6] = (input.enq_qdepth as u64) & 0xFFFFFFFF;
+phv[7] = (input.packet_length as u64) & 0xFFFF;
+phv[8] = (carried.map_or(0, |c| c.clone_kind) as u64) & 0xFF;
+match carried {
+Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
+Ok(c) => st.restore(&code.bridged, c, phv),
+Err(packed) => {
+let acc = packed[0] as u128 | (packed[1] as u128) << 64;
+phv[76] = (acc >> 0) as u64 & 0xFFFF;
+phv[77] = (acc >> 16) as u64 & 0x1;
+phv[78] = (acc >> 17) as u64 & 0x1;
+phv[79] = (acc >> 18) as u64 & 0xFFFFFFFF;
+phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
+}
+}
 fabric_parse(st, phv, code, ctx.packet);
 fabric_egress(st, phv, code, ctx);
 }
@@ -1921,27 +1966,6 @@ acc |= ((phv[78] & 0x1) as u128) << 17;
 acc |= ((phv[79] & 0xFFFFFFFF) as u128) << 18;
 acc |= ((phv[80] & 0xFFFFFFFF) as u128) << 50;
 [acc as u64, (acc >> 64) as u64]
-}
-
-fn fabric_unpack(phv: &mut [u64; PHV_SLOTS], packed: [u64; 2]) {
-let acc = packed[0] as u128 | (packed[1] as u128) << 64;
-phv[76] = (acc >> 0) as u64 & 0xFFFF;
-phv[77] = (acc >> 16) as u64 & 0x1;
-phv[78] = (acc >> 17) as u64 & 0x1;
-phv[79] = (acc >> 18) as u64 & 0xFFFFFFFF;
-phv[80] = (acc >> 50) as u64 & 0xFFFFFFFF;
-}
-
-fn fabric_clear_ingress(phv: &mut [u64; PHV_SLOTS]) {
-phv[76..89].fill(0);
-phv[175..176].fill(0);
-phv[188..199].fill(0);
-}
-
-fn fabric_clear_egress(phv: &mut [u64; PHV_SLOTS]) {
-phv[76..83].fill(0);
-phv[175..176].fill(0);
-phv[188..199].fill(0);
 }
 
 fn fabric_action(a: u16, st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
@@ -1962,6 +1986,6 @@ _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x1FA238BCDABF22DE, ingress: tor_parse_ingress, egress: tor_parse_egress, pack: tor_pack, unpack: tor_unpack, clear: [tor_clear_ingress, tor_clear_egress] },
-Native { fingerprint: 0x94321AC0BF7226C2, ingress: fabric_parse_ingress, egress: fabric_parse_egress, pack: fabric_pack, unpack: fabric_unpack, clear: [fabric_clear_ingress, fabric_clear_egress] },
+Native { fingerprint: 0x1FA238BCDABF22DE, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
+Native { fingerprint: 0x94321AC0BF7226C2, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
 ];

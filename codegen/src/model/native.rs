@@ -18,21 +18,27 @@ use std::fmt::Write;
 
 use super::*;
 
+/// The carried fields an egress pass restores: a clone's (`Ok`), or a normal packet's
+/// bridged fields packed into 128 bits (`Err`).
+pub(super) type CarriedIn<'a> = Result<&'a Carried, [u64; 2]>;
+
+/// An emitted egress pass.
+pub(super) type EgressPass =
+    fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx, &EgressInput, CarriedIn);
+
 /// The emitted passes of one program.
 pub(super) struct Native {
     pub(super) fingerprint: u64,
-    /// The parser, then the ingress control (one function: values the parser extracts
-    /// reach the control in registers).
-    pub(super) ingress: fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx),
-    /// The parser, then the egress control.
-    pub(super) egress: fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx),
-    /// [`pack_fields`] / [`unpack_fields`] of the bridged fields, unrolled.
+    /// A whole ingress pass after [`State::reset`]: clears the metadata it may read
+    /// before writing (with constant ranges), sets the intrinsic metadata, parses and runs
+    /// the ingress control (one function: values reach the control in registers).
+    pub(super) ingress: fn(&mut State, &mut PhvBuf, &Code, &mut PassCtx, &IngressInput),
+    /// A whole egress pass after [`State::reset`]: as `ingress`, and restores the fields
+    /// carried from ingress (packed into 128 bits for a normal packet, `Err`) before
+    /// parsing.
+    pub(super) egress: EgressPass,
+    /// [`pack_fields`] of the bridged fields, unrolled.
     pub(super) pack: fn(&[u64; PHV_SLOTS]) -> [u64; 2],
-    pub(super) unpack: fn(&mut [u64; PHV_SLOTS], [u64; 2]),
-    /// Zeroes what an ingress (`[0]`) or egress (`[1]`) pass may read before writing
-    /// ([`Code::meta_exposed`]), with constant ranges (small fills become inline stores
-    /// rather than `memset` calls).
-    pub(super) clear: [fn(&mut [u64; PHV_SLOTS]); 2],
 }
 
 impl std::fmt::Debug for Native {
@@ -41,22 +47,63 @@ impl std::fmt::Debug for Native {
     }
 }
 
-/// The `{prefix}_clear_ingress` / `{prefix}_clear_egress` functions of [`Native::clear`].
-fn clearing(code: &Code, prefix: &str, out: &mut String) {
-    for (gress, name) in ["ingress", "egress"].iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "fn {prefix}_clear_{name}(phv: &mut [u64; PHV_SLOTS]) {{"
-        );
+/// The `{prefix}_pass_ingress` / `{prefix}_pass_egress` functions of [`Native`]: the
+/// metadata a pass may read before writing cleared with constant ranges (unless no pass
+/// of the program ran on this PHV yet), the intrinsic metadata stored at their constant
+/// slots, the carried fields restored (egress), then the parser and the control.
+fn passes(code: &Code, prefix: &str, out: &mut String) {
+    let clear = |gress: usize| {
+        let mut c = String::from("if st.meta != META_CLEAN {\n");
         for (start, end) in &code.meta_exposed[gress] {
-            let _ = writeln!(out, "phv[{start}..{end}].fill(0);");
+            let _ = writeln!(c, "phv[{start}..{end}].fill(0);");
         }
-        let _ = writeln!(out, "}}\n");
+        c.push_str("}\nst.meta = META_ANY;\n");
+        c
+    };
+    let set = |which: Intrinsic, value: &str| {
+        let (slot, mask) = code.intrinsic(which);
+        format!("phv[{slot}] = ({value}) & {};\n", hex(mask))
+    };
+    let _ = writeln!(
+        out,
+        "fn {prefix}_pass_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &IngressInput) {{\n{}{}{}{prefix}_parse(st, phv, code, ctx.packet);\n{prefix}_ingress(st, phv, code, ctx);\n}}\n",
+        clear(0),
+        set(Intrinsic::IngressPort, "input.ingress_port as u64"),
+        set(Intrinsic::IngressTstamp, "input.tstamp_ns"),
+    );
+    let mut unpack = String::from("let acc = packed[0] as u128 | (packed[1] as u128) << 64;\n");
+    for (f, m, shift) in &code.bridge_packing {
+        if *shift < 128 {
+            let _ = writeln!(unpack, "phv[{f}] = (acc >> {shift}) as u64 & {};", hex(*m));
+        } else {
+            let _ = writeln!(unpack, "phv[{f}] = 0;");
+        }
     }
+    let _ = writeln!(
+        out,
+        "fn {prefix}_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: Result<&Carried, [u64; 2]>) {{\n{}{}{}{}{}{}{}{}\
+         match carried {{\n\
+         Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),\n\
+         Ok(c) => st.restore(&code.bridged, c, phv),\n\
+         Err(packed) => {{\n{unpack}}}\n\
+         }}\n\
+         {prefix}_parse(st, phv, code, ctx.packet);\n{prefix}_egress(st, phv, code, ctx);\n}}\n",
+        clear(1),
+        set(Intrinsic::EgressIngressPort, "input.ingress_port as u64"),
+        set(Intrinsic::EgressPort, "input.egress_port as u64"),
+        set(Intrinsic::EgressQueue, "input.queue as u64"),
+        set(Intrinsic::EnqTstamp, "input.enq_tstamp_ns"),
+        set(Intrinsic::EnqQdepth, "input.enq_qdepth as u64"),
+        set(Intrinsic::PacketLength, "input.packet_length as u64"),
+        set(
+            Intrinsic::CloneKind,
+            "carried.map_or(0, |c| c.clone_kind) as u64"
+        ),
+    );
 }
 
-/// [`pack_fields`] and [`unpack_fields`] for `code`'s bridged fields with the slots,
-/// masks and shifts as constants.
+/// [`pack_fields`] for `code`'s bridged fields with the slots, masks and shifts as
+/// constants ([`unpack_fields`] is part of the egress pass).
 fn packing(code: &Code, prefix: &str, out: &mut String) {
     let _ = writeln!(
         out,
@@ -68,18 +115,6 @@ fn packing(code: &Code, prefix: &str, out: &mut String) {
         }
     }
     let _ = writeln!(out, "[acc as u64, (acc >> 64) as u64]\n}}\n");
-    let _ = writeln!(
-        out,
-        "fn {prefix}_unpack(phv: &mut [u64; PHV_SLOTS], packed: [u64; 2]) {{\nlet acc = packed[0] as u128 | (packed[1] as u128) << 64;"
-    );
-    for (f, m, shift) in &code.bridge_packing {
-        if *shift < 128 {
-            let _ = writeln!(out, "phv[{f}] = (acc >> {shift}) as u64 & {};", hex(*m));
-        } else {
-            let _ = writeln!(out, "phv[{f}] = 0;");
-        }
-    }
-    let _ = writeln!(out, "}}\n");
 }
 
 /// FNV-1a over the compiled code's debug form: any change of an instruction, table,
@@ -429,7 +464,7 @@ fn function(
             _ => {}
         }
     }
-    // The controls go inline into their `_parse_` function (one caller each).
+    // The controls go inline into their `_pass_` function (one caller each).
     let inline = if name.ends_with("_ingress") || name.ends_with("_egress") {
         "#[inline(always)]\n"
     } else {
@@ -815,17 +850,8 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
             function(&code, &fname, &prefix, *range, &mut out)?;
         }
         parser(&code, &format!("{prefix}_parse"), &mut out);
-        for gress in ["ingress", "egress"] {
-            let _ = writeln!(
-                out,
-                "fn {prefix}_parse_{gress}(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {{\n\
-                 {prefix}_parse(st, phv, code, ctx.packet);\n\
-                 {prefix}_{gress}(st, phv, code, ctx);\n\
-                 }}\n"
-            );
-        }
+        passes(&code, &prefix, &mut out);
         packing(&code, &prefix, &mut out);
-        clearing(&code, &prefix, &mut out);
         let _ = writeln!(
             out,
             "fn {prefix}_action(a: u16, st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {{\n\
@@ -840,7 +866,7 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
         );
         let _ = writeln!(
             table,
-            "Native {{ fingerprint: {}, ingress: {prefix}_parse_ingress, egress: {prefix}_parse_egress, pack: {prefix}_pack, unpack: {prefix}_unpack, clear: [{prefix}_clear_ingress, {prefix}_clear_egress] }},",
+            "Native {{ fingerprint: {}, ingress: {prefix}_pass_ingress, egress: {prefix}_pass_egress, pack: {prefix}_pack }},",
             hex(fingerprint(&code))
         );
     }
