@@ -3308,35 +3308,48 @@ const fn crc_slice_tables() -> [[u32; 256]; 8] {
 
 static CRC_SLICES: [[u32; 256]; 8] = crc_slice_tables();
 
+/// Eight message bytes through the slicing-by-8 tables: `lo` (the first four, little-endian,
+/// already xor'ed with the running CRC) and `hi` (the next four).
+#[inline(always)]
+fn crc_slice8(lo: u32, hi: u32) -> u32 {
+    let t = &CRC_SLICES;
+    t[7][(lo & 0xFF) as usize]
+        ^ t[6][((lo >> 8) & 0xFF) as usize]
+        ^ t[5][((lo >> 16) & 0xFF) as usize]
+        ^ t[4][(lo >> 24) as usize]
+        ^ t[3][(hi & 0xFF) as usize]
+        ^ t[2][((hi >> 8) & 0xFF) as usize]
+        ^ t[1][((hi >> 16) & 0xFF) as usize]
+        ^ t[0][(hi >> 24) as usize]
+}
+
+/// Four message bytes (little-endian, xor'ed with the running CRC) through the tables.
+#[inline(always)]
+fn crc_slice4(x: u32) -> u32 {
+    let t = &CRC_SLICES;
+    t[3][(x & 0xFF) as usize]
+        ^ t[2][((x >> 8) & 0xFF) as usize]
+        ^ t[1][((x >> 16) & 0xFF) as usize]
+        ^ t[0][(x >> 24) as usize]
+}
+
 /// The CRC-32 of [`crate::hash::crc32`].
 #[inline(always)]
 fn crc32_fast(bytes: &[u8]) -> u32 {
-    let t = &CRC_SLICES;
     let mut c = 0xFFFF_FFFFu32;
     let mut chunks = bytes.chunks_exact(8);
     for b in &mut chunks {
         let lo = c ^ u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let hi = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        c = t[7][(lo & 0xFF) as usize]
-            ^ t[6][((lo >> 8) & 0xFF) as usize]
-            ^ t[5][((lo >> 16) & 0xFF) as usize]
-            ^ t[4][(lo >> 24) as usize]
-            ^ t[3][(hi & 0xFF) as usize]
-            ^ t[2][((hi >> 8) & 0xFF) as usize]
-            ^ t[1][((hi >> 16) & 0xFF) as usize]
-            ^ t[0][(hi >> 24) as usize];
+        c = crc_slice8(lo, hi);
     }
     let mut rest = chunks.remainder();
     if let [b0, b1, b2, b3, tail @ ..] = rest {
-        let x = c ^ u32::from_le_bytes([*b0, *b1, *b2, *b3]);
-        c = t[3][(x & 0xFF) as usize]
-            ^ t[2][((x >> 8) & 0xFF) as usize]
-            ^ t[1][((x >> 16) & 0xFF) as usize]
-            ^ t[0][(x >> 24) as usize];
+        c = crc_slice4(c ^ u32::from_le_bytes([*b0, *b1, *b2, *b3]));
         rest = tail;
     }
     for b in rest {
-        c = t[0][((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8);
+        c = CRC_SLICES[0][((c ^ *b as u32) & 0xFF) as usize] ^ (c >> 8);
     }
     c ^ 0xFFFF_FFFF
 }
@@ -3379,50 +3392,24 @@ fn hash_inputs(phv: &PhvBuf, inputs: &[(u16, u8)], mask: u64) -> u64 {
 /// significant first: [`crc32_fast`] with the bytes taken from a register.
 #[inline(always)]
 fn crc32_u128(acc: u128, n: usize) -> u32 {
-    let t = &CRC_SLICES;
     // The message's first byte at the top.
     let mut m = if n == 0 { 0 } else { acc << (8 * (16 - n)) };
     let mut c = 0xFFFF_FFFFu32;
     let mut left = n;
-    if left >= 8 {
-        let lo = c ^ ((m >> 96) as u32).swap_bytes();
+    while left >= 8 {
+        let lo = ((m >> 96) as u32).swap_bytes();
         let hi = ((m >> 64) as u32).swap_bytes();
-        c = t[7][(lo & 0xFF) as usize]
-            ^ t[6][((lo >> 8) & 0xFF) as usize]
-            ^ t[5][((lo >> 16) & 0xFF) as usize]
-            ^ t[4][(lo >> 24) as usize]
-            ^ t[3][(hi & 0xFF) as usize]
-            ^ t[2][((hi >> 8) & 0xFF) as usize]
-            ^ t[1][((hi >> 16) & 0xFF) as usize]
-            ^ t[0][(hi >> 24) as usize];
+        c = crc_slice8(c ^ lo, hi);
         m <<= 64;
         left -= 8;
     }
-    if left >= 8 {
-        let lo = c ^ ((m >> 96) as u32).swap_bytes();
-        let hi = ((m >> 64) as u32).swap_bytes();
-        c = t[7][(lo & 0xFF) as usize]
-            ^ t[6][((lo >> 8) & 0xFF) as usize]
-            ^ t[5][((lo >> 16) & 0xFF) as usize]
-            ^ t[4][(lo >> 24) as usize]
-            ^ t[3][(hi & 0xFF) as usize]
-            ^ t[2][((hi >> 8) & 0xFF) as usize]
-            ^ t[1][((hi >> 16) & 0xFF) as usize]
-            ^ t[0][(hi >> 24) as usize];
-        m = 0;
-        left -= 8;
-    }
     if left >= 4 {
-        let x = c ^ ((m >> 96) as u32).swap_bytes();
-        c = t[3][(x & 0xFF) as usize]
-            ^ t[2][((x >> 8) & 0xFF) as usize]
-            ^ t[1][((x >> 16) & 0xFF) as usize]
-            ^ t[0][(x >> 24) as usize];
+        c = crc_slice4(c ^ ((m >> 96) as u32).swap_bytes());
         m <<= 32;
         left -= 4;
     }
     for _ in 0..left {
-        c = t[0][((c ^ (m >> 120) as u32) & 0xFF) as usize] ^ (c >> 8);
+        c = CRC_SLICES[0][((c ^ (m >> 120) as u32) & 0xFF) as usize] ^ (c >> 8);
         m <<= 8;
     }
     c ^ 0xFFFF_FFFF
