@@ -3247,6 +3247,17 @@ impl State {
         c
     }
 
+    /// Restores what ingress carried in a [`Carried`]: a clone's cloned fields, or a
+    /// normal packet's bridged ones.
+    fn restore_carried(&mut self, code: &Code, carried: &Carried, phv: &mut PhvBuf) {
+        let fields = if carried.clone_kind != 0 {
+            &code.cloned
+        } else {
+            &code.bridged
+        };
+        self.restore(fields, carried, phv);
+    }
+
     fn restore(&mut self, fields: &[(u16, u64)], carried: &Carried, phv: &mut PhvBuf) {
         for (v, (f, m)) in carried.values.iter().zip(fields) {
             phv[*f as usize] = v & m;
@@ -3862,8 +3873,7 @@ impl Model {
                     st.set_intrinsic(code, Intrinsic::PacketLength, len, phv);
                     st.set_intrinsic(code, Intrinsic::CloneKind, clone_kind as u64, phv);
                     match carried {
-                        Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
-                        Ok(c) => st.restore(&code.bridged, c, phv),
+                        Ok(c) => st.restore_carried(code, c, phv),
                         Err(packed) => unpack_fields(phv, &code.bridge_packing, packed),
                     }
                     st.parse(code, packet, phv);

@@ -2,7 +2,7 @@
 // `native.rs`); `hawkmesh-codegen --check` fails when it is stale. Do not edit.
 #![allow(clippy::all, unused_braces, unused_parens, unused_variables)]
 
-use super::native::Native;
+use super::native::{CarriedIn, Native};
 use super::*;
 
 // Variant `tor`.
@@ -963,7 +963,7 @@ tor_parse(st, phv, code, ctx.packet);
 tor_ingress(st, phv, code, ctx);
 }
 
-fn tor_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: Result<&Carried, [u64; 2]>) {
+fn tor_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {
 if st.meta != META_CLEAN {
 phv[76..83].fill(0);
 phv[185..186].fill(0);
@@ -978,8 +978,7 @@ phv[6] = (input.enq_qdepth as u64) & 0xFFFFFFFF;
 phv[7] = (input.packet_length as u64) & 0xFFFF;
 phv[8] = (carried.map_or(0, |c| c.clone_kind) as u64) & 0xFF;
 match carried {
-Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
-Ok(c) => st.restore(&code.bridged, c, phv),
+Ok(c) => st.restore_carried(code, c, phv),
 Err(packed) => {
 let acc = packed[0] as u128 | (packed[1] as u128) << 64;
 phv[76] = (acc >> 0) as u64 & 0xFFFF;
@@ -1928,7 +1927,7 @@ fabric_parse(st, phv, code, ctx.packet);
 fabric_ingress(st, phv, code, ctx);
 }
 
-fn fabric_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: Result<&Carried, [u64; 2]>) {
+fn fabric_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {
 if st.meta != META_CLEAN {
 phv[76..83].fill(0);
 phv[175..176].fill(0);
@@ -1943,8 +1942,7 @@ phv[6] = (input.enq_qdepth as u64) & 0xFFFFFFFF;
 phv[7] = (input.packet_length as u64) & 0xFFFF;
 phv[8] = (carried.map_or(0, |c| c.clone_kind) as u64) & 0xFF;
 match carried {
-Ok(c) if c.clone_kind != 0 => st.restore(&code.cloned, c, phv),
-Ok(c) => st.restore(&code.bridged, c, phv),
+Ok(c) => st.restore_carried(code, c, phv),
 Err(packed) => {
 let acc = packed[0] as u128 | (packed[1] as u128) << 64;
 phv[76] = (acc >> 0) as u64 & 0xFFFF;
