@@ -1,10 +1,26 @@
 //! The `hawkmesh.v1.Collector` gRPC service.
+//!
+//! Status codes:
+//! - `StreamReports` answers `OK` with a [`StreamSummary`] once every chunk of the stream is
+//!   on disk. A malformed chunk does not fail the stream: it is listed in
+//!   `StreamSummary.rejected` with the reason and the stream goes on (the proto's
+//!   contract; failing the call would make an agent that resends the same stream fail
+//!   forever on one bad chunk).
+//! - A chunk that could not be stored durably ends the stream with `UNAVAILABLE`: that chunk
+//!   and everything after it are not acknowledged (chunks before it were stored). The
+//!   condition may pass (a full disk freed), and resending the whole stream is safe because
+//!   stored chunks come back as duplicates; after a failed sync the store refuses writes
+//!   until the service restarts (see [`crate::store`]).
+//! - `GetIncident` for an event id the analyzer has no chunk of answers `NOT_FOUND`.
+//! - A failure of the service itself (a panic poisoned the incident set) is `INTERNAL`.
+//! - A stream that breaks while being read (the agent went away) ends with `ABORTED`.
 
+use crate::counters::Counter;
 use crate::incidents::{Accepted, IncidentError, IncidentSet};
+use crate::shared::{InternalError, Shared};
 use hawkmesh_proto::v1::collector_server::Collector;
 use hawkmesh_proto::v1::{IncidentReply, IncidentRequest, ReportChunk, StreamSummary};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -15,19 +31,20 @@ pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
 /// The service, sharing the incident set with the HTTP API.
 #[derive(Debug, Clone)]
 pub struct CollectorService {
-    incidents: Arc<Mutex<IncidentSet>>,
+    shared: Shared,
 }
 
 impl CollectorService {
     /// A service over `incidents`.
     pub fn new(incidents: Arc<Mutex<IncidentSet>>) -> Self {
-        CollectorService { incidents }
+        CollectorService {
+            shared: Shared::new(incidents),
+        }
     }
 }
 
-fn lock(set: &Mutex<IncidentSet>) -> Result<std::sync::MutexGuard<'_, IncidentSet>, Status> {
-    set.lock()
-        .map_err(|_| Status::internal("incident set poisoned by an earlier panic"))
+fn internal(error: InternalError) -> Status {
+    Status::internal(error.to_string())
 }
 
 #[tonic::async_trait]
@@ -43,29 +60,41 @@ impl Collector for CollectorService {
             let chunk = match message {
                 Ok(chunk) => chunk.chunk,
                 Err(status) => {
+                    tracing::warn!(
+                        accepted = summary.accepted,
+                        duplicates = summary.duplicates,
+                        error = status.message(),
+                        "report stream broken"
+                    );
                     return Err(Status::aborted(format!(
                         "stream broken after {} chunks ({} new): {}",
                         summary.accepted + summary.duplicates,
                         summary.accepted,
                         status.message()
-                    )))
+                    )));
                 }
             };
             if chunk.len() > MAX_CHUNK_BYTES {
-                summary.rejected.push(format!(
+                let reason = format!(
                     "chunk of {} bytes exceeds the {MAX_CHUNK_BYTES}-byte limit",
                     chunk.len()
-                ));
+                );
+                self.shared.counters.bump(Counter::ChunksRejected);
+                tracing::warn!(%reason, "chunk rejected");
+                summary.rejected.push(reason);
                 continue;
             }
-            let outcome = lock(&self.incidents)?.accept(chunk, Instant::now());
-            match outcome {
+            // Counted and logged by the incident set.
+            match self.shared.accept(chunk).await.map_err(internal)? {
                 Ok(Accepted::New) => summary.accepted += 1,
                 Ok(Accepted::Duplicate) => summary.duplicates += 1,
                 Err(IncidentError::BadChunk(reason)) => summary.rejected.push(reason),
                 Err(error @ IncidentError::Store(_)) => {
                     return Err(Status::unavailable(format!(
-                        "could not store the chunk durably: {error}"
+                        "could not store a chunk durably: {error} (that chunk and the rest \
+                         of the stream are not acknowledged; the {} chunks before it were \
+                         stored or already known, resending them is safe)",
+                        summary.accepted + summary.duplicates
                     )))
                 }
             }
@@ -78,21 +107,28 @@ impl Collector for CollectorService {
         request: Request<IncidentRequest>,
     ) -> Result<Response<IncidentReply>, Status> {
         let event_id = request.into_inner().event_id;
-        let set = lock(&self.incidents)?;
-        let reply = match set.summary(event_id) {
-            Some(summary) => IncidentReply {
-                event_id,
-                state: summary.state.as_str().into(),
-                reported_switches: summary.reported_switches,
-                missing_switches: summary.missing_switches,
-                diagnosis_json: set.diagnosis_json(event_id).unwrap_or_default().into(),
-            },
-            None => IncidentReply {
-                event_id,
-                state: "unknown".into(),
-                ..IncidentReply::default()
-            },
+        let found = self
+            .shared
+            .read(move |set| {
+                set.summary(event_id).map(|summary| {
+                    let json = set.diagnosis_json(event_id).unwrap_or_default().to_string();
+                    (summary, json)
+                })
+            })
+            .await
+            .map_err(internal)?;
+        let Some((summary, diagnosis_json)) = found else {
+            tracing::debug!(event_id, "GetIncident for an unknown incident");
+            return Err(Status::not_found(format!(
+                "no incident with event id {event_id}"
+            )));
         };
-        Ok(Response::new(reply))
+        Ok(Response::new(IncidentReply {
+            event_id,
+            state: summary.state.as_str().into(),
+            reported_switches: summary.reported_switches,
+            missing_switches: summary.missing_switches,
+            diagnosis_json,
+        }))
     }
 }

@@ -3,10 +3,20 @@
 //! - `GET /api/incidents` — every incident (event id, state, switches, verdict)
 //! - `GET /api/incidents/{event_id}` — one incident with its diagnosis JSON
 //! - `GET /incidents/{event_id}` — the HTML report (provenance graph drawn)
+//! - `GET /api/counters` — counters of chunks, incidents and failures
+//!   ([`crate::counters::CounterSnapshot`])
 //! - `GET /` — an HTML index of the incidents with links to their reports
 //! - `GET /healthz` — liveness
+//!
+//! An event id that is not a decimal `u64` is `400 Bad Request`; one the analyzer has no
+//! chunk of is `404 Not Found`; the HTML report of an incident still collecting reports is
+//! `202 Accepted` with a plain-text note, that of a concluded incident without one (its
+//! telemetry could not be diagnosed) `404` with the verdict; a failure of the service
+//! itself is `500`.
+//! Handlers read the incident set on tokio's blocking pool (see `shared`).
 
-use crate::incidents::IncidentSet;
+use crate::incidents::{IncidentSet, IncidentState};
+use crate::shared::{InternalError, Shared};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -21,8 +31,9 @@ pub fn router(incidents: Arc<Mutex<IncidentSet>>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/incidents", get(list))
         .route("/api/incidents/{event_id}", get(one))
+        .route("/api/counters", get(counters))
         .route("/incidents/{event_id}", get(html))
-        .with_state(incidents)
+        .with_state(Shared::new(incidents))
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -34,13 +45,32 @@ fn error(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
+/// A failure of the service (already logged and counted where it happened).
+fn internal(error: InternalError) -> Response {
+    self::error(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+}
+
 fn json(body: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn not_found(event_id: u64) -> Response {
+    tracing::debug!(event_id, "HTTP request for an unknown incident");
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no incident with event id {event_id}"),
+    )
 }
 
 fn parse_id(text: &str) -> Result<u64, String> {
     text.parse()
         .map_err(|_| format!("event id {text:?} is not a number"))
+}
+
+/// The `400` answer to a malformed event id.
+fn bad_id(message: String) -> Response {
+    tracing::warn!(%message, "HTTP request with a malformed event id");
+    error(StatusCode::BAD_REQUEST, message)
 }
 
 fn escape(text: &str) -> String {
@@ -50,15 +80,13 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-async fn index(State(set): State<Arc<Mutex<IncidentSet>>>) -> Response {
-    let Ok(set) = set.lock() else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "incident set poisoned".into(),
-        );
+async fn index(State(shared): State<Shared>) -> Response {
+    let list = match shared.read(IncidentSet::list).await {
+        Ok(list) => list,
+        Err(e) => return internal(e),
     };
     let mut rows = String::new();
-    for incident in set.list() {
+    for incident in list {
         rows.push_str(&format!(
             "<tr><td><a href=\"/incidents/{id}\">{id}</a></td><td>{state}</td><td>{switches}</td><td>{missing}</td><td>{verdict}</td></tr>\n",
             id = incident.event_id,
@@ -78,68 +106,103 @@ async fn index(State(set): State<Arc<Mutex<IncidentSet>>>) -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
 }
 
-async fn list(State(set): State<Arc<Mutex<IncidentSet>>>) -> Response {
-    let Ok(set) = set.lock() else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "incident set poisoned".into(),
-        );
+async fn list(State(shared): State<Shared>) -> Response {
+    let list = match shared.read(IncidentSet::list).await {
+        Ok(list) => list,
+        Err(e) => return internal(e),
     };
-    match serde_json::to_string_pretty(&set.list()) {
-        Ok(body) => json(body),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    // Serialised outside the lock, still off the async workers.
+    match shared
+        .compute(move || serde_json::to_string_pretty(&list))
+        .await
+    {
+        Ok(Ok(body)) => json(body),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "serialising the incident list failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+        Err(e) => internal(e),
     }
 }
 
-async fn one(State(set): State<Arc<Mutex<IncidentSet>>>, Path(id): Path<String>) -> Response {
+async fn one(State(shared): State<Shared>, Path(id): Path<String>) -> Response {
     let event_id = match parse_id(&id) {
         Ok(id) => id,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        Err(message) => return bad_id(message),
     };
-    let Ok(set) = set.lock() else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "incident set poisoned".into(),
-        );
+    let found = shared
+        .read(move |set| {
+            set.summary(event_id)
+                .map(|summary| (summary, set.diagnosis_json(event_id).map(str::to_string)))
+        })
+        .await;
+    let (summary, diagnosis) = match found {
+        Ok(Some(found)) => found,
+        Ok(None) => return not_found(event_id),
+        Err(e) => return internal(e),
     };
-    let Some(summary) = set.summary(event_id) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no incident with event id {event_id}"),
-        );
-    };
-    let diagnosis: serde_json::Value = set
-        .diagnosis_json(event_id)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or(serde_json::Value::Null);
-    let body = serde_json::json!({ "incident": summary, "diagnosis": diagnosis });
-    json(body.to_string())
+    let body = shared
+        .compute(move || {
+            let diagnosis = match diagnosis {
+                Some(text) => serde_json::from_str(&text)?,
+                None => serde_json::Value::Null,
+            };
+            Ok::<_, serde_json::Error>(
+                serde_json::json!({ "incident": summary, "diagnosis": diagnosis }).to_string(),
+            )
+        })
+        .await;
+    match body {
+        Ok(Ok(body)) => json(body),
+        Ok(Err(e)) => {
+            tracing::error!(event_id, error = %e, "the stored diagnosis JSON does not parse");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the diagnosis of incident {event_id} is damaged: {e}"),
+            )
+        }
+        Err(e) => internal(e),
+    }
 }
 
-async fn html(State(set): State<Arc<Mutex<IncidentSet>>>, Path(id): Path<String>) -> Response {
+async fn html(State(shared): State<Shared>, Path(id): Path<String>) -> Response {
     let event_id = match parse_id(&id) {
         Ok(id) => id,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        Err(message) => return bad_id(message),
     };
-    let Ok(set) = set.lock() else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "incident set poisoned".into(),
-        );
-    };
-    match set.diagnosis_html(event_id) {
-        Some(page) => (
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            page.to_string(),
-        )
-            .into_response(),
-        None if set.summary(event_id).is_some() => error(
+    let found = shared
+        .read(move |set| {
+            let summary = set.summary(event_id)?;
+            Some((summary, set.diagnosis_html(event_id).map(str::to_string)))
+        })
+        .await;
+    match found {
+        Ok(Some((_, Some(page)))) => {
+            ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
+        }
+        Ok(Some((summary, None))) if summary.state == IncidentState::Collecting => error(
             StatusCode::ACCEPTED,
             format!("incident {event_id} is still collecting reports"),
         ),
-        None => error(
+        Ok(Some((summary, None))) => error(
             StatusCode::NOT_FOUND,
-            format!("no incident with event id {event_id}"),
+            format!(
+                "incident {event_id} ({}) has no HTML report: {}",
+                summary.state.as_str(),
+                summary.verdict.as_deref().unwrap_or("no diagnosis")
+            ),
         ),
+        Ok(None) => not_found(event_id),
+        Err(e) => internal(e),
+    }
+}
+
+async fn counters(State(shared): State<Shared>) -> Response {
+    match serde_json::to_string_pretty(&shared.counters.snapshot()) {
+        Ok(body) => json(body),
+        Err(e) => {
+            tracing::error!(error = %e, "serialising the counters failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
     }
 }

@@ -10,13 +10,22 @@
 //! incident is complete when every switch so named has a complete report; if some never
 //! answer, the incident is diagnosed after a timeout with what arrived, and the diagnosis
 //! says which switches are missing (finding `polled_switch_missing`) instead of guessing.
+//!
+//! Diagnosing can take a while on a large fabric. [`IncidentSet::accept`] and
+//! [`IncidentSet::expire`] diagnose before they return; the service instead takes the
+//! crate-private `accept_deferred` path, which decides under the lock that an incident is
+//! complete and hands back the reports to diagnose, so the diagnosis runs without the lock
+//! (the incident reads as collecting until its result is installed).
 
+use crate::counters::{Counter, Counters};
 use crate::store::{from_hex, to_hex, Record, Replay, Store, StoreError};
 use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
 use hawkmesh_wire::telemetry::{decode_reports, ChunkHeader, ChunkHeaderRepr, TelemetryReport};
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortRef};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Where an incident stands.
@@ -68,6 +77,8 @@ struct Incident {
     reports: BTreeMap<NodeId, TelemetryReport>,
     errors: BTreeMap<NodeId, String>,
     state: Option<IncidentState>,
+    /// Concluded under the lock, diagnosis running outside it: not concluded again.
+    diagnosing: bool,
     last_activity: Option<Instant>,
     diagnosis_json: Option<String>,
     diagnosis_html: Option<String>,
@@ -93,6 +104,105 @@ pub enum IncidentError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// An incident that was concluded under the lock, to be diagnosed (possibly without the
+/// lock) and then installed with [`IncidentSet::conclude`].
+#[derive(Debug)]
+pub(crate) struct PendingDiagnosis {
+    event_id: u64,
+    state: IncidentState,
+    reports: Vec<TelemetryReport>,
+    topology: FabricTopology,
+    options: DiagnoseOptions,
+    counters: Arc<Counters>,
+    #[cfg(test)]
+    gate: Option<crate::gate::Gate>,
+}
+
+/// The outcome of a [`PendingDiagnosis`].
+#[derive(Debug)]
+pub(crate) struct Concluded {
+    event_id: u64,
+    state: IncidentState,
+    json: Option<String>,
+    html: Option<String>,
+    text: Option<String>,
+    verdict: Option<String>,
+}
+
+impl PendingDiagnosis {
+    /// Diagnoses and renders (CPU work that can take a while: not on an async worker).
+    /// A rendering failure or a panic in the analysis is logged, counted and becomes the
+    /// verdict; it never leaves the incident unconcluded.
+    pub(crate) fn run(self) -> Concluded {
+        #[cfg(test)]
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
+        let PendingDiagnosis {
+            event_id,
+            state,
+            reports,
+            topology,
+            options,
+            counters,
+            ..
+        } = self;
+        let failed = |what: &str, error: &dyn std::fmt::Display| {
+            counters.bump(Counter::DiagnosisFailures);
+            tracing::error!(event_id, %error, "{what} failed");
+        };
+        let victim = reports.first().map(|r| r.polling.victim);
+        let (json, html, text, verdict) = match victim {
+            Some(victim) => {
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    diagnose_reports(loaded(reports), topology, victim, &options)
+                }));
+                match outcome {
+                    Ok(Ok(output)) => {
+                        let json = render::to_json(&output.diagnosis)
+                            .map_err(|e| failed("rendering the diagnosis as JSON", &e))
+                            .ok();
+                        let html = render::to_html(&output.diagnosis, &output.view)
+                            .map_err(|e| failed("rendering the diagnosis as HTML", &e))
+                            .ok();
+                        let text = Some(render::to_text(&output.diagnosis));
+                        (json, html, text, Some(output.diagnosis.verdict.clone()))
+                    }
+                    Ok(Err(error)) => (
+                        None,
+                        None,
+                        None,
+                        Some(format!("telemetry could not be diagnosed: {error}")),
+                    ),
+                    Err(_) => {
+                        failed("diagnosis", &"the analyzer panicked");
+                        (
+                            None,
+                            None,
+                            None,
+                            Some("the analyzer failed on this telemetry (it panicked)".into()),
+                        )
+                    }
+                }
+            }
+            None => (
+                None,
+                None,
+                None,
+                Some("no switch delivered a complete report".to_string()),
+            ),
+        };
+        Concluded {
+            event_id,
+            state,
+            json,
+            html,
+            text,
+            verdict,
+        }
+    }
 }
 
 /// Checks a chunk's header and that its length matches the payload length it declares.
@@ -122,8 +232,12 @@ pub struct IncidentSet {
     timeout: Duration,
     store: Store,
     incidents: BTreeMap<u64, Incident>,
+    counters: Arc<Counters>,
     /// Replay found a torn last record.
     pub recovered_torn_tail: bool,
+    /// Tests pause diagnoses here.
+    #[cfg(test)]
+    pub(crate) diagnosis_gate: Option<crate::gate::Gate>,
 }
 
 impl IncidentSet {
@@ -141,32 +255,102 @@ impl IncidentSet {
             timeout,
             store,
             incidents: BTreeMap::new(),
+            counters: Arc::new(Counters::default()),
             recovered_torn_tail: torn_tail,
+            #[cfg(test)]
+            diagnosis_gate: None,
         };
+        if torn_tail {
+            tracing::warn!(
+                dir = %data_dir.display(),
+                "the store's last record was cut short (the service stopped while writing \
+                 it; it was never acknowledged) and was cut off"
+            );
+        }
         let now = Instant::now();
         let mut timed_out = Vec::new();
-        for record in records {
+        for (index, record) in records.into_iter().enumerate() {
             match record {
                 Record::Chunk { hex } => {
-                    // Stored chunks were validated when received.
-                    if let Ok(bytes) = from_hex(&hex) {
-                        let _ = set.insert_chunk(bytes, now);
+                    // Stored chunks were validated when received: one that does not decode
+                    // now is damage (or a different version); skip it, but say so.
+                    let filed = from_hex(&hex)
+                        .map_err(IncidentError::BadChunk)
+                        .and_then(|bytes| set.insert_chunk(bytes, now));
+                    if let Err(error) = filed {
+                        set.counters.bump(Counter::ReplaySkipped);
+                        tracing::warn!(record = index + 1, %error, "stored chunk skipped on replay");
                     }
                 }
                 Record::TimedOut { event_id } => timed_out.push(event_id),
             }
         }
         for event_id in timed_out {
-            set.finish(event_id, IncidentState::TimedOut);
+            if let Some(pending) = set.begin(event_id, IncidentState::TimedOut) {
+                let concluded = pending.run();
+                set.install(concluded);
+            }
         }
         for event_id in set.incidents.keys().copied().collect::<Vec<_>>() {
-            set.try_complete(event_id);
+            if let Some(pending) = set.try_complete(event_id) {
+                let concluded = pending.run();
+                set.install(concluded);
+            }
         }
         Ok(set)
     }
 
-    /// Validates, stores (durably) and files one chunk.
+    /// The store, for tests that make it fail or pause.
+    #[cfg(test)]
+    pub(crate) fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// The counters this set (and the service around it) keeps.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Validates, stores (durably) and files one chunk; diagnoses its incident if the chunk
+    /// completes it.
     pub fn accept(&mut self, bytes: Vec<u8>, now: Instant) -> Result<Accepted, IncidentError> {
+        let (accepted, pending) = self.accept_deferred(bytes, now)?;
+        if let Some(pending) = pending {
+            let concluded = pending.run();
+            self.conclude(concluded);
+        }
+        Ok(accepted)
+    }
+
+    /// [`IncidentSet::accept`] without the diagnosis: when the chunk completes its incident,
+    /// the diagnosis to run (then [`IncidentSet::conclude`]) is returned. Counts and logs
+    /// accepted, duplicate and rejected chunks and store failures.
+    pub(crate) fn accept_deferred(
+        &mut self,
+        bytes: Vec<u8>,
+        now: Instant,
+    ) -> Result<(Accepted, Option<PendingDiagnosis>), IncidentError> {
+        let outcome = self.file_chunk(bytes, now);
+        match &outcome {
+            Ok((Accepted::New, _)) => self.counters.bump(Counter::ChunksAccepted),
+            Ok((Accepted::Duplicate, _)) => self.counters.bump(Counter::ChunksDuplicate),
+            Err(IncidentError::BadChunk(reason)) => {
+                self.counters.bump(Counter::ChunksRejected);
+                tracing::warn!(%reason, "chunk rejected");
+            }
+            Err(IncidentError::Store(error)) => {
+                self.counters.bump(Counter::StoreFailures);
+                tracing::error!(%error, "storing a chunk failed; it is not acknowledged");
+            }
+        }
+        outcome
+    }
+
+    fn file_chunk(
+        &mut self,
+        bytes: Vec<u8>,
+        now: Instant,
+    ) -> Result<(Accepted, Option<PendingDiagnosis>), IncidentError> {
         let header = parse_header(&bytes)?;
         if let Some(node) = self.topology.nodes.get(header.switch as usize) {
             if node.kind != NodeKind::Switch {
@@ -187,15 +371,14 @@ impl IncidentSet {
             .get(&header.event_id)
             .is_some_and(|i| i.chunks.contains_key(&key))
         {
-            return Ok(Accepted::Duplicate);
+            return Ok((Accepted::Duplicate, None));
         }
         self.store.append(&Record::Chunk {
             hex: to_hex(&bytes),
         })?;
         let event_id = header.event_id;
         self.insert_chunk(bytes, now)?;
-        self.try_complete(event_id);
-        Ok(Accepted::New)
+        Ok((Accepted::New, self.try_complete(event_id)))
     }
 
     fn insert_chunk(&mut self, bytes: Vec<u8>, now: Instant) -> Result<(), IncidentError> {
@@ -280,81 +463,101 @@ impl IncidentSet {
         (reported, missing)
     }
 
-    fn try_complete(&mut self, event_id: u64) {
-        let Some(incident) = self.incidents.get(&event_id) else {
-            return;
-        };
-        if incident.state != Some(IncidentState::Collecting) || incident.reports.is_empty() {
-            return;
+    /// The diagnosis of the incident if every switch named by its reports has reported.
+    fn try_complete(&mut self, event_id: u64) -> Option<PendingDiagnosis> {
+        let incident = self.incidents.get(&event_id)?;
+        if incident.state != Some(IncidentState::Collecting)
+            || incident.diagnosing
+            || incident.reports.is_empty()
+        {
+            return None;
         }
         let (_, missing) = self.coverage(incident);
         if missing.is_empty() {
-            self.finish(event_id, IncidentState::Complete);
+            self.begin(event_id, IncidentState::Complete)
+        } else {
+            None
         }
     }
 
-    fn finish(&mut self, event_id: u64, state: IncidentState) {
-        let Some(incident) = self.incidents.get(&event_id) else {
-            return;
-        };
-        if incident.state != Some(IncidentState::Collecting) {
-            return;
+    /// Concludes a collecting incident as `state`: marks its diagnosis as running and
+    /// returns what it needs (the reports present now).
+    fn begin(&mut self, event_id: u64, state: IncidentState) -> Option<PendingDiagnosis> {
+        let incident = self.incidents.get_mut(&event_id)?;
+        if incident.state != Some(IncidentState::Collecting) || incident.diagnosing {
+            return None;
         }
-        let reports: Vec<TelemetryReport> = incident.reports.values().cloned().collect();
-        let victim = reports.first().map(|r| r.polling.victim);
-        let (json, html, text, verdict) = match victim {
-            Some(victim) => match diagnose_reports(
-                loaded(reports),
-                self.topology.clone(),
-                victim,
-                &self.options,
-            ) {
-                Ok(output) => {
-                    let json = render::to_json(&output.diagnosis).ok();
-                    let html = render::to_html(&output.diagnosis, &output.view).ok();
-                    let text = Some(render::to_text(&output.diagnosis));
-                    (json, html, text, Some(output.diagnosis.verdict.clone()))
-                }
-                Err(error) => (
-                    None,
-                    None,
-                    None,
-                    Some(format!("telemetry could not be diagnosed: {error}")),
-                ),
-            },
-            None => (
-                None,
-                None,
-                None,
-                Some("no switch delivered a complete report".to_string()),
-            ),
-        };
-        if let Some(incident) = self.incidents.get_mut(&event_id) {
-            incident.state = Some(state);
-            incident.diagnosis_json = json;
-            incident.diagnosis_html = html;
-            incident.diagnosis_text = text;
-            incident.verdict = verdict;
+        incident.diagnosing = true;
+        Some(PendingDiagnosis {
+            event_id,
+            state,
+            reports: incident.reports.values().cloned().collect(),
+            topology: self.topology.clone(),
+            options: self.options.clone(),
+            counters: self.counters.clone(),
+            #[cfg(test)]
+            gate: self.diagnosis_gate.clone(),
+        })
+    }
+
+    /// Installs a diagnosis: the incident takes its final state.
+    fn install(&mut self, concluded: Concluded) {
+        if let Some(incident) = self.incidents.get_mut(&concluded.event_id) {
+            incident.diagnosing = false;
+            incident.state = Some(concluded.state);
+            incident.diagnosis_json = concluded.json;
+            incident.diagnosis_html = concluded.html;
+            incident.diagnosis_text = concluded.text;
+            incident.verdict = concluded.verdict;
         }
     }
 
-    /// Diagnoses incidents that have waited longer than the timeout for missing switches.
+    /// Installs the outcome of a diagnosis begun while the service ran (`accept_deferred`,
+    /// `accept`, `expire`), counts and logs it. (Replay on open installs without logging.)
+    pub(crate) fn conclude(&mut self, concluded: Concluded) {
+        self.counters.bump(Counter::IncidentsConcluded);
+        tracing::info!(
+            event_id = concluded.event_id,
+            state = concluded.state.as_str(),
+            verdict = concluded.verdict.as_deref().unwrap_or(""),
+            "incident concluded"
+        );
+        self.install(concluded);
+    }
+
+    /// Diagnoses incidents that have waited longer than the timeout for missing switches
+    /// (their timeout is stored first). An incident whose diagnosis is already running on
+    /// another thread (after `accept_deferred`) is left to it. On a store failure the
+    /// incidents before it are concluded, the rest stay due.
     pub fn expire(&mut self, now: Instant) -> Result<Vec<u64>, IncidentError> {
         let due: Vec<u64> = self
             .incidents
             .iter()
             .filter(|(_, i)| {
                 i.state == Some(IncidentState::Collecting)
+                    && !i.diagnosing
                     && i.last_activity
                         .is_some_and(|t| now.duration_since(t) >= self.timeout)
             })
             .map(|(id, _)| *id)
             .collect();
         for event_id in &due {
-            self.store.append(&Record::TimedOut {
+            let stored = self.store.append(&Record::TimedOut {
                 event_id: *event_id,
-            })?;
-            self.finish(*event_id, IncidentState::TimedOut);
+            });
+            if let Err(error) = stored {
+                self.counters.bump(Counter::StoreFailures);
+                tracing::error!(
+                    event_id = *event_id,
+                    %error,
+                    "storing an incident's timeout failed; it stays collecting"
+                );
+                return Err(error.into());
+            }
+            if let Some(pending) = self.begin(*event_id, IncidentState::TimedOut) {
+                let concluded = pending.run();
+                self.conclude(concluded);
+            }
         }
         Ok(due)
     }

@@ -3,12 +3,25 @@
 //! when an incident is complete (every switch the polling packet reached has reported, or a
 //! timeout), runs the HAWKEYE diagnosis, keeps everything in an append-only store that
 //! survives restarts, and serves the results over HTTP (JSON API and HTML report).
+//!
+//! Store appends (with their fsync), diagnoses and reads of the incident set run on tokio's
+//! blocking pool, never on an async worker (see `shared`). The service logs with `tracing`
+//! (it installs no subscriber: the binary decides where events go): `info` when it listens,
+//! stops and concludes an incident, `warn` for rejected input, `error` for store and
+//! internal failures. Every handled failure is also counted ([`counters`]).
 
+pub mod counters;
+#[cfg(test)]
+mod gate;
 pub mod grpc;
 pub mod http;
 pub mod incidents;
+mod shared;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
+use counters::{CounterSnapshot, Counters};
 use hawkmesh_analyzer::DiagnoseOptions;
 use hawkmesh_proto::v1::collector_server::CollectorServer;
 use hawkmesh_wire::topology::FabricTopology;
@@ -16,9 +29,10 @@ use incidents::{IncidentError, IncidentSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
 
 /// How to run the service.
 #[derive(Clone, Debug)]
@@ -61,21 +75,42 @@ pub struct RunningServer {
     pub grpc_addr: SocketAddr,
     /// Bound HTTP address.
     pub http_addr: SocketAddr,
-    /// The shared incident set.
+    /// The shared incident set. Locking it blocks (it may wait for a store append and its
+    /// fsync): from async code, lock it inside `tokio::task::spawn_blocking`.
     pub incidents: Arc<Mutex<IncidentSet>>,
+    counters: Arc<Counters>,
     shutdown: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl RunningServer {
+    /// The service's counters now (also served at `GET /api/counters`).
+    pub fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+
     /// Stops accepting, finishes in-flight requests and waits for the tasks.
     pub async fn stop(mut self) {
         for sender in self.shutdown.drain(..) {
-            let _ = sender.send(());
+            if sender.send(()).is_err() {
+                tracing::debug!("a server task had already ended before stop");
+            }
         }
         for task in self.tasks.drain(..) {
-            let _ = task.await;
+            if let Err(error) = task.await {
+                self.counters.bump(counters::Counter::InternalErrors);
+                tracing::error!(%error, "a server task failed");
+            }
         }
+        tracing::info!(grpc = %self.grpc_addr, http = %self.http_addr, "analyzer stopped");
+    }
+}
+
+/// Resolves when `stop` asks the task to end, or when the [`RunningServer`] was dropped
+/// without `stop` (its sender is gone): either way the task shuts down.
+async fn stop_requested(rx: oneshot::Receiver<()>) {
+    if rx.await.is_err() {
+        tracing::debug!("server handle dropped without stop; shutting down");
     }
 }
 
@@ -87,6 +122,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         config.options.clone(),
         config.incident_timeout,
     )?;
+    let counters = set.counters().clone();
+    let known = set.list().len();
     let incidents = Arc::new(Mutex::new(set));
     let bind = |addr: SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)
@@ -115,49 +152,71 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     shutdown.push(tx);
     let service = CollectorServer::new(grpc::CollectorService::new(incidents.clone()));
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+    let failures = counters.clone();
     tasks.push(tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
+        let served = tonic::transport::Server::builder()
             .add_service(service)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = rx.await;
-            })
+            .serve_with_incoming_shutdown(incoming, stop_requested(rx))
             .await;
+        if let Err(error) = served {
+            failures.bump(counters::Counter::InternalErrors);
+            tracing::error!(%error, "the gRPC server stopped with an error");
+        }
     }));
 
     let (tx, rx) = oneshot::channel::<()>();
     shutdown.push(tx);
     let app = http::router(incidents.clone());
+    let failures = counters.clone();
     tasks.push(tokio::spawn(async move {
-        let _ = axum::serve(http_listener, app)
-            .with_graceful_shutdown(async {
-                let _ = rx.await;
-            })
+        let served = axum::serve(http_listener, app)
+            .with_graceful_shutdown(stop_requested(rx))
             .await;
+        if let Err(error) = served {
+            failures.bump(counters::Counter::InternalErrors);
+            tracing::error!(%error, "the HTTP server stopped with an error");
+        }
     }));
 
-    let (tx, mut rx) = oneshot::channel::<()>();
+    let (tx, rx) = oneshot::channel::<()>();
     shutdown.push(tx);
-    let sweeper = incidents.clone();
+    let sweeper = shared::Shared::new(incidents.clone());
     let period =
         (config.incident_timeout / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
     tasks.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);
+        // A sweep that takes long (a large diagnosis) is not followed by a burst of sweeps.
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let stop = stop_requested(rx);
+        tokio::pin!(stop);
         loop {
             tokio::select! {
-                _ = &mut rx => break,
+                () = &mut stop => break,
                 _ = tick.tick() => {
-                    if let Ok(mut set) = sweeper.lock() {
-                        let _ = set.expire(Instant::now());
+                    // Store and internal failures are logged and counted where they happen;
+                    // incidents whose timeout could not be stored stay due for the next tick.
+                    if let Ok(Ok(expired)) = sweeper.expire().await {
+                        if !expired.is_empty() {
+                            tracing::debug!(?expired, "incidents timed out");
+                        }
                     }
                 }
             }
         }
     }));
 
+    tracing::info!(
+        grpc = %grpc_addr,
+        http = %http_addr,
+        data_dir = %config.data_dir.display(),
+        incidents = known,
+        "analyzer listening"
+    );
     Ok(RunningServer {
         grpc_addr,
         http_addr,
         incidents,
+        counters,
         shutdown,
         tasks,
     })

@@ -5,6 +5,12 @@
 //! changes (a timeout) are appended the same way. On start the log is replayed. A last line
 //! cut short by a crash (no newline yet) is cut off and reported; any other damage is an
 //! error naming the line.
+//!
+//! A failed append never leaves the log damaged for the next start: a write that fails part
+//! way is cut off again; when that is impossible, or when syncing fails (after a failed
+//! fsync the kernel may have dropped the written pages, so whether the record is on disk is
+//! unknown), the store refuses every further append ([`StoreError::Broken`]) until the
+//! service is restarted and replays what the disk really holds.
 
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -49,6 +55,15 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// An earlier append failed in a way that leaves the end of the log uncertain; nothing
+    /// more is appended until the store is opened again.
+    #[error("{path}: store refuses writes after an earlier failure ({reason})")]
+    Broken {
+        /// The log file.
+        path: String,
+        /// The earlier failure.
+        reason: String,
+    },
 }
 
 /// The append-only log.
@@ -56,6 +71,13 @@ pub enum StoreError {
 pub struct Store {
     path: PathBuf,
     file: File,
+    /// Length of the log up to its last complete, synced record.
+    len: u64,
+    /// Why appends are refused, after a failure that leaves the end of the log uncertain.
+    broken: Option<String>,
+    /// Tests pause appends here, after the write and before the sync.
+    #[cfg(test)]
+    pub(crate) gate: Option<crate::gate::Gate>,
 }
 
 /// What replaying the log found.
@@ -127,22 +149,64 @@ impl Store {
         if replay.torn_tail {
             file.set_len(good_len).map_err(io(&path))?;
         }
-        Ok((Store { path, file }, replay))
+        let store = Store {
+            path,
+            file,
+            len: good_len,
+            broken: None,
+            #[cfg(test)]
+            gate: None,
+        };
+        Ok((store, replay))
     }
 
-    /// Appends a record and syncs it to disk.
+    /// Appends a record and syncs it to disk. On error the record must be taken as not
+    /// stored (it may still be on disk after a failed sync; replay then finds it).
     pub fn append(&mut self, record: &Record) -> Result<(), StoreError> {
-        let io = |source| StoreError::Io {
-            path: self.path.display().to_string(),
-            source,
-        };
+        let path = || self.path.display().to_string();
+        if let Some(reason) = &self.broken {
+            return Err(StoreError::Broken {
+                path: path(),
+                reason: reason.clone(),
+            });
+        }
         let mut line = serde_json::to_string(record).map_err(|e| StoreError::Io {
-            path: self.path.display().to_string(),
+            path: path(),
             source: std::io::Error::other(e),
         })?;
         line.push('\n');
-        self.file.write_all(line.as_bytes()).map_err(io)?;
-        self.file.sync_data().map_err(io)
+        if let Err(source) = self.file.write_all(line.as_bytes()) {
+            // Part of the line may be in the file: cut it off, or the next record would be
+            // appended to it and the log would have a damaged line in the middle.
+            if let Err(cut) = self.file.set_len(self.len) {
+                self.broken = Some(format!(
+                    "a failed write ({source}) could not be cut off: {cut}"
+                ));
+            }
+            return Err(StoreError::Io {
+                path: path(),
+                source,
+            });
+        }
+        #[cfg(test)]
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
+        if let Err(source) = self.file.sync_data() {
+            self.broken = Some(format!("syncing failed: {source}"));
+            return Err(StoreError::Io {
+                path: path(),
+                source,
+            });
+        }
+        self.len += line.len() as u64;
+        Ok(())
+    }
+
+    /// Makes every later write fail with a real I/O error: the log is reopened read-only.
+    #[cfg(test)]
+    pub(crate) fn break_for_test(&mut self) {
+        self.file = File::open(&self.path).expect("reopening the log read-only");
     }
 }
 
@@ -180,10 +244,20 @@ pub fn from_hex(text: &str) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
+    /// Removes a test directory; one that does not exist is fine.
+    fn remove(dir: &Path) {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                panic!("removing {}: {e}", dir.display())
+            }
+            _ => {}
+        }
+    }
+
     #[test]
     fn records_survive_reopen_and_a_torn_tail_is_skipped() {
         let dir = std::env::temp_dir().join(format!("hawkmesh-store-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        remove(&dir);
         {
             let (mut store, replay) = Store::open(&dir).unwrap();
             assert!(replay.records.is_empty());
@@ -224,6 +298,30 @@ mod tests {
         assert!(error.to_string().contains("incidents.log:2:"), "{error}");
         assert_eq!(from_hex("0aFf"), Ok(vec![10, 255]));
         assert!(from_hex("0g").is_err() && from_hex("abc").is_err());
-        let _ = std::fs::remove_dir_all(&dir);
+        remove(&dir);
+    }
+
+    #[test]
+    fn a_failed_append_is_an_error_and_leaves_the_log_replayable() {
+        let dir =
+            std::env::temp_dir().join(format!("hawkmesh-store-broken-{}", std::process::id()));
+        remove(&dir);
+        let (mut store, _) = Store::open(&dir).unwrap();
+        store.append(&Record::TimedOut { event_id: 1 }).unwrap();
+        store.break_for_test();
+        let error = store.append(&Record::TimedOut { event_id: 2 }).unwrap_err();
+        assert!(matches!(error, StoreError::Io { .. }), "{error}");
+        // The failed write could not be cut off (the handle is read-only): the store
+        // refuses everything after it instead of guessing.
+        let error = store.append(&Record::TimedOut { event_id: 3 }).unwrap_err();
+        assert!(matches!(error, StoreError::Broken { .. }), "{error}");
+        drop(store);
+        let (mut store, replay) = Store::open(&dir).unwrap();
+        assert_eq!(replay.records, vec![Record::TimedOut { event_id: 1 }]);
+        assert!(!replay.torn_tail);
+        store.append(&Record::TimedOut { event_id: 4 }).unwrap();
+        let (_, replay) = Store::open(&dir).unwrap();
+        assert_eq!(replay.records.len(), 2);
+        remove(&dir);
     }
 }

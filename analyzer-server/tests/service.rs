@@ -291,3 +291,42 @@ async fn malformed_chunks_are_rejected_with_a_reason_and_the_stream_continues() 
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn unknown_incidents_are_not_found_and_malformed_ids_are_bad_requests() {
+    let (topology, reports) = storm();
+    let dir = data_dir("statuses");
+    let server = serve(&dir, &topology, 5_000).await;
+    let mut client = CollectorClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap();
+    let status = client
+        .get_incident(IncidentRequest { event_id: EVENT })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    assert!(status.message().contains("42"), "{status:?}");
+    for path in ["/api/incidents/42", "/incidents/42"] {
+        assert_eq!(http_get(&server, path).await.0, 404, "{path}");
+    }
+    for id in ["x", "-1", "18446744073709551616", "4%202"] {
+        for prefix in ["/api/incidents/", "/incidents/"] {
+            let (status, body) = http_get(&server, &format!("{prefix}{id}")).await;
+            assert_eq!(status, 400, "{prefix}{id}: {body}");
+        }
+    }
+    // Half the chunks: the incident exists and is collecting.
+    let all = chunks(&reports);
+    send(&server, &all[..all.len() / 2]).await;
+    assert_eq!(incident(&server).await.state, "collecting");
+    assert_eq!(http_get(&server, "/api/incidents/42").await.0, 200);
+    assert_eq!(http_get(&server, "/incidents/42").await.0, 202);
+    let (status, body) = http_get(&server, "/api/counters").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(&format!("\"chunks_accepted\": {}", all.len() / 2)),
+        "{body}"
+    );
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

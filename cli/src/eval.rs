@@ -1,8 +1,8 @@
-//! `hawkmesh eval`: the evaluation harness of `hawkmesh_e2e::eval` behind the command line.
+//! `hawkmesh eval`: the evaluation harness of `hawkmesh_lab::eval` behind the command line.
 
 use anyhow::Context as _;
-use hawkmesh_e2e::eval::report::write_outputs;
-use hawkmesh_e2e::eval::{run_eval, AnomalyClass, EvalConfig, Grid};
+use hawkmesh_lab::eval::report::write_outputs;
+use hawkmesh_lab::eval::{run_eval, AnomalyClass, EvalConfig, Grid};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -87,7 +87,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         .summary
         .scores
         .iter()
-        .filter(|r| r.point == fixed && r.mode == hawkmesh_e2e::PollingMode::Hawkeye)
+        .filter(|r| r.point == fixed && r.mode == hawkmesh_lab::PollingMode::Hawkeye)
     {
         let name = row.class.map_or("all classes", |c| c.name());
         let ratio = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.2}"));

@@ -180,7 +180,7 @@ fn demo(out: &Path, scenario: Option<&Path>) -> anyhow::Result<()> {
     let store = out.join("analyzer-data");
     let _ = std::fs::remove_dir_all(&store);
     let started = Instant::now();
-    let outcome = hawkmesh_e2e::run(&loaded, &hawkmesh_e2e::LoopConfig::new(store))?;
+    let outcome = hawkmesh_lab::run(&loaded, &hawkmesh_lab::LoopConfig::new(store))?;
     outcome
         .sim
         .write(&out.join("sim"))
@@ -239,7 +239,7 @@ fn demo(out: &Path, scenario: Option<&Path>) -> anyhow::Result<()> {
         .flat_map(|a| a.initial_ports.iter())
         .map(|p| (u64::from(p.node), u64::from(p.port)))
         .collect();
-    let rank = |incident: &hawkmesh_e2e::IncidentOutcome| {
+    let rank = |incident: &hawkmesh_lab::IncidentOutcome| {
         let anomalies = || {
             incident
                 .diagnosis
@@ -308,6 +308,13 @@ fn serve(
     let topology: hawkmesh_wire::topology::FabricTopology = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a topology.json", topology.display()))?;
     topology.validate()?;
+    // The service's events (listening, incidents concluded, rejected input, store failures)
+    // go to stderr; RUST_LOG-style filtering is not needed for one daemon's few events.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let server = hawkmesh_analyzer_server::start(hawkmesh_analyzer_server::ServerConfig {

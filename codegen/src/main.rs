@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
 use hawkmesh_codegen::p4::{emit, Target};
 use hawkmesh_codegen::{resources, rust_consts};
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
 
 #[derive(Parser, Debug)]
 #[command(about = "Generate the hawkmesh data plane (P4 TNA, P4 v1model, Rust constants)")]
@@ -35,7 +35,7 @@ fn outputs() -> Result<Vec<(&'static str, String)>, String> {
         ("p4/tna/hawkmesh.p4", emit(&p, Target::Tna)),
         ("p4/v1model/hawkmesh.p4", emit(&p, Target::V1model)),
         ("wire/src/dataplane.rs", rust_consts::emit(&p)),
-        ("codegen/src/model/generated.rs", native_source()?),
+        ("dataplane/src/model/generated.rs", native_source()?),
     ])
 }
 
@@ -48,12 +48,12 @@ fn native_source() -> Result<String, String> {
         ..HawkeyeParams::default()
     })
     .map_err(|e| e.to_string())?;
-    hawkmesh_codegen::model::emit_native(&[("tor", &tor), ("fabric", &fabric)])
+    hawkmesh_dataplane::model::emit_native(&[("tor", &tor), ("fabric", &fabric)])
         .map_err(|e| e.to_string())
 }
 
 fn bench(n: u64) -> Result<String, String> {
-    use hawkmesh_codegen::model::{
+    use hawkmesh_dataplane::model::{
         DataPlane, EgressInput, IngressInput, Model, PassOutput, Routing,
     };
     use hawkmesh_wire::telemetry::FiveTuple;
@@ -62,7 +62,7 @@ fn bench(n: u64) -> Result<String, String> {
     let flows: Vec<Vec<u8>> = (0..256u16)
         .map(|i| {
             let t = FiveTuple::rocev2([10, 0, (i >> 4) as u8, i as u8], 49152 + i, [10, 1, 0, 1]);
-            hawkmesh_codegen::packets::rocev2_data(&p, &t, 0, 2, 64, 1, 1062)
+            hawkmesh_dataplane::packets::rocev2_data(&p, &t, 0, 2, 64, 1, 1062)
         })
         .collect();
     let (mut ing, mut eg) = (PassOutput::default(), PassOutput::default());

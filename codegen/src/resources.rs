@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::ir::Program;
+use hawkmesh_dataplane::ir::Program;
 
 /// Register bits per module.
 pub fn sram_bits(p: &Program) -> BTreeMap<String, u64> {

@@ -1,7 +1,7 @@
 //! Packet traces as data (`codegen/traces/*.json`) and their replay on the executable model.
 //!
 //! A trace lists the routes to install and a sequence of steps (arrival time in µs, ingress
-//! port, queue, packet). Packets are named builders from [`crate::packets`] or raw hex, so a
+//! port, queue, packet). Packets are named builders from [`hawkmesh_dataplane::packets`] or raw hex, so a
 //! trace never repeats a byte offset. Expected outputs are not part of a trace: the model
 //! produces them, and the BMv2 harness (`codegen/tests/bmv2.rs`) compares BMv2 with it.
 //!
@@ -14,10 +14,12 @@ use std::net::Ipv4Addr;
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::ir::Program;
-use crate::model::{DataPlane, IngressInput, Model, Routing, SwitchOutput, TableEntry};
-use crate::packets::{self, Polling};
-use crate::ModelError;
+use hawkmesh_dataplane::ir::Program;
+use hawkmesh_dataplane::model::{
+    DataPlane, IngressInput, Model, Routing, SwitchOutput, TableEntry,
+};
+use hawkmesh_dataplane::packets::{self, Polling};
+use hawkmesh_dataplane::ModelError;
 use hawkmesh_wire::telemetry::FiveTuple;
 
 /// Front-panel ports of the lab configuration (`0..LAB_PORTS`); multicast group
@@ -233,7 +235,7 @@ pub struct TraceRun {
 }
 
 /// A model configured like the lab switch: routes from the trace in the `forward` table,
-/// the port masks of [`crate::hawkeye::port_mask_entries`], multicast group `MCAST_GROUP_ALL_PORTS` = ports `0..LAB_PORTS`, clones to the program's
+/// the port masks of [`hawkmesh_dataplane::hawkeye::port_mask_entries`], multicast group `MCAST_GROUP_ALL_PORTS` = ports `0..LAB_PORTS`, clones to the program's
 /// `CPU_PORT`.
 pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Model, TraceError> {
     let cpu_port = program.constant("CPU_PORT").unwrap_or(192) as u16;
@@ -244,7 +246,7 @@ pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Mode
             source,
         })?;
     model.multicast_group_set(group, (0..LAB_PORTS).collect());
-    let masks = crate::hawkeye::port_mask_entries(model.program());
+    let masks = hawkmesh_dataplane::hawkeye::port_mask_entries(model.program());
     for (table, port, action, params) in masks {
         let entry = TableEntry {
             key: vec![port],

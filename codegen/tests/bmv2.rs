@@ -1,6 +1,6 @@
 //! The packet traces in `codegen/traces/` on the executable model and, when selected with
-//! `HAWKMESH_BMV2=1` (STYLE.md practice 5: external tools are selected by an environment
-//! variable), on BMv2 `simple_switch` running `p4/v1model/hawkmesh.p4`, comparing the
+//! `HAWKMESH_BMV2=1` (external tools are selected by an environment variable, never by
+//! `#[ignore]`), on BMv2 `simple_switch` running `p4/v1model/hawkmesh.p4`, comparing the
 //! emitted packets and register dumps with the model. How to run it: `hw-lab/bmv2.md`.
 //!
 //! BMv2 side: `p4c-bm2-ss` compiles the program; `simple_switch --use-files` reads one
@@ -15,9 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
-use hawkmesh_codegen::ir::Program;
 use hawkmesh_codegen::trace::{run_model, Trace, TraceRun, LAB_PORTS};
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
+use hawkmesh_dataplane::ir::Program;
 
 /// Smallest gap between steps: BMv2 replays in real time, and a packet must have left the
 /// switch before the next arrives so queues stay empty (the model's `process` has zero
@@ -611,7 +611,7 @@ fn run_bmv2(program: &Program, json: &Path, p4: &str, trace: &Trace, tag: &str) 
     sw.cli(&format!("mc_node_associate {group} {node}\n"));
     // The port masks (one-hot per port) the control plane installs at start-up.
     let mut masks = String::new();
-    for (table, port, action, params) in hawkmesh_codegen::hawkeye::port_mask_entries(program) {
+    for (table, port, action, params) in hawkmesh_dataplane::hawkeye::port_mask_entries(program) {
         let control = if table.starts_with("egress_") {
             "MainEgress"
         } else {

@@ -1,9 +1,9 @@
 //! The committed generated files equal what the description produces (the same check as
 //! `cargo run -p hawkmesh-codegen -- --check`), and emission is deterministic.
 
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
 use hawkmesh_codegen::p4::{emit, Target};
 use hawkmesh_codegen::rust_consts;
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
 
 fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -17,7 +17,7 @@ fn native_source() -> String {
         ..HawkeyeParams::default()
     })
     .expect("program");
-    hawkmesh_codegen::model::emit_native(&[("tor", &tor), ("fabric", &fabric)]).expect("native")
+    hawkmesh_dataplane::model::emit_native(&[("tor", &tor), ("fabric", &fabric)]).expect("native")
 }
 
 #[test]
@@ -27,7 +27,7 @@ fn committed_files_are_up_to_date() {
         ("p4/tna/hawkmesh.p4", emit(&p, Target::Tna)),
         ("p4/v1model/hawkmesh.p4", emit(&p, Target::V1model)),
         ("wire/src/dataplane.rs", rust_consts::emit(&p)),
-        ("codegen/src/model/generated.rs", native_source()),
+        ("dataplane/src/model/generated.rs", native_source()),
     ] {
         let current = std::fs::read_to_string(root().join(path)).unwrap_or_default();
         assert!(

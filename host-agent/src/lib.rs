@@ -4,11 +4,9 @@
 //! suppression interval.
 //!
 //! [`RttDetector`] is the decision logic, shared by the host-agent daemon (RTT samples from
-//! CQE timestamps) and by netsim (samples from its host hook). It is pure and deterministic:
-//! time is passed in, nothing is read from a clock.
+//! CQE timestamps) and by the simulator glue in `hawkmesh-lab` (samples from netsim's host
+//! hook). It is pure and deterministic: time is passed in, nothing is read from a clock.
 
 pub mod detector;
-pub mod netsim_hook;
 
 pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
-pub use netsim_hook::NetsimHostAgents;

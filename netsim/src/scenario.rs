@@ -3,6 +3,7 @@
 //! Every field is documented in `docs/scenario.md`. Parsing is strict (unknown fields are
 //! errors) and every error names the file, the line and the field.
 
+use hawkmesh_knobs::{self as knobs, Knob};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -276,7 +277,8 @@ pub enum Scheduler {
 }
 
 /// ECN marking at dequeue on the instantaneous queue length (RED-style, like SONiC's
-/// `WRED_PROFILE` with ecn enabled).
+/// `WRED_PROFILE` with ecn enabled). Defaults and valid ranges of Kmin, Kmax and Pmax are
+/// those of [`hawkmesh_knobs::KMIN`], [`hawkmesh_knobs::KMAX`] and [`hawkmesh_knobs::PMAX`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EcnConfig {
@@ -296,9 +298,9 @@ impl Default for EcnConfig {
     fn default() -> Self {
         EcnConfig {
             enabled: true,
-            kmin_kb_per_gbps: 4.0,
-            kmax_kb_per_gbps: 16.0,
-            pmax: 0.2,
+            kmin_kb_per_gbps: const { knobs::KMIN.default_per_gbps() },
+            kmax_kb_per_gbps: const { knobs::KMAX.default_per_gbps() },
+            pmax: const { knobs::PMAX.fixed_default() },
             per_speed: Vec::new(),
         }
     }
@@ -373,8 +375,10 @@ pub enum CongestionControl {
     None,
 }
 
-/// DCQCN reaction-point and notification-point knobs with ConnectX names, units and
-/// defaults (mlxconfig / `roce_rp` / `roce_np` sysfs; see FACTS.md).
+/// DCQCN reaction-point and notification-point knobs with ConnectX names (the mlx5 sysfs
+/// files under `ecn/roce_rp/` and `ecn/roce_np/`), units and defaults. Units, valid ranges and
+/// defaults come from `hawkmesh-knobs` ([`hawkmesh_knobs::KNOBS`]), which the tuner and the
+/// host agent share.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DcqcnConfig {
@@ -418,24 +422,27 @@ pub struct DcqcnConfig {
 
 impl Default for DcqcnConfig {
     fn default() -> Self {
+        // Evaluated at compile time: a knob whose default is not of the field's type fails
+        // the build.
         DcqcnConfig {
-            rpg_time_reset: 300.0,
-            rpg_byte_reset: 32767,
-            rpg_threshold: 1,
-            rpg_max_rate: 0.0,
-            rpg_ai_rate: 5.0,
-            rpg_hai_rate: 50.0,
-            rpg_gd: 11,
-            rpg_min_dec_fac: 50.0,
-            rpg_min_rate: 1.0,
-            rate_to_set_on_first_cnp: 0.0,
-            dce_tcp_g: 1019,
-            dce_tcp_rtt: 1.0,
-            rate_reduce_monitor_period: 4.0,
-            initial_alpha_value: 1023,
-            min_time_between_cnps: 4.0,
-            clamp_tgt_rate: false,
-            clamp_tgt_rate_after_time_inc: true,
+            rpg_time_reset: const { knobs::RPG_TIME_RESET.fixed_default() },
+            rpg_byte_reset: const { knobs::RPG_BYTE_RESET.default_u64() },
+            rpg_threshold: const { knobs::RPG_THRESHOLD.default_u32() },
+            rpg_max_rate: const { knobs::RPG_MAX_RATE.fixed_default() },
+            rpg_ai_rate: const { knobs::RPG_AI_RATE.fixed_default() },
+            rpg_hai_rate: const { knobs::RPG_HAI_RATE.fixed_default() },
+            rpg_gd: const { knobs::RPG_GD.default_u32() },
+            rpg_min_dec_fac: const { knobs::RPG_MIN_DEC_FAC.fixed_default() },
+            rpg_min_rate: const { knobs::RPG_MIN_RATE.fixed_default() },
+            rate_to_set_on_first_cnp: const { knobs::RATE_TO_SET_ON_FIRST_CNP.fixed_default() },
+            dce_tcp_g: const { knobs::DCE_TCP_G.default_u32() },
+            dce_tcp_rtt: const { knobs::DCE_TCP_RTT.fixed_default() },
+            rate_reduce_monitor_period: const { knobs::RATE_REDUCE_MONITOR_PERIOD.fixed_default() },
+            initial_alpha_value: const { knobs::INITIAL_ALPHA_VALUE.default_u32() },
+            min_time_between_cnps: const { knobs::MIN_TIME_BETWEEN_CNPS.fixed_default() },
+            clamp_tgt_rate: const { knobs::CLAMP_TGT_RATE.default_flag() },
+            clamp_tgt_rate_after_time_inc: const { knobs::CLAMP_TGT_RATE_AFTER_TIME_INC.default_flag() },
+            // knobs::CNP_802P_PRIO defaults to `switch.control_priority` (resolved in build).
             cnp_802p_prio: None,
         }
     }
@@ -919,19 +926,29 @@ impl LoadedScenario {
         if sw.dwrr_weights.contains(&0) {
             return Err(self.error("switch.dwrr_weights", "every weight must be at least 1"));
         }
+        // ECN thresholds and probability: ranges from hawkmesh-knobs.
         let ecn = &sw.ecn;
-        if !(0.0..=1.0).contains(&ecn.pmax) {
-            return Err(self.error("switch.ecn.pmax", "must be within [0, 1]"));
-        }
+        self.knob_per_gbps(
+            "switch.ecn.kmin_kb_per_gbps",
+            &knobs::KMIN,
+            ecn.kmin_kb_per_gbps,
+        )?;
+        self.knob_per_gbps(
+            "switch.ecn.kmax_kb_per_gbps",
+            &knobs::KMAX,
+            ecn.kmax_kb_per_gbps,
+        )?;
+        self.knob("switch.ecn.pmax", &knobs::PMAX, ecn.pmax)?;
         if ecn.kmax_kb_per_gbps < ecn.kmin_kb_per_gbps {
             return Err(self.error("switch.ecn.kmax_kb_per_gbps", "Kmax must not be below Kmin"));
         }
         for (index, speed) in ecn.per_speed.iter().enumerate() {
-            if speed.kmax_kb < speed.kmin_kb || !(0.0..=1.0).contains(&speed.pmax) {
-                return Err(self.error(
-                    &format!("switch.ecn.per_speed[{index}]"),
-                    "need kmin_kb ≤ kmax_kb and 0 ≤ pmax ≤ 1",
-                ));
+            let at = |field: &str| format!("switch.ecn.per_speed[{index}].{field}");
+            self.knob(&at("kmin_kb"), &knobs::KMIN, speed.kmin_kb)?;
+            self.knob(&at("kmax_kb"), &knobs::KMAX, speed.kmax_kb)?;
+            self.knob(&at("pmax"), &knobs::PMAX, speed.pmax)?;
+            if speed.kmax_kb < speed.kmin_kb {
+                return Err(self.error(&at("kmax_kb"), "Kmax must not be below Kmin"));
             }
         }
         let nic = &s.nic;
@@ -955,36 +972,37 @@ impl LoadedScenario {
                 "must be below nic.rx_buffer_xoff_kb",
             ));
         }
+        // DCQCN knobs: ranges from hawkmesh-knobs, in its table's order. The two flags are
+        // `bool`s, whose type is their range.
         let d = &nic.dcqcn;
-        positive(self, "nic.dcqcn.rpg_time_reset", d.rpg_time_reset)?;
-        positive(self, "nic.dcqcn.dce_tcp_rtt", d.dce_tcp_rtt)?;
-        positive(
-            self,
-            "nic.dcqcn.rate_reduce_monitor_period",
-            d.rate_reduce_monitor_period,
-        )?;
-        positive(self, "nic.dcqcn.rpg_min_rate", d.rpg_min_rate)?;
-        non_negative(self, "nic.dcqcn.rpg_ai_rate", d.rpg_ai_rate)?;
-        non_negative(self, "nic.dcqcn.rpg_hai_rate", d.rpg_hai_rate)?;
-        non_negative(
-            self,
-            "nic.dcqcn.min_time_between_cnps",
-            d.min_time_between_cnps,
-        )?;
-        if d.dce_tcp_g > 1023 {
-            return Err(self.error("nic.dcqcn.dce_tcp_g", "fixed point /1024: must be 0..=1023"));
+        for (knob, value) in [
+            (&knobs::RPG_TIME_RESET, d.rpg_time_reset),
+            (&knobs::RPG_BYTE_RESET, d.rpg_byte_reset as f64),
+            (&knobs::RPG_THRESHOLD, d.rpg_threshold as f64),
+            (&knobs::RPG_MAX_RATE, d.rpg_max_rate),
+            (&knobs::RPG_AI_RATE, d.rpg_ai_rate),
+            (&knobs::RPG_HAI_RATE, d.rpg_hai_rate),
+            (&knobs::RPG_GD, d.rpg_gd as f64),
+            (&knobs::RPG_MIN_DEC_FAC, d.rpg_min_dec_fac),
+            (&knobs::RPG_MIN_RATE, d.rpg_min_rate),
+            (&knobs::RATE_TO_SET_ON_FIRST_CNP, d.rate_to_set_on_first_cnp),
+            (
+                &knobs::RATE_REDUCE_MONITOR_PERIOD,
+                d.rate_reduce_monitor_period,
+            ),
+            (&knobs::DCE_TCP_G, d.dce_tcp_g as f64),
+            (&knobs::DCE_TCP_RTT, d.dce_tcp_rtt),
+            (&knobs::INITIAL_ALPHA_VALUE, d.initial_alpha_value as f64),
+            (&knobs::MIN_TIME_BETWEEN_CNPS, d.min_time_between_cnps),
+        ] {
+            self.knob(&format!("nic.dcqcn.{}", knob.name), knob, value)?;
         }
-        if d.initial_alpha_value == 0 || d.initial_alpha_value > 1023 {
-            return Err(self.error("nic.dcqcn.initial_alpha_value", "must be 1..=1023"));
-        }
-        if !(10..=11).contains(&d.rpg_gd) {
-            return Err(self.error("nic.dcqcn.rpg_gd", "ConnectX accepts 10..=11"));
-        }
-        if !(0.0..=100.0).contains(&d.rpg_min_dec_fac) {
-            return Err(self.error("nic.dcqcn.rpg_min_dec_fac", "percent: must be 0..=100"));
-        }
-        if d.cnp_802p_prio.is_some_and(|p| p > 7) {
-            return Err(self.error("nic.dcqcn.cnp_802p_prio", "priorities are 0..=7"));
+        if let Some(priority) = d.cnp_802p_prio {
+            self.knob(
+                "nic.dcqcn.cnp_802p_prio",
+                &knobs::CNP_802P_PRIO,
+                priority as f64,
+            )?;
         }
         for (index, workload) in s.workload.iter().enumerate() {
             let at = |field: &str| format!("workload[{index}].{field}");
@@ -1120,6 +1138,21 @@ impl LoadedScenario {
             return Err(self.error("output.fct_bins", "must be a non-empty increasing list"));
         }
         Ok(())
+    }
+}
+
+impl LoadedScenario {
+    /// Checks a DCQCN or ECN knob against its range in hawkmesh-knobs; the error names
+    /// `field` and the reason gives the range, e.g. `must be within [10, 11], got 12`.
+    fn knob(&self, field: &str, knob: &Knob, value: f64) -> Result<(), ScenarioError> {
+        knob.validate(value)
+            .map_err(|error| self.error(field, error.reason()))
+    }
+
+    /// Like [`LoadedScenario::knob`] for a per-Gbit/s coefficient of a threshold.
+    fn knob_per_gbps(&self, field: &str, knob: &Knob, value: f64) -> Result<(), ScenarioError> {
+        knob.validate_per_gbps(value)
+            .map_err(|error| self.error(field, error.reason()))
     }
 }
 
@@ -1303,5 +1336,59 @@ duration_us = 10
         let text = "version = 2\nduration_us = 10\n[topology]\nkind = \"ring\"\nswitches = 4\nhosts_per_switch = 1\n";
         let error = Scenario::parse(text, "t.toml", PathBuf::new()).unwrap_err();
         assert_eq!((error.field.as_str(), error.line), ("version", 1));
+    }
+
+    #[test]
+    fn dcqcn_and_ecn_defaults_come_from_the_knob_table_unchanged() {
+        // The values netsim used before hawkmesh-knobs held them: every simulation result
+        // depends on them.
+        let d = DcqcnConfig::default();
+        assert_eq!(
+            (
+                d.rpg_time_reset,
+                d.rpg_byte_reset,
+                d.rpg_threshold,
+                d.rpg_max_rate
+            ),
+            (300.0, 32767, 1, 0.0)
+        );
+        assert_eq!(
+            (d.rpg_ai_rate, d.rpg_hai_rate, d.rpg_gd, d.rpg_min_dec_fac),
+            (5.0, 50.0, 11, 50.0)
+        );
+        assert_eq!(
+            (
+                d.rpg_min_rate,
+                d.rate_to_set_on_first_cnp,
+                d.dce_tcp_g,
+                d.dce_tcp_rtt
+            ),
+            (1.0, 0.0, 1019, 1.0)
+        );
+        assert_eq!(
+            (
+                d.rate_reduce_monitor_period,
+                d.initial_alpha_value,
+                d.min_time_between_cnps
+            ),
+            (4.0, 1023, 4.0)
+        );
+        assert_eq!(
+            (
+                d.clamp_tgt_rate,
+                d.clamp_tgt_rate_after_time_inc,
+                d.cnp_802p_prio
+            ),
+            (false, true, None)
+        );
+        assert_eq!(
+            knobs::CNP_802P_PRIO.default,
+            knobs::KnobDefault::SameAs("switch.control_priority")
+        );
+        let e = EcnConfig::default();
+        assert_eq!(
+            (e.enabled, e.kmin_kb_per_gbps, e.kmax_kb_per_gbps, e.pmax),
+            (true, 4.0, 16.0, 0.2)
+        );
     }
 }

@@ -20,16 +20,14 @@
 
 use crate::backend::{CpuFrame, CpuFrameKind, SwitchBackend};
 use crate::collect::{paused_ports, CollectError, Eviction, Geometry, ReadCost, RegisterSnapshot};
-use hawkmesh_codegen::ir::Program;
-use hawkmesh_codegen::packets::{polling_offset, Polling};
 use hawkmesh_wire::dataplane;
+use hawkmesh_wire::polling::Polling;
 use hawkmesh_wire::telemetry::{
     EpochTelemetry, PollingContext, PollingEgress, TelemetryReport, TelemetryWireError, TraceFlags,
     TELEMETRY_FORMAT_VERSION,
 };
 use hawkmesh_wire::topology::NodeId;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default guard interval between register reads, ns: victims that poll at once poll
@@ -129,7 +127,6 @@ pub struct AgentStats {
 pub struct SwitchAgent<B: SwitchBackend> {
     config: AgentConfig,
     backend: B,
-    program: Arc<Program>,
     /// Switch time of the last register read.
     last_read_ns: Option<u64>,
     /// Polling events waiting for the next read (arrived within the guard of the last).
@@ -141,12 +138,11 @@ pub struct SwitchAgent<B: SwitchBackend> {
 }
 
 impl<B: SwitchBackend> SwitchAgent<B> {
-    /// An agent for the switch behind `backend`, running `program`.
-    pub fn new(config: AgentConfig, backend: B, program: Arc<Program>) -> Self {
+    /// An agent for the switch behind `backend` (the program's sizes in `config.geometry`).
+    pub fn new(config: AgentConfig, backend: B) -> Self {
         SwitchAgent {
             config,
             backend,
-            program,
             last_read_ns: None,
             waiting: Vec::new(),
             reported: BTreeSet::new(),
@@ -229,12 +225,7 @@ impl<B: SwitchBackend> SwitchAgent<B> {
             CpuFrameKind::Other => {}
             CpuFrameKind::Polling => {
                 self.stats.polling_copies += 1;
-                let offset = polling_offset(&self.program);
-                let Some(polling) = frame
-                    .bytes
-                    .get(offset..)
-                    .and_then(|header| Polling::parse(&self.program, header))
-                else {
+                let Ok(polling) = Polling::parse_packet(&frame.bytes) else {
                     self.stats.malformed += 1;
                     return;
                 };
@@ -331,7 +322,7 @@ impl<B: SwitchBackend> SwitchAgent<B> {
 /// victim is paused there); on a PFC branch the ports the data plane chose (paused, and fed
 /// from the polling packet's ingress port: HAWKEYE §3.4).
 fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingContext {
-    let arrival = TraceFlags(polling.arrival_flags & 0b11);
+    let arrival = TraceFlags(polling.arrival_flags & TraceFlags::BOTH.0);
     let ingress = polling.context_ingress_port;
     let mut egress: Vec<PollingEgress> = Vec::new();
     let mut add = |port: u16, reason: u8| match egress.iter_mut().find(|e| e.port == port) {
@@ -365,10 +356,8 @@ fn polling_context(polling: &Polling, epochs: &[EpochTelemetry]) -> PollingConte
         }
     }
     if arrival.pfc_causality() {
-        for port in 0..64u16 {
-            if polling.context_pfc_ports & (1 << port) != 0 {
-                add(port, TraceFlags::PFC_CAUSALITY.0);
-            }
+        for port in polling.pfc_branch_ports() {
+            add(port, TraceFlags::PFC_CAUSALITY.0);
         }
     }
     egress.sort();

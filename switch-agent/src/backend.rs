@@ -1,20 +1,39 @@
 //! The switch behind one trait (dendrite's ASIC-trait pattern): the in-process executable
-//! model now, BF Runtime (Tofino) and BMv2 Thrift later. The operations are the ones BF
+//! model now (cargo feature `model`), BF Runtime (Tofino) and BMv2 Thrift later. Registers
+//! and tables are named by the program's generated typed ids (`wire::dataplane::{Register,
+//! Table}`), never by strings. The operations are the ones BF
 //! Runtime offers the control plane: register sync + bulk read of a whole register array,
 //! register reset, table entry writes, multicast group configuration, and a packet channel
 //! from the CPU port.
 
-use hawkmesh_codegen::model::{DataPlane, TableEntry};
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::Rc;
+use hawkmesh_wire::control::TableEntry;
+use hawkmesh_wire::dataplane::{Register, Table};
 
 /// Why a backend operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
-    /// The data plane refused the operation (unknown register/table, bad entry...).
-    #[error("data plane: {0}")]
-    DataPlane(String),
+    /// The running program has no such register (another program or version is loaded).
+    #[error("register `{0}` is not in the switch's running program")]
+    UnknownRegister(Register),
+    /// The running program has no such table.
+    #[error("table `{0}` is not in the switch's running program")]
+    UnknownTable(Table),
+    /// The switch refused a table entry (unknown action, key or parameter widths...).
+    #[error("table `{table}`: entry refused: {reason}")]
+    EntryRefused {
+        /// Table.
+        table: Table,
+        /// The switch's reason.
+        reason: String,
+    },
+    /// A register's cells could not be read or written.
+    #[error("register `{register}`: {reason}")]
+    Register {
+        /// Register.
+        register: Register,
+        /// The switch's reason.
+        reason: String,
+    },
     /// The switch could not be reached.
     #[error("switch unreachable: {0}")]
     Unreachable(String),
@@ -47,65 +66,104 @@ pub struct CpuFrame {
 pub trait SwitchBackend {
     /// Makes the data-plane values of `register` visible (BF Runtime `REGISTER_SYNC`) and
     /// reads every cell (pairs as `hi << 32 | lo`).
-    fn read_register(&mut self, register: &str) -> Result<Vec<u64>, BackendError>;
+    fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError>;
     /// Clears a register.
-    fn reset_register(&mut self, register: &str) -> Result<(), BackendError>;
+    fn reset_register(&mut self, register: Register) -> Result<(), BackendError>;
     /// Adds a table entry.
-    fn add_table_entry(&mut self, table: &str, entry: TableEntry) -> Result<(), BackendError>;
+    fn add_table_entry(&mut self, table: Table, entry: TableEntry) -> Result<(), BackendError>;
     /// Sets a multicast group's member ports.
     fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError>;
     /// Packets that reached the CPU port since the last call.
     fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError>;
 }
 
-/// The executable model, shared with whoever runs packets through it (netsim's pipeline
-/// adapter): the agent reads the very registers the simulated switch updates.
-#[derive(Debug)]
-pub struct ModelBackend<M: DataPlane> {
-    model: Rc<RefCell<M>>,
-    cpu: VecDeque<CpuFrame>,
-}
+#[cfg(feature = "model")]
+pub use model::ModelBackend;
 
-impl<M: DataPlane> ModelBackend<M> {
-    /// A backend over a shared model.
-    pub fn new(model: Rc<RefCell<M>>) -> Self {
-        ModelBackend {
-            model,
-            cpu: VecDeque::new(),
+/// The executable data-plane model as a backend (cargo feature `model`).
+#[cfg(feature = "model")]
+mod model {
+    use super::{BackendError, CpuFrame, SwitchBackend};
+    use hawkmesh_dataplane::model::DataPlane;
+    use hawkmesh_dataplane::ModelError;
+    use hawkmesh_wire::control::TableEntry;
+    use hawkmesh_wire::dataplane::{Register, Table};
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+    use std::rc::Rc;
+
+    /// The executable model, shared with whoever runs packets through it (the simulator
+    /// glue): the agent reads the very registers the simulated switch updates.
+    #[derive(Debug)]
+    pub struct ModelBackend<M: DataPlane> {
+        model: Rc<RefCell<M>>,
+        cpu: VecDeque<CpuFrame>,
+    }
+
+    impl<M: DataPlane> ModelBackend<M> {
+        /// A backend over a shared model.
+        pub fn new(model: Rc<RefCell<M>>) -> Self {
+            ModelBackend {
+                model,
+                cpu: VecDeque::new(),
+            }
+        }
+
+        /// Delivers a CPU-port packet (called by the simulator glue).
+        pub fn deliver_cpu(&mut self, frame: CpuFrame) {
+            self.cpu.push_back(frame);
         }
     }
 
-    /// Delivers a CPU-port packet (called by the simulator glue).
-    pub fn deliver_cpu(&mut self, frame: CpuFrame) {
-        self.cpu.push_back(frame);
-    }
-}
-
-fn dp<E: std::fmt::Display>(error: E) -> BackendError {
-    BackendError::DataPlane(error.to_string())
-}
-
-impl<M: DataPlane> SwitchBackend for ModelBackend<M> {
-    fn read_register(&mut self, register: &str) -> Result<Vec<u64>, BackendError> {
-        let mut model = self.model.borrow_mut();
-        model.register_sync(register).map_err(dp)?;
-        Ok(model.register_read_all(register).map_err(dp)?.to_vec())
+    fn register_error(register: Register, error: ModelError) -> BackendError {
+        match error {
+            ModelError::UnknownRegister(_) => BackendError::UnknownRegister(register),
+            other => BackendError::Register {
+                register,
+                reason: other.to_string(),
+            },
+        }
     }
 
-    fn reset_register(&mut self, register: &str) -> Result<(), BackendError> {
-        self.model.borrow_mut().register_reset(register).map_err(dp)
-    }
+    impl<M: DataPlane> SwitchBackend for ModelBackend<M> {
+        fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError> {
+            let mut model = self.model.borrow_mut();
+            model
+                .register_sync(register.name())
+                .map_err(|e| register_error(register, e))?;
+            Ok(model
+                .register_read_all(register.name())
+                .map_err(|e| register_error(register, e))?
+                .to_vec())
+        }
 
-    fn add_table_entry(&mut self, table: &str, entry: TableEntry) -> Result<(), BackendError> {
-        self.model.borrow_mut().table_add(table, entry).map_err(dp)
-    }
+        fn reset_register(&mut self, register: Register) -> Result<(), BackendError> {
+            self.model
+                .borrow_mut()
+                .register_reset(register.name())
+                .map_err(|e| register_error(register, e))
+        }
 
-    fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError> {
-        self.model.borrow_mut().multicast_group_set(group, ports);
-        Ok(())
-    }
+        fn add_table_entry(&mut self, table: Table, entry: TableEntry) -> Result<(), BackendError> {
+            self.model
+                .borrow_mut()
+                .table_add(table.name(), entry)
+                .map_err(|e| match e {
+                    ModelError::UnknownTable(_) => BackendError::UnknownTable(table),
+                    other => BackendError::EntryRefused {
+                        table,
+                        reason: other.to_string(),
+                    },
+                })
+        }
 
-    fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
-        Ok(self.cpu.drain(..).collect())
+        fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError> {
+            self.model.borrow_mut().multicast_group_set(group, ports);
+            Ok(())
+        }
+
+        fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
+            Ok(self.cpu.drain(..).collect())
+        }
     }
 }

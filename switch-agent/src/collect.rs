@@ -1,7 +1,7 @@
 //! From register arrays to a telemetry report (HAWKEYE §3.4: the switch CPU reads the
 //! relevant epochs' registers when a polling packet arrives).
 //!
-//! The ring layout is the program's (codegen/src/hawkeye.rs): with E the absolute epoch
+//! The ring layout is the program's (dataplane/src/hawkeye.rs): with E the absolute epoch
 //! number (48-bit timestamp >> epoch_log2), the slot is `E mod epochs` and the stored epoch
 //! id is the 16 timestamp bits above the slot index. Port registers are indexed
 //! `slot·ports + port` (counts from ingress with `port_enq_epoch`, queue-depth sums from
@@ -11,7 +11,8 @@
 //! so are empty ones.
 
 use crate::backend::{BackendError, SwitchBackend};
-use hawkmesh_wire::dataplane::{self, register};
+use hawkmesh_wire::dataplane::{self, Module, Register};
+use hawkmesh_wire::eviction::EvictionHeader;
 use hawkmesh_wire::telemetry::{
     EpochTelemetry, FiveTuple, FlowRecord, MeterRecord, PausedPort, PortRecord, IP_PROTOCOL_UDP,
 };
@@ -44,20 +45,6 @@ impl Geometry {
         }
     }
 
-    /// The variant built from these program parameters.
-    pub fn from_params(
-        params: &hawkmesh_codegen::hawkeye::HawkeyeParams,
-        qdepth_unit_bytes: u64,
-    ) -> Self {
-        Geometry {
-            ports: params.ports,
-            epochs: params.epochs,
-            epoch_log2_ns: params.epoch_log2_ns,
-            flow_slots: params.flow_slots,
-            qdepth_unit_bytes,
-        }
-    }
-
     /// Epoch length, ns.
     pub fn epoch_ns(&self) -> u64 {
         1 << self.epoch_log2_ns
@@ -87,7 +74,7 @@ pub struct ReadCost {
 /// The telemetry registers of one switch, read once.
 #[derive(Debug, Default)]
 pub struct RegisterSnapshot {
-    arrays: BTreeMap<&'static str, Vec<u64>>,
+    arrays: BTreeMap<Register, Vec<u64>>,
 }
 
 /// Which ring a telemetry register belongs to (and so how many cells it has).
@@ -102,22 +89,17 @@ pub enum Family {
 }
 
 /// Registers the report is built from — those of the epoch telemetry modules, from the
-/// generated register list (codegen/src/hawkeye.rs is the one source of the names).
-pub fn telemetry_registers() -> impl Iterator<Item = (&'static str, Family)> {
-    use hawkmesh_codegen::hawkeye::{
-        MODULE_CAUSALITY_METER, MODULE_FLOW_TELEMETRY, MODULE_PORT_TELEMETRY,
-    };
-    dataplane::REGISTERS
-        .iter()
-        .filter_map(|(name, _, _, module)| {
-            let family = match *module {
-                MODULE_PORT_TELEMETRY => Family::Port,
-                MODULE_CAUSALITY_METER => Family::Meter,
-                MODULE_FLOW_TELEMETRY => Family::Flow,
-                _ => return None,
-            };
-            Some((*name, family))
-        })
+/// generated register list (dataplane/src/hawkeye.rs is the one source of them).
+pub fn telemetry_registers() -> impl Iterator<Item = (Register, Family)> {
+    Register::ALL.into_iter().filter_map(|register| {
+        let family = match register.module() {
+            Module::PORT_TELEMETRY => Family::Port,
+            Module::CAUSALITY_METER => Family::Meter,
+            Module::FLOW_TELEMETRY => Family::Flow,
+            _ => return None,
+        };
+        Some((register, family))
+    })
 }
 
 /// The longest pause one PFC frame can ask for (the program's constant, IEEE 802.1Qbb): a
@@ -141,11 +123,11 @@ pub fn paused_ports(
     let lookback = lookback_ns.min(u64::from(u32::MAX / 2)) as u32;
     let mut found: BTreeMap<u16, PausedPort> = BTreeMap::new();
     let mut cost = ReadCost::default();
-    for (q, name) in pause_end_registers() {
-        let cells = backend.read_register(name)?;
+    for (q, register) in Register::PAUSE_END.into_iter().enumerate() {
+        let cells = backend.read_register(register)?;
         if cells.len() < ports {
             return Err(CollectError::Geometry {
-                register: name,
+                register,
                 found: cells.len(),
                 needed: ports,
             });
@@ -180,15 +162,6 @@ pub fn paused_ports(
     Ok((found.into_values().collect(), cost))
 }
 
-/// The per-priority pause-end registers (`pause_end_p{q}`), with their priority, from the
-/// generated register list (codegen/src/hawkeye.rs is the one source of the names).
-pub fn pause_end_registers() -> impl Iterator<Item = (u8, &'static str)> {
-    dataplane::REGISTERS.iter().filter_map(|(name, _, _, _)| {
-        let q: u8 = name.strip_prefix("pause_end_p")?.parse().ok()?;
-        (q < 8).then_some((q, *name))
-    })
-}
-
 /// Why a snapshot could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CollectError {
@@ -199,7 +172,7 @@ pub enum CollectError {
     #[error("register {register} has {found} cells, the program variant needs {needed}")]
     Geometry {
         /// Register.
-        register: &'static str,
+        register: Register,
         /// Cells found.
         found: usize,
         /// Cells needed.
@@ -217,8 +190,8 @@ impl RegisterSnapshot {
         let mut cost = ReadCost::default();
         let ports = geometry.ports as usize;
         let epochs = geometry.epochs as usize;
-        for (name, family) in telemetry_registers() {
-            let cells = backend.read_register(name)?;
+        for (register, family) in telemetry_registers() {
+            let cells = backend.read_register(register)?;
             let needed = match family {
                 Family::Port => epochs * ports,
                 Family::Meter => epochs * ports * ports,
@@ -226,21 +199,21 @@ impl RegisterSnapshot {
             };
             if cells.len() < needed {
                 return Err(CollectError::Geometry {
-                    register: name,
+                    register,
                     found: cells.len(),
                     needed,
                 });
             }
             cost.registers += 1;
             cost.cells += cells.len();
-            snapshot.arrays.insert(name, cells);
+            snapshot.arrays.insert(register, cells);
         }
         Ok((snapshot, cost))
     }
 
-    fn get(&self, name: &str, index: usize) -> u64 {
+    fn get(&self, register: Register, index: usize) -> u64 {
         self.arrays
-            .get(name)
+            .get(&register)
             .and_then(|cells| cells.get(index))
             .copied()
             .unwrap_or(0)
@@ -269,10 +242,10 @@ impl RegisterSnapshot {
         let ports = geometry.ports as usize;
         let flow_slots = geometry.flow_slots as usize;
         // (epoch-id register, content register, cells per slot) per family.
-        let families: [(&str, &str, usize); 3] = [
-            (register::PORT_ENQ_EPOCH, register::PORT_PACKETS, ports),
-            (register::METER_EPOCH, register::METER_BYTES, ports * ports),
-            (register::FLOW_EPOCH, register::FLOW_PACKETS, flow_slots),
+        let families: [(Register, Register, usize); 3] = [
+            (Register::PORT_ENQ_EPOCH, Register::PORT_PACKETS, ports),
+            (Register::METER_EPOCH, Register::METER_BYTES, ports * ports),
+            (Register::FLOW_EPOCH, Register::FLOW_PACKETS, flow_slots),
         ];
         let mut found: Vec<u64> = Vec::new();
         'slots: for slot in 0..epochs {
@@ -287,10 +260,10 @@ impl RegisterSnapshot {
             for (family, (id_register, content_register, cells)) in families.iter().enumerate() {
                 for cell in 0..*cells {
                     let index = slot as usize * cells + cell;
-                    if self.get(content_register, index) == 0 {
+                    if self.get(*content_register, index) == 0 {
                         continue;
                     }
-                    let id = self.get(id_register, index) & 0xFFFF;
+                    let id = self.get(*id_register, index) & 0xFFFF;
                     let laps_back = (window_hi.wrapping_sub(id)) & 0xFFFF;
                     if laps_back == 0 {
                         continue 'slots;
@@ -342,32 +315,32 @@ impl RegisterSnapshot {
             // Packet counts are taken at enqueue (ingress), queue-depth sums when the
             // packets leave (egress); each half has its own epoch id. Packets still queued
             // (e.g. behind a PAUSE) are counted without a depth yet.
-            if self.get(register::PORT_ENQ_EPOCH, index) != id
-                || self.get(register::PORT_PACKETS, index) == 0
+            if self.get(Register::PORT_ENQ_EPOCH, index) != id
+                || self.get(Register::PORT_PACKETS, index) == 0
             {
                 continue;
             }
-            let departed = self.get(register::PORT_EPOCH, index) == id;
-            let depth = |name: &str| {
+            let departed = self.get(Register::PORT_EPOCH, index) == id;
+            let depth = |register: Register| {
                 if departed {
-                    self.get(name, index) * unit
+                    self.get(register, index) * unit
                 } else {
                     0
                 }
             };
             telemetry.ports.push(PortRecord {
                 port: port as u16,
-                packet_count: self.get(register::PORT_PACKETS, index) as u32,
-                paused_packet_count: self.get(register::PORT_PAUSED_PACKETS, index) as u32,
-                queue_depth_sum_bytes: depth(register::PORT_QDEPTH_SUM),
-                unpaused_queue_depth_sum_bytes: depth(register::PORT_UNPAUSED_QDEPTH_SUM),
+                packet_count: self.get(Register::PORT_PACKETS, index) as u32,
+                paused_packet_count: self.get(Register::PORT_PAUSED_PACKETS, index) as u32,
+                queue_depth_sum_bytes: depth(Register::PORT_QDEPTH_SUM),
+                unpaused_queue_depth_sum_bytes: depth(Register::PORT_UNPAUSED_QDEPTH_SUM),
             });
         }
         for ingress in 0..ports {
             for egress in 0..ports {
                 let index = slot * ports * ports + ingress * ports + egress;
-                let bytes = self.get(register::METER_BYTES, index);
-                if self.get(register::METER_EPOCH, index) != id || bytes == 0 {
+                let bytes = self.get(Register::METER_BYTES, index);
+                if self.get(Register::METER_EPOCH, index) != id || bytes == 0 {
                     continue;
                 }
                 telemetry.meters.push(MeterRecord {
@@ -380,26 +353,26 @@ impl RegisterSnapshot {
         let slots = geometry.flow_slots as usize;
         for flow_slot in 0..slots {
             let index = slot * slots + flow_slot;
-            let packets = self.get(register::FLOW_PACKETS, index);
-            let src = self.get(register::FLOW_KEY_SRC, index) as u32;
-            if self.get(register::FLOW_EPOCH, index) != id || packets == 0 || src == 0 {
+            let packets = self.get(Register::FLOW_PACKETS, index);
+            let src = self.get(Register::FLOW_KEY_SRC, index) as u32;
+            if self.get(Register::FLOW_EPOCH, index) != id || packets == 0 || src == 0 {
                 continue;
             }
-            let ports_word = self.get(register::FLOW_KEY_PORTS, index) as u32;
+            let ports_word = self.get(Register::FLOW_KEY_PORTS, index) as u32;
             telemetry.flows.push(FlowRecord {
                 flow: FiveTuple {
                     src_ip: src.to_be_bytes(),
-                    dst_ip: (self.get(register::FLOW_KEY_DST, index) as u32).to_be_bytes(),
+                    dst_ip: (self.get(Register::FLOW_KEY_DST, index) as u32).to_be_bytes(),
                     src_port: (ports_word >> 16) as u16,
                     dst_port: ports_word as u16,
                     protocol: IP_PROTOCOL_UDP,
                 },
-                egress_port: self.get(register::FLOW_EGRESS_PORT, index) as u16,
+                egress_port: self.get(Register::FLOW_EGRESS_PORT, index) as u16,
                 packet_count: packets as u32,
-                paused_packet_count: self.get(register::FLOW_PAUSED_PACKETS, index) as u32,
-                queue_depth_sum_bytes: self.get(register::FLOW_UNPAUSED_QDEPTH_SUM, index) * unit,
-                first_enqueue_offset_ns: self.get(register::FLOW_FIRST_OFFSET, index) as u32,
-                last_enqueue_offset_ns: self.get(register::FLOW_LAST_OFFSET, index) as u32,
+                paused_packet_count: self.get(Register::FLOW_PAUSED_PACKETS, index) as u32,
+                queue_depth_sum_bytes: self.get(Register::FLOW_UNPAUSED_QDEPTH_SUM, index) * unit,
+                first_enqueue_offset_ns: self.get(Register::FLOW_FIRST_OFFSET, index) as u32,
+                last_enqueue_offset_ns: self.get(Register::FLOW_LAST_OFFSET, index) as u32,
                 evicted: false,
             });
         }
@@ -418,43 +391,28 @@ pub struct Eviction {
     pub record: FlowRecord,
 }
 
-fn bits(bytes: &[u8], (offset, width): (usize, u8)) -> Option<u64> {
-    let end = offset + width as usize;
-    if end > bytes.len() * 8 || width > 64 {
-        return None;
-    }
-    let mut value: u64 = 0;
-    for bit in offset..end {
-        value = (value << 1) | u64::from((bytes[bit / 8] >> (7 - bit % 8)) & 1);
-    }
-    Some(value)
-}
-
 impl Eviction {
-    /// Parses the eviction header at the front of an eviction CPU copy.
+    /// Parses the eviction report at the front of an eviction CPU copy (`None` when it is
+    /// too short); `unit` is the bytes per queue-depth unit.
     pub fn parse(bytes: &[u8], unit: u64) -> Option<Eviction> {
-        use dataplane::eviction_layout as l;
-        if bytes.len() < dataplane::EVICTION_REPORT_BYTES as usize {
-            return None;
-        }
-        let src = bits(bytes, l::SRC_ADDR)? as u32;
+        let h = EvictionHeader::new_checked(bytes)?;
         Some(Eviction {
-            epoch_id: bits(bytes, l::EPOCH_ID)? as u16,
-            epoch_index: bits(bytes, l::EPOCH_INDEX)? as u8,
+            epoch_id: h.epoch_id.get(),
+            epoch_index: h.epoch_index,
             record: FlowRecord {
                 flow: FiveTuple {
-                    src_ip: src.to_be_bytes(),
-                    dst_ip: (bits(bytes, l::DST_ADDR)? as u32).to_be_bytes(),
-                    src_port: bits(bytes, l::SRC_PORT)? as u16,
-                    dst_port: bits(bytes, l::DST_PORT)? as u16,
+                    src_ip: h.src_addr.get().to_be_bytes(),
+                    dst_ip: h.dst_addr.get().to_be_bytes(),
+                    src_port: h.src_port.get(),
+                    dst_port: h.dst_port.get(),
                     protocol: IP_PROTOCOL_UDP,
                 },
-                egress_port: bits(bytes, l::EGRESS_PORT)? as u16,
-                packet_count: bits(bytes, l::PACKETS)? as u32,
-                paused_packet_count: bits(bytes, l::PAUSED_PACKETS)? as u32,
-                queue_depth_sum_bytes: bits(bytes, l::UNPAUSED_QDEPTH_SUM)? * unit,
-                first_enqueue_offset_ns: bits(bytes, l::FIRST_OFFSET_NS)? as u32,
-                last_enqueue_offset_ns: bits(bytes, l::LAST_OFFSET_NS)? as u32,
+                egress_port: h.egress_port.get(),
+                packet_count: h.packets.get(),
+                paused_packet_count: h.paused_packets.get(),
+                queue_depth_sum_bytes: u64::from(h.unpaused_qdepth_sum.get()) * unit,
+                first_enqueue_offset_ns: h.first_offset_ns.get(),
+                last_enqueue_offset_ns: h.last_offset_ns.get(),
                 evicted: true,
             },
         })
@@ -471,26 +429,27 @@ impl Eviction {
 mod tests {
     use super::*;
     use crate::backend::CpuFrame;
-    use hawkmesh_codegen::model::TableEntry;
+    use hawkmesh_wire::control::TableEntry;
+    use hawkmesh_wire::dataplane::Table;
 
     /// Pause-end registers only; everything else is refused.
-    struct PauseRegisters(BTreeMap<&'static str, Vec<u64>>);
+    struct PauseRegisters(BTreeMap<Register, Vec<u64>>);
 
     impl SwitchBackend for PauseRegisters {
-        fn read_register(&mut self, register: &str) -> Result<Vec<u64>, BackendError> {
+        fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError> {
             self.0
-                .get(register)
+                .get(&register)
                 .cloned()
-                .ok_or_else(|| BackendError::DataPlane(format!("no register {register}")))
+                .ok_or(BackendError::UnknownRegister(register))
         }
-        fn reset_register(&mut self, register: &str) -> Result<(), BackendError> {
-            Err(BackendError::DataPlane(format!("reset {register}")))
+        fn reset_register(&mut self, register: Register) -> Result<(), BackendError> {
+            Err(BackendError::UnknownRegister(register))
         }
-        fn add_table_entry(&mut self, table: &str, _: TableEntry) -> Result<(), BackendError> {
-            Err(BackendError::DataPlane(format!("table {table}")))
+        fn add_table_entry(&mut self, table: Table, _: TableEntry) -> Result<(), BackendError> {
+            Err(BackendError::UnknownTable(table))
         }
         fn set_multicast_group(&mut self, group: u16, _: Vec<u16>) -> Result<(), BackendError> {
-            Err(BackendError::DataPlane(format!("group {group}")))
+            Err(BackendError::Unreachable(format!("group {group}")))
         }
         fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
             Ok(Vec::new())
@@ -515,37 +474,40 @@ mod tests {
         };
         let id = |epoch: u64| geometry.slot_and_id(epoch).1;
         let mut snapshot = RegisterSnapshot::default();
-        let mut set = |name: &'static str, index: usize, value: u64| {
-            let cells = snapshot.arrays.entry(name).or_insert_with(|| vec![0; 64]);
+        let mut set = |register: Register, index: usize, value: u64| {
+            let cells = snapshot
+                .arrays
+                .entry(register)
+                .or_insert_with(|| vec![0; 64]);
             cells[index] = value;
         };
         // Slot 1 (window epoch 997) froze after epoch 993: port 0 and the meter row 1 → 0
         // were last touched then; port 1 last in 989 (overwritten since in other cells'
         // terms: a partial, older epoch).
-        set(register::PORT_ENQ_EPOCH, 2, id(993));
-        set(register::PORT_EPOCH, 2, id(993));
-        set(register::PORT_PACKETS, 2, 5);
-        set(register::PORT_PAUSED_PACKETS, 2, 5);
-        set(register::PORT_ENQ_EPOCH, 3, id(989));
-        set(register::PORT_PACKETS, 3, 7);
-        set(register::METER_EPOCH, 4 + 2, id(993));
-        set(register::METER_BYTES, 4 + 2, 5000);
+        set(Register::PORT_ENQ_EPOCH, 2, id(993));
+        set(Register::PORT_EPOCH, 2, id(993));
+        set(Register::PORT_PACKETS, 2, 5);
+        set(Register::PORT_PAUSED_PACKETS, 2, 5);
+        set(Register::PORT_ENQ_EPOCH, 3, id(989));
+        set(Register::PORT_PACKETS, 3, 7);
+        set(Register::METER_EPOCH, 4 + 2, id(993));
+        set(Register::METER_BYTES, 4 + 2, 5000);
         // Slot 2 (window epoch 998) was touched in the window on port 0: port 1's older
         // cell is not reported.
-        set(register::PORT_ENQ_EPOCH, 4, id(998));
-        set(register::PORT_PACKETS, 4, 1);
-        set(register::PORT_ENQ_EPOCH, 5, id(994));
-        set(register::PORT_PACKETS, 5, 9);
+        set(Register::PORT_ENQ_EPOCH, 4, id(998));
+        set(Register::PORT_PACKETS, 4, 1);
+        set(Register::PORT_ENQ_EPOCH, 5, id(994));
+        set(Register::PORT_PACKETS, 5, 9);
         // Slot 0 (window epoch 1000): packets were enqueued in 996 and held there (port
         // cells), the last ones left in 992 (flow cells): halves of two epochs, not one.
-        set(register::PORT_ENQ_EPOCH, 0, id(996));
-        set(register::PORT_PACKETS, 0, 4);
-        set(register::FLOW_EPOCH, 1, id(992));
-        set(register::FLOW_PACKETS, 1, 3);
-        set(register::FLOW_KEY_SRC, 1, 0x0B00_0001);
+        set(Register::PORT_ENQ_EPOCH, 0, id(996));
+        set(Register::PORT_PACKETS, 0, 4);
+        set(Register::FLOW_EPOCH, 1, id(992));
+        set(Register::FLOW_PACKETS, 1, 3);
+        set(Register::FLOW_KEY_SRC, 1, 0x0B00_0001);
         // Slot 3 (window epoch 999) last touched in 983, 4.5 ms before the poll.
-        set(register::PORT_ENQ_EPOCH, 7, id(983));
-        set(register::PORT_PACKETS, 7, 2);
+        set(Register::PORT_ENQ_EPOCH, 7, id(983));
+        set(Register::PORT_PACKETS, 7, 2);
 
         let epoch_start = |e: u64| e << geometry.epoch_log2_ns;
         let aged = snapshot.aged_epochs(&geometry, 1000, epoch_start(990));
@@ -580,15 +542,16 @@ mod tests {
         // Now: 5 s after boot, past the 32-bit wrap of the ns clock (4.29 s).
         let now: u64 = 5_000_000_000;
         let lo = |t: u64| u64::from(t as u32);
-        let mut registers: BTreeMap<&'static str, Vec<u64>> = pause_end_registers()
-            .map(|(_, name)| (name, vec![0; 8]))
+        let mut registers: BTreeMap<Register, Vec<u64>> = Register::PAUSE_END
+            .into_iter()
+            .map(|register| (register, vec![0; 8]))
             .collect();
-        let p3 = registers.get_mut("pause_end_p3").unwrap();
+        let p3 = registers.get_mut(&Register::PAUSE_END_P3).unwrap();
         p3[1] = lo(now + 200_000); // in force for 200 µs more
         p3[2] = lo(now - 300_000); // ended 300 µs ago, inside the lookback
         p3[4] = lo(now - 3_000_000_000); // ended 3 s ago: beyond 2^31 ns it looks "ahead"
         p3[5] = lo(now + 10_000_000); // 10 ms ahead: no PFC frame pauses that long
-        registers.get_mut("pause_end_p5").unwrap()[1] = lo(now + 50_000);
+        registers.get_mut(&Register::PAUSE_END_P5).unwrap()[1] = lo(now + 50_000);
         let mut backend = PauseRegisters(registers);
         let (paused, cost) = paused_ports(&mut backend, &geometry(), now, 1_048_576).unwrap();
         assert_eq!(cost.registers, 8);
@@ -611,14 +574,15 @@ mod tests {
         );
         // A short register is a geometry error naming it.
         let mut short = PauseRegisters(
-            pause_end_registers()
-                .map(|(_, name)| (name, vec![0; 4]))
+            Register::PAUSE_END
+                .into_iter()
+                .map(|register| (register, vec![0; 4]))
                 .collect(),
         );
         assert!(matches!(
             paused_ports(&mut short, &geometry(), now, 1_048_576),
             Err(CollectError::Geometry {
-                register: "pause_end_p0",
+                register: Register::PAUSE_END_P0,
                 found: 4,
                 needed: 8
             })

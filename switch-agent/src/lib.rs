@@ -4,7 +4,7 @@
 //! MTU-sized chunks and streams them to the analyzer over gRPC.
 //!
 //! The switch is behind [`backend::SwitchBackend`]: the executable model today
-//! ([`backend::ModelBackend`], shared with netsim), BF Runtime on Tofino next.
+//! (`backend::ModelBackend`, cargo feature `model`), BF Runtime on Tofino next.
 
 pub mod agent;
 pub mod backend;
@@ -12,5 +12,7 @@ pub mod collect;
 pub mod transport;
 
 pub use agent::{AgentConfig, AgentError, AgentStats, Collection, SwitchAgent, DEFAULT_GUARD_NS};
-pub use backend::{BackendError, CpuFrame, CpuFrameKind, ModelBackend, SwitchBackend};
+#[cfg(feature = "model")]
+pub use backend::ModelBackend;
+pub use backend::{BackendError, CpuFrame, CpuFrameKind, SwitchBackend};
 pub use collect::{Eviction, Geometry, RegisterSnapshot};

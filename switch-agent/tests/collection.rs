@@ -1,10 +1,10 @@
 //! The agent on the executable model: packets go through the model, the agent reads its
 //! registers when a polling copy reaches the CPU port.
 
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
-use hawkmesh_codegen::ir::Program;
-use hawkmesh_codegen::model::{DataPlane, IngressInput, Model, Routing};
-use hawkmesh_codegen::packets::{self, Polling};
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
+use hawkmesh_dataplane::ir::Program;
+use hawkmesh_dataplane::model::{DataPlane, IngressInput, Model, Routing};
+use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_switch_agent::{
     AgentConfig, CpuFrame, CpuFrameKind, Geometry, ModelBackend, SwitchAgent,
 };
@@ -42,17 +42,19 @@ impl Bench {
         let program = Arc::new(program(&params).unwrap());
         let mut model = Model::new(program.clone(), Routing::FromInput, CPU_PORT).unwrap();
         // The control plane's start-up entries: port speeds, port masks, multicast group.
-        hawkmesh_codegen::netsim_adapter::configure_model(
-            &mut model,
-            "s",
-            &[100.0; PORTS as usize],
-        )
-        .unwrap();
+        hawkmesh_dataplane::setup::configure_model(&mut model, "s", &[100.0; PORTS as usize])
+            .unwrap();
         let model = Rc::new(RefCell::new(model));
         let mut config = AgentConfig::new(7);
-        config.geometry = Geometry::from_params(&params, 80);
+        config.geometry = Geometry {
+            ports: params.ports,
+            epochs: params.epochs,
+            epoch_log2_ns: params.epoch_log2_ns,
+            flow_slots: params.flow_slots,
+            qdepth_unit_bytes: 80,
+        };
         config.chunk_bytes = 256;
-        let agent = SwitchAgent::new(config, ModelBackend::new(model.clone()), program.clone());
+        let agent = SwitchAgent::new(config, ModelBackend::new(model.clone()));
         Bench {
             program,
             model,
@@ -76,15 +78,7 @@ impl Bench {
             )
             .unwrap();
         for copy in &out.cpu {
-            let kind = if packets::Polling::parse(
-                &self.program,
-                copy.get(packets::polling_offset(&self.program)..)
-                    .unwrap_or(&[]),
-            )
-            .is_some()
-                && copy.len()
-                    >= packets::polling_offset(&self.program)
-                        + hawkmesh_wire::dataplane::POLLING_HEADER_BYTES as usize
+            let kind = if packets::Polling::parse_packet(copy).is_ok()
                 && copy.get(12..14) == Some(&[0x08, 0x00])
             {
                 CpuFrameKind::Polling

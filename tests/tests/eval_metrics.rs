@@ -2,11 +2,11 @@
 //! *and* the root cause; a wrong root cause is a false positive and, without another correct
 //! report, a false negative; attribution, causal switches and aggregation.
 
-use hawkmesh_e2e::eval::judge::{attributed, FlowPaths, Window};
-use hawkmesh_e2e::eval::run::IncidentRecord;
-use hawkmesh_e2e::eval::run::{summarise, ModeRun, Overhead, Point, RunRecord};
-use hawkmesh_e2e::eval::{judge, judge_victim, AnomalyClass, Exposure, Score, Truth, Verdict};
-use hawkmesh_e2e::PollingMode;
+use hawkmesh_lab::eval::judge::{attributed, FlowPaths, Window};
+use hawkmesh_lab::eval::run::IncidentRecord;
+use hawkmesh_lab::eval::run::{summarise, ModeRun, Overhead, Point, RunRecord};
+use hawkmesh_lab::eval::{judge, judge_victim, AnomalyClass, Exposure, Score, Truth, Verdict};
+use hawkmesh_lab::PollingMode;
 use hawkmesh_netsim::truth::SpreadEdge;
 use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeKind, PortRef};
 use serde_json::{json, Value};

@@ -2,10 +2,10 @@
 //! the three collection methods, judged; results.json, report.md and the SVG figures parse
 //! and name every class; the same seed gives the same results.json.
 
-use hawkmesh_e2e::eval::report::write_outputs;
-use hawkmesh_e2e::eval::run::Grid;
-use hawkmesh_e2e::eval::{run_eval, AnomalyClass, EvalConfig};
-use hawkmesh_e2e::PollingMode;
+use hawkmesh_lab::eval::report::write_outputs;
+use hawkmesh_lab::eval::run::Grid;
+use hawkmesh_lab::eval::{run_eval, AnomalyClass, EvalConfig};
+use hawkmesh_lab::PollingMode;
 use std::path::PathBuf;
 
 fn scratch(name: &str) -> PathBuf {

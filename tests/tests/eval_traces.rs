@@ -1,9 +1,9 @@
 //! `hawkmesh eval` trace generation: deterministic for a seed, every class covered with the
 //! structure it calls for, every trace a valid scenario, bad configuration rejected.
 
-use hawkmesh_e2e::eval::run::{draw_traces, Grid};
-use hawkmesh_e2e::eval::traces::{Initiator, HOSTS};
-use hawkmesh_e2e::eval::{generate, AnomalyClass, EvalConfig};
+use hawkmesh_lab::eval::run::{draw_traces, Grid};
+use hawkmesh_lab::eval::traces::{Initiator, HOSTS};
+use hawkmesh_lab::eval::{generate, AnomalyClass, EvalConfig};
 
 #[test]
 fn the_same_seed_draws_the_same_traces_and_another_seed_others() {

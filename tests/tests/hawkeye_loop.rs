@@ -1,7 +1,7 @@
 //! The whole HAWKEYE loop on a K=4 fat-tree: netsim + the generated data-plane model in every
 //! switch + host RTT triggers + switch agents + the analyzer service over gRPC.
 
-use hawkmesh_e2e::{run, LoopConfig};
+use hawkmesh_lab::{run, LoopConfig};
 use hawkmesh_netsim::Scenario;
 
 const INCAST: &str = r#"
@@ -110,7 +110,7 @@ fn an_incast_is_detected_polled_collected_and_diagnosed_at_its_initial_congestio
 /// every diagnosed incident.
 type Found = (String, Vec<(u64, u64)>, Vec<(u64, u64)>, Option<String>);
 
-fn anomalies(outcome: &hawkmesh_e2e::LoopOutcome) -> Vec<Found> {
+fn anomalies(outcome: &hawkmesh_lab::LoopOutcome) -> Vec<Found> {
     let ports = |v: &serde_json::Value| -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = v
             .as_array()
@@ -145,7 +145,7 @@ fn anomalies(outcome: &hawkmesh_e2e::LoopOutcome) -> Vec<Found> {
     found
 }
 
-fn texts(outcome: &hawkmesh_e2e::LoopOutcome) -> String {
+fn texts(outcome: &hawkmesh_lab::LoopOutcome) -> String {
     outcome
         .incidents
         .iter()

@@ -3,11 +3,17 @@
 //! from and emit to those views.
 //!
 //! - [`dataplane`]: constants and header layouts generated from the switch program (codegen).
+//! - [`control`]: control-plane objects every switch backend takes (table entries).
 //! - [`pfc`]: IEEE 802.1Qbb priority-based flow control frames.
+//! - [`polling`]: the HAWKEYE polling header hosts send and switches copy to their CPU.
+//! - [`eviction`]: the flow eviction report switches copy to their CPU.
 //! - [`topology`]: the fabric description shared by netsim, the switch agent and the analyzer.
 //! - [`telemetry`]: HAWKEYE telemetry reports sent by switch agents to the analyzer.
 
+pub mod control;
 pub mod dataplane;
+pub mod eviction;
 pub mod pfc;
+pub mod polling;
 pub mod telemetry;
 pub mod topology;

@@ -252,7 +252,8 @@ impl From<FiveTuple> for String {
 // ---------------------------------------------------------------------------------------
 
 /// Polling trace flags (HAWKEYE Table 1): bit 0 = trace along the victim flow path,
-/// bit 1 = trace along the PFC causality. `0b11` traces both.
+/// bit 1 = trace along the PFC causality. `0b11` traces both. The bits are the switch
+/// program's (`TRACE_VICTIM_PATH`, `TRACE_PFC_CAUSALITY`, generated).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
@@ -261,23 +262,23 @@ pub struct TraceFlags(pub u8);
 
 impl TraceFlags {
     /// `01`: trace along the victim flow path.
-    pub const VICTIM_PATH: TraceFlags = TraceFlags(0b01);
+    pub const VICTIM_PATH: TraceFlags = TraceFlags(crate::dataplane::TRACE_VICTIM_PATH);
     /// `10`: trace along the PFC causality (spreading path).
-    pub const PFC_CAUSALITY: TraceFlags = TraceFlags(0b10);
+    pub const PFC_CAUSALITY: TraceFlags = TraceFlags(crate::dataplane::TRACE_PFC_CAUSALITY);
     /// `11`: both.
-    pub const BOTH: TraceFlags = TraceFlags(0b11);
+    pub const BOTH: TraceFlags = TraceFlags(Self::VICTIM_PATH.0 | Self::PFC_CAUSALITY.0);
 
     /// Whether the victim-path bit is set.
     pub fn victim_path(self) -> bool {
-        self.0 & 0b01 != 0
+        self.0 & Self::VICTIM_PATH.0 != 0
     }
     /// Whether the PFC-causality bit is set.
     pub fn pfc_causality(self) -> bool {
-        self.0 & 0b10 != 0
+        self.0 & Self::PFC_CAUSALITY.0 != 0
     }
     /// Whether only the two defined bits are used.
     pub fn is_valid(self) -> bool {
-        self.0 & !0b11 == 0
+        self.0 & !Self::BOTH.0 == 0
     }
 }
 

@@ -1,9 +1,9 @@
 //! Programs that must fail the Tofino rule checks, each with the message it must give.
 
-use hawkmesh_codegen::error::BuildError;
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
-use hawkmesh_codegen::ir::e::*;
-use hawkmesh_codegen::ir::*;
+use hawkmesh_dataplane::error::BuildError;
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
+use hawkmesh_dataplane::ir::e::*;
+use hawkmesh_dataplane::ir::*;
 
 fn base() -> (ProgramBuilder, RegisterId, FieldId, FieldId) {
     let mut b = ProgramBuilder::new("t", "rule test");

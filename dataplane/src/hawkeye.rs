@@ -48,6 +48,11 @@ pub const MODULE_FLOW_TELEMETRY: &str = "flow telemetry";
 /// IPv4 protocol number of UDP.
 pub const IP_PROTOCOL_UDP: u64 = 17;
 
+/// Name of the register holding, per port, when the PFC pause of priority `q` ends.
+pub fn pause_end_register(q: u8) -> String {
+    format!("pause_end_p{q}")
+}
+
 /// Parameters of a program variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HawkeyeParams {
@@ -954,7 +959,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let mut pause_end = Vec::new();
     for q in 0..8 {
         let r = b.register(
-            &format!("pause_end_p{q}"),
+            &pause_end_register(q as u8),
             32,
             params.ports,
             "pfc status",

@@ -1,16 +1,14 @@
 //! The detector on netsim hosts: every ACK's RTT sample feeds the sending host's
 //! [`RttDetector`]; a trigger sends a polling packet from that host toward the victim's
 //! destination with the victim's 5-tuple in its headers (so ECMP walks the victim's path)
-//! and the polling header — built from the switch program's own layout — in its payload.
+//! and the polling header (`wire::polling`, the switch program's own layout) in its payload.
 
-use crate::detector::{DetectorConfig, PollingTrigger, RttDetector};
-use hawkmesh_codegen::ir::Program;
-use hawkmesh_codegen::packets::Polling;
+use hawkmesh_host_agent::{DetectorConfig, PollingTrigger, RttDetector};
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
 use hawkmesh_netsim::time::{Time, NS};
+use hawkmesh_wire::polling::Polling;
 use hawkmesh_wire::topology::NodeId;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Hop limit written into polling packets (enough for any Clos path and PFC branch).
 pub const POLLING_HOP_LIMIT: u8 = 16;
@@ -19,7 +17,6 @@ pub const POLLING_HOP_LIMIT: u8 = 16;
 #[derive(Debug)]
 pub struct NetsimHostAgents {
     config: DetectorConfig,
-    program: Arc<Program>,
     control_priority: u8,
     detectors: BTreeMap<NodeId, RttDetector>,
     triggers: Vec<PollingTrigger>,
@@ -27,11 +24,10 @@ pub struct NetsimHostAgents {
 }
 
 impl NetsimHostAgents {
-    /// Agents using `program`'s polling header, sending in `control_priority`.
-    pub fn new(config: DetectorConfig, program: Arc<Program>, control_priority: u8) -> Self {
+    /// Agents sending polling packets in `control_priority`.
+    pub fn new(config: DetectorConfig, control_priority: u8) -> Self {
         NetsimHostAgents {
             config,
-            program,
             control_priority,
             detectors: BTreeMap::new(),
             triggers: Vec::new(),
@@ -86,8 +82,9 @@ impl NetsimHostAgents {
             return;
         };
         self.triggers.push(trigger);
-        let header =
-            Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT).emit(&self.program);
+        let header = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT)
+            .emit()
+            .to_vec();
         emit.push(HostEmit {
             src_nic: sample.src_nic,
             dst_nic: sample.dst_nic,
@@ -101,7 +98,6 @@ impl NetsimHostAgents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
     use hawkmesh_wire::telemetry::FiveTuple;
 
     fn sample(src_port: u16) -> RttSample {
@@ -127,8 +123,7 @@ mod tests {
 
     #[test]
     fn a_stopped_agent_sends_no_more_polling_packets() {
-        let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
-        let mut agents = NetsimHostAgents::new(DetectorConfig::default(), program, 7);
+        let mut agents = NetsimHostAgents::new(DetectorConfig::default(), 7);
         let mut emit = Vec::new();
         agents.on_rtt_sample(&sample(49152), &mut emit);
         assert_eq!(emit.len(), 1, "a slow RTT sample triggers polling");

@@ -1,7 +1,9 @@
 //! Building and reading packet bytes with the program's own header layouts (so no byte
-//! offset is written twice): RoCEv2 data packets, PFC frames, polling packets.
+//! offset is written twice): RoCEv2 data packets, PFC frames, polling packets. The polling
+//! header itself is `wire::polling` (a typed view checked against the same layout).
 
 use hawkmesh_wire::pfc::PfcRepr;
+pub use hawkmesh_wire::polling::Polling;
 use hawkmesh_wire::telemetry::FiveTuple;
 
 use crate::ir::Program;
@@ -178,111 +180,79 @@ pub fn pfc_frame(vector: u8, quanta: [u16; 8]) -> Vec<u8> {
     buf
 }
 
-/// Fields of a polling header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Polling {
-    /// Event id.
-    pub event_id: u64,
-    /// Victim flow.
-    pub victim: FiveTuple,
-    /// Trace flag (HAWKEYE Table 1).
-    pub trace_flag: u8,
-    /// Hop limit.
-    pub hop_limit: u8,
-    /// Context kind (0 in flight, 1 CPU copy).
-    pub context_kind: u8,
-    /// Flags on arrival at the switch (CPU copies).
-    pub arrival_flags: u8,
-    /// Ingress port context (CPU copies).
-    pub context_ingress_port: u16,
-    /// Egress port context: the victim's egress port (CPU copies).
-    pub context_egress_port: u16,
-    /// Context flags (CPU copies): `POLLING_CONTEXT_VICTIM_PAUSED`.
-    pub context_flags: u8,
-    /// Bitmap of the PFC-branch egress ports (CPU copies): bit `p` = port `p`.
-    pub context_pfc_ports: u64,
-}
-
-impl Polling {
-    /// A fresh polling packet header from a host.
-    pub fn new(event_id: u64, victim: FiveTuple, hop_limit: u8) -> Self {
-        Polling {
-            event_id,
-            victim,
-            trace_flag: 1,
-            hop_limit,
-            context_kind: 0,
-            arrival_flags: 0,
-            context_ingress_port: 0,
-            context_egress_port: 0,
-            context_flags: 0,
-            context_pfc_ports: 0,
-        }
-    }
-
-    /// The header bytes.
-    pub fn emit(&self, program: &Program) -> Vec<u8> {
-        let ip = |a: [u8; 4]| u32::from_be_bytes(a) as u64;
-        emit_header(
-            program,
-            "polling",
-            &[
-                ("version", program.constant("POLLING_VERSION").unwrap_or(1)),
-                ("trace_flag", self.trace_flag as u64 & 3),
-                ("hop_limit", self.hop_limit as u64),
-                ("context_kind", self.context_kind as u64),
-                ("event_id", self.event_id),
-                ("victim_src_addr", ip(self.victim.src_ip)),
-                ("victim_dst_addr", ip(self.victim.dst_ip)),
-                ("victim_src_port", self.victim.src_port as u64),
-                ("victim_dst_port", self.victim.dst_port as u64),
-                ("victim_protocol", self.victim.protocol as u64),
-                ("arrival_flags", self.arrival_flags as u64),
-                ("context_ingress_port", self.context_ingress_port as u64),
-                ("context_egress_port", self.context_egress_port as u64),
-                ("context_flags", self.context_flags as u64),
-                ("context_pfc_ports", self.context_pfc_ports),
-            ],
-        )
-    }
-
-    /// Parses header bytes (None when too short).
-    pub fn parse(program: &Program, bytes: &[u8]) -> Option<Polling> {
-        let r = |f: &str| read_field(program, bytes, 0, "polling", f);
-        let ip = |v: u64| (v as u32).to_be_bytes();
-        Some(Polling {
-            event_id: r("event_id")?,
-            victim: FiveTuple {
-                src_ip: ip(r("victim_src_addr")?),
-                dst_ip: ip(r("victim_dst_addr")?),
-                src_port: r("victim_src_port")? as u16,
-                dst_port: r("victim_dst_port")? as u16,
-                protocol: r("victim_protocol")? as u8,
-            },
-            trace_flag: r("trace_flag")? as u8,
-            hop_limit: r("hop_limit")? as u8,
-            context_kind: r("context_kind")? as u8,
-            arrival_flags: r("arrival_flags")? as u8,
-            context_ingress_port: r("context_ingress_port")? as u16,
-            context_egress_port: r("context_egress_port")? as u16,
-            context_flags: r("context_flags")? as u8,
-            context_pfc_ports: r("context_pfc_ports")?,
-        })
-    }
-}
-
 /// A full polling packet: Ethernet/IPv4/UDP(dport = POLLING_UDP_PORT) + polling header. The
 /// outer addresses are the victim's, so non-HAWKEYE hops route it like the victim.
 pub fn polling_packet(program: &Program, polling: &Polling) -> Vec<u8> {
     let mut outer = polling.victim;
     outer.dst_port = program.constant("POLLING_UDP_PORT").unwrap_or(0x6888) as u16;
-    let header = polling.emit(program);
+    let header = polling.emit();
     let mut v = eth_ipv4_udp(program, &outer, 0, 0, 64, header.len());
-    v.extend(header);
+    v.extend_from_slice(&header);
     v
 }
 
 /// Byte offset of the polling header in a polling packet.
 pub fn polling_offset(program: &Program) -> usize {
     header_len(program, "ethernet") + header_len(program, "ipv4") + header_len(program, "udp")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hawkeye::{program, HawkeyeParams};
+    use hawkmesh_wire::polling::POLLING_PACKET_OFFSET;
+
+    /// `wire::polling` is a fixed view; the program is the source of the layout. Every field
+    /// written through the program's layout must read back through the view, and the view's
+    /// bytes must be what the program's layout emits.
+    #[test]
+    fn the_wire_polling_view_is_the_programs_layout() {
+        for params in [
+            HawkeyeParams::default(),
+            HawkeyeParams {
+                sketch: None,
+                ..HawkeyeParams::default()
+            },
+        ] {
+            let p = program(&params).expect("program");
+            assert_eq!(polling_offset(&p), POLLING_PACKET_OFFSET);
+            let polling = Polling {
+                event_id: 0xfedc_ba98_7654_3210,
+                victim: FiveTuple::rocev2([11, 0, 4, 1], 49153, [11, 0, 0, 2]),
+                trace_flag: 3,
+                hop_limit: 9,
+                context_kind: 1,
+                arrival_flags: 2,
+                context_ingress_port: 17,
+                context_egress_port: 0xffff,
+                context_flags: 1,
+                context_pfc_ports: 0x8000_0000_0000_0021,
+            };
+            let ip = |a: [u8; 4]| u64::from(u32::from_be_bytes(a));
+            let by_program = emit_header(
+                &p,
+                "polling",
+                &[
+                    ("version", p.constant("POLLING_VERSION").expect("version")),
+                    ("trace_flag", 3),
+                    ("hop_limit", 9),
+                    ("context_kind", 1),
+                    ("event_id", polling.event_id),
+                    ("victim_src_addr", ip(polling.victim.src_ip)),
+                    ("victim_dst_addr", ip(polling.victim.dst_ip)),
+                    ("victim_src_port", 49153),
+                    ("victim_dst_port", u64::from(polling.victim.dst_port)),
+                    ("victim_protocol", 17),
+                    ("arrival_flags", 2),
+                    ("context_ingress_port", 17),
+                    ("context_egress_port", 0xffff),
+                    ("context_flags", 1),
+                    ("context_pfc_ports", polling.context_pfc_ports),
+                ],
+            );
+            assert_eq!(polling.emit().as_slice(), by_program.as_slice());
+            let packet = polling_packet(&p, &polling);
+            assert_eq!(Polling::parse_packet(&packet), Ok(polling));
+        }
+    }
 }

@@ -154,20 +154,7 @@ pub struct SwitchOutput {
     pub digests: Vec<DigestMessage>,
 }
 
-/// A table entry as the control plane adds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TableEntry {
-    /// Key values, one per key field (ternary: value).
-    pub key: Vec<u64>,
-    /// Ternary masks (empty for exact tables).
-    pub mask: Vec<u64>,
-    /// Ternary priority (lower wins).
-    pub priority: u32,
-    /// Action name.
-    pub action: String,
-    /// Action parameters.
-    pub params: Vec<u64>,
-}
+pub use hawkmesh_wire::control::TableEntry;
 
 /// How the forwarding table gets its result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -3427,7 +3414,7 @@ fn crc32_u128(acc: u128, n: usize) -> u32 {
 }
 
 /// The Rust source of the native back end for `variants` (name, program): the file
-/// `codegen/src/model/generated.rs` that `hawkmesh-codegen --write` writes.
+/// `dataplane/src/model/generated.rs` that `hawkmesh-codegen --write` writes.
 pub fn emit_native(variants: &[(&str, &Program)]) -> Result<String, ModelError> {
     native::emit(variants)
 }
@@ -3457,8 +3444,9 @@ fn mask(width: u8) -> u64 {
     }
 }
 
+/// Reads `width` bits (big-endian, at most 64) from `buf` at `bit_offset`.
 #[inline]
-pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
+pub fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
     let first = bit_offset / 8;
     let in_byte = bit_offset % 8;
     let span = in_byte + width as usize;
@@ -3493,7 +3481,7 @@ pub(crate) fn read_bits(buf: &[u8], bit_offset: usize, width: u8) -> u64 {
 /// covers are touched (no wide read-modify-write of neighbouring bytes that were just
 /// written, which would stall on store forwarding); whole-byte fields are plain stores.
 #[inline(always)]
-pub(crate) fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
+pub fn write_bits(buf: &mut [u8], bit_offset: usize, width: u8, value: u64) {
     let at = bit_offset / 8;
     if bit_offset % 8 == 0 {
         match width {
@@ -3642,7 +3630,7 @@ impl Model {
     }
 
     /// The program as shared by the models of it.
-    pub(crate) fn program_arc(&self) -> &Arc<Program> {
+    pub fn program_arc(&self) -> &Arc<Program> {
         &self.program
     }
 
@@ -3713,11 +3701,11 @@ const FULL: bool = false;
 const PACKED: bool = true;
 
 impl Model {
-    /// [`DataPlane::ingress`] for the netsim adapter: the bridged fields go into `bridge`
-    /// (packed as [`crate::netsim_adapter`] packs them, `out.bridged` is left as it is) and,
+    /// [`DataPlane::ingress`] for simulator glue that carries the bridged metadata itself: the bridged fields go into `bridge`
+    /// (packed in declaration order into 128 bits, `out.bridged` is left as it is) and,
     /// when the program left every header as parsed, `out.bytes` is not written and the
     /// result is `true` (the output packet is the input).
-    pub(crate) fn ingress_packed(
+    pub fn ingress_packed(
         &mut self,
         packet: &[u8],
         input: &IngressInput,
@@ -3727,10 +3715,10 @@ impl Model {
         self.ingress_pass::<PACKED>(packet, input, out, bridge)
     }
 
-    /// [`DataPlane::egress`] for the netsim adapter: the bridged fields of a normal packet
+    /// [`DataPlane::egress`] for simulator glue that carries the bridged metadata itself: the bridged fields of a normal packet
     /// come packed in `bridge`; `true` when the output packet is the input (`out.bytes` not
     /// written).
-    pub(crate) fn egress_packed(
+    pub fn egress_packed(
         &mut self,
         packet: &[u8],
         input: &EgressInput,

@@ -878,8 +878,8 @@ pub(super) fn emit(variants: &[(&str, &Program)]) -> Result<String, ModelError> 
 mod tests {
     use super::*;
     use crate::hawkeye::{program, HawkeyeParams};
-    use crate::netsim_adapter::configure_model;
     use crate::packets::{eth_ipv4_udp, pfc_frame, polling_packet, rocev2_data, Polling};
+    use crate::setup::configure_model;
     use hawkmesh_wire::telemetry::FiveTuple;
 
     struct Rng(u64);

@@ -16,12 +16,12 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
-use hawkmesh_codegen::model::DataPlane;
-use hawkmesh_codegen::netsim_adapter::{
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
+use hawkmesh_dataplane::model::DataPlane;
+use hawkmesh_dataplane::packets::{polling_offset, Polling};
+use hawkmesh_lab::switch_pipeline::{
     install_on_all_switches, qdepth_cells, InstalledSwitch, NetsimAdapter,
 };
-use hawkmesh_codegen::packets::{polling_offset, Polling};
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
 use hawkmesh_netsim::packet::Packet;
 use hawkmesh_netsim::time::Time;
@@ -141,7 +141,7 @@ fn polling_follows_the_victim_gains_the_pfc_bit_and_reaches_the_congested_switch
     }
     let victim = victim.expect("the incast inflates RTTs");
     let p = program(&params()).expect("program");
-    let header = Polling::new(42, victim.tuple, 16).emit(&p);
+    let header = Polling::new(42, victim.tuple, 16).emit().to_vec();
     assert_eq!(
         header.len(),
         hawkmesh_wire::dataplane::POLLING_HEADER_BYTES as usize
@@ -163,7 +163,7 @@ fn polling_follows_the_victim_gains_the_pfc_bit_and_reaches_the_congested_switch
         .iter()
         .filter_map(|c| {
             let payload = c.payload.as_ref()?;
-            let polling = Polling::parse(&p, payload.get(polling_offset(&p)..)?)?;
+            let polling = Polling::parse(payload.get(polling_offset(&p)..)?).ok()?;
             (polling.event_id == 42).then_some((c.switch, polling, c.ingress_port))
         })
         .collect();
@@ -217,7 +217,7 @@ fn polling_follows_the_victim_gains_the_pfc_bit_and_reaches_the_congested_switch
         .received
         .iter()
         .filter(|(host, _)| *host == h0)
-        .filter_map(|(_, b)| Polling::parse(&p, b))
+        .filter_map(|(_, b)| Polling::parse(b).ok())
         .collect();
     assert_eq!(got.len(), 1, "exactly one polling packet reaches h0");
     assert_eq!(got[0].hop_limit as usize, 16 - (path.len() - 1));

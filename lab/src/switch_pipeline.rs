@@ -54,27 +54,27 @@ use hawkmesh_netsim::hooks::{
 use hawkmesh_netsim::packet::{Packet, PacketKind, CUSTOM_CAPACITY};
 use hawkmesh_netsim::Simulation;
 use hawkmesh_wire::pfc::{PfcRepr, PFC_FRAME_BYTES};
-use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
+use hawkmesh_wire::topology::{NodeId, NodeKind};
 use thiserror::Error;
 
-use crate::error::{BuildError, ModelError};
-use crate::hawkeye::{program, HawkeyeParams};
-use crate::ir::{FieldOwner, Program};
-use crate::model::{
+use hawkmesh_dataplane::error::{BuildError, ModelError};
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
+use hawkmesh_dataplane::ir::{FieldOwner, Program};
+use hawkmesh_dataplane::model::{
     read_bits, write_bits, DataPlane, EgressInput, Forward, IngressInput, Model, PassOutput,
-    Routing, TableEntry, MAX_CARRIED,
+    Routing, MAX_CARRIED,
 };
-use crate::packets::field_layout;
+use hawkmesh_dataplane::packets::field_layout;
+use hawkmesh_dataplane::setup::{configure_model, is_tor, port_speeds, SetupError};
+use hawkmesh_wire::dataplane::QDEPTH_UNIT_BYTES_TOFINO;
 
 /// A model shared between the netsim adapter and a switch agent.
 pub type SharedModel = Rc<RefCell<Model>>;
 
-/// Bytes per Tofino queue cell (`eg_intr_md.enq_qdepth` unit).
-pub const TOFINO_CELL_BYTES: u32 = 80;
-
-/// Converts a netsim queue depth in bytes to Tofino cells (rounded up).
+/// Converts a netsim queue depth in bytes to Tofino cells (rounded up; the cell size is the
+/// program's `QDEPTH_UNIT_BYTES_TOFINO`).
 pub fn qdepth_cells(bytes: u32) -> u32 {
-    bytes.div_ceil(TOFINO_CELL_BYTES)
+    bytes.div_ceil(u32::from(QDEPTH_UNIT_BYTES_TOFINO))
 }
 
 /// Errors setting up the adapter.
@@ -108,26 +108,9 @@ pub enum AdapterError {
         /// Buffer size.
         max: usize,
     },
-    /// A switch has more ports than the program's registers cover.
-    #[error("switch `{switch}` has {ports} ports; the program covers {limit} (raise HawkeyeParams::ports)")]
-    TooManyPorts {
-        /// Switch name.
-        switch: String,
-        /// Its ports.
-        ports: u32,
-        /// The program's port count.
-        limit: u32,
-    },
-    /// A port speed the PFC quanta table has no action for.
-    #[error("switch `{switch}` port {port}: {gbps} Gbit/s has no PFC quanta conversion in table `pfc_port_speed`")]
-    UnsupportedSpeed {
-        /// Switch name.
-        switch: String,
-        /// Port.
-        port: PortNo,
-        /// Speed.
-        gbps: f64,
-    },
+    /// Configuring a switch's model from the fabric failed.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
     /// netsim refused to install the pipeline.
     #[error("netsim has no switch with node id {0}")]
     NotASwitch(NodeId),
@@ -815,107 +798,6 @@ impl SwitchPipeline for NetsimAdapter {
         }
         self.stats.set(stats);
     }
-}
-
-/// Prepares a fresh model for a netsim switch with `ports` front-panel ports whose speeds
-/// are `gbps[port]`: the all-ports multicast group (polling PFC branch) and the
-/// `pfc_port_speed` entries (PFC quanta → time, IEEE 802.1Qbb: one quantum is 512 bit
-/// times).
-pub fn configure_model(model: &mut Model, switch: &str, gbps: &[f64]) -> Result<(), AdapterError> {
-    let p = model.program();
-    let limit = p.constant("PORTS").unwrap_or(0) as u32;
-    if gbps.len() as u32 > limit {
-        return Err(AdapterError::TooManyPorts {
-            switch: switch.to_string(),
-            ports: gbps.len() as u32,
-            limit,
-        });
-    }
-    // The speed actions are named `pfc_quanta_<N>g` by the program; read them from it.
-    let mut speeds: Vec<(f64, String)> = Vec::new();
-    if let Some(t) = p.table_by_name("pfc_port_speed") {
-        for a in &p.tables[t.0 as usize].actions {
-            let name = &p.actions[a.0 as usize].name;
-            if let Some(n) = name
-                .strip_prefix("pfc_quanta_")
-                .and_then(|s| s.strip_suffix('g'))
-                .and_then(|s| s.parse::<f64>().ok())
-            {
-                speeds.push((n, name.clone()));
-            }
-        }
-    }
-    let group = p.constant("MCAST_GROUP_ALL_PORTS").map(|g| g as u16);
-    let mut entries = Vec::new();
-    let entries_mask = crate::hawkeye::port_mask_entries(p);
-    for (port, g) in gbps.iter().enumerate() {
-        let action = speeds
-            .iter()
-            .find(|(s, _)| (s - g).abs() < 1e-9)
-            .map(|(_, a)| a.clone())
-            .ok_or_else(|| AdapterError::UnsupportedSpeed {
-                switch: switch.to_string(),
-                port: port as PortNo,
-                gbps: *g,
-            })?;
-        entries.push(TableEntry {
-            key: vec![port as u64],
-            mask: vec![],
-            priority: 0,
-            action,
-            params: vec![],
-        });
-    }
-    for e in entries {
-        model.table_add("pfc_port_speed", e)?;
-    }
-    for (table, port, action, params) in entries_mask {
-        model.table_add(
-            table,
-            TableEntry {
-                key: vec![port],
-                mask: vec![],
-                priority: 0,
-                action: action.to_string(),
-                params,
-            },
-        )?;
-    }
-    if let Some(g) = group {
-        model.multicast_group_set(g, (0..gbps.len() as u16).collect());
-    }
-    Ok(())
-}
-
-/// Port speeds (Gbit/s) of `switch` indexed by local port number (ports without a link
-/// get the speed of the switch's first link).
-fn port_speeds(topo: &FabricTopology, switch: NodeId) -> Vec<f64> {
-    let mut speeds: BTreeMap<PortNo, f64> = BTreeMap::new();
-    for l in &topo.links {
-        if l.a.node == switch {
-            speeds.insert(l.a.port, l.gbps);
-        }
-        if l.b.node == switch {
-            speeds.insert(l.b.port, l.gbps);
-        }
-    }
-    let n = speeds.keys().next_back().map_or(0, |p| *p as usize + 1);
-    let fill = speeds.values().next().copied().unwrap_or(100.0);
-    (0..n)
-        .map(|p| speeds.get(&(p as PortNo)).copied().unwrap_or(fill))
-        .collect()
-}
-
-/// Whether `switch` has a host behind one of its ports (a ToR / leaf).
-fn is_tor(topo: &FabricTopology, switch: NodeId) -> bool {
-    let host = |n: NodeId| {
-        topo.nodes
-            .get(n as usize)
-            .is_some_and(|d| d.kind == NodeKind::Host)
-    };
-    topo.links
-        .iter()
-        .any(|l| (l.a.node == switch && host(l.b.node)) || (l.b.node == switch && host(l.a.node)))
 }
 
 /// One installed switch: its shared model and the adapter's counters.

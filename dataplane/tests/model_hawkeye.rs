@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams, SketchParams};
-use hawkmesh_codegen::ir::Program;
-use hawkmesh_codegen::model::{
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams, SketchParams};
+use hawkmesh_dataplane::ir::Program;
+use hawkmesh_dataplane::model::{
     Carried, DataPlane, EgressInput, Forward, IngressInput, Model, PassOutput, Routing,
 };
-use hawkmesh_codegen::netsim_adapter::configure_model;
-use hawkmesh_codegen::packets::{self, Polling};
-use hawkmesh_codegen::sketch::{fingerprint, ElasticReference, SketchDump, SketchGeometry};
+use hawkmesh_dataplane::packets::{self, Polling};
+use hawkmesh_dataplane::setup::configure_model;
+use hawkmesh_dataplane::sketch::{fingerprint, ElasticReference, SketchDump, SketchGeometry};
 use hawkmesh_wire::telemetry::FiveTuple;
 
 const PORTS: u64 = 8;
@@ -282,7 +282,7 @@ fn flow_slot(sw: &Switch, t: &FiveTuple) -> u64 {
     bytes.extend_from_slice(&t.src_port.to_be_bytes());
     bytes.extend_from_slice(&t.dst_port.to_be_bytes());
     let _ = sw;
-    (hawkmesh_codegen::hash::crc32(&bytes) & 15) as u64
+    (hawkmesh_dataplane::hash::crc32(&bytes) & 15) as u64
 }
 
 #[test]
@@ -350,7 +350,7 @@ fn polling_in(
     in_port: u16,
     t: u64,
     routed: Option<u16>,
-) -> hawkmesh_codegen::model::SwitchOutput {
+) -> hawkmesh_dataplane::model::SwitchOutput {
     let bytes = packets::polling_packet(&sw.program, p);
     sw.model
         .process(
@@ -366,8 +366,7 @@ fn polling_in(
 }
 
 fn parse_polling(sw: &Switch, bytes: &[u8]) -> Polling {
-    Polling::parse(&sw.program, &bytes[packets::polling_offset(&sw.program)..])
-        .expect("polling header")
+    Polling::parse(&bytes[packets::polling_offset(&sw.program)..]).expect("polling header")
 }
 
 #[test]
@@ -865,7 +864,7 @@ fn control_plane_errors_are_reported_not_panics() {
     assert!(sw.model.register_write("port_epoch", 0, 1 << 20).is_err());
     assert!(sw.model.register_write("port_epoch", 1, 5).is_ok());
     assert_eq!(sw.reg("port_epoch", 1), 5);
-    let entry = |action: &str, params: Vec<u64>| hawkmesh_codegen::model::TableEntry {
+    let entry = |action: &str, params: Vec<u64>| hawkmesh_dataplane::model::TableEntry {
         key: vec![3],
         mask: vec![],
         priority: 0,
@@ -928,7 +927,7 @@ fn table_routing_mode_uses_installed_entries() {
     model
         .table_add(
             "forward",
-            hawkmesh_codegen::model::TableEntry {
+            hawkmesh_dataplane::model::TableEntry {
                 key: vec![u32::from_be_bytes(t.dst_ip) as u64],
                 mask: vec![],
                 priority: 0,
@@ -979,7 +978,7 @@ fn exact_entries_match_with_small_and_large_keys() {
         model
             .table_add(
                 "forward",
-                hawkmesh_codegen::model::TableEntry {
+                hawkmesh_dataplane::model::TableEntry {
                     key: vec![u32::from_be_bytes(dst) as u64],
                     mask: vec![],
                     priority: 0,

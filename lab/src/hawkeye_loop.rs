@@ -11,19 +11,16 @@
 //! Besides HAWKEYE's own collection the loop can run the baselines of HAWKEYE §4.2 side by
 //! side on the same simulation ([`PollingMode`]): agents only read registers, so several
 //! sets of agents (each with its own analyzer service) can watch the same switches without
-//! changing what the fabric does. [`eval`] is the evaluation harness built on this.
+//! changing what the fabric does. [`crate::eval`] is the evaluation harness built on this.
 
-pub mod eval;
-
+use crate::hosts::NetsimHostAgents;
+use crate::switch_pipeline::install_on_all_switches;
 use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
 use hawkmesh_analyzer_server::incidents::IncidentSummary;
 use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
-use hawkmesh_codegen::hawkeye::{program, HawkeyeParams};
-use hawkmesh_codegen::ir::Program;
-use hawkmesh_codegen::model::Model;
-use hawkmesh_codegen::netsim_adapter::install_on_all_switches;
-use hawkmesh_codegen::packets::{polling_offset, write_header_field, Polling};
-use hawkmesh_host_agent::{DetectorConfig, NetsimHostAgents, PollingTrigger};
+use hawkmesh_dataplane::hawkeye::HawkeyeParams;
+use hawkmesh_dataplane::model::Model;
+use hawkmesh_host_agent::{DetectorConfig, PollingTrigger};
 use hawkmesh_netsim::packet::PacketKind;
 use hawkmesh_netsim::time::{Time, NS, US};
 use hawkmesh_netsim::{LoadedScenario, SimResult, Simulation};
@@ -31,6 +28,7 @@ use hawkmesh_proto::v1::collector_client::CollectorClient;
 use hawkmesh_switch_agent::{
     AgentConfig, CpuFrame, CpuFrameKind, Geometry, ModelBackend, SwitchAgent,
 };
+use hawkmesh_wire::polling::{Polling, PollingHeader, POLLING_PACKET_OFFSET, TRACE_VICTIM_PATH};
 use hawkmesh_wire::telemetry::TelemetryReport;
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
 use serde::Serialize;
@@ -38,8 +36,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
+use zerocopy::byteorder::network_endian::U16;
 
 /// Which switches collect telemetry for a polling event (HAWKEYE §4.2's methods).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -267,6 +265,18 @@ pub enum LoopError {
     Runtime(String),
 }
 
+/// The register geometry the switch agents read for a program variant (queue depth in
+/// Tofino cells, as the netsim pipeline counts it).
+pub fn geometry_of(params: &HawkeyeParams) -> Geometry {
+    Geometry {
+        ports: params.ports,
+        epochs: params.epochs,
+        epoch_log2_ns: params.epoch_log2_ns,
+        flow_slots: params.flow_slots,
+        qdepth_unit_bytes: u64::from(hawkmesh_wire::dataplane::QDEPTH_UNIT_BYTES_TOFINO),
+    }
+}
+
 /// The program parameters for a fabric: enough ports for its largest switch.
 pub fn params_for(sim: &Simulation, config: &LoopConfig) -> HawkeyeParams {
     let topology = sim.topology();
@@ -309,32 +319,27 @@ struct Collector {
 
 impl Collector {
     /// Hands one CPU-port packet of the step to this method's agent of that switch.
-    fn deliver(&mut self, program: &Program, switch: NodeId, frame: CpuFrame) {
+    fn deliver(&mut self, switch: NodeId, frame: CpuFrame) {
         if !self.agents.contains_key(&switch) {
             return;
         }
         let mut frame = frame;
         if frame.kind == CpuFrameKind::Polling {
-            let offset = polling_offset(program);
-            let polling = frame
-                .bytes
-                .get(offset..)
-                .and_then(|header| Polling::parse(program, header));
+            let polling = Polling::parse_packet(&frame.bytes).ok();
             match (self.mode, polling) {
                 (PollingMode::VictimOnly, Some(polling)) => {
                     // A victim-only data plane forwards the polling packet along the victim
                     // path only, with the victim-path flag alone.
-                    if polling.arrival_flags & 0b01 == 0 {
+                    if polling.arrival_flags & TRACE_VICTIM_PATH == 0 {
                         return;
                     }
-                    write_header_field(
-                        program,
-                        &mut frame.bytes,
-                        offset,
-                        "polling",
-                        "arrival_flags",
-                        0b01,
-                    );
+                    if let Some(header) = frame
+                        .bytes
+                        .get_mut(POLLING_PACKET_OFFSET..)
+                        .and_then(|b| PollingHeader::new_checked_mut(b).ok())
+                    {
+                        header.arrival_flags = TRACE_VICTIM_PATH;
+                    }
                 }
                 (PollingMode::FullPolling, Some(polling)) => {
                     let reached = self.reached.entry(polling.event_id).or_default();
@@ -358,12 +363,10 @@ impl Collector {
     /// switch's first linked port.
     fn request_everywhere(
         &mut self,
-        program: &Program,
         first_port: &BTreeMap<NodeId, PortNo>,
         now_ns: u64,
         events: Vec<(u64, Vec<u8>)>,
     ) {
-        let offset = polling_offset(program);
         for (event_id, template) in events {
             let switches: Vec<NodeId> = self.agents.keys().copied().collect();
             for switch in switches {
@@ -375,15 +378,14 @@ impl Collector {
                     continue;
                 };
                 let mut bytes = template.clone();
-                for (field, value) in [
-                    ("arrival_flags", 0u64),
-                    ("context_ingress_port", u64::from(*port)),
-                    (
-                        "context_egress_port",
-                        u64::from(hawkmesh_wire::dataplane::NO_PORT),
-                    ),
-                ] {
-                    write_header_field(program, &mut bytes, offset, "polling", field, value);
+                // The template parsed as a polling packet when it was kept.
+                if let Some(header) = bytes
+                    .get_mut(POLLING_PACKET_OFFSET..)
+                    .and_then(|b| PollingHeader::new_checked_mut(b).ok())
+                {
+                    header.arrival_flags = 0;
+                    header.context_ingress_port = U16::new(*port);
+                    header.context_egress_port = U16::new(hawkmesh_wire::dataplane::NO_PORT);
                 }
                 if let Some(agent) = self.agents.get_mut(&switch) {
                     agent.backend_mut().deliver_cpu(CpuFrame {
@@ -538,19 +540,14 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
     let scenario = &loaded.scenario;
     let mut sim = Simulation::new(loaded)?;
     let params = params_for(&sim, config);
-    let program = Arc::new(program(&params).map_err(|e| LoopError::Program(e.to_string()))?);
     let installed = install_on_all_switches(&mut sim, &params)
         .map_err(|e| LoopError::Program(e.to_string()))?;
     let hosts = Rc::new(RefCell::new(NetsimHostAgents::new(
         config.detector,
-        program.clone(),
         scenario.switch.control_priority,
     )));
     sim.set_host_hook(Box::new(SharedHosts(hosts.clone())));
-    let geometry = Geometry::from_params(
-        &params,
-        u64::from(hawkmesh_wire::dataplane::QDEPTH_UNIT_BYTES_TOFINO),
-    );
+    let geometry = geometry_of(&params);
     let topology = sim.topology().clone();
     let names: BTreeMap<NodeId, String> = topology
         .nodes
@@ -594,11 +591,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 agent_config.chunk_bytes = config.chunk_bytes;
                 (
                     *switch,
-                    SwitchAgent::new(
-                        agent_config,
-                        ModelBackend::new(installed.model.clone()),
-                        program.clone(),
-                    ),
+                    SwitchAgent::new(agent_config, ModelBackend::new(installed.model.clone())),
                 )
             })
             .collect();
@@ -665,7 +658,6 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                     continue;
                 };
                 collector.deliver(
-                    &program,
                     copy.switch,
                     CpuFrame {
                         time_ns: copy.time / NS,
@@ -674,13 +666,13 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                     },
                 );
             }
-            collector.request_everywhere(&program, &first_port, now / NS, due);
+            collector.request_everywhere(&first_port, now / NS, due);
             collector.poll_agents(&runtime, &names, now / NS, false)?;
         }
     }
     for collector in &mut collectors {
         let due = std::mem::take(&mut collector.pending);
-        collector.request_everywhere(&program, &first_port, end / NS, due);
+        collector.request_everywhere(&first_port, end / NS, due);
         collector.poll_agents(&runtime, &names, end / NS, true)?;
         collector.conclude(config.analyzer_timeout);
     }

@@ -3,8 +3,8 @@
 //! plain run:
 //!
 //! ```sh
-//! cargo run --release -p hawkmesh-codegen --example netsim_bench -- scenarios/hpcc-fat320-websearch.toml
-//! cargo run --release -p hawkmesh-codegen --example netsim_bench -- scenarios/hpcc-fat320-websearch.toml --no-model
+//! cargo run --release -p hawkmesh-lab --example netsim_bench -- scenarios/hpcc-fat320-websearch.toml
+//! cargo run --release -p hawkmesh-lab --example netsim_bench -- scenarios/hpcc-fat320-websearch.toml --no-model
 //! ```
 
 use std::path::PathBuf;
@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use hawkmesh_codegen::hawkeye::HawkeyeParams;
-use hawkmesh_codegen::netsim_adapter::install_on_all_switches;
+use hawkmesh_dataplane::hawkeye::HawkeyeParams;
+use hawkmesh_lab::switch_pipeline::install_on_all_switches;
 use hawkmesh_netsim::{Scenario, Simulation};
 
 #[derive(Parser, Debug)]

@@ -1,0 +1,361 @@
+//! Tests that need the crate's test hooks (a store that fails, pause points in store appends
+//! and diagnoses): the service runs for real, on loopback sockets, on the test's
+//! single-threaded runtime, so anything that blocked an async worker would stall the test.
+
+use crate::counters::Counter;
+use crate::gate::gate;
+use crate::incidents::{IncidentError, IncidentSet, IncidentState};
+use crate::{start, RunningServer, ServerConfig};
+use hawkmesh_analyzer::testkit::sample_pfc_storm;
+use hawkmesh_analyzer::DiagnoseOptions;
+use hawkmesh_proto::v1::collector_client::CollectorClient;
+use hawkmesh_proto::v1::{IncidentReply, IncidentRequest, ReportChunk, StreamSummary};
+use hawkmesh_wire::telemetry::TelemetryReport;
+use hawkmesh_wire::topology::FabricTopology;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const EVENT: u64 = 42;
+
+fn storm(event_id: u64) -> (FabricTopology, Vec<TelemetryReport>) {
+    let (topology, _, mut reports) = sample_pfc_storm().unwrap();
+    for report in &mut reports {
+        report.event_id = event_id;
+    }
+    (topology, reports)
+}
+
+/// Every report cut into small chunks, in switch order.
+fn chunks(reports: &[TelemetryReport]) -> Vec<Vec<u8>> {
+    reports
+        .iter()
+        .flat_map(|report| report.to_chunks(200).unwrap())
+        .collect()
+}
+
+fn data_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hawkmesh-unit-{name}-{}", std::process::id()));
+    remove(&dir);
+    dir
+}
+
+/// Removes a test directory; one that does not exist is fine.
+fn remove(dir: &Path) {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            panic!("removing {}: {e}", dir.display())
+        }
+        _ => {}
+    }
+}
+
+async fn serve(dir: &Path, topology: &FabricTopology) -> RunningServer {
+    start(ServerConfig {
+        grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        http_addr: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.to_path_buf(),
+        topology: topology.clone(),
+        incident_timeout: Duration::from_secs(60),
+        options: DiagnoseOptions::default(),
+    })
+    .await
+    .unwrap()
+}
+
+async fn client(server: &RunningServer) -> CollectorClient<tonic::transport::Channel> {
+    CollectorClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap()
+}
+
+async fn send(
+    server: &RunningServer,
+    chunks: Vec<Vec<u8>>,
+) -> Result<StreamSummary, tonic::Status> {
+    let stream = tokio_stream::iter(chunks.into_iter().map(|chunk| ReportChunk { chunk }));
+    Ok(client(server)
+        .await
+        .stream_reports(stream)
+        .await?
+        .into_inner())
+}
+
+async fn incident(server: &RunningServer, event_id: u64) -> Result<IncidentReply, tonic::Status> {
+    Ok(client(server)
+        .await
+        .get_incident(IncidentRequest { event_id })
+        .await?
+        .into_inner())
+}
+
+async fn http_get(server: &RunningServer, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(server.http_addr)
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: analyzer\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_slow_store_append_does_not_stall_the_service() {
+    let (topology, reports) = storm(EVENT);
+    let dir = data_dir("slow-store");
+    let server = serve(&dir, &topology).await;
+    let (gate, mut control) = gate();
+    server.incidents.lock().unwrap().store_mut().gate = Some(gate);
+    let first = chunks(&reports).remove(0);
+    let call = {
+        let addr = server.grpc_addr;
+        tokio::spawn(async move {
+            let mut client = CollectorClient::connect(format!("http://{addr}"))
+                .await
+                .unwrap();
+            let stream = tokio_stream::iter([ReportChunk { chunk: first }]);
+            client.stream_reports(stream).await
+        })
+    };
+    // The chunk is written and its sync is held up, with the incident set locked.
+    control.reached().await;
+    assert_eq!(http_get(&server, "/healthz").await, (200, "ok\n".into()));
+    let (status, body) = http_get(&server, "/api/counters").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("\"chunks_accepted\": 0"), "{body}");
+    assert!(!call.is_finished(), "acknowledged before its sync");
+    control.release();
+    let summary = call.await.unwrap().unwrap().into_inner();
+    assert_eq!(summary.accepted, 1);
+    assert!(
+        !control.timed_out(),
+        "the service stalled while the store was slow"
+    );
+    server.stop().await;
+    remove(&dir);
+}
+
+#[tokio::test]
+async fn requests_and_other_streams_are_served_while_an_incident_is_diagnosed() {
+    let (topology, reports) = storm(EVENT);
+    let dir = data_dir("slow-diagnosis");
+    let server = serve(&dir, &topology).await;
+    let (gate, mut control) = gate();
+    server.incidents.lock().unwrap().diagnosis_gate = Some(gate);
+    let all = chunks(&reports);
+    let count = all.len();
+    let call = {
+        let addr = server.grpc_addr;
+        tokio::spawn(async move {
+            let mut client = CollectorClient::connect(format!("http://{addr}"))
+                .await
+                .unwrap();
+            let stream = tokio_stream::iter(all.into_iter().map(|chunk| ReportChunk { chunk }));
+            client.stream_reports(stream).await
+        })
+    };
+    // The last chunk completed the incident; its diagnosis is held up.
+    control.reached().await;
+    // The incident set is not locked meanwhile: the API answers (the incident reads as
+    // collecting until its diagnosis is in), and another agent's chunk is stored.
+    let (status, body) = http_get(&server, "/api/incidents/42").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("\"collecting\"") && body.contains(&format!("\"chunks\":{count}")),
+        "{body}"
+    );
+    assert_eq!(incident(&server, EVENT).await.unwrap().state, "collecting");
+    let (_, other) = storm(EVENT + 1);
+    let summary = send(&server, vec![chunks(&other).remove(0)]).await.unwrap();
+    assert_eq!(summary.accepted, 1);
+    assert_eq!(http_get(&server, "/").await.0, 200);
+    assert!(!call.is_finished(), "acknowledged before the diagnosis");
+    control.release();
+    let summary = call.await.unwrap().unwrap().into_inner();
+    assert_eq!(summary.accepted as usize, count);
+    assert!(!control.timed_out(), "a request waited for the diagnosis");
+    let reply = incident(&server, EVENT).await.unwrap();
+    assert_eq!(reply.state, "complete");
+    assert!(reply.diagnosis_json.contains("\"pfc_storm\""));
+    assert_eq!(server.counters().incidents_concluded, 1);
+    server.stop().await;
+    remove(&dir);
+}
+
+#[tokio::test]
+async fn a_chunk_that_cannot_be_stored_is_unavailable_and_not_acknowledged() {
+    let (topology, reports) = storm(EVENT);
+    let dir = data_dir("store-failure");
+    let all = chunks(&reports);
+    let half = all.len() / 2;
+    let server = serve(&dir, &topology).await;
+    let summary = send(&server, all[..half].to_vec()).await.unwrap();
+    assert_eq!(summary.accepted as usize, half);
+    server
+        .incidents
+        .lock()
+        .unwrap()
+        .store_mut()
+        .break_for_test();
+    let status = send(&server, all[half..].to_vec()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("not acknowledged"), "{status:?}");
+    // The first failure ended the stream: nothing of it was filed.
+    let counters = server.counters();
+    assert_eq!(counters.store_failures, 1);
+    assert_eq!(counters.chunks_accepted as usize, half);
+    let (_, body) = http_get(&server, "/api/incidents/42").await;
+    assert!(body.contains(&format!("\"chunks\":{half}")), "{body}");
+    assert_eq!(incident(&server, EVENT).await.unwrap().state, "collecting");
+    server.stop().await;
+    // The log is intact: after a restart the agent's resend completes the incident.
+    let server = serve(&dir, &topology).await;
+    let summary = send(&server, all.clone()).await.unwrap();
+    assert_eq!(
+        (summary.duplicates as usize, summary.accepted as usize),
+        (half, all.len() - half)
+    );
+    assert_eq!(incident(&server, EVENT).await.unwrap().state, "complete");
+    server.stop().await;
+    remove(&dir);
+}
+
+/// Records the level and message of every event on this thread.
+#[derive(Debug, Default, Clone)]
+struct Events(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl Events {
+    fn has(&self, level: tracing::Level, message: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(l, m)| *l == level && m.contains(message))
+    }
+}
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), message.0));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn failures_are_returned_logged_and_counted_and_leave_the_incident_collecting() {
+    let (topology, reports) = storm(EVENT);
+    let dir = data_dir("set-failures");
+    let events = Events::default();
+    tracing::subscriber::with_default(events.clone(), || {
+        let mut set = IncidentSet::open(
+            &dir,
+            topology.clone(),
+            DiagnoseOptions::default(),
+            Duration::from_millis(1),
+        )
+        .unwrap();
+        let all = chunks(&reports);
+        let now = Instant::now();
+        set.accept(all[0].clone(), now).unwrap();
+        let error = set.accept(all[0][..20].to_vec(), now).unwrap_err();
+        assert!(matches!(error, IncidentError::BadChunk(_)), "{error}");
+        assert!(events.has(tracing::Level::WARN, "chunk rejected"));
+        set.store_mut().break_for_test();
+        // A chunk that cannot be stored is not filed.
+        let error = set.accept(all[1].clone(), now).unwrap_err();
+        assert!(matches!(error, IncidentError::Store(_)), "{error}");
+        assert_eq!(set.summary(EVENT).unwrap().chunks, 1);
+        // A timeout that cannot be stored is not applied.
+        let later = now + Duration::from_secs(1);
+        assert!(matches!(set.expire(later), Err(IncidentError::Store(_))));
+        assert_eq!(set.summary(EVENT).unwrap().state, IncidentState::Collecting);
+        assert!(events.has(tracing::Level::ERROR, "stays collecting"));
+        let counters = set.counters();
+        assert_eq!(
+            [
+                Counter::ChunksAccepted,
+                Counter::ChunksRejected,
+                Counter::StoreFailures,
+                Counter::IncidentsConcluded
+            ]
+            .map(|c| counters.get(c)),
+            [1, 1, 2, 0]
+        );
+    });
+    // The log holds the one stored chunk; once it can be written, the timeout concludes.
+    let mut set = IncidentSet::open(
+        &dir,
+        topology.clone(),
+        DiagnoseOptions::default(),
+        Duration::from_millis(1),
+    )
+    .unwrap();
+    assert_eq!(set.summary(EVENT).unwrap().chunks, 1);
+    let events = Events::default();
+    tracing::subscriber::with_default(events.clone(), || {
+        let expired = set.expire(Instant::now() + Duration::from_secs(1)).unwrap();
+        assert_eq!(expired, vec![EVENT]);
+    });
+    assert_eq!(set.summary(EVENT).unwrap().state, IncidentState::TimedOut);
+    assert!(events.has(tracing::Level::INFO, "incident concluded"));
+    remove(&dir);
+}
+
+#[test]
+fn a_stored_chunk_that_does_not_decode_is_skipped_counted_and_logged() {
+    let (topology, reports) = storm(EVENT);
+    let dir = data_dir("replay-skip");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = crate::store::to_hex(&chunks(&reports)[0]);
+    std::fs::write(
+        dir.join("incidents.log"),
+        format!(
+            "{{\"kind\":\"chunk\",\"hex\":\"zz\"}}\n{{\"kind\":\"chunk\",\"hex\":\"{good}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let events = Events::default();
+    let set = tracing::subscriber::with_default(events.clone(), || {
+        IncidentSet::open(
+            &dir,
+            topology,
+            DiagnoseOptions::default(),
+            Duration::from_secs(1),
+        )
+        .unwrap()
+    });
+    assert_eq!(set.counters().get(Counter::ReplaySkipped), 1);
+    assert_eq!(set.summary(EVENT).unwrap().chunks, 1);
+    assert!(events.has(tracing::Level::WARN, "skipped on replay"));
+    remove(&dir);
+}
