@@ -57,8 +57,10 @@ fn bench(n: u64) -> Result<String, String> {
         DataPlane, EgressInput, IngressInput, Model, PassOutput, Routing,
     };
     use hawkmesh_wire::telemetry::FiveTuple;
-    let p = std::sync::Arc::new(program(&HawkeyeParams::default()).map_err(|e| e.to_string())?);
-    let mut model = Model::new(p.clone(), Routing::FromInput, 192).map_err(|e| e.to_string())?;
+    let params = HawkeyeParams::default();
+    let p = std::sync::Arc::new(program(&params).map_err(|e| e.to_string())?);
+    let mut model =
+        Model::new(p.clone(), Routing::FromInput, params.cpu_port).map_err(|e| e.to_string())?;
     let flows: Vec<Vec<u8>> = (0..256u16)
         .map(|i| {
             let t = FiveTuple::rocev2([10, 0, (i >> 4) as u8, i as u8], 49152 + i, [10, 1, 0, 1]);

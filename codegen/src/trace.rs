@@ -169,6 +169,9 @@ pub enum TraceError {
         /// The model's error.
         source: ModelError,
     },
+    /// The program lacks a constant the lab switch is configured from.
+    #[error("the program has no constant `{0}`")]
+    MissingConstant(&'static str),
 }
 
 impl Trace {
@@ -238,8 +241,12 @@ pub struct TraceRun {
 /// the port masks of [`hawkmesh_dataplane::hawkeye::port_mask_entries`], multicast group `MCAST_GROUP_ALL_PORTS` = ports `0..LAB_PORTS`, clones to the program's
 /// `CPU_PORT`.
 pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Model, TraceError> {
-    let cpu_port = program.constant("CPU_PORT").unwrap_or(192) as u16;
-    let group = program.constant("MCAST_GROUP_ALL_PORTS").unwrap_or(1) as u16;
+    let cpu_port = program
+        .constant("CPU_PORT")
+        .ok_or(TraceError::MissingConstant("CPU_PORT"))? as u16;
+    let group = program
+        .constant("MCAST_GROUP_ALL_PORTS")
+        .ok_or(TraceError::MissingConstant("MCAST_GROUP_ALL_PORTS"))? as u16;
     let mut model =
         Model::new(program, Routing::FromTable, cpu_port).map_err(|source| TraceError::Model {
             context: "model".into(),

@@ -1,5 +1,6 @@
 //! RTT threshold detection with per-flow suppression.
 
+use hawkmesh_wire::polling::event_id;
 use hawkmesh_wire::telemetry::FiveTuple;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -113,7 +114,7 @@ impl RttDetector {
         if self.next_sequence & 0xFFFF_FFFF == 0 {
             self.next_sequence += 1;
         }
-        let event_id = (u64::from(self.host_id) << 40) | (self.next_sequence & 0xFF_FFFF_FFFF);
+        let event_id = event_id(self.host_id, self.next_sequence);
         self.next_sequence += 1;
         self.polls += 1;
         Some(PollingTrigger {

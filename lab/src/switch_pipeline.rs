@@ -874,8 +874,9 @@ mod tests {
     use super::*;
 
     fn adapter() -> NetsimAdapter {
-        let p = Arc::new(program(&HawkeyeParams::default()).expect("program"));
-        let mut model = Model::new(p, Routing::FromInput, 192).expect("model");
+        let params = HawkeyeParams::default();
+        let p = Arc::new(program(&params).expect("program"));
+        let mut model = Model::new(p, Routing::FromInput, params.cpu_port).expect("model");
         configure_model(&mut model, "s", &[100.0, 400.0]).expect("configure");
         NetsimAdapter::new(Rc::new(RefCell::new(model))).expect("adapter")
     }

@@ -44,6 +44,20 @@ pub const POLLING_PACKET_OFFSET: usize =
 /// Ports a PFC-branch bitmap can name (bit `p` = port `p`).
 pub const PFC_BRANCH_PORTS: u16 = u64::BITS as u16;
 
+/// Bits of a polling event id that hold the sending host's sequence number; the host id
+/// (its low 24 bits) sits above them, so hosts draw ids without coordinating.
+pub const EVENT_SEQUENCE_BITS: u32 = 40;
+
+/// The event id host `host` gives its `sequence`-th polling event.
+pub fn event_id(host: u32, sequence: u64) -> u64 {
+    (u64::from(host) << EVENT_SEQUENCE_BITS) | (sequence & ((1 << EVENT_SEQUENCE_BITS) - 1))
+}
+
+/// The host (low 24 bits of its id) that sent polling event `event_id`.
+pub fn event_host(event_id: u64) -> u32 {
+    (event_id >> EVENT_SEQUENCE_BITS) as u32
+}
+
 /// The polling header as it is on the wire (network byte order, no padding).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
@@ -358,6 +372,15 @@ mod tests {
         let p = Polling::parse(&bytes).expect("parses");
         assert_eq!(p, sample());
         assert_eq!(p.emit(), sample().emit());
+    }
+
+    #[test]
+    fn event_ids_carry_the_host_above_its_sequence() {
+        let id = event_id(7, 3);
+        assert_eq!(id, (7 << 40) | 3);
+        assert_eq!(event_host(id), 7);
+        // A sequence past 40 bits wraps inside its field instead of changing the host.
+        assert_eq!(event_host(event_id(7, 1 << 40)), 7);
     }
 
     #[test]
