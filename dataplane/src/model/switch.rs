@@ -172,10 +172,12 @@ pub(super) const FULL: bool = false;
 pub(super) const PACKED: bool = true;
 
 impl Model {
-    /// [`DataPlane::ingress`] for simulator glue that carries the bridged metadata itself: the bridged fields go into `bridge`
-    /// (packed in declaration order into 128 bits, `out.bridged` is left as it is) and,
-    /// when the program left every header as parsed, `out.bytes` is not written and the
-    /// result is `true` (the output packet is the input).
+    /// [`DataPlane::ingress`] for simulator glue that carries the bridged metadata itself:
+    /// the bridged fields go into `bridge` (packed in declaration order into 128 bits,
+    /// `out.bridged` is left as it is) and, when the program left every header as parsed,
+    /// `out.bytes` is not written and the result is `true` (the output packet is the input).
+    /// `#[inline]` so that the glue's crate instantiates and inlines the pass.
+    #[inline]
     pub fn ingress_packed(
         &mut self,
         packet: &[u8],
@@ -186,9 +188,10 @@ impl Model {
         self.ingress_pass::<PACKED>(packet, input, out, bridge)
     }
 
-    /// [`DataPlane::egress`] for simulator glue that carries the bridged metadata itself: the bridged fields of a normal packet
-    /// come packed in `bridge`; `true` when the output packet is the input (`out.bytes` not
-    /// written).
+    /// [`DataPlane::egress`] for simulator glue that carries the bridged metadata itself:
+    /// the bridged fields of a normal packet come packed in `bridge`; `true` when the output
+    /// packet is the input (`out.bytes` not written).
+    #[inline]
     pub fn egress_packed(
         &mut self,
         packet: &[u8],
