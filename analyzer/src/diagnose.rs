@@ -67,6 +67,28 @@ struct SinkClass {
     evidence: Vec<Evidence>,
 }
 
+/// A loop's exits (port→port edges from a member to a port outside the loop), sorted by
+/// whether they can hold the loop (`Context::loop_exits`). Each is (from, to, weight).
+#[derive(Default)]
+struct LoopExits {
+    /// Concurrent with the loop's own edges and strong enough: these hold the loop.
+    holding: Vec<(PortRef, PortRef, f64)>,
+    /// Under `min_loop_exit_share` of the weakest loop edge.
+    weak: Vec<(PortRef, PortRef, f64)>,
+    /// Never weighted in an epoch in which the loop's own edges were.
+    apart: Vec<(PortRef, PortRef, f64)>,
+}
+
+/// Where a deadlock's initiator was found (`initiator_in_loop` / `initiator_out_of_loop`).
+struct LoopInitiator {
+    anomaly_type: AnomalyType,
+    root: RootCause,
+    root_ports: Vec<PortRef>,
+    /// Spreading paths through the loop to each out-of-loop sink; empty for an initiator
+    /// in the loop (the path into the loop is used).
+    paths: Vec<Vec<PortRef>>,
+}
+
 struct Context<'a> {
     incident: &'a Incident,
     graph: &'a ProvenanceGraph,
@@ -501,7 +523,10 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// HAWKEYE Alg. 2 `CheckPortNode` (l.24-34) from `start`.
+    /// HAWKEYE Alg. 2 `CheckPortNode` (l.24-34) from `start`: everything the port→port
+    /// edges reach from `start` is visited; each initial congestion point reachable without
+    /// crossing a loop becomes a PFC tree of its own (`trace_direct_sinks`, l.30-32), and
+    /// each cyclic buffer dependency reached becomes a deadlock (`trace_loop`, l.26-29).
     fn trace_pfc(&mut self, start: PortRef, affects_victim: bool, lead: Vec<Evidence>) {
         let reach = self.bfs(&[start], &|_| false);
         self.visited.extend(reach.keys().copied());
@@ -509,7 +534,17 @@ impl<'a> Context<'a> {
             .keys()
             .filter_map(|p| self.loop_of.get(p).copied())
             .collect();
-        // Sinks reachable without crossing a loop are PFC trees of their own.
+        self.trace_direct_sinks(start, affects_victim, &lead);
+        for id in loop_ids {
+            self.trace_loop(id, &reach, affects_victim, &lead);
+        }
+    }
+
+    /// Alg. 2 l.30-32: decides which ports are initial congestion points of PFC trees of
+    /// their own — the sinks (no outgoing port→port edge) reachable from `start` without
+    /// crossing a loop — and drafts one anomaly per sink, typed by `classify_sink`
+    /// (`AnalyzeFlowContention`, l.1-11), with the wait-for path from `start` as evidence.
+    fn trace_direct_sinks(&mut self, start: PortRef, affects_victim: bool, lead: &[Evidence]) {
         let loop_of = self.loop_of.clone();
         let direct = self.bfs(&[start], &|p| loop_of.contains_key(&p));
         let direct_sinks: Vec<PortRef> = direct
@@ -520,7 +555,7 @@ impl<'a> Context<'a> {
         for sink in direct_sinks {
             let path = Self::path_to(&direct, sink);
             let class = self.classify_sink(sink);
-            let mut evidence = lead.clone();
+            let mut evidence = lead.to_vec();
             evidence.extend(self.edge_evidence(&path));
             evidence.extend(class.evidence);
             self.merge(
@@ -536,329 +571,414 @@ impl<'a> Context<'a> {
                 },
             );
         }
-        for id in loop_ids {
-            let members = self.loops[id].clone();
-            let member_set: BTreeSet<PortRef> = members.iter().copied().collect();
-            // Path from start into the loop.
-            let entry = members
-                .iter()
-                .filter(|p| reach.contains_key(p))
-                .min_by_key(|p| Self::path_to(&reach, **p).len())
-                .copied()
-                .unwrap_or(members[0]);
-            let path = Self::path_to(&reach, entry);
-            let mut extra_paths: Vec<Vec<PortRef>> = Vec::new();
-            let mut evidence = lead.clone();
-            evidence.extend(self.edge_evidence(&path));
-            // The loop itself, in cycle order.
-            let mut cycle = members.clone();
-            cycle.push(members[0]);
-            for item in self.edge_evidence(&cycle) {
-                evidence.push(Evidence {
-                    rule: "cyclic_buffer_dependency".into(),
-                    note: format!("{} (loop edge)", item.note),
-                    ..item
-                });
-            }
-            // The loop's own wait-for edges, member to next member.
-            let cycle: Vec<(PortRef, PortRef)> = members
-                .iter()
-                .copied()
-                .zip(members.iter().copied().cycle().skip(1))
-                .collect();
-            let weakest_loop_edge = cycle
-                .iter()
-                .filter_map(|(from, to)| {
-                    self.graph
-                        .port_edges(*from)
-                        .iter()
-                        .find(|(target, _)| target == to)
-                        .map(|(_, w)| *w)
-                })
-                .fold(f64::INFINITY, f64::min);
-            let exit_floor = if weakest_loop_edge.is_finite() {
-                self.options.min_loop_exit_share * weakest_loop_edge
+    }
+
+    /// Alg. 2 l.26-29 and l.14-21 for loop `id` reached from the walk in `reach`: decides
+    /// where the deadlock's initiator is. The loop's exits are sorted into those that hold
+    /// it and those that do not (`loop_exits`); the initiator is in the loop unless the
+    /// holding exits outweigh the loop's own contention (`exits_hold_loop`), and is then
+    /// found in the loop (`initiator_in_loop`) or at the sinks the exits lead to
+    /// (`initiator_out_of_loop`). One draft per loop.
+    fn trace_loop(
+        &mut self,
+        id: usize,
+        reach: &BTreeMap<PortRef, Option<PortRef>>,
+        affects_victim: bool,
+        lead: &[Evidence],
+    ) {
+        let members = self.loops[id].clone();
+        let member_set: BTreeSet<PortRef> = members.iter().copied().collect();
+        let entry = Self::loop_entry(&members, reach);
+        let path = Self::path_to(reach, entry);
+        let mut evidence = lead.to_vec();
+        evidence.extend(self.edge_evidence(&path));
+        evidence.extend(self.loop_edge_evidence(&members));
+        let exits = self.loop_exits(&members, &member_set);
+        evidence.extend(self.ignored_exit_evidence(&exits));
+        let initiator =
+            if !self.exits_hold_loop(&members, &member_set, &exits.holding, &mut evidence) {
+                self.initiator_in_loop(&members, &mut evidence)
             } else {
-                0.0
+                self.initiator_out_of_loop(
+                    &members,
+                    &member_set,
+                    entry,
+                    &path,
+                    &exits.holding,
+                    &mut evidence,
+                )
             };
-            // The epochs in which the loop's own wait-for edges had weight: an exit that
-            // never had weight in one of them (a pause the port waited out before the
-            // loop's dependencies formed, or after they were gone) did not hold the loop.
-            let loop_epochs: BTreeSet<u64> = cycle
-                .iter()
-                .filter_map(|(from, to)| self.graph.edge_epochs(*from, *to))
-                .flatten()
+        let paths: BTreeSet<Vec<PortRef>> = if initiator.paths.is_empty() {
+            BTreeSet::from([path])
+        } else {
+            initiator.paths.into_iter().collect()
+        };
+        self.merge(
+            AnomalyKey::Loop(id),
+            Draft {
+                anomaly_type: initiator.anomaly_type,
+                affects_victim,
+                root: initiator.root,
+                root_ports: initiator.root_ports,
+                paths,
+                loop_ports: members,
+                evidence,
+            },
+        );
+    }
+
+    /// Where the walk enters the loop: the member reached by the shortest path from the
+    /// walk's start (the loop's first port if none was reached).
+    fn loop_entry(members: &[PortRef], reach: &BTreeMap<PortRef, Option<PortRef>>) -> PortRef {
+        members
+            .iter()
+            .filter(|p| reach.contains_key(p))
+            .min_by_key(|p| Self::path_to(reach, **p).len())
+            .copied()
+            .unwrap_or(members[0])
+    }
+
+    /// Alg. 2 l.26-29: the loop itself, in cycle order, as `cyclic_buffer_dependency`
+    /// evidence (one item per wait-for edge between consecutive members).
+    fn loop_edge_evidence(&self, members: &[PortRef]) -> Vec<Evidence> {
+        let mut cycle = members.to_vec();
+        cycle.push(members[0]);
+        self.edge_evidence(&cycle)
+            .into_iter()
+            .map(|item| Evidence {
+                rule: "cyclic_buffer_dependency".into(),
+                note: format!("{} (loop edge)", item.note),
+                ..item
+            })
+            .collect()
+    }
+
+    /// Decides which of the loop's exits (port→port edges from a member to a port outside
+    /// the loop; `out-deg_P > 1`, Alg. 2 l.14) can hold the loop: an exit that never had
+    /// weight in an epoch in which the loop's own wait-for edges did is apart (a pause the
+    /// port waited out before the loop formed, or after it was gone); one under
+    /// `min_loop_exit_share` of the weakest loop edge is weak; the rest hold.
+    fn loop_exits(&self, members: &[PortRef], member_set: &BTreeSet<PortRef>) -> LoopExits {
+        // The loop's own wait-for edges, member to next member.
+        let cycle: Vec<(PortRef, PortRef)> = members
+            .iter()
+            .copied()
+            .zip(members.iter().copied().cycle().skip(1))
+            .collect();
+        let weakest_loop_edge = cycle
+            .iter()
+            .filter_map(|(from, to)| {
+                self.graph
+                    .port_edges(*from)
+                    .iter()
+                    .find(|(target, _)| target == to)
+                    .map(|(_, w)| *w)
+            })
+            .fold(f64::INFINITY, f64::min);
+        let exit_floor = if weakest_loop_edge.is_finite() {
+            self.options.min_loop_exit_share * weakest_loop_edge
+        } else {
+            0.0
+        };
+        // The epochs in which the loop's own wait-for edges had weight: an exit that
+        // never had weight in one of them (a pause the port waited out before the
+        // loop's dependencies formed, or after they were gone) did not hold the loop.
+        let loop_epochs: BTreeSet<u64> = cycle
+            .iter()
+            .filter_map(|(from, to)| self.graph.edge_epochs(*from, *to))
+            .flatten()
+            .copied()
+            .collect();
+        let mut exits = LoopExits::default();
+        for p in members {
+            for (to, w) in self.graph.port_edges(*p) {
+                if member_set.contains(to) {
+                    continue;
+                }
+                let concurrent = self
+                    .graph
+                    .edge_epochs(*p, *to)
+                    .is_some_and(|epochs| !epochs.is_disjoint(&loop_epochs));
+                if !concurrent && !loop_epochs.is_empty() {
+                    exits.apart.push((*p, *to, *w));
+                } else if *w >= exit_floor {
+                    exits.holding.push((*p, *to, *w));
+                } else {
+                    exits.weak.push((*p, *to, *w));
+                }
+            }
+        }
+        exits
+    }
+
+    /// Evidence for the exits that do not hold the loop, with why: `loop_exit_apart` for
+    /// those apart in time, then `weak_loop_exit` for those too weak.
+    fn ignored_exit_evidence(&self, exits: &LoopExits) -> Vec<Evidence> {
+        // An exit that does not hold the loop, with why.
+        let ignored_exit = |rule: &str, (from, to, weight): &(PortRef, PortRef, f64), why: &str| {
+            let (from, to) = (label(self.incident, *from), label(self.incident, *to));
+            Evidence {
+                rule: rule.into(),
+                note: format!(
+                    "loop port {from} also waits for {to} outside the loop, but {why}: not what holds the loop"
+                ),
+                from,
+                to,
+                weight: round3(*weight),
+            }
+        };
+        let mut evidence = Vec::new();
+        for exit in &exits.apart {
+            evidence.push(ignored_exit(
+                "loop_exit_apart",
+                exit,
+                "never in an epoch in which the loop's own wait-for edges held",
+            ));
+        }
+        let weak_why = format!(
+            "with less than {:.0} % of the weakest loop edge",
+            self.options.min_loop_exit_share * 100.0
+        );
+        for exit in &exits.weak {
+            evidence.push(ignored_exit("weak_loop_exit", exit, &weak_why));
+        }
+        evidence
+    }
+
+    /// Alg. 2 l.14, checked against contention: decides whether the holding exits make the
+    /// initiator a candidate outside the loop. Without exits it is in the loop; with
+    /// `loop_contention_check` off, any exit moves it out (l.14 as written). Otherwise the
+    /// exits hold the loop unless the loop ports' own contention exceeds that of every sink
+    /// the exits lead to and no such sink injects PFC (evidence `loop_contention_dominates`).
+    fn exits_hold_loop(
+        &self,
+        members: &[PortRef],
+        member_set: &BTreeSet<PortRef>,
+        exits: &[(PortRef, PortRef, f64)],
+        evidence: &mut Vec<Evidence>,
+    ) -> bool {
+        // Exits make the initiator a candidate outside the loop (Alg. 2 l.14), but with
+        // background traffic a loop port nearly always also waits for some queue
+        // outside. The telemetry separates a port's own contention (queueing of
+        // non-paused packets) from queueing held by PAUSE: if the loop's own contention
+        // outweighs that of every queue its exits lead to, and nothing outside injects
+        // PFC, the loop congested itself (in-loop initiator) and the exits are
+        // bystanders.
+        if exits.is_empty() {
+            false
+        } else if !self.options.loop_contention_check {
+            true
+        } else {
+            let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
+            let beyond = self.bfs(&exit_targets, &|p| member_set.contains(&p));
+            let contention = |p: &PortRef| -> f64 {
+                self.contributors(*p)
+                    .iter()
+                    .map(|f| f.weight.max(0.0))
+                    .sum()
+            };
+            let sinks: Vec<PortRef> = beyond
+                .keys()
+                .filter(|p| self.graph.port_edges(**p).is_empty())
                 .copied()
                 .collect();
-            let mut weak_exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
-            let mut apart_exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
-            let mut exits: Vec<(PortRef, PortRef, f64)> = Vec::new();
-            for p in &members {
-                for (to, w) in self.graph.port_edges(*p) {
-                    if member_set.contains(to) {
-                        continue;
-                    }
-                    let concurrent = self
-                        .graph
-                        .edge_epochs(*p, *to)
-                        .is_some_and(|epochs| !epochs.is_disjoint(&loop_epochs));
-                    if !concurrent && !loop_epochs.is_empty() {
-                        apart_exits.push((*p, *to, *w));
-                    } else if *w >= exit_floor {
-                        exits.push((*p, *to, *w));
-                    } else {
-                        weak_exits.push((*p, *to, *w));
-                    }
-                }
-            }
-            // An exit that does not hold the loop, with why.
-            let ignored_exit = |rule: &str,
-                                (from, to, weight): &(PortRef, PortRef, f64),
-                                why: &str| {
-                let (from, to) = (label(self.incident, *from), label(self.incident, *to));
-                Evidence {
-                    rule: rule.into(),
-                    note: format!(
-                        "loop port {from} also waits for {to} outside the loop, but {why}: not what holds the loop"
-                    ),
-                    from,
-                    to,
-                    weight: round3(*weight),
-                }
-            };
-            for exit in &apart_exits {
-                evidence.push(ignored_exit(
-                    "loop_exit_apart",
-                    exit,
-                    "never in an epoch in which the loop's own wait-for edges held",
-                ));
-            }
-            let weak_why = format!(
-                "with less than {:.0} % of the weakest loop edge",
-                self.options.min_loop_exit_share * 100.0
-            );
-            for exit in &weak_exits {
-                evidence.push(ignored_exit("weak_loop_exit", exit, &weak_why));
-            }
-            // Exits make the initiator a candidate outside the loop (Alg. 2 l.14), but with
-            // background traffic a loop port nearly always also waits for some queue
-            // outside. The telemetry separates a port's own contention (queueing of
-            // non-paused packets) from queueing held by PAUSE: if the loop's own contention
-            // outweighs that of every queue its exits lead to, and nothing outside injects
-            // PFC, the loop congested itself (in-loop initiator) and the exits are
-            // bystanders.
-            let exits_hold_loop = if exits.is_empty() {
-                false
-            } else if !self.options.loop_contention_check {
+            let injected = sinks.iter().any(|p| {
+                matches!(
+                    self.classify_sink(*p).root.kind,
+                    RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection
+                )
+            });
+            let own: f64 = members.iter().map(contention).sum();
+            let outside = sinks.iter().map(contention).fold(0.0, f64::max);
+            if injected || outside >= own {
                 true
             } else {
-                let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
-                let member_stop = member_set.clone();
-                let beyond = self.bfs(&exit_targets, &|p| member_stop.contains(&p));
-                let contention = |p: &PortRef| -> f64 {
-                    self.contributors(*p)
-                        .iter()
-                        .map(|f| f.weight.max(0.0))
-                        .sum()
-                };
-                let sinks: Vec<PortRef> = beyond
-                    .keys()
-                    .filter(|p| self.graph.port_edges(**p).is_empty())
-                    .copied()
-                    .collect();
-                let injected = sinks.iter().any(|p| {
-                    matches!(
-                        self.classify_sink(*p).root.kind,
-                        RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection
-                    )
+                evidence.push(Evidence {
+                    rule: "loop_contention_dominates".into(),
+                    from: label(self.incident, members[0]),
+                    to: String::new(),
+                    weight: round3(own),
+                    note: format!(
+                        "the loop ports' own contention ({own:.1}) exceeds that of every queue the loop's exits lead to (at most {outside:.1}) and nothing outside injects PFC: the loop congested itself"
+                    ),
                 });
-                let own: f64 = members.iter().map(contention).sum();
-                let outside = sinks.iter().map(contention).fold(0.0, f64::max);
-                if injected || outside >= own {
-                    true
-                } else {
+                false
+            }
+        }
+    }
+
+    /// Initiator in loop (Alg. 2 l.18-21): the root ports are the loop ports with flow
+    /// contention and the root cause their contributing flows; without any, the root cause
+    /// is unknown (the initiating burst may predate the telemetry window).
+    fn initiator_in_loop(
+        &self,
+        members: &[PortRef],
+        evidence: &mut Vec<Evidence>,
+    ) -> LoopInitiator {
+        let mut flows = Vec::new();
+        let mut root_ports = Vec::new();
+        for port in members {
+            let found = self.contributors(*port);
+            if !found.is_empty() {
+                root_ports.push(*port);
+                for flow in found.iter().take(5) {
                     evidence.push(Evidence {
-                        rule: "loop_contention_dominates".into(),
-                        from: label(self.incident, members[0]),
-                        to: String::new(),
-                        weight: round3(own),
+                        rule: "flow_contention_in_loop".into(),
+                        from: label(self.incident, *port),
+                        to: flow.flow.to_string(),
+                        weight: flow.weight,
                         note: format!(
-                            "the loop ports' own contention ({own:.1}) exceeds that of every queue the loop's exits lead to (at most {outside:.1}) and nothing outside injects PFC: the loop congested itself"
-                        ),
-                    });
-                    false
-                }
-            };
-            let (anomaly_type, root, root_ports) = if !exits_hold_loop {
-                // Initiator in loop (Alg. 2 l.18-21): contention inside the loop.
-                let mut flows = Vec::new();
-                let mut root_ports = Vec::new();
-                for port in &members {
-                    let found = self.contributors(*port);
-                    if !found.is_empty() {
-                        root_ports.push(*port);
-                        for flow in found.iter().take(5) {
-                            evidence.push(Evidence {
-                                rule: "flow_contention_in_loop".into(),
-                                from: label(self.incident, *port),
-                                to: flow.flow.to_string(),
-                                weight: flow.weight,
-                                note: format!(
-                                    "loop port {} has flow contention: {} contributes {:.1}",
-                                    label(self.incident, *port),
-                                    flow.flow,
-                                    flow.weight
-                                ),
-                            });
-                        }
-                        flows.extend(found);
-                    }
-                }
-                flows.sort_by(|a, b| b.weight.total_cmp(&a.weight).then(a.flow.cmp(&b.flow)));
-                flows.truncate(MAX_LISTED_FLOWS);
-                let kind = if flows.is_empty() {
-                    evidence.push(Evidence {
-                        rule: "no_contention_in_loop".into(),
-                        from: label(self.incident, members[0]),
-                        to: String::new(),
-                        weight: 0.0,
-                        note: "no loop port shows flow contention in the analysed epochs: the initiating burst may predate the telemetry window".into(),
-                    });
-                    RootCauseKind::Unknown
-                } else {
-                    RootCauseKind::FlowContention
-                };
-                let micro_burst = if flows.iter().any(|f| f.burst.is_some()) {
-                    Some(flows.iter().any(|f| f.burst == Some(true)))
-                } else {
-                    None
-                };
-                (
-                    AnomalyType::DeadlockInitiatorInLoop,
-                    RootCause {
-                        kind,
-                        ports: root_ports
-                            .iter()
-                            .map(|p| self.incident.port_id(*p))
-                            .collect(),
-                        injector: None,
-                        flows,
-                        micro_burst,
-                        ecmp: None,
-                    },
-                    root_ports,
-                )
-            } else {
-                // Initiator out of loop (Alg. 2 l.14-17): follow the exits to the sinks.
-                for (from, to, weight) in &exits {
-                    evidence.push(Evidence {
-                        rule: "loop_exit".into(),
-                        from: label(self.incident, *from),
-                        to: label(self.incident, *to),
-                        weight: round3(*weight),
-                        note: format!(
-                            "loop port {} also waits for {} outside the loop (out-deg_P > 1)",
-                            label(self.incident, *from),
-                            label(self.incident, *to)
+                            "loop port {} has flow contention: {} contributes {:.1}",
+                            label(self.incident, *port),
+                            flow.flow,
+                            flow.weight
                         ),
                     });
                 }
-                let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
-                let member_stop = member_set.clone();
-                let beyond = self.bfs(&exit_targets, &|p| member_stop.contains(&p));
-                let sinks: Vec<PortRef> = beyond
-                    .keys()
-                    .filter(|p| self.graph.port_edges(**p).is_empty())
-                    .copied()
-                    .collect();
-                let mut classes: Vec<(PortRef, SinkClass)> =
-                    sinks.iter().map(|s| (*s, self.classify_sink(*s))).collect();
-                // The type follows the strongest kind of initiator: a host (or switch)
-                // injecting PFC holds its port for as long as it keeps pausing, while a
-                // contended queue drains at line rate — a loop fed by both is held by the
-                // injection. Contention sinks stay among the root ports.
-                let rank = |kind: RootCauseKind| match kind {
-                    RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => 0,
-                    RootCauseKind::FlowContention => 1,
-                    RootCauseKind::Unknown => 2,
-                };
-                classes.sort_by_key(|(port, class)| (rank(class.root.kind), *port));
-                let mut root_ports = Vec::new();
-                let mut root: Option<RootCause> = None;
-                for (port, class) in classes {
-                    let path = &path;
-                    root_ports.push(port);
-                    evidence.extend(class.evidence);
-                    let exit_path = Self::path_to(&beyond, port);
-                    evidence.extend(self.edge_evidence(&exit_path));
-                    // start → loop entry → around the loop to the exit port → sink.
-                    let exit_from = exit_path.first().and_then(|target| {
-                        exits
-                            .iter()
-                            .find(|(_, to, _)| to == target)
-                            .map(|(from, _, _)| *from)
-                    });
-                    let mut full = path.clone();
-                    if let (Some(from), Some(at)) =
-                        (exit_from, members.iter().position(|p| *p == entry))
-                    {
-                        for step in 1..members.len() {
-                            if full.last() == Some(&from) {
-                                break;
-                            }
-                            full.push(members[(at + step) % members.len()]);
-                        }
+                flows.extend(found);
+            }
+        }
+        flows.sort_by(|a, b| b.weight.total_cmp(&a.weight).then(a.flow.cmp(&b.flow)));
+        flows.truncate(MAX_LISTED_FLOWS);
+        let kind = if flows.is_empty() {
+            evidence.push(Evidence {
+                rule: "no_contention_in_loop".into(),
+                from: label(self.incident, members[0]),
+                to: String::new(),
+                weight: 0.0,
+                note: "no loop port shows flow contention in the analysed epochs: the initiating burst may predate the telemetry window".into(),
+            });
+            RootCauseKind::Unknown
+        } else {
+            RootCauseKind::FlowContention
+        };
+        let micro_burst = if flows.iter().any(|f| f.burst.is_some()) {
+            Some(flows.iter().any(|f| f.burst == Some(true)))
+        } else {
+            None
+        };
+        LoopInitiator {
+            anomaly_type: AnomalyType::DeadlockInitiatorInLoop,
+            root: RootCause {
+                kind,
+                ports: root_ports
+                    .iter()
+                    .map(|p| self.incident.port_id(*p))
+                    .collect(),
+                injector: None,
+                flows,
+                micro_burst,
+                ecmp: None,
+            },
+            root_ports,
+            paths: Vec::new(),
+        }
+    }
+
+    /// Initiator out of loop (Alg. 2 l.14-17): follows the holding exits to the sinks beyond
+    /// the loop and classifies each (`AnalyzeFlowContention`, l.1-11). The anomaly type
+    /// follows the strongest kind of initiator (PFC injection over flow contention over
+    /// unknown); every sink is a root port, and each gets a spreading path
+    /// start → loop entry → around the loop to the exit port → sink.
+    fn initiator_out_of_loop(
+        &self,
+        members: &[PortRef],
+        member_set: &BTreeSet<PortRef>,
+        entry: PortRef,
+        path: &[PortRef],
+        exits: &[(PortRef, PortRef, f64)],
+        evidence: &mut Vec<Evidence>,
+    ) -> LoopInitiator {
+        for (from, to, weight) in exits {
+            evidence.push(Evidence {
+                rule: "loop_exit".into(),
+                from: label(self.incident, *from),
+                to: label(self.incident, *to),
+                weight: round3(*weight),
+                note: format!(
+                    "loop port {} also waits for {} outside the loop (out-deg_P > 1)",
+                    label(self.incident, *from),
+                    label(self.incident, *to)
+                ),
+            });
+        }
+        let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
+        let beyond = self.bfs(&exit_targets, &|p| member_set.contains(&p));
+        let sinks: Vec<PortRef> = beyond
+            .keys()
+            .filter(|p| self.graph.port_edges(**p).is_empty())
+            .copied()
+            .collect();
+        let mut classes: Vec<(PortRef, SinkClass)> =
+            sinks.iter().map(|s| (*s, self.classify_sink(*s))).collect();
+        // The type follows the strongest kind of initiator: a host (or switch)
+        // injecting PFC holds its port for as long as it keeps pausing, while a
+        // contended queue drains at line rate — a loop fed by both is held by the
+        // injection. Contention sinks stay among the root ports.
+        let rank = |kind: RootCauseKind| match kind {
+            RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => 0,
+            RootCauseKind::FlowContention => 1,
+            RootCauseKind::Unknown => 2,
+        };
+        classes.sort_by_key(|(port, class)| (rank(class.root.kind), *port));
+        let mut root_ports = Vec::new();
+        let mut paths = Vec::new();
+        let mut root: Option<RootCause> = None;
+        for (port, class) in classes {
+            root_ports.push(port);
+            evidence.extend(class.evidence);
+            let exit_path = Self::path_to(&beyond, port);
+            evidence.extend(self.edge_evidence(&exit_path));
+            // start → loop entry → around the loop to the exit port → sink.
+            let exit_from = exit_path.first().and_then(|target| {
+                exits
+                    .iter()
+                    .find(|(_, to, _)| to == target)
+                    .map(|(from, _, _)| *from)
+            });
+            let mut full = path.to_vec();
+            if let (Some(from), Some(at)) = (exit_from, members.iter().position(|p| *p == entry)) {
+                for step in 1..members.len() {
+                    if full.last() == Some(&from) {
+                        break;
                     }
-                    for port in &exit_path {
-                        if !full.contains(port) {
-                            full.push(*port);
-                        }
-                    }
-                    extra_paths.push(full);
-                    match root.as_mut() {
-                        None => root = Some(class.root),
-                        Some(existing) => {
-                            existing.ports.extend(class.root.ports);
-                            existing.flows.extend(class.root.flows);
-                        }
-                    }
+                    full.push(members[(at + step) % members.len()]);
                 }
-                let root = root.unwrap_or(RootCause {
-                    kind: RootCauseKind::Unknown,
-                    ports: Vec::new(),
-                    injector: None,
-                    flows: Vec::new(),
-                    micro_burst: None,
-                    ecmp: None,
-                });
-                let anomaly_type = match root.kind {
-                    RootCauseKind::FlowContention => {
-                        AnomalyType::DeadlockInitiatorOutOfLoopFlowContention
-                    }
-                    RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => {
-                        AnomalyType::DeadlockInitiatorOutOfLoopHostInjection
-                    }
-                    RootCauseKind::Unknown => AnomalyType::UnresolvedPfc,
-                };
-                (anomaly_type, root, root_ports)
-            };
-            let paths: BTreeSet<Vec<PortRef>> = if extra_paths.is_empty() {
-                BTreeSet::from([path])
-            } else {
-                extra_paths.into_iter().collect()
-            };
-            self.merge(
-                AnomalyKey::Loop(id),
-                Draft {
-                    anomaly_type,
-                    affects_victim,
-                    root,
-                    root_ports,
-                    paths,
-                    loop_ports: members,
-                    evidence,
-                },
-            );
+            }
+            for port in &exit_path {
+                if !full.contains(port) {
+                    full.push(*port);
+                }
+            }
+            paths.push(full);
+            match root.as_mut() {
+                None => root = Some(class.root),
+                Some(existing) => {
+                    existing.ports.extend(class.root.ports);
+                    existing.flows.extend(class.root.flows);
+                }
+            }
+        }
+        let root = root.unwrap_or(RootCause {
+            kind: RootCauseKind::Unknown,
+            ports: Vec::new(),
+            injector: None,
+            flows: Vec::new(),
+            micro_burst: None,
+            ecmp: None,
+        });
+        let anomaly_type = match root.kind {
+            RootCauseKind::FlowContention => AnomalyType::DeadlockInitiatorOutOfLoopFlowContention,
+            RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => {
+                AnomalyType::DeadlockInitiatorOutOfLoopHostInjection
+            }
+            RootCauseKind::Unknown => AnomalyType::UnresolvedPfc,
+        };
+        LoopInitiator {
+            anomaly_type,
+            root,
+            root_ports,
+            paths,
         }
     }
 
