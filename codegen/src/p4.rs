@@ -389,84 +389,52 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// The control of `gress`.
+    fn control(&self, gress: Gress) -> &[Stmt] {
+        if gress == Gress::Ingress {
+            &self.p.ingress
+        } else {
+            &self.p.egress
+        }
+    }
+
+    /// Registers the control of `gress` executes an action of, in first-use order.
     fn registers_in(&self, gress: Gress) -> Vec<u16> {
         let mut v = Vec::new();
-        fn walk(p: &Program, body: &[Stmt], v: &mut Vec<u16>) {
-            for s in body {
-                match s {
-                    Stmt::Execute { action, .. } => {
-                        let r = p.register_actions[action.0 as usize].register.0;
-                        if !v.contains(&r) {
-                            v.push(r);
-                        }
-                    }
-                    Stmt::If(_, a, b) => {
-                        walk(p, a, v);
-                        walk(p, b, v);
-                    }
-                    _ => {}
+        Stmt::visit(self.control(gress), &mut |s| {
+            if let Stmt::Execute { action, .. } = s {
+                let r = self.p.register_actions[action.0 as usize].register.0;
+                if !v.contains(&r) {
+                    v.push(r);
                 }
             }
-        }
-        walk(
-            self.p,
-            if gress == Gress::Ingress {
-                &self.p.ingress
-            } else {
-                &self.p.egress
-            },
-            &mut v,
-        );
+        });
         v
     }
 
+    /// Tables the control of `gress` applies, in first-use order.
     fn tables_in(&self, gress: Gress) -> Vec<TableId> {
         let mut v = Vec::new();
-        fn walk(body: &[Stmt], v: &mut Vec<TableId>) {
-            for s in body {
-                match s {
-                    Stmt::Apply(t) if !v.contains(t) => v.push(*t),
-                    Stmt::If(_, a, b) => {
-                        walk(a, v);
-                        walk(b, v);
-                    }
-                    _ => {}
+        Stmt::visit(self.control(gress), &mut |s| {
+            if let Stmt::Apply(t) = s {
+                if !v.contains(t) {
+                    v.push(*t);
                 }
             }
-        }
-        walk(
-            if gress == Gress::Ingress {
-                &self.p.ingress
-            } else {
-                &self.p.egress
-            },
-            &mut v,
-        );
+        });
         v
     }
 
+    /// Hash units the control of `gress` uses, in first-use order.
     fn hashes_in(&self, gress: Gress) -> Vec<HashId> {
         let mut v = Vec::new();
-        fn walk(body: &[Stmt], v: &mut Vec<HashId>) {
-            for s in body {
-                match s {
-                    Stmt::Hash(h, _) if !v.contains(h) => v.push(*h),
-                    Stmt::If(_, a, b) => {
-                        walk(a, v);
-                        walk(b, v);
-                    }
-                    _ => {}
+        Stmt::visit(self.control(gress), &mut |s| {
+            if let Stmt::Hash(h, _) = s {
+                if !v.contains(h) {
+                    v.push(*h);
                 }
             }
-        }
-        walk(
-            if gress == Gress::Ingress {
-                &self.p.ingress
-            } else {
-                &self.p.egress
-            },
-            &mut v,
-        );
+        });
         v
     }
 

@@ -441,6 +441,22 @@ pub enum Stmt {
     Digest(DigestId),
 }
 
+impl Stmt {
+    /// Calls `f` for every statement of `body` in program order, the statements nested in
+    /// an `if` right after the `if` itself (then-branch before else-branch). The one walk
+    /// for analyses that do not depend on control flow (what a control uses); flow-sensitive
+    /// ones (`check`, the model's must-write analysis) follow the branches themselves.
+    pub fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+        for s in body {
+            f(s);
+            if let Stmt::If(_, then, otherwise) = s {
+                Stmt::visit(then, f);
+                Stmt::visit(otherwise, f);
+            }
+        }
+    }
+}
+
 /// A word of a register cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Word {

@@ -13,10 +13,15 @@
 use crate::backend::{BackendError, SwitchBackend};
 use hawkmesh_wire::dataplane::{self, Module, Register};
 use hawkmesh_wire::eviction::EvictionHeader;
+use hawkmesh_wire::pfc::pause_in_force;
 use hawkmesh_wire::telemetry::{
     EpochTelemetry, FiveTuple, FlowRecord, MeterRecord, PausedPort, PortRecord, IP_PROTOCOL_UDP,
 };
 use std::collections::BTreeMap;
+
+/// The stored epoch id's bits: the program keeps the epoch number's bits above the ring slot
+/// index in a field as wide as the eviction report's `epoch_id` (generated layout).
+const EPOCH_ID_MASK: u64 = (1 << dataplane::eviction_layout::EPOCH_ID.1) - 1;
 
 /// Sizes of a program variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +62,7 @@ impl Geometry {
     /// (ring slot, stored epoch id) of absolute epoch `epoch`.
     pub fn slot_and_id(&self, epoch: u64) -> (u64, u64) {
         let slot = epoch & (self.epochs as u64 - 1);
-        let id = (epoch >> self.epoch_bits()) & 0xFFFF;
+        let id = (epoch >> self.epoch_bits()) & EPOCH_ID_MASK;
         (slot, id)
     }
 }
@@ -141,7 +146,7 @@ pub fn paused_ports(
             }
             let ahead = end.wrapping_sub(now);
             let behind = now.wrapping_sub(end);
-            let (in_force, until_ns) = if ahead != 0 && ahead <= MAX_PAUSE_NS {
+            let (in_force, until_ns) = if pause_in_force(end, now) {
                 (true, now_ns + u64::from(ahead))
             } else if behind <= lookback && u64::from(behind) <= now_ns {
                 (false, now_ns - u64::from(behind))
@@ -263,8 +268,8 @@ impl RegisterSnapshot {
                     if self.get(*content_register, index) == 0 {
                         continue;
                     }
-                    let id = self.get(*id_register, index) & 0xFFFF;
-                    let laps_back = (window_hi.wrapping_sub(id)) & 0xFFFF;
+                    let id = self.get(*id_register, index) & EPOCH_ID_MASK;
+                    let laps_back = (window_hi.wrapping_sub(id)) & EPOCH_ID_MASK;
                     if laps_back == 0 {
                         continue 'slots;
                     }

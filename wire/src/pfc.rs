@@ -222,9 +222,33 @@ pub fn pause_duration_ps(quanta: u16, bits_per_second: u64) -> u64 {
         / bits_per_second.max(1) as u128) as u64
 }
 
+/// Whether a pause whose end the data plane stored as the low 32 bits of the ns clock
+/// (`pause_end_p{q}` registers) is in force at `now_lo32`: `0 < end − now ≤ MAX_PAUSE_NS`
+/// in 32-bit wrapping arithmetic. A stored end further ahead than the longest pause one
+/// PFC frame can ask for is a stale value seen across the clock's wrap (or never written),
+/// not a pause. The switch program applies the same test in its register actions.
+pub fn pause_in_force(end_lo32: u32, now_lo32: u32) -> bool {
+    let ahead = end_lo32.wrapping_sub(now_lo32);
+    ahead != 0 && ahead <= crate::dataplane::MAX_PAUSE_NS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_is_in_force_only_within_the_longest_pause_ahead_across_the_wrap() {
+        let now = u32::MAX - 10;
+        assert!(
+            pause_in_force(now.wrapping_add(1_000), now),
+            "ends after the wrap"
+        );
+        assert!(!pause_in_force(now, now), "ends now");
+        assert!(!pause_in_force(now.wrapping_sub(1), now), "ended");
+        let longest = crate::dataplane::MAX_PAUSE_NS;
+        assert!(pause_in_force(now.wrapping_add(longest), now));
+        assert!(!pause_in_force(now.wrapping_add(longest + 1), now), "stale");
+    }
 
     #[test]
     fn round_trip_and_semantics() {

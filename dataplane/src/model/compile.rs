@@ -568,15 +568,9 @@ impl Compiler<'_> {
     }
 }
 
-/// Calls `f` for every statement of `body`, nested ones included.
+/// Calls `f` for every statement of `body`, nested ones included ([`Stmt::visit`]).
 pub(super) fn visit(body: &[Stmt], f: &mut impl FnMut(&Stmt)) {
-    for s in body {
-        f(s);
-        if let Stmt::If(_, then, otherwise) = s {
-            visit(then, f);
-            visit(otherwise, f);
-        }
-    }
+    Stmt::visit(body, f)
 }
 
 /// Register storage layout: registers whose register actions all use the same index
