@@ -94,10 +94,13 @@ pub struct LoopConfig {
     /// triggers stopped, so that polling packets already sent finish their walk and the
     /// agents collect: an incident triggered just before the end is not cut short by it.
     pub drain: Time,
-    /// How long (wall time) the analyzer waits for missing switches while the simulation
-    /// runs. When the simulation ends, every incident still waiting is concluded with the
-    /// reports it has (nothing more can arrive). A long timeout makes the outcome
-    /// independent of how fast the machine runs the simulation.
+    /// How long (wall time) the analyzer service waits for missing switches while the
+    /// simulation runs. When the simulation ends, every incident still waiting is concluded
+    /// with the reports it has (nothing more can arrive). The default (an hour) leaves
+    /// concluding to the simulation: an incident ends when every switch has reported or
+    /// when the run ends, never because the machine was slow, so the same scenario and
+    /// seed give the same incidents under any load. A short timeout is only for trying
+    /// the service's own timeout path.
     pub analyzer_timeout: Duration,
     /// Analyzer store directory (of the primary mode; other modes use a subdirectory named
     /// after the mode).
@@ -124,7 +127,7 @@ impl LoopConfig {
             chunk_bytes: 1500,
             step: 20 * US,
             drain: 200 * US,
-            analyzer_timeout: Duration::from_millis(500),
+            analyzer_timeout: Duration::from_secs(3600),
             data_dir,
             polling: PollingMode::Hawkeye,
             also: Vec::new(),
@@ -460,10 +463,15 @@ impl Collector {
     /// Concludes every incident still waiting for switches: the simulation is over, so
     /// nothing more will arrive (every stream was acknowledged). This is what makes
     /// "timed out" a property of the simulated run rather than of wall time.
-    fn conclude(&self, timeout: Duration) {
-        if let Ok(mut set) = self.server.incidents.lock() {
-            let _ = set.expire(std::time::Instant::now() + timeout + Duration::from_millis(1));
-        }
+    fn conclude(&self, timeout: Duration) -> Result<(), LoopError> {
+        let mut set = self
+            .server
+            .incidents
+            .lock()
+            .map_err(|_| LoopError::Analyzer("the incident set is poisoned".into()))?;
+        set.expire(std::time::Instant::now() + timeout + Duration::from_millis(1))
+            .map_err(|e| LoopError::Analyzer(format!("concluding the open incidents: {e}")))?;
+        Ok(())
     }
 
     /// Stops the analyzer and gathers what it concluded. Full polling re-diagnoses every
@@ -674,7 +682,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         let due = std::mem::take(&mut collector.pending);
         collector.request_everywhere(&first_port, end / NS, due);
         collector.poll_agents(&runtime, &names, end / NS, true)?;
-        collector.conclude(config.analyzer_timeout);
+        collector.conclude(config.analyzer_timeout)?;
     }
     let mut outcomes: Vec<ModeOutcome> = collectors
         .into_iter()

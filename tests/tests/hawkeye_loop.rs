@@ -353,3 +353,46 @@ fn a_deadlock_started_outside_its_loop_is_traced_to_the_incast_that_started_it()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Simulated time decides everything in the loop: the same scenario and seed give the same
+/// incidents whether the machine is idle or every core is busy (no wall-clock timeout
+/// concludes an incident early on a loaded machine).
+#[test]
+fn the_same_scenario_gives_the_same_incidents_under_machine_load() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let loaded = Scenario::parse(INCAST, "e2e.toml", ".".into()).unwrap();
+    let quiet = run(&loaded, &LoopConfig::new(data_dir("quiet"))).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores * 2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x: u64 = 1;
+                while !stop.load(Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect();
+    let loaded_run = run(&loaded, &LoopConfig::new(data_dir("loaded")));
+    stop.store(true, Ordering::Relaxed);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+    let busy = loaded_run.unwrap();
+
+    assert!(
+        !quiet.incidents.is_empty(),
+        "the incast must raise incidents"
+    );
+    assert_eq!(quiet.triggers, busy.triggers);
+    assert_eq!(
+        serde_json::to_string(&quiet.incidents).unwrap(),
+        serde_json::to_string(&busy.incidents).unwrap(),
+        "incidents differ between a quiet and a loaded run"
+    );
+}

@@ -510,8 +510,7 @@ fn loop_config(point: Point, data_dir: PathBuf) -> LoopConfig {
     config.epoch_log2_ns = point.epoch_log2_ns;
     config.detector.threshold = f64::from(point.threshold_percent) / 100.0;
     // Incidents conclude when every switch has reported or when the simulation ends, never
-    // because the machine was slow (see `LoopConfig::analyzer_timeout`).
-    config.analyzer_timeout = std::time::Duration::from_secs(3600);
+    // because the machine was slow (`LoopConfig::analyzer_timeout`'s default).
     config.polling = PollingMode::Hawkeye;
     config.also = vec![PollingMode::FullPolling, PollingMode::VictimOnly];
     config
