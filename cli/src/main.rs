@@ -31,6 +31,9 @@ enum Command {
         /// Run this scenario instead of the built-in one.
         #[arg(long)]
         scenario: Option<PathBuf>,
+        /// Override the scenario's seed (the same scenario and seed give the same output).
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// HAWKEYE's evaluation (paper §4.2–4.3): randomised traces of every anomaly class on
     /// the K=4 fat-tree, the whole loop at each epoch size and RTT threshold, HAWKEYE vs
@@ -123,7 +126,11 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Demo { out, scenario } => demo(&out, scenario.as_deref()),
+        Command::Demo {
+            out,
+            scenario,
+            seed,
+        } => demo(&out, scenario.as_deref(), seed),
         Command::Eval(args) => eval::run(args),
         Command::Sim { command } => match command {
             SimCommand::Run {
@@ -167,8 +174,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// The built-in demo scenario (also `scenarios/k4-incast.toml`).
 const DEMO_SCENARIO: &str = include_str!("../../scenarios/k4-incast.toml");
 
-fn demo(out: &Path, scenario: Option<&Path>) -> anyhow::Result<()> {
-    let loaded = match scenario {
+fn demo(out: &Path, scenario: Option<&Path>, seed: Option<u64>) -> anyhow::Result<()> {
+    let mut loaded = match scenario {
         Some(path) => hawkmesh_netsim::Scenario::load(path)?,
         None => hawkmesh_netsim::Scenario::parse(
             DEMO_SCENARIO,
@@ -176,9 +183,19 @@ fn demo(out: &Path, scenario: Option<&Path>) -> anyhow::Result<()> {
             PathBuf::from("scenarios"),
         )?,
     };
+    if let Some(seed) = seed {
+        loaded.scenario.seed = seed;
+    }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    // A fresh analyzer store: an earlier run's incidents would be replayed into this one.
     let store = out.join("analyzer-data");
-    let _ = std::fs::remove_dir_all(&store);
+    match std::fs::remove_dir_all(&store) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("removing the old store {}", store.display()))
+        }
+    }
     let started = Instant::now();
     let outcome = hawkmesh_lab::run(&loaded, &hawkmesh_lab::LoopConfig::new(store))?;
     outcome
