@@ -1,6 +1,6 @@
 //! The packet traces in `codegen/traces/` on the executable model and, when selected with
-//! `HAWKMESH_BMV2=1` (external tools are selected by an environment variable, never by
-//! `#[ignore]`), on BMv2 `simple_switch` running `p4/v1model/hawkmesh.p4`, comparing the
+//! `HAWKMESH_BMV2=1` (an external tool is selected by an environment variable, so a plain
+//! `cargo test` runs the model side and never skips it), on BMv2 `simple_switch` running `p4/v1model/hawkmesh.p4`, comparing the
 //! emitted packets and register dumps with the model. How to run it: `hw-lab/bmv2.md`.
 //!
 //! BMv2 side: `p4c-bm2-ss` compiles the program; `simple_switch --use-files` reads one

@@ -73,11 +73,11 @@ fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
 /// Every workspace crate `krate` reaches through normal and build dependencies.
 fn reach(graph: &BTreeMap<String, BTreeSet<String>>, krate: &str) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
-    let mut todo = vec![krate.to_string()];
-    while let Some(k) = todo.pop() {
+    let mut pending = vec![krate.to_string()];
+    while let Some(k) = pending.pop() {
         for d in graph.get(&k).into_iter().flatten() {
             if seen.insert(d.clone()) {
-                todo.push(d.clone());
+                pending.push(d.clone());
             }
         }
     }
