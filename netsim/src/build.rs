@@ -262,6 +262,8 @@ impl Simulation {
             round_off: Vec::new(),
             anomalies: Vec::new(),
             anomaly_origins: Vec::new(),
+            watched_workloads: Vec::new(),
+            incast_queues: Vec::new(),
         };
         sim.pipelines = (0..sim.switches.len()).map(|_| None).collect();
         sim.recompute_routes();
@@ -746,13 +748,34 @@ impl Simulation {
                 );
             }
             FaultSpec::IncastBurst { workload } => {
-                let WorkloadSpec::Incast {
-                    receiver, start_us, ..
-                } = &loaded.scenario.workload[*workload]
-                else {
-                    return Err(loaded.error(&at("workload"), "not an incast workload"));
+                // The receiver NIC and the first burst: an incast workload's, or the one
+                // receiver of a flows workload (checked when the scenario was loaded).
+                let (receiver, receiver_nic, start_us) = match &loaded.scenario.workload[*workload]
+                {
+                    WorkloadSpec::Incast {
+                        receiver,
+                        start_us,
+                        nic,
+                        ..
+                    } => (receiver.clone(), *nic, *start_us),
+                    WorkloadSpec::Flows { flows } if !flows.is_empty() => (
+                        flows[0].dst.clone(),
+                        flows[0].dst_nic,
+                        flows
+                            .iter()
+                            .map(|f| f.start_us)
+                            .fold(f64::INFINITY, f64::min),
+                    ),
+                    _ => {
+                        return Err(loaded.error(
+                            &at("workload"),
+                            "neither an incast nor a flows workload with one receiver",
+                        ))
+                    }
                 };
-                let n = nic_of("workload", receiver, 0)?;
+                let receiver = receiver.as_str();
+                let start_us = &start_us;
+                let n = nic_of("workload", receiver, receiver_nic)?;
                 let port = self.nics[n as usize].port;
                 let peer_global = self.ports[port as usize].peer;
                 let peer = &self.ports[peer_global as usize];
@@ -764,6 +787,11 @@ impl Simulation {
                     port: peer.local,
                 }];
                 anomaly.workload = Some(*workload as u32);
+                if self.watched_workloads.len() <= *workload {
+                    self.watched_workloads.resize(*workload + 1, false);
+                }
+                self.watched_workloads[*workload] = true;
+                self.incast_queues = vec![Vec::new(); self.ports.len()];
                 anomaly.root_cause_flows = self
                     .flows
                     .iter()

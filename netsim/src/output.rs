@@ -6,7 +6,7 @@ use crate::packet::FiveTuple;
 use crate::sim::{PfcEvent, PortCounters, QueueSample, Simulation};
 use crate::time::NS;
 use crate::truth::{compute_spreading, Anomaly};
-use hawkmesh_wire::topology::{FabricTopology, NodeId, PortNo};
+use hawkmesh_wire::topology::{FabricTopology, NodeId, PortNo, PortRef};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -286,6 +286,26 @@ impl Simulation {
                 } else {
                     end / NS
                 };
+                if let Some(workload) = anomaly.workload {
+                    let peaks: Vec<(PortRef, u64)> = self
+                        .incast_queues
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(global, list)| {
+                            let (_, _, peak) = list.iter().find(|e| e.0 == workload)?;
+                            let p = &self.ports[global];
+                            Some((
+                                PortRef {
+                                    node: p.node,
+                                    port: p.local,
+                                },
+                                *peak,
+                            ))
+                        })
+                        .collect();
+                    anomaly.initial_ports =
+                        crate::truth::incast_congestion_points(&anomaly.initial_ports, &peaks);
+                }
             }
             compute_spreading(anomaly, origins, &self.pfc_log, &self.topo);
         }

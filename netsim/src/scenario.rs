@@ -467,6 +467,9 @@ pub enum WorkloadSpec {
         /// Participating hosts (names); empty = all.
         #[serde(default)]
         hosts: Vec<String>,
+        /// NIC of every participating host (multi-NIC hosts: the rail), default 0.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        nic: u32,
         /// Priority (None = the NIC data priority).
         #[serde(default)]
         priority: Option<u8>,
@@ -491,6 +494,9 @@ pub enum WorkloadSpec {
         /// Run DCQCN on these flows (false = line-rate micro-bursts).
         #[serde(default = "yes")]
         congestion_control: bool,
+        /// NIC of the senders and the receiver (multi-NIC hosts: the rail), default 0.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        nic: u32,
         /// Priority (None = the NIC data priority).
         #[serde(default)]
         priority: Option<u8>,
@@ -511,6 +517,9 @@ pub enum WorkloadSpec {
         /// Silence between rounds, µs.
         #[serde(default)]
         off_us: f64,
+        /// NIC of every participating host (multi-NIC hosts: the rail), default 0.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        nic: u32,
         /// Priority (None = the NIC data priority).
         #[serde(default)]
         priority: Option<u8>,
@@ -530,6 +539,10 @@ pub enum WorkloadSpec {
 
 fn yes() -> bool {
     true
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// One explicit flow.
@@ -1111,14 +1124,38 @@ impl LoadedScenario {
                         return Err(self.error(&at("fraction"), "must be within [0, 1]"));
                     }
                 }
-                FaultSpec::IncastBurst { workload } => {
-                    if !matches!(s.workload.get(*workload), Some(WorkloadSpec::Incast { .. })) {
+                FaultSpec::IncastBurst { workload } => match s.workload.get(*workload) {
+                    Some(WorkloadSpec::Incast { .. }) => {}
+                    Some(WorkloadSpec::Flows { flows }) => {
+                        // Explicit flows form an incast when they share one receiver NIC.
+                        let Some(first) = flows.first() else {
+                            return Err(self.error(
+                                &at("workload"),
+                                format!("workload[{workload}] has no flows"),
+                            ));
+                        };
+                        if let Some(other) = flows
+                            .iter()
+                            .position(|f| f.dst != first.dst || f.dst_nic != first.dst_nic)
+                        {
+                            return Err(self.error(
+                                &at("workload"),
+                                format!(
+                                    "workload[{workload}] is not an incast: flows[{other}] goes to {} NIC {}, flows[0] to {} NIC {}",
+                                    flows[other].dst, flows[other].dst_nic, first.dst, first.dst_nic
+                                ),
+                            ));
+                        }
+                    }
+                    _ => {
                         return Err(self.error(
                             &at("workload"),
-                            format!("workload[{workload}] is not an incast workload"),
+                            format!(
+                                "workload[{workload}] is neither an incast nor a flows workload with one receiver"
+                            ),
                         ));
                     }
-                }
+                },
             }
         }
         for (index, route) in s.route.iter().enumerate() {

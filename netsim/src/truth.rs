@@ -88,6 +88,36 @@ pub struct Anomaly {
     pub description: String,
 }
 
+/// An incast's own bytes queued at a switch egress make it a congestion point of the incast
+/// when they peaked at no less than this (a few frames pass through any port that merges
+/// two senders), bytes.
+pub const INCAST_QUEUE_MIN_BYTES: u64 = 16 * 1024;
+
+/// The initial congestion points of a labelled incast: the switch egress ports where its own
+/// bytes built a queue — a peak of at least [`INCAST_QUEUE_MIN_BYTES`] and at least a quarter
+/// of its largest peak anywhere. The receiver's ToR port is one only when it queued: where
+/// the senders' uplinks are the bottleneck (oversubscription, an ECMP collision), the
+/// traffic reaches the receiver's port below its rate and the congestion is upstream. An
+/// incast that queued nowhere keeps `receiver_ports` (where it would have).
+pub fn incast_congestion_points(
+    receiver_ports: &[PortRef],
+    peaks: &[(PortRef, u64)],
+) -> Vec<PortRef> {
+    let largest = peaks.iter().map(|(_, peak)| *peak).max().unwrap_or(0);
+    let threshold = INCAST_QUEUE_MIN_BYTES.max(largest / 4);
+    let mut points: Vec<PortRef> = peaks
+        .iter()
+        .filter(|(_, peak)| *peak >= threshold)
+        .map(|(port, _)| *port)
+        .collect();
+    if points.is_empty() {
+        return receiver_ports.to_vec();
+    }
+    points.sort();
+    points.dedup();
+    points
+}
+
 /// How long after an anomaly's end its PFC effects are still attributed to it, ns.
 pub const SPREAD_SLACK_NS: u64 = 500_000;
 

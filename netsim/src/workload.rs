@@ -182,19 +182,25 @@ impl HostResolver<'_> {
         })
     }
 
+    /// NIC `nic` of each named host (every host when `names` is empty).
     fn hosts(
         &self,
         loaded: &LoadedScenario,
         field: &str,
         names: &[String],
+        nic: u32,
     ) -> Result<Vec<u32>, ScenarioError> {
         if names.is_empty() {
-            return Ok(self.names.iter().map(|n| self.by_name[n][0]).collect());
+            return self
+                .names
+                .iter()
+                .map(|name| self.nic(loaded, field, name, nic))
+                .collect();
         }
         names
             .iter()
             .enumerate()
-            .map(|(i, name)| self.nic(loaded, &format!("{field}[{i}]"), name, 0))
+            .map(|(i, name)| self.nic(loaded, &format!("{field}[{i}]"), name, nic))
             .collect()
     }
 }
@@ -219,6 +225,7 @@ pub fn generate(
                 start_us,
                 duration_us,
                 hosts: names,
+                nic,
                 priority,
             } => {
                 let cdf = match cdf.as_str() {
@@ -237,7 +244,7 @@ pub fn generate(
                         SizeCdf::parse(&text, &full.display().to_string())?
                     }
                 };
-                let members = hosts.hosts(loaded, &at("hosts"), names)?;
+                let members = hosts.hosts(loaded, &at("hosts"), names, *nic)?;
                 if members.len() < 2 {
                     return Err(
                         loaded.error(&at("hosts"), "Poisson traffic needs at least two hosts")
@@ -279,10 +286,11 @@ pub fn generate(
                 repeat,
                 interval_us,
                 congestion_control,
+                nic,
                 priority,
             } => {
-                let dst = hosts.nic(loaded, &at("receiver"), receiver, 0)?;
-                let srcs = hosts.hosts(loaded, &at("senders"), senders)?;
+                let dst = hosts.nic(loaded, &at("receiver"), receiver, *nic)?;
+                let srcs = hosts.hosts(loaded, &at("senders"), senders, *nic)?;
                 if srcs.contains(&dst) {
                     return Err(
                         loaded.error(&at("senders"), "the receiver cannot also be a sender")
@@ -310,10 +318,11 @@ pub fn generate(
                 size_bytes,
                 rounds,
                 start_us,
+                nic,
                 priority,
                 ..
             } => {
-                let members = hosts.hosts(loaded, &at("hosts"), names)?;
+                let members = hosts.hosts(loaded, &at("hosts"), names, *nic)?;
                 if members.len() < 2 {
                     return Err(loaded.error(&at("hosts"), "all-to-all needs at least two hosts"));
                 }

@@ -183,3 +183,166 @@ fraction = 1.0
     assert_eq!(up("spine1"), 0, "every flow pinned to spine0");
     assert_eq!(result.totals.flows_completed, 12);
 }
+
+/// Two leaves under one spine, four hosts per leaf, all links 100G: 4:1 oversubscription.
+const OVERSUBSCRIBED: &str = r#"
+version = 1
+duration_us = 1500
+[topology]
+kind = "leaf_spine"
+leaves = 2
+spines = 1
+hosts_per_leaf = 4
+[switch]
+buffer_mb = 32
+"#;
+
+fn port_name(result: &SimResult, port: &hawkmesh_wire::topology::PortRef) -> String {
+    let node = &result.topology.nodes[port.node as usize];
+    let peer = result
+        .topology
+        .peer(*port)
+        .map(|p| result.topology.nodes[p.node as usize].name.clone())
+        .unwrap_or_default();
+    format!("{}→{peer}", node.name)
+}
+
+#[test]
+fn an_incast_congested_upstream_is_not_blamed_on_the_receivers_port() {
+    // Three senders under leaf0 send at line rate to h4 under leaf1: leaf0's one uplink
+    // carries 300G of offered traffic, the receiver's port gets at most 100G and never queues.
+    let text = format!(
+        r#"{OVERSUBSCRIBED}
+[[workload]]
+kind = "incast"
+senders = ["h0", "h1", "h2"]
+receiver = "h4"
+size_bytes = 300000
+start_us = 10
+congestion_control = false
+[[fault]]
+kind = "incast_burst"
+workload = 0
+"#
+    );
+    let result = run(&text);
+    let truth = &result.ground_truth[0];
+    let points: Vec<String> = truth
+        .initial_ports
+        .iter()
+        .map(|p| port_name(&result, p))
+        .collect();
+    assert_eq!(points, vec!["leaf0→spine0".to_string()], "{points:?}");
+
+    // The same senders spread over both leaves' hosts into h4: now the receiver's port is
+    // where the incast queues.
+    let text = text.replace(
+        r#"senders = ["h0", "h1", "h2"]"#,
+        r#"senders = ["h0", "h5", "h6"]"#,
+    );
+    let result = run(&text);
+    let points: Vec<String> = result.ground_truth[0]
+        .initial_ports
+        .iter()
+        .map(|p| port_name(&result, p))
+        .collect();
+    assert!(points.contains(&"leaf1→h4".to_string()), "{points:?}");
+}
+
+#[test]
+fn incast_burst_labels_explicit_flows_to_one_receiver() {
+    let text = format!(
+        r#"{OVERSUBSCRIBED}
+[[workload]]
+kind = "flows"
+flows = [
+  {{ src = "h5", dst = "h4", size_bytes = 200000, start_us = 30, congestion_control = false }},
+  {{ src = "h6", dst = "h4", size_bytes = 200000, start_us = 20, congestion_control = false }},
+]
+[[fault]]
+kind = "incast_burst"
+workload = 0
+"#
+    );
+    let result = run(&text);
+    let truth = &result.ground_truth[0];
+    assert_eq!(truth.root_cause_flows.len(), 2);
+    assert_eq!(truth.start_ns, 20_000, "the first flow starts the burst");
+    let points: Vec<String> = truth
+        .initial_ports
+        .iter()
+        .map(|p| port_name(&result, p))
+        .collect();
+    assert_eq!(points, vec!["leaf1→h4".to_string()]);
+
+    // Flows to two receivers are not an incast: refused, naming the fault and the flow.
+    let bad = text.replace(r#"{ src = "h6", dst = "h4""#, r#"{ src = "h6", dst = "h7""#);
+    let e = Scenario::parse(&bad, "x.toml", ".".into())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("fault[0].workload") && e.contains("flows[1]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn incast_poisson_and_alltoall_run_on_the_chosen_rail() {
+    // Two groups of two hosts with two NICs each: rail r of every host hangs off rail switch r.
+    let text = r#"
+version = 1
+duration_us = 400
+[topology]
+kind = "rail"
+groups = 2
+hosts_per_group = 2
+rails = 2
+spines = 1
+[[workload]]
+kind = "incast"
+senders = ["h1", "h2"]
+receiver = "h0"
+size_bytes = 20000
+start_us = 5
+nic = 1
+[[workload]]
+kind = "poisson"
+load = 0.3
+cdf = "websearch"
+duration_us = 200
+nic = 1
+[[workload]]
+kind = "alltoall"
+size_bytes = 5000
+rounds = 1
+nic = 1
+[[fault]]
+kind = "incast_burst"
+workload = 0
+"#;
+    let result = run(text);
+    assert!(!result.flows.is_empty());
+    for flow in &result.flows {
+        // NIC 1 of host i ends in .2 (HPCC addressing: NIC n ends in n + 1).
+        for ip in flow
+            .tuple
+            .split("->")
+            .map(|side| side.split(':').next().unwrap())
+        {
+            assert!(ip.ends_with(".2"), "flow {} left rail 1", flow.tuple);
+        }
+    }
+    let truth = &result.ground_truth[0];
+    let receiver_switch = &result.topology.nodes[truth.initial_ports[0].node as usize].name;
+    assert!(receiver_switch.ends_with("_1"), "{receiver_switch}");
+    // A NIC a host does not have is refused, naming the workload.
+    let bad = text.replace(
+        "nic = 1\n[[workload]]\nkind = \"poisson\"",
+        "nic = 2\n[[workload]]\nkind = \"poisson\"",
+    );
+    let loaded = Scenario::parse(&bad, "x.toml", ".".into()).unwrap();
+    let e = hawkmesh_netsim::run_loaded(&loaded)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("workload[0]") && e.contains("NIC 2"), "{e}");
+}

@@ -334,6 +334,12 @@ pub struct Simulation {
     pub(crate) round_off: Vec<Time>,
     pub(crate) anomalies: Vec<crate::truth::Anomaly>,
     pub(crate) anomaly_origins: Vec<Vec<NodeId>>,
+    /// Ground truth: per workload, whether it is a labelled incast whose queues are tracked
+    /// (empty when the scenario labels none, so unlabelled runs skip the tracking).
+    pub(crate) watched_workloads: Vec<bool>,
+    /// Ground truth: per switch egress port, (workload, bytes queued now, peak) of each
+    /// watched incast that queued there.
+    pub(crate) incast_queues: Vec<Vec<(u32, u64, u64)>>,
 }
 
 impl std::fmt::Debug for Simulation {

@@ -185,6 +185,9 @@ impl Simulation {
         if total > p.counters.max_queue_bytes {
             p.counters.max_queue_bytes = total;
         }
+        if !self.watched_workloads.is_empty() {
+            self.track_incast_queue(out_port, id, true);
+        }
         self.kick(out_port);
     }
 
@@ -246,6 +249,45 @@ impl Simulation {
             cause_workload,
         });
         self.packets.alloc(packet)
+    }
+
+    /// Ground truth: counts a packet of a watched incast in (or out of) egress `port`'s queue
+    /// and keeps the incast's peak there (which ports the incast itself made queue).
+    fn track_incast_queue(&mut self, port: u32, id: u32, enqueued: bool) {
+        let packet = self.packets.get(id);
+        if packet.kind != crate::packet::PacketKind::Data {
+            return;
+        }
+        let size = u64::from(packet.size);
+        let Some(flow) = self.flows.get(packet.flow as usize) else {
+            return;
+        };
+        let workload = flow.workload;
+        if !self
+            .watched_workloads
+            .get(workload)
+            .copied()
+            .unwrap_or(false)
+        {
+            return;
+        }
+        let Some(list) = self.incast_queues.get_mut(port as usize) else {
+            return;
+        };
+        let at = match list.iter().position(|(w, _, _)| *w as usize == workload) {
+            Some(at) => at,
+            None => {
+                list.push((workload as u32, 0, 0));
+                list.len() - 1
+            }
+        };
+        let entry = &mut list[at];
+        if enqueued {
+            entry.1 += size;
+            entry.2 = entry.2.max(entry.1);
+        } else {
+            entry.1 = entry.1.saturating_sub(size);
+        }
     }
 
     /// The workload owning more than half of the bytes queued (all priorities) at egress
@@ -394,6 +436,9 @@ impl Simulation {
             p.queued_total -= 1;
             if p.queues[prio].is_empty() {
                 p.dwrr_deficit[prio] = 0;
+            }
+            if !self.watched_workloads.is_empty() {
+                self.track_incast_queue(port, id, false);
             }
             let in_port = self.packets.get(id).in_port;
             if prio != ctrl && in_port != u32::MAX {
