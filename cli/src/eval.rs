@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use hawkmesh_lab::eval::report::write_outputs;
-use hawkmesh_lab::eval::{run_eval, AnomalyClass, EvalConfig, Grid};
+use hawkmesh_lab::eval::{run_eval, AnomalyClass, EvalConfig, Family, Grid};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -23,9 +23,14 @@ pub struct EvalArgs {
     #[arg(long, default_value = "sweep")]
     grid: String,
     /// Anomaly classes, comma-separated (default: all): pfc-backpressure, pfc-storm,
-    /// deadlock-in-loop, deadlock-out-of-loop, flow-contention.
+    /// deadlock-in-loop, deadlock-out-of-loop, flow-contention, slow-receiver.
     #[arg(long, value_delimiter = ',')]
     classes: Vec<String>,
+    /// Fabric families, comma-separated, or `all`: k4 (the paper's K=4 fat-tree, the
+    /// default), leaf-spine, clos, rail (drawn per trace: speeds, oversubscription, buffers,
+    /// ECN and PFC thresholds).
+    #[arg(long, value_delimiter = ',', default_value = "k4")]
+    fabrics: Vec<String>,
     /// Keep the switch reports of every judged incident at the fixed point under
     /// OUT/incidents/<trace>/ (with the trace's topology.json), to re-run
     /// `hawkmesh diagnose` on any of them.
@@ -44,10 +49,19 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             .map(|name| AnomalyClass::parse(name))
             .collect::<Result<Vec<_>, _>>()?
     };
+    let families = if args.fabrics.iter().any(|f| f.trim() == "all") {
+        Family::ALL.to_vec()
+    } else {
+        args.fabrics
+            .iter()
+            .map(|name| Family::parse(name))
+            .collect::<Result<Vec<_>, _>>()?
+    };
     let config = EvalConfig {
         master_seed: args.seed,
         traces_per_class: args.traces,
         classes,
+        families,
         grid,
         work_dir: args.out.join(".work"),
         keep_incidents: args.keep_incidents.then(|| args.out.join("incidents")),
@@ -56,7 +70,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let command = format!(
-        "hawkmesh eval --traces {} --seed {} --grid {} --classes {} --out {}",
+        "hawkmesh eval --traces {} --seed {} --grid {} --classes {} --fabrics {} --out {}",
         config.traces_per_class,
         config.master_seed,
         args.grid,
@@ -66,11 +80,18 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             .map(|c| c.name())
             .collect::<Vec<_>>()
             .join(","),
+        config
+            .families
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(","),
         args.out.display()
     );
     let started = Instant::now();
     eprintln!(
-        "hawkmesh eval: {} classes × {} traces × {} parameter points (3 collection methods per run)",
+        "hawkmesh eval: {} fabric families × {} classes × {} traces × {} parameter points (3 collection methods per run)",
+        config.families.len(),
         config.classes.len(),
         config.traces_per_class,
         grid.points().len()

@@ -724,6 +724,7 @@ fn run(class: AnomalyClass, point: Point, verdicts: &[Verdict]) -> RunRecord {
         .collect();
     RunRecord {
         trace: format!("{class}-000"),
+        family: hawkmesh_lab::eval::Family::K4,
         class,
         point,
         realized: true,

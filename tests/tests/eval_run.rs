@@ -81,6 +81,7 @@ fn a_tiny_evaluation_writes_results_report_and_figures_for_every_class() {
     let config = EvalConfig {
         master_seed: 1,
         traces_per_class: 1,
+        families: vec![hawkmesh_lab::eval::Family::K4],
         classes: AnomalyClass::ALL.to_vec(),
         grid: Grid::Fixed,
         work_dir: out.join(".work"),
@@ -101,7 +102,7 @@ fn a_tiny_evaluation_writes_results_report_and_figures_for_every_class() {
     // results.json: every class has a judged run with all three methods.
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["schema_version"], 2);
     assert_eq!(
         json["traces"].as_array().unwrap().len(),
         AnomalyClass::ALL.len()
@@ -275,6 +276,7 @@ fn the_same_seed_gives_the_same_results() {
         let config = EvalConfig {
             master_seed: 9,
             traces_per_class: 1,
+            families: vec![hawkmesh_lab::eval::Family::K4],
             classes: vec![
                 AnomalyClass::PfcBackpressure,
                 AnomalyClass::DeadlockOutOfLoop,
@@ -293,4 +295,39 @@ fn the_same_seed_gives_the_same_results() {
         first == second,
         "results.json differs between two runs with seed 9"
     );
+}
+
+#[test]
+fn a_drawn_fabric_family_is_reported_per_family() {
+    let out = scratch("family");
+    let config = EvalConfig {
+        master_seed: 2,
+        traces_per_class: 1,
+        families: vec![hawkmesh_lab::eval::Family::Rail],
+        classes: vec![AnomalyClass::PfcStorm],
+        grid: Grid::Fixed,
+        work_dir: out.join(".work"),
+        keep_incidents: None,
+    };
+    let (results, timing) = run_eval(&config, &mut |_| {}).unwrap();
+    write_outputs(&out, &results, &timing, "hawkmesh eval --fabrics rail").unwrap();
+    assert_eq!(results.runs.len(), 1, "{:?}", results.traces[0].attempts);
+    let run = &results.runs[0];
+    assert_eq!(run.family, hawkmesh_lab::eval::Family::Rail);
+    assert!(run.trace.starts_with("rail-pfc-storm-"));
+    let rows: Vec<_> = results
+        .summary
+        .families
+        .iter()
+        .filter(|r| r.family == hawkmesh_lab::eval::Family::Rail && r.mode == PollingMode::Hawkeye)
+        .collect();
+    assert_eq!(rows.len(), 2, "the class and all classes");
+    assert_eq!(rows[0].score.traces, 1);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## Per fabric family"), "{report}");
+    assert!(report.contains(&results.traces[0].spec.fabric.describe()));
+    // The trace file is the scenario that ran, with its rail fabric.
+    let trace =
+        std::fs::read_to_string(out.join("traces").join(format!("{}.toml", run.trace))).unwrap();
+    assert!(trace.contains("kind = \"rail\""), "{trace}");
 }

@@ -75,6 +75,14 @@ fn every_class_has_the_structure_it_calls_for_and_is_a_valid_scenario() {
                     assert!(spec.flows.iter().all(|f| f.start_us < storm.start_us));
                     assert!(spec.loop_switches.is_empty());
                 }
+                AnomalyClass::SlowReceiver => {
+                    let slow = spec.slow.as_ref().expect("a slow receiver");
+                    assert!((2..=4).contains(&spec.flows.len()));
+                    assert!(spec.flows.iter().all(|f| f.dst == slow.host));
+                    assert!(spec.flows.iter().all(|f| f.start_us < slow.start_us));
+                    assert!(slow.drain_gbps > 0.0 && slow.drain_gbps < 100.0);
+                    assert!(spec.storm.is_none() && spec.loop_switches.is_empty());
+                }
                 AnomalyClass::DeadlockInLoop => {
                     assert!(matches!(spec.loop_switches.len(), 2 | 4), "{}", spec.id);
                     assert!(spec.storm.is_none() && spec.incast.is_none());
@@ -119,6 +127,7 @@ fn drawing_checks_that_the_anomaly_materialises_and_is_deterministic() {
     let config = EvalConfig {
         master_seed: 5,
         traces_per_class: 1,
+        families: vec![hawkmesh_lab::eval::Family::K4],
         classes: AnomalyClass::ALL.to_vec(),
         grid: Grid::Fixed,
         work_dir: std::env::temp_dir(),
@@ -168,6 +177,7 @@ fn bad_configuration_is_rejected_with_a_clear_message() {
     let mut config = EvalConfig {
         master_seed: 1,
         traces_per_class: 0,
+        families: vec![hawkmesh_lab::eval::Family::K4],
         classes: vec![AnomalyClass::PfcStorm],
         grid: Grid::Sweep,
         work_dir: std::env::temp_dir(),

@@ -270,10 +270,12 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
     let incast = find(AnomalyKind::IncastBurst);
     let storm = find(AnomalyKind::PfcStorm);
     let looped = find(AnomalyKind::RoutingLoop);
+    let slow = find(AnomalyKind::SlowReceiver);
+    let background = spec.background_workloads();
     let anomaly_flows: BTreeSet<String> = sim
         .flows
         .iter()
-        .filter(|f| f.workload >= 1)
+        .filter(|f| f.workload >= background)
         .map(|f| f.tuple.clone())
         .collect();
     let mut truth = Truth {
@@ -364,6 +366,34 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
                 edges.len(),
                 a.paused_ports.len()
             );
+        }
+        AnomalyClass::SlowReceiver => {
+            let Some(a) = slow else {
+                missing(&mut truth, "slow receiver");
+                return truth;
+            };
+            truth.expected_type = "slow_receiver".into();
+            truth.start_ns = a.start_ns;
+            truth.end_ns = a.end_ns;
+            truth.root_ports = a.initial_ports.clone();
+            truth.injector = spec.slow.as_ref().map(|s| s.host.clone());
+            truth.spreading = a.pfc_spreading.clone();
+            // The receiver paused its ToR port (its drain limit reached the network).
+            let edges: BTreeSet<(PortRef, PortRef, u8)> = a
+                .pfc_spreading
+                .iter()
+                .map(|e| (e.sender, e.paused, e.priority))
+                .collect();
+            truth.realized = !edges.is_empty();
+            truth.realization = if truth.realized {
+                format!(
+                    "the receiver's pauses spread over {} edges to {} ports",
+                    edges.len(),
+                    a.paused_ports.len()
+                )
+            } else {
+                "the receiver never paused its ToR".into()
+            };
         }
         AnomalyClass::DeadlockInLoop => {
             let Some(a) = looped else {
@@ -580,7 +610,9 @@ fn accepted(truth: &Truth, exposure: Exposure) -> Vec<(&str, RootRule)> {
             }
         }
         AnomalyClass::FlowContention => out.push((own, RootRule::Ports)),
-        AnomalyClass::PfcStorm => out.push((own, RootRule::PortsOrInjector)),
+        AnomalyClass::PfcStorm | AnomalyClass::SlowReceiver => {
+            out.push((own, RootRule::PortsOrInjector))
+        }
         AnomalyClass::DeadlockInLoop => {
             out.push((own, RootRule::LoopPorts));
             // Before the cycle closes (or outside its chain) the loop's own traffic is

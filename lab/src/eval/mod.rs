@@ -11,15 +11,17 @@
 //! Everything in `results.json` is a function of the master seed and the configuration;
 //! wall times go to `timing.json` (and the last section of `report.md`).
 
+pub mod fabrics;
 pub mod judge;
 pub mod report;
 pub mod run;
 pub mod svg;
 pub mod traces;
 
+pub use fabrics::{FabricSpec, FabricView, Family};
 pub use judge::{judge, judge_victim, truth_of, Exposure, Judgement, Score, Truth, Verdict};
 pub use run::{run_eval, EvalConfig, EvalResults, EvalTiming, Grid, Point};
-pub use traces::{generate, AnomalyClass, TraceSpec};
+pub use traces::{generate, generate_on, AnomalyClass, TraceSpec};
 
 /// Why the evaluation could not run.
 #[derive(Debug, thiserror::Error)]

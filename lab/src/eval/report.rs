@@ -1,5 +1,6 @@
 //! `report.md`, the SVG figures and the files of an evaluation.
 
+use super::fabrics::Family;
 use super::run::{
     EvalResults, EvalTiming, Grid, Point, ScoreRow, Telemetry, EPOCHS_LOG2_NS, THRESHOLDS_PERCENT,
 };
@@ -148,7 +149,22 @@ pub fn markdown(results: &EvalResults, timing: Option<&EvalTiming>, command: &st
         "| fixed point (baselines, ablations, overhead) | {} |",
         fixed.label()
     );
-    let _ = writeln!(out, "| fabric | K=4 fat-tree, 20 switches, 16 hosts, 100 Gbit/s, 2 µs links, WebSearch background at 20–50 % |");
+    let _ = writeln!(
+        out,
+        "| fabric families | {} |",
+        results
+            .families
+            .iter()
+            .map(|f| format!("{} ({})", f.name(), f.title()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    if results.families.contains(&Family::K4) {
+        let _ = writeln!(out, "| k4 | K=4 fat-tree, 20 switches, 16 hosts, 100 Gbit/s, 2 µs links, WebSearch background at 20–50 % |");
+    }
+    if results.families.iter().any(|f| *f != Family::K4) {
+        let _ = writeln!(out, "| drawn families | per trace: host links 25–400 Gbit/s, fabric links 1–4× the host speed, oversubscription 1:1–4:1, 1–2 µs links, ECN Kmin 1–4 KB per Gbit/s (Kmax 4×, Pmax 5–20 %), PFC threshold shift 2–3, shared buffer 1.5–4 MiB beyond headroom (PFC classes) or 16–48 MiB (contention), WebSearch background at 10–50 % on every rail |");
+    }
     for (key, value) in &results.loop_settings {
         let _ = writeln!(out, "| {key} | {value} |");
     }
@@ -183,6 +199,60 @@ pub fn markdown(results: &EvalResults, timing: Option<&EvalTiming>, command: &st
             load / n,
             runs.len() - judged
         );
+    }
+
+    if results.families.len() > 1 || results.families.first() != Some(&Family::K4) {
+        let _ = writeln!(
+            out,
+            "\n## Per fabric family at the fixed point ({})\n",
+            fixed.label()
+        );
+        let _ = writeln!(
+            out,
+            "HAWKEYE's precision / recall (reports) per family and class; the last columns are every class together and the mean coverage of the causally relevant switches.\n"
+        );
+        let mut header = String::from("| family |");
+        let mut rule = String::from("|---|");
+        for class in &results.classes {
+            let _ = write!(header, " {} |", class.name());
+            rule.push_str("---|");
+        }
+        let _ = writeln!(out, "{header} all classes | coverage |\n{rule}---|---|");
+        for family in &results.families {
+            let row = |class: Option<AnomalyClass>| {
+                results.summary.families.iter().find(|r| {
+                    r.family == *family && r.class == class && r.mode == PollingMode::Hawkeye
+                })
+            };
+            let cells: Vec<String> = results
+                .classes
+                .iter()
+                .map(|c| row(Some(*c)).map_or("—".into(), |r| pr(&r.score)))
+                .collect();
+            let all = row(None);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                family.name(),
+                cells.join(" | "),
+                all.map_or("—".into(), |r| pr(&r.score)),
+                all.map_or("—".into(), |r| format!("{:.2}", r.coverage))
+            );
+        }
+        let _ = writeln!(out, "\n| family | trace | fabric |\n|---|---|---|");
+        for trace in results
+            .traces
+            .iter()
+            .filter(|t| t.spec.fabric.family != Family::K4)
+        {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                trace.spec.fabric.family.name(),
+                trace.spec.id,
+                trace.spec.fabric.describe()
+            );
+        }
     }
 
     let epochs = epoch_points(results);

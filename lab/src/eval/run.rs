@@ -1,10 +1,11 @@
 //! The evaluation runner: traces × parameter points × collection methods, judged against
 //! ground truth, plus the telemetry ablations.
 
+use super::fabrics::Family;
 use super::judge::{
     attributed, judge_victim, round4, truth_of, Exposure, FlowPaths, Score, Truth, Verdict, Window,
 };
-use super::traces::{generate, AnomalyClass, TraceSpec};
+use super::traces::{generate_on, AnomalyClass, TraceSpec};
 use super::EvalError;
 use crate::{IncidentOutcome, LoopConfig, LoopOutcome, PollingMode};
 use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Version of the `results.json` layout.
-pub const RESULTS_SCHEMA_VERSION: u32 = 1;
+pub const RESULTS_SCHEMA_VERSION: u32 = 2;
 /// Epoch sizes swept (log2 ns): 131 µs … 2.1 ms, HAWKEYE's 100 µs – 2 ms.
 pub const EPOCHS_LOG2_NS: [u8; 5] = [17, 18, 19, 20, 21];
 /// RTT thresholds swept, % of the base RTT (HAWKEYE: 200 % – 500 %).
@@ -119,10 +120,12 @@ impl Point {
 pub struct EvalConfig {
     /// Master seed of every trace.
     pub master_seed: u64,
-    /// Traces per class.
+    /// Traces per class (and fabric family).
     pub traces_per_class: u32,
     /// Classes, in report order.
     pub classes: Vec<AnomalyClass>,
+    /// Fabric families, in report order.
+    pub families: Vec<Family>,
     /// Parameter points.
     pub grid: Grid,
     /// Scratch directory for the analyzers' stores (emptied as runs finish).
@@ -148,6 +151,13 @@ impl EvalConfig {
         let unique: BTreeSet<_> = self.classes.iter().collect();
         if unique.len() != self.classes.len() {
             return Err(EvalError::Config("an anomaly class is listed twice".into()));
+        }
+        if self.families.is_empty() {
+            return Err(EvalError::Config("no fabric family selected".into()));
+        }
+        let unique: BTreeSet<_> = self.families.iter().collect();
+        if unique.len() != self.families.len() {
+            return Err(EvalError::Config("a fabric family is listed twice".into()));
         }
         Ok(())
     }
@@ -308,6 +318,8 @@ pub struct AblationRun {
 pub struct RunRecord {
     /// Trace id.
     pub trace: String,
+    /// Fabric family.
+    pub family: Family,
     /// Class.
     pub class: AnomalyClass,
     /// Parameter point.
@@ -430,11 +442,28 @@ pub struct BestRow {
     pub score: Score,
 }
 
+/// A score of one fabric family at the fixed point.
+#[derive(Clone, Debug, Serialize)]
+pub struct FamilyRow {
+    /// Family.
+    pub family: Family,
+    /// Class (`None`: all classes together).
+    pub class: Option<AnomalyClass>,
+    /// Method.
+    pub mode: PollingMode,
+    /// Counts and ratios.
+    pub score: Score,
+    /// Mean coverage of the causal switches per attributed incident (1 without incidents).
+    pub coverage: f64,
+}
+
 /// Aggregates.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
-    /// Per class (and all classes), point and method.
+    /// Per class (and all classes), point and method, over every family.
     pub scores: Vec<ScoreRow>,
+    /// Per fabric family, class (and all classes) and method at the fixed point.
+    pub families: Vec<FamilyRow>,
     /// Best point per class and method.
     pub best: Vec<BestRow>,
     /// Ablations at the fixed point.
@@ -465,10 +494,12 @@ pub struct EvalResults {
     pub schema_version: u32,
     /// Master seed.
     pub master_seed: u64,
-    /// Traces per class.
+    /// Traces per class and family.
     pub traces_per_class: u32,
     /// Classes.
     pub classes: Vec<AnomalyClass>,
+    /// Fabric families.
+    pub families: Vec<Family>,
     /// Grid.
     pub grid: Grid,
     /// Points run.
@@ -554,11 +585,26 @@ fn loop_settings() -> BTreeMap<String, String> {
 }
 
 /// Draws the trace, retrying until its anomaly materialises in a plain simulation.
-fn draw_trace(class: AnomalyClass, index: u32, master_seed: u64) -> Result<TraceRecord, EvalError> {
+fn draw_trace(
+    family: Family,
+    class: AnomalyClass,
+    index: u32,
+    master_seed: u64,
+) -> Result<TraceRecord, EvalError> {
     let mut attempts = Vec::new();
     let mut last = None;
     for attempt in 0..MAX_ATTEMPTS {
-        let spec = generate(class, index, attempt, master_seed);
+        let spec = generate_on(family, class, index, attempt, master_seed)?;
+        if let Some(reason) = &spec.unplaced {
+            attempts.push(Attempt {
+                attempt,
+                seed: spec.seed,
+                realized: false,
+                note: reason.clone(),
+            });
+            last = Some(spec);
+            continue;
+        }
         let loaded = spec.scenario()?;
         let result = hawkmesh_netsim::run_loaded(&loaded).map_err(|e| EvalError::Trace {
             trace: spec.id.clone(),
@@ -580,8 +626,12 @@ fn draw_trace(class: AnomalyClass, index: u32, master_seed: u64) -> Result<Trace
         }
         last = Some(spec);
     }
+    let spec = match last {
+        Some(spec) => spec,
+        None => generate_on(family, class, index, 0, master_seed)?,
+    };
     Ok(TraceRecord {
-        spec: last.unwrap_or_else(|| generate(class, index, 0, master_seed)),
+        spec,
         attempts,
         realized: false,
     })
@@ -591,9 +641,11 @@ fn draw_trace(class: AnomalyClass, index: u32, master_seed: u64) -> Result<Trace
 pub fn draw_traces(config: &EvalConfig) -> Result<Vec<TraceRecord>, EvalError> {
     config.validate()?;
     let mut out = Vec::new();
-    for class in &config.classes {
-        for index in 0..config.traces_per_class {
-            out.push(draw_trace(*class, index, config.master_seed)?);
+    for family in &config.families {
+        for class in &config.classes {
+            for index in 0..config.traces_per_class {
+                out.push(draw_trace(*family, *class, index, config.master_seed)?);
+            }
         }
     }
     Ok(out)
@@ -794,14 +846,25 @@ pub fn run_eval(
     let mut timing = EvalTiming::default();
     let mut traces = Vec::new();
     let mut runs = Vec::new();
-    let total = config.classes.len() as u32 * config.traces_per_class;
+    let total =
+        config.families.len() as u32 * config.classes.len() as u32 * config.traces_per_class;
     let mut number = 0;
-    for class in &config.classes {
-        for index in 0..config.traces_per_class {
+    let jobs: Vec<(Family, AnomalyClass, u32)> = config
+        .families
+        .iter()
+        .flat_map(|family| {
+            config.classes.iter().flat_map(move |class| {
+                (0..config.traces_per_class).map(move |index| (*family, *class, index))
+            })
+        })
+        .collect();
+    for (family, class, index) in jobs {
+        let class = &class;
+        {
             number += 1;
             let mut trace_timing = TraceTiming::default();
             let drawn_at = Instant::now();
-            let record = draw_trace(*class, index, config.master_seed)?;
+            let record = draw_trace(family, *class, index, config.master_seed)?;
             trace_timing.trace = record.spec.id.clone();
             trace_timing.precheck_s = round4(drawn_at.elapsed().as_secs_f64());
             progress(&format!(
@@ -905,6 +968,7 @@ pub fn run_eval(
                     trace_timing.runs.push((point.label(), round4(seconds)));
                     runs.push(RunRecord {
                         trace: record.spec.id.clone(),
+                        family,
                         class: *class,
                         point: *point,
                         realized: truth.realized,
@@ -928,6 +992,7 @@ pub fn run_eval(
             master_seed: config.master_seed,
             traces_per_class: config.traces_per_class,
             classes: config.classes.clone(),
+            families: config.families.clone(),
             grid: config.grid,
             points,
             fixed_point: fixed,
@@ -1088,13 +1153,7 @@ pub fn summarise(classes: &[AnomalyClass], points: &[Point], runs: &[RunRecord])
                 bytes_per_incident: per_incident(&|i| i.report_bytes as f64),
                 switches_collected: per_incident(&|i| i.switches_collected as f64),
                 causal_switches: per_incident(&|i| i.causal_switches as f64),
-                coverage: per_incident(&|i| {
-                    if i.causal_switches == 0 {
-                        1.0
-                    } else {
-                        i.causal_collected as f64 / i.causal_switches as f64
-                    }
-                }),
+                coverage: per_incident(&incident_coverage),
             });
         }
     }
@@ -1140,12 +1199,76 @@ pub fn summarise(classes: &[AnomalyClass], points: &[Point], runs: &[RunRecord])
             });
         }
     }
+    let mut families = Vec::new();
+    let present: Vec<Family> = Family::ALL
+        .into_iter()
+        .filter(|f| runs.iter().any(|r| r.family == *f))
+        .collect();
+    for family in present {
+        for mode in PollingMode::ALL {
+            let mut all = Score::default();
+            let mut all_coverage = Vec::new();
+            for class in classes {
+                let mut score = Score::default();
+                let mut coverage = Vec::new();
+                for run in fixed_runs
+                    .iter()
+                    .filter(|r| r.family == family && r.class == *class)
+                {
+                    score.add_trace(run.realized, &verdicts_of(run, mode));
+                    coverage.extend(
+                        run.modes
+                            .iter()
+                            .filter(|m| m.mode == mode)
+                            .flat_map(|m| m.attributed.iter())
+                            .map(incident_coverage),
+                    );
+                }
+                score.finish();
+                all.merge(&score);
+                all_coverage.extend(coverage.iter().copied());
+                families.push(FamilyRow {
+                    family,
+                    class: Some(*class),
+                    mode,
+                    score,
+                    coverage: mean_or_one(&coverage),
+                });
+            }
+            all.finish();
+            families.push(FamilyRow {
+                family,
+                class: None,
+                mode,
+                score: all,
+                coverage: mean_or_one(&all_coverage),
+            });
+        }
+    }
     Summary {
         scores,
+        families,
         best,
         ablations,
         overhead,
         verdicts,
+    }
+}
+
+/// Causal switches collected / causal switches of one incident (1 when none is causal).
+fn incident_coverage(i: &IncidentRecord) -> f64 {
+    if i.causal_switches == 0 {
+        1.0
+    } else {
+        i.causal_collected as f64 / i.causal_switches as f64
+    }
+}
+
+fn mean_or_one(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        1.0
+    } else {
+        round4(values.iter().sum::<f64>() / values.len() as f64)
     }
 }
 

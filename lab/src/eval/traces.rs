@@ -32,9 +32,11 @@
 //! every packet ~32-fold until its TTL runs out, which would make any background flow to D a
 //! second anomaly).
 
+use super::fabrics::{FabricSpec, FabricView, Family};
 use super::EvalError;
 use hawkmesh_netsim::rng::Rng;
 use hawkmesh_netsim::{LoadedScenario, Scenario};
+use hawkmesh_wire::topology::NodeId;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -61,16 +63,19 @@ pub enum AnomalyClass {
     DeadlockOutOfLoop,
     /// Normal flow contention (queueing without PFC).
     FlowContention,
+    /// A receiver NIC draining below line rate, pausing its ToR (not an injection).
+    SlowReceiver,
 }
 
 impl AnomalyClass {
     /// Every class, in report order.
-    pub const ALL: [AnomalyClass; 5] = [
+    pub const ALL: [AnomalyClass; 6] = [
         AnomalyClass::PfcBackpressure,
         AnomalyClass::PfcStorm,
         AnomalyClass::DeadlockInLoop,
         AnomalyClass::DeadlockOutOfLoop,
         AnomalyClass::FlowContention,
+        AnomalyClass::SlowReceiver,
     ];
 
     /// Name on the command line and in files.
@@ -81,6 +86,7 @@ impl AnomalyClass {
             AnomalyClass::DeadlockInLoop => "deadlock-in-loop",
             AnomalyClass::DeadlockOutOfLoop => "deadlock-out-of-loop",
             AnomalyClass::FlowContention => "flow-contention",
+            AnomalyClass::SlowReceiver => "slow-receiver",
         }
     }
 
@@ -92,6 +98,7 @@ impl AnomalyClass {
             AnomalyClass::DeadlockInLoop => "deadlock, initiator in loop",
             AnomalyClass::DeadlockOutOfLoop => "deadlock, initiator out of loop",
             AnomalyClass::FlowContention => "normal flow contention",
+            AnomalyClass::SlowReceiver => "slow receiver (drain-rate limit)",
         }
     }
 
@@ -116,6 +123,7 @@ impl AnomalyClass {
             AnomalyClass::DeadlockInLoop => 3,
             AnomalyClass::DeadlockOutOfLoop => 4,
             AnomalyClass::FlowContention => 5,
+            AnomalyClass::SlowReceiver => 6,
         }
     }
 }
@@ -139,6 +147,13 @@ pub struct IncastPart {
     pub start_us: f64,
     /// DCQCN on these flows.
     pub congestion_control: bool,
+    /// NIC (rail) of the senders and the receiver.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nic: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// One extra flow of the anomaly (victims of a storm, loop traffic, a steered flow).
@@ -154,6 +169,12 @@ pub struct FlowPart {
     pub start_us: f64,
     /// DCQCN on this flow.
     pub congestion_control: bool,
+    /// Sender NIC.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub src_nic: u32,
+    /// Receiver NIC.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dst_nic: u32,
 }
 
 /// A static route of the anomaly.
@@ -174,6 +195,24 @@ pub struct RoutePart {
 pub struct StormPart {
     /// The host.
     pub host: String,
+    /// Start, µs.
+    pub start_us: f64,
+    /// Duration, µs.
+    pub duration_us: f64,
+    /// The NIC.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nic: u32,
+}
+
+/// A receiver NIC draining below line rate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlowPart {
+    /// The host.
+    pub host: String,
+    /// The NIC.
+    pub nic: u32,
+    /// Drain rate, Gbit/s.
+    pub drain_gbps: f64,
     /// Start, µs.
     pub start_us: f64,
     /// Duration, µs.
@@ -199,6 +238,8 @@ pub struct TraceSpec {
     pub class: AnomalyClass,
     /// Index within the class.
     pub index: u32,
+    /// The fabric.
+    pub fabric: FabricSpec,
     /// Attempt (a trace whose anomaly did not materialise is drawn again).
     pub attempt: u32,
     /// Scenario seed (background traffic, ECMP hashing, ECN marking).
@@ -221,6 +262,9 @@ pub struct TraceSpec {
     pub routes: Vec<RoutePart>,
     /// PAUSE injection.
     pub storm: Option<StormPart>,
+    /// A slow receiver.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow: Option<SlowPart>,
     /// Switches of the routing loop, in order.
     pub loop_switches: Vec<String>,
     /// When the loop's routes take effect, µs.
@@ -229,6 +273,9 @@ pub struct TraceSpec {
     pub initiator: Option<Initiator>,
     /// One line for people.
     pub description: String,
+    /// Why the anomaly could not be placed on the drawn fabric (the attempt is drawn again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unplaced: Option<String>,
 }
 
 fn host(i: u32) -> String {
@@ -308,6 +355,7 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
         id: format!("{}-{index:03}", class.name()),
         class,
         index,
+        fabric: FabricSpec::k4(),
         attempt,
         seed,
         load,
@@ -319,10 +367,12 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
         flows: Vec::new(),
         routes: Vec::new(),
         storm: None,
+        slow: None,
         loop_switches: Vec::new(),
         loop_start_us: 0,
         initiator: None,
         description: String::new(),
+        unplaced: None,
     };
     match class {
         AnomalyClass::PfcBackpressure | AnomalyClass::FlowContention => {
@@ -349,6 +399,7 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                 size_bytes: size,
                 start_us: start,
                 congestion_control: cc,
+                nic: 0,
             });
         }
         AnomalyClass::PfcStorm => {
@@ -365,15 +416,49 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                     size_bytes: size,
                     start_us: start - lead,
                     congestion_control: true,
+                    src_nic: 0,
+                    dst_nic: 0,
                 });
             }
             spec.storm = Some(StormPart {
                 host: host(injector),
                 start_us: start,
                 duration_us: duration,
+                nic: 0,
             });
             spec.description = format!(
                 "h{injector} sends PAUSE from {start} µs for {duration} µs while {count} flows head to it, background {:.0} %",
+                load * 100.0
+            );
+        }
+        AnomalyClass::SlowReceiver => {
+            let receiver = d.pick(&all);
+            let others: Vec<u32> = all.iter().copied().filter(|h| *h != receiver).collect();
+            let count = d.int(2, 4) as usize;
+            let duration = d.int(400, 900) as f64;
+            let drain = d.int(5, 40) as f64;
+            for src in d.sample(&others, count) {
+                let size = d.int(1000, 3000) * 1000;
+                let lead = d.int(10, 60) as f64;
+                spec.flows.push(FlowPart {
+                    src: host(src),
+                    dst: host(receiver),
+                    size_bytes: size,
+                    start_us: start - lead,
+                    congestion_control: true,
+                    src_nic: 0,
+                    dst_nic: 0,
+                });
+            }
+            spec.slow = Some(SlowPart {
+                host: host(receiver),
+                nic: 0,
+                drain_gbps: drain,
+                start_us: start,
+                duration_us: duration,
+            });
+            spec.description = format!(
+                "h{receiver} drains at {drain} Gbit/s from {start} µs for {duration} µs while {count} flows head to it, background {:.0} %",
                 load * 100.0
             );
         }
@@ -419,6 +504,8 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                     size_bytes: size,
                     start_us: start + delay,
                     congestion_control: true,
+                    src_nic: 0,
+                    dst_nic: 0,
                 });
             }
             spec.loop_start_us = loop_start;
@@ -463,6 +550,7 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                     host: h_name.clone(),
                     start_us: start,
                     duration_us: duration,
+                    nic: 0,
                 });
                 spec.flows.push(FlowPart {
                     src: host(steered),
@@ -470,6 +558,8 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                     size_bytes: 3_000_000,
                     start_us: start - 100.0,
                     congestion_control: true,
+                    src_nic: 0,
+                    dst_nic: 0,
                 });
             } else {
                 spec.initiator = Some(Initiator::Incast);
@@ -488,6 +578,7 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                     size_bytes: size,
                     start_us: start,
                     congestion_control: false,
+                    nic: 0,
                 });
                 spec.flows.push(FlowPart {
                     src: host(steered),
@@ -495,6 +586,8 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                     size_bytes: 3_000_000,
                     start_us: start,
                     congestion_control: false,
+                    src_nic: 0,
+                    dst_nic: 0,
                 });
             }
             // Flows to D enter the loop from the fourth pod once the pause has arrived.
@@ -509,6 +602,8 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
                     size_bytes: d.int(1000, 2000) * 1000,
                     start_us: start + delay,
                     congestion_control: true,
+                    src_nic: 0,
+                    dst_nic: 0,
                 });
             }
             spec.background_hosts = all
@@ -528,9 +623,14 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
 }
 
 impl TraceSpec {
+    /// Background workloads (one Poisson workload per rail); the anomaly's come after.
+    pub fn background_workloads(&self) -> usize {
+        self.fabric.rails.max(1) as usize
+    }
+
     /// Workload index of the anomaly's incast (`None` without one).
     pub fn incast_workload(&self) -> Option<usize> {
-        self.incast.as_ref().map(|_| 1)
+        self.incast.as_ref().map(|_| self.background_workloads())
     }
 
     /// The scenario file of this trace.
@@ -548,16 +648,27 @@ impl TraceSpec {
         let _ = writeln!(t, "name = \"{}\"", self.id);
         let _ = writeln!(t, "seed = {}", self.seed);
         let _ = writeln!(t, "duration_us = {}", self.duration_us);
-        let _ = writeln!(t, "\n[topology]\nkind = \"fat_tree\"\nk = 4\nhost_gbps = 100\nfabric_gbps = 100\ndelay_ns = 2000");
-        let _ = writeln!(t, "\n[switch]\nbuffer_mb = {}", self.buffer_mb);
-        let _ = writeln!(t, "\n[output]\nqueue_sample_interval_us = 0");
-        let _ = writeln!(
+        let _ = writeln!(t, "\n{}", self.fabric.topology_toml());
+        let _ = write!(
             t,
-            "\n[[workload]]\nkind = \"poisson\"\nload = {}\ncdf = \"websearch\"\nduration_us = {}",
-            self.load, self.duration_us
+            "\n[switch]\nbuffer_mb = {}\n{}",
+            self.buffer_mb,
+            self.fabric.switch_toml()
         );
-        if !self.background_hosts.is_empty() {
-            let _ = writeln!(t, "hosts = {}", quoted(&self.background_hosts));
+        let _ = writeln!(t, "\n[output]\nqueue_sample_interval_us = 0");
+        // Background traffic on every rail (one workload per NIC index).
+        for nic in 0..self.background_workloads() {
+            let _ = writeln!(
+                t,
+                "\n[[workload]]\nkind = \"poisson\"\nload = {}\ncdf = \"websearch\"\nduration_us = {}",
+                self.load, self.duration_us
+            );
+            if !self.background_hosts.is_empty() {
+                let _ = writeln!(t, "hosts = {}", quoted(&self.background_hosts));
+            }
+            if nic > 0 {
+                let _ = writeln!(t, "nic = {nic}");
+            }
         }
         if let Some(incast) = &self.incast {
             let _ = writeln!(
@@ -569,13 +680,21 @@ impl TraceSpec {
                 incast.start_us,
                 incast.congestion_control
             );
+            if incast.nic > 0 {
+                let _ = writeln!(t, "nic = {}", incast.nic);
+            }
         }
         if !self.flows.is_empty() {
             let _ = writeln!(t, "\n[[workload]]\nkind = \"flows\"\nflows = [");
             for flow in &self.flows {
+                let nics = if flow.src_nic > 0 || flow.dst_nic > 0 {
+                    format!(", src_nic = {}, dst_nic = {}", flow.src_nic, flow.dst_nic)
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     t,
-                    "  {{ src = \"{}\", dst = \"{}\", size_bytes = {}, start_us = {}, congestion_control = {} }},",
+                    "  {{ src = \"{}\", dst = \"{}\", size_bytes = {}, start_us = {}, congestion_control = {}{nics} }},",
                     flow.src, flow.dst, flow.size_bytes, flow.start_us, flow.congestion_control
                 );
             }
@@ -599,6 +718,16 @@ impl TraceSpec {
                 t,
                 "\n[[fault]]\nkind = \"pfc_injection\"\nhost = \"{}\"\nstart_us = {}\nduration_us = {}",
                 storm.host, storm.start_us, storm.duration_us
+            );
+            if storm.nic > 0 {
+                let _ = writeln!(t, "nic = {}", storm.nic);
+            }
+        }
+        if let Some(slow) = &self.slow {
+            let _ = writeln!(
+                t,
+                "\n[[fault]]\nkind = \"slow_receiver\"\nhost = \"{}\"\nnic = {}\ndrain_gbps = {}\nstart_us = {}\nduration_us = {}",
+                slow.host, slow.nic, slow.drain_gbps, slow.start_us, slow.duration_us
             );
         }
         if !self.loop_switches.is_empty() {
@@ -629,4 +758,420 @@ impl TraceSpec {
 fn quoted(names: &[String]) -> String {
     let items: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
     format!("[{}]", items.join(", "))
+}
+
+/// Draws trace `index` of `class` on a fabric of `family` (attempt `attempt`). The K=4
+/// family is the paper's ([`generate`]); the others draw the fabric first (from the same
+/// stream) and place the anomaly by the fabric's graph: any host and NIC (rail), sources
+/// under other ToRs, loops of 2–5 switches wherever the fabric has such cycles, routes that
+/// steer flows into them along shortest paths.
+pub fn generate_on(
+    family: Family,
+    class: AnomalyClass,
+    index: u32,
+    attempt: u32,
+    master_seed: u64,
+) -> Result<TraceSpec, EvalError> {
+    if family == Family::K4 {
+        return Ok(generate(class, index, attempt, master_seed));
+    }
+    let stream = (family.stream() << 56)
+        ^ (class.stream() << 48)
+        ^ (u64::from(index) << 16)
+        ^ u64::from(attempt);
+    let mut d = Draw {
+        rng: Rng::derive(master_seed, stream),
+    };
+    let fabric = FabricSpec::draw(family, class == AnomalyClass::DeadlockOutOfLoop, &mut d.rng);
+    let view = fabric.view()?;
+    let seed = d.rng.next_u64() % 1_000_000_000;
+    let load = (d.uniform(0.1, 0.5) * 100.0).round() / 100.0;
+    let start = d.int(600, 900) as f64;
+    // PFC classes run on a shallow shared buffer (1.5–4 MiB besides headroom and reserves),
+    // contention on a deep one (16–48 MiB): the buffers of deployed switch chips.
+    let shared = if class == AnomalyClass::FlowContention {
+        d.int(16, 48) as f64
+    } else {
+        d.int(3, 8) as f64 / 2.0
+    };
+    let buffer_mb = fabric.buffer_with_shared(&view, shared);
+    let id = format!("{}-{}-{index:03}", family.name(), class.name());
+    let mut spec = TraceSpec {
+        id: id.clone(),
+        class,
+        index,
+        fabric: fabric.clone(),
+        attempt,
+        seed,
+        load,
+        duration_us: TRACE_DURATION_US,
+        buffer_mb,
+        anomaly_start_us: start,
+        background_hosts: Vec::new(),
+        incast: None,
+        flows: Vec::new(),
+        routes: Vec::new(),
+        storm: None,
+        slow: None,
+        loop_switches: Vec::new(),
+        loop_start_us: 0,
+        initiator: None,
+        description: String::new(),
+        unplaced: None,
+    };
+    if let Err(reason) = place(&mut spec, &view, &mut d, start) {
+        spec.unplaced = Some(format!("{reason} on {}", fabric.describe()));
+    }
+    spec.description = format!("{}; {}", spec.description, fabric.describe());
+    Ok(spec)
+}
+
+/// Hosts of the fabric by index, and the NIC (rail) an anomaly uses.
+struct Placement<'a> {
+    view: &'a FabricView,
+    nic: u32,
+}
+
+impl Placement<'_> {
+    fn host(&self, h: usize) -> String {
+        self.view.hosts[h].name.clone()
+    }
+    fn tor(&self, h: usize) -> NodeId {
+        self.view.tor(h, self.nic)
+    }
+    fn all(&self) -> Vec<u32> {
+        (0..self.view.hosts.len() as u32).collect()
+    }
+    /// Hosts whose NIC hangs off none of `tors`.
+    fn not_under(&self, tors: &BTreeSet<NodeId>) -> Vec<u32> {
+        self.all()
+            .into_iter()
+            .filter(|h| !tors.contains(&self.tor(*h as usize)))
+            .collect()
+    }
+    fn flow(&self, src: u32, dst: u32, size: u64, start_us: f64, cc: bool) -> FlowPart {
+        FlowPart {
+            src: self.host(src as usize),
+            dst: self.host(dst as usize),
+            size_bytes: size,
+            start_us,
+            congestion_control: cc,
+            src_nic: self.nic,
+            dst_nic: self.nic,
+        }
+    }
+    fn name(&self, node: NodeId) -> String {
+        self.view.name(node)
+    }
+    /// Routes for `dst` along `path` (each switch → the next), unless one exists.
+    fn steer(&self, routes: &mut Vec<RoutePart>, path: &[NodeId], dst: &str, start_us: u64) {
+        for pair in path.windows(2) {
+            add_route(
+                routes,
+                self.name(pair[0]),
+                dst,
+                self.name(pair[1]),
+                start_us,
+            );
+        }
+    }
+}
+
+/// Sizes scale with the host speed so that bursts last as long on 25G as on 100G hosts.
+fn scaled(bytes: u64, host_gbps: f64) -> u64 {
+    ((bytes as f64 * host_gbps / 100.0).round() as u64).max(10_000)
+}
+
+fn place(spec: &mut TraceSpec, view: &FabricView, d: &mut Draw, start: f64) -> Result<(), String> {
+    let rails = view.rails();
+    let nic = d.int(0, u64::from(rails) - 1) as u32;
+    let p = Placement { view, nic };
+    let all = p.all();
+    let gbps = spec.fabric.host_gbps;
+    let load = spec.load;
+    match spec.class {
+        AnomalyClass::PfcBackpressure | AnomalyClass::FlowContention => {
+            let receiver = d.pick(&all);
+            let others: Vec<u32> = all.iter().copied().filter(|h| *h != receiver).collect();
+            let count = (d.int(4, 12) as usize).min(others.len());
+            let senders = d.sample(&others, count);
+            let backpressure = spec.class == AnomalyClass::PfcBackpressure;
+            let size = if backpressure {
+                scaled(d.int(100, 500) * 1000, gbps)
+            } else {
+                scaled(d.int(150, 500) * 1000, gbps)
+            };
+            spec.description = format!(
+                "{} senders × {} KB{} into {} NIC {nic} at {start} µs, background {:.0} %",
+                senders.len(),
+                size / 1000,
+                if backpressure {
+                    " at line rate"
+                } else {
+                    " with DCQCN"
+                },
+                p.host(receiver as usize),
+                load * 100.0
+            );
+            spec.incast = Some(IncastPart {
+                senders: senders.iter().map(|h| p.host(*h as usize)).collect(),
+                receiver: p.host(receiver as usize),
+                size_bytes: size,
+                start_us: start,
+                congestion_control: !backpressure,
+                nic,
+            });
+        }
+        AnomalyClass::PfcStorm | AnomalyClass::SlowReceiver => {
+            let target = d.pick(&all);
+            // Victims from hosts under other ToRs where there are enough of them.
+            let mut sources = p.not_under(&[p.tor(target as usize)].into_iter().collect());
+            if sources.len() < 2 {
+                sources = all.iter().copied().filter(|h| *h != target).collect();
+            }
+            let count = (d.int(2, 4) as usize).min(sources.len());
+            let duration = d.int(400, 900) as f64;
+            for src in d.sample(&sources, count) {
+                let size = scaled(d.int(1000, 3000) * 1000, gbps);
+                let lead = d.int(10, 60) as f64;
+                spec.flows
+                    .push(p.flow(src, target, size, start - lead, true));
+            }
+            let name = p.host(target as usize);
+            if spec.class == AnomalyClass::PfcStorm {
+                spec.storm = Some(StormPart {
+                    host: name.clone(),
+                    start_us: start,
+                    duration_us: duration,
+                    nic,
+                });
+                spec.description = format!(
+                    "{name} NIC {nic} sends PAUSE from {start} µs for {duration} µs while {count} flows head to it, background {:.0} %",
+                    load * 100.0
+                );
+            } else {
+                // Drains at 5–40 % of its link.
+                let drain = (gbps * d.int(5, 40) as f64 / 100.0 * 10.0).round() / 10.0;
+                spec.slow = Some(SlowPart {
+                    host: name.clone(),
+                    nic,
+                    drain_gbps: drain.max(0.5),
+                    start_us: start,
+                    duration_us: duration,
+                });
+                spec.description = format!(
+                    "{name} NIC {nic} drains at {drain} Gbit/s from {start} µs for {duration} µs while {count} flows head to it, background {:.0} %",
+                    load * 100.0
+                );
+            }
+        }
+        AnomalyClass::DeadlockInLoop => {
+            // Loop lengths the fabric has (a bipartite Clos has only even ones).
+            let lengths: Vec<u32> = (2..=5u32)
+                .filter(|len| !view.cycles(*len as usize, 1).is_empty())
+                .collect();
+            let len = d.pick(&lengths) as usize;
+            let cycles = view.cycles(len, 256);
+            let ring = cycles[d.rng.below(cycles.len() as u64) as usize].clone();
+            let members: BTreeSet<NodeId> = ring.iter().copied().collect();
+            // The destination hangs off no loop switch.
+            let dsts = p.not_under(&members);
+            if dsts.is_empty() {
+                return Err(format!("no host outside the loop {ring:?}"));
+            }
+            let dst = d.pick(&dsts);
+            let dst_tor = p.tor(dst as usize);
+            let d_name = p.host(dst as usize);
+            let loop_start = start as u64;
+            for (i, switch) in ring.iter().enumerate() {
+                let next = ring[(i + 1) % ring.len()];
+                add_route(
+                    &mut spec.routes,
+                    p.name(*switch),
+                    &d_name,
+                    p.name(next),
+                    loop_start,
+                );
+            }
+            let candidates = p.not_under(&[dst_tor].into_iter().collect());
+            let count = (d.int(2, 4) as usize).min(candidates.len());
+            let avoid: BTreeSet<NodeId> = [dst_tor].into_iter().collect();
+            let mut entered = 0;
+            for src in d.sample(&candidates, count) {
+                let Some(path) = view.path_to_any(p.tor(src as usize), &members, &avoid) else {
+                    continue;
+                };
+                p.steer(&mut spec.routes, &path, &d_name, 0);
+                let size = scaled(d.int(1000, 4000) * 1000, gbps);
+                let delay = d.int(0, 20) as f64;
+                spec.flows.push(p.flow(src, dst, size, start + delay, true));
+                entered += 1;
+            }
+            if entered == 0 {
+                return Err("no flow can be steered into the loop".into());
+            }
+            spec.loop_switches = ring.iter().map(|n| p.name(*n)).collect();
+            spec.loop_start_us = loop_start;
+            spec.background_hosts = all
+                .iter()
+                .filter(|h| **h != dst)
+                .map(|h| p.host(*h as usize))
+                .collect();
+            spec.description = format!(
+                "routing loop {} for {d_name} from {loop_start} µs, {entered} flows to {d_name} enter it, background {:.0} %",
+                spec.loop_switches.join(" → "),
+                load * 100.0
+            );
+        }
+        AnomalyClass::DeadlockOutOfLoop => {
+            let links = view.cycles(2, usize::MAX);
+            let pair = links[d.rng.below(links.len() as u64) as usize].clone();
+            // The loop link the initiator's pause arrives on is x → y.
+            let (x, y) = if d.int(0, 1) == 0 {
+                (pair[0], pair[1])
+            } else {
+                (pair[1], pair[0])
+            };
+            let members: BTreeSet<NodeId> = [x, y].into_iter().collect();
+            let outside = p.not_under(&members);
+            if outside.len() < 2 {
+                return Err("too few hosts outside the loop".into());
+            }
+            let dst = d.pick(&outside);
+            let dst_tor = p.tor(dst as usize);
+            let targets: Vec<u32> = outside
+                .iter()
+                .copied()
+                .filter(|h| p.tor(*h as usize) != dst_tor)
+                .collect();
+            if targets.is_empty() {
+                return Err("no initiator host away from the destination".into());
+            }
+            let target = d.pick(&targets);
+            let h_tor = p.tor(target as usize);
+            let d_name = p.host(dst as usize);
+            let h_name = p.host(target as usize);
+            // The steered flow: its ToR → x → y → the initiator's ToR.
+            let steer_from: Vec<u32> = all
+                .iter()
+                .copied()
+                .filter(|h| ![dst_tor, h_tor, y].contains(&p.tor(*h as usize)) && *h != dst)
+                .collect();
+            let mut steered_path = None;
+            for _ in 0..8 {
+                if steer_from.is_empty() {
+                    break;
+                }
+                let s = d.pick(&steer_from);
+                let avoid1: BTreeSet<NodeId> = [y, h_tor, dst_tor].into_iter().collect();
+                let Some(first) = view.path(p.tor(s as usize), x, &avoid1) else {
+                    continue;
+                };
+                let mut avoid2: BTreeSet<NodeId> = first.iter().copied().collect();
+                avoid2.insert(dst_tor);
+                let Some(second) = view.path(y, h_tor, &avoid2) else {
+                    continue;
+                };
+                let mut path = first;
+                path.extend(second);
+                steered_path = Some((s, path));
+                break;
+            }
+            let Some((steered, path)) = steered_path else {
+                return Err("no path steers a flow over the loop link".into());
+            };
+            spec.loop_switches = vec![p.name(x), p.name(y)];
+            add_route(&mut spec.routes, p.name(y), &d_name, p.name(x), 0);
+            add_route(&mut spec.routes, p.name(x), &d_name, p.name(y), 0);
+            p.steer(&mut spec.routes, &path, &h_name, 0);
+            let storm = d.int(0, 1) == 1;
+            if storm {
+                let duration = d.int(600, 900) as f64;
+                spec.initiator = Some(Initiator::Storm);
+                spec.storm = Some(StormPart {
+                    host: h_name.clone(),
+                    start_us: start,
+                    duration_us: duration,
+                    nic,
+                });
+                spec.flows.push(p.flow(
+                    steered,
+                    target,
+                    scaled(3_000_000, gbps),
+                    start - 100.0,
+                    true,
+                ));
+            } else {
+                spec.initiator = Some(Initiator::Incast);
+                let excluded: BTreeSet<NodeId> =
+                    [p.tor(steered as usize), h_tor, x, y].into_iter().collect();
+                let candidates: Vec<u32> = p
+                    .not_under(&excluded)
+                    .into_iter()
+                    .filter(|h| *h != dst && *h != target)
+                    .collect();
+                if candidates.is_empty() {
+                    return Err("no incast senders outside the loop".into());
+                }
+                let count = (d.int(3, 5) as usize).min(candidates.len());
+                let senders = d.sample(&candidates, count);
+                spec.incast = Some(IncastPart {
+                    senders: senders.iter().map(|h| p.host(*h as usize)).collect(),
+                    receiver: h_name.clone(),
+                    size_bytes: scaled(d.int(500, 1000) * 1000, gbps),
+                    start_us: start,
+                    congestion_control: false,
+                    nic,
+                });
+                spec.flows
+                    .push(p.flow(steered, target, scaled(3_000_000, gbps), start, false));
+            }
+            // Flows to D enter the loop at y once the pause has arrived.
+            let avoid3: BTreeSet<NodeId> = [x, dst_tor, h_tor].into_iter().collect();
+            let entrants: Vec<u32> = all
+                .iter()
+                .copied()
+                .filter(|h| {
+                    *h != dst
+                        && *h != target
+                        && *h != steered
+                        && ![dst_tor, h_tor, x].contains(&p.tor(*h as usize))
+                })
+                .collect();
+            let count = (d.int(2, 3) as usize).min(entrants.len());
+            let delay = d.int(150, 250) as f64;
+            let mut entered = 0;
+            for src in d.sample(&entrants, count) {
+                let Some(path) = view.path(p.tor(src as usize), y, &avoid3) else {
+                    continue;
+                };
+                p.steer(&mut spec.routes, &path, &d_name, 0);
+                spec.flows.push(p.flow(
+                    src,
+                    dst,
+                    scaled(d.int(1000, 2000) * 1000, gbps),
+                    start + delay,
+                    true,
+                ));
+                entered += 1;
+            }
+            if entered == 0 {
+                return Err("no flow to the destination can enter the loop".into());
+            }
+            spec.background_hosts = all
+                .iter()
+                .filter(|h| **h != dst)
+                .map(|h| p.host(*h as usize))
+                .collect();
+            spec.description = format!(
+                "routing loop {} → {} for {d_name}; {} at {h_name} from {start} µs reaches it through {}'s flow; flows to {d_name} enter the loop {delay} µs later; background {:.0} %",
+                p.name(x),
+                p.name(y),
+                if storm { "PAUSE injection" } else { "an incast" },
+                p.host(steered as usize),
+                load * 100.0
+            );
+        }
+    }
+    Ok(())
 }
