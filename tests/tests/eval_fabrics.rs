@@ -225,3 +225,73 @@ fn unknown_families_are_refused_naming_the_known_ones() {
         assert_eq!(Family::parse(family.name()).unwrap(), family);
     }
 }
+
+#[test]
+fn a_concurrent_anomaly_elsewhere_is_simulated_but_not_mistaken_for_the_traces_own() {
+    let mut seen = BTreeSet::new();
+    for class in [AnomalyClass::PfcBackpressure, AnomalyClass::PfcStorm] {
+        for index in 0..30 {
+            let spec = generate_on(Family::LeafSpine, class, index, 0, 21).unwrap();
+            let Some(concurrent) = &spec.concurrent else {
+                continue;
+            };
+            if !seen.insert((class, concurrent.kind.clone())) {
+                continue;
+            }
+            // Its host hangs off a ToR the trace's own anomaly does not use.
+            let view = spec.fabric.view().unwrap();
+            let tor_of = |name: &str| {
+                let h = view.hosts.iter().find(|h| h.name == name).unwrap();
+                h.tors[concurrent.nic as usize]
+            };
+            let own_hosts: Vec<&String> = spec
+                .flows
+                .iter()
+                .flat_map(|f| [&f.src, &f.dst])
+                .chain(spec.incast.iter().flat_map(|i| i.senders.iter()))
+                .chain(spec.incast.iter().map(|i| &i.receiver))
+                .chain(spec.storm.iter().map(|s| &s.host))
+                .collect();
+            for host in own_hosts {
+                assert_ne!(tor_of(host), tor_of(&concurrent.host), "{}", spec.id);
+            }
+            let loaded = spec.scenario().unwrap();
+            let result = hawkmesh_netsim::run_loaded(&loaded).unwrap();
+            assert_eq!(result.ground_truth.len(), 2, "{}", spec.id);
+            let truth = hawkmesh_lab::eval::truth_of(&spec, &result);
+            let concurrent_flows: BTreeSet<String> = result
+                .flows
+                .iter()
+                .filter(|f| Some(f.workload) == spec.concurrent_workload())
+                .map(|f| f.tuple.clone())
+                .collect();
+            assert_eq!(
+                concurrent_flows.len(),
+                concurrent.flows.len(),
+                "{}",
+                spec.id
+            );
+            assert!(
+                truth.anomaly_flows.is_disjoint(&concurrent_flows),
+                "{}",
+                spec.id
+            );
+            assert!(!truth.anomaly_flows.is_empty());
+            // The trace's own truth is its own anomaly's: its root is not the concurrent
+            // host's port.
+            let expected = if class == AnomalyClass::PfcStorm {
+                "pfc_storm"
+            } else {
+                "pfc_backpressure"
+            };
+            assert_eq!(truth.expected_type, expected);
+            if class == AnomalyClass::PfcStorm {
+                assert_eq!(
+                    truth.injector.as_deref(),
+                    spec.storm.as_ref().map(|s| s.host.as_str())
+                );
+            }
+        }
+    }
+    assert!(seen.len() >= 3, "concurrent anomalies drawn: {seen:?}");
+}

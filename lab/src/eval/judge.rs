@@ -272,10 +272,11 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
     let looped = find(AnomalyKind::RoutingLoop);
     let slow = find(AnomalyKind::SlowReceiver);
     let background = spec.background_workloads();
+    let concurrent = spec.concurrent_workload();
     let anomaly_flows: BTreeSet<String> = sim
         .flows
         .iter()
-        .filter(|f| f.workload >= background)
+        .filter(|f| f.workload >= background && Some(f.workload) != concurrent)
         .map(|f| f.tuple.clone())
         .collect();
     let mut truth = Truth {

@@ -219,6 +219,26 @@ pub struct SlowPart {
     pub duration_us: f64,
 }
 
+/// A second anomaly running at the same time elsewhere in the fabric (drawn families only):
+/// its own flows and fault, not judged — the analyzer must keep it apart from the trace's
+/// anomaly.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConcurrentPart {
+    /// `storm` (the host injects PAUSE) or `incast` (the flows burst into the host at line
+    /// rate).
+    pub kind: String,
+    /// The host.
+    pub host: String,
+    /// Its NIC.
+    pub nic: u32,
+    /// The flows toward it.
+    pub flows: Vec<FlowPart>,
+    /// Start, µs.
+    pub start_us: f64,
+    /// Duration of a storm, µs.
+    pub duration_us: f64,
+}
+
 /// What starts an out-of-loop deadlock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -273,6 +293,9 @@ pub struct TraceSpec {
     pub initiator: Option<Initiator>,
     /// One line for people.
     pub description: String,
+    /// A concurrent anomaly elsewhere (not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrent: Option<ConcurrentPart>,
     /// Why the anomaly could not be placed on the drawn fabric (the attempt is drawn again).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unplaced: Option<String>,
@@ -372,6 +395,7 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
         loop_start_us: 0,
         initiator: None,
         description: String::new(),
+        concurrent: None,
         unplaced: None,
     };
     match class {
@@ -633,6 +657,16 @@ impl TraceSpec {
         self.incast.as_ref().map(|_| self.background_workloads())
     }
 
+    /// Workload index of the concurrent anomaly's flows (`None` without one); it comes after
+    /// the trace's own workloads.
+    pub fn concurrent_workload(&self) -> Option<usize> {
+        self.concurrent.as_ref().map(|_| {
+            self.background_workloads()
+                + usize::from(self.incast.is_some())
+                + usize::from(!self.flows.is_empty())
+        })
+    }
+
     /// The scenario file of this trace.
     pub fn to_toml(&self) -> String {
         let mut t = String::new();
@@ -700,6 +734,23 @@ impl TraceSpec {
             }
             let _ = writeln!(t, "]");
         }
+        if let Some(concurrent) = &self.concurrent {
+            let _ = writeln!(t, "\n[[workload]]\nkind = \"flows\"\nflows = [");
+            for flow in &concurrent.flows {
+                let _ = writeln!(
+                    t,
+                    "  {{ src = \"{}\", dst = \"{}\", size_bytes = {}, start_us = {}, congestion_control = {}, src_nic = {}, dst_nic = {} }},",
+                    flow.src,
+                    flow.dst,
+                    flow.size_bytes,
+                    flow.start_us,
+                    flow.congestion_control,
+                    flow.src_nic,
+                    flow.dst_nic
+                );
+            }
+            let _ = writeln!(t, "]");
+        }
         for route in &self.routes {
             let _ = writeln!(
                 t,
@@ -737,6 +788,20 @@ impl TraceSpec {
                 quoted(&self.loop_switches),
                 self.loop_start_us
             );
+        }
+        if let (Some(concurrent), Some(workload)) = (&self.concurrent, self.concurrent_workload()) {
+            if concurrent.kind == "storm" {
+                let _ = writeln!(
+                    t,
+                    "\n[[fault]]\nkind = \"pfc_injection\"\nhost = \"{}\"\nnic = {}\nstart_us = {}\nduration_us = {}",
+                    concurrent.host, concurrent.nic, concurrent.start_us, concurrent.duration_us
+                );
+            } else {
+                let _ = writeln!(
+                    t,
+                    "\n[[fault]]\nkind = \"incast_burst\"\nworkload = {workload}"
+                );
+            }
         }
         t
     }
@@ -817,10 +882,13 @@ pub fn generate_on(
         loop_start_us: 0,
         initiator: None,
         description: String::new(),
+        concurrent: None,
         unplaced: None,
     };
     if let Err(reason) = place(&mut spec, &view, &mut d, start) {
         spec.unplaced = Some(format!("{reason} on {}", fabric.describe()));
+    } else if d.int(0, 2) == 0 {
+        place_concurrent(&mut spec, &view, &mut d, start);
     }
     spec.description = format!("{}; {}", spec.description, fabric.describe());
     Ok(spec)
@@ -1174,4 +1242,86 @@ fn place(spec: &mut TraceSpec, view: &FabricView, d: &mut Draw, start: f64) -> R
         }
     }
     Ok(())
+}
+
+/// Adds a concurrent anomaly — a PAUSE storm or a line-rate incast — at a host whose ToR
+/// none of the trace's own hosts and switches use, with senders from other such ToRs. Where
+/// the fabric has no such place, the trace keeps one anomaly.
+fn place_concurrent(spec: &mut TraceSpec, view: &FabricView, d: &mut Draw, start: f64) {
+    let nic = d.int(0, u64::from(view.rails()) - 1) as u32;
+    let p = Placement { view, nic };
+    let mut used: BTreeSet<NodeId> = BTreeSet::new();
+    let by_name = |name: &str| view.hosts.iter().position(|h| h.name == name);
+    let mut hosts: Vec<&str> = Vec::new();
+    if let Some(incast) = &spec.incast {
+        hosts.extend(incast.senders.iter().map(String::as_str));
+        hosts.push(&incast.receiver);
+    }
+    for flow in &spec.flows {
+        hosts.push(&flow.src);
+        hosts.push(&flow.dst);
+    }
+    if let Some(storm) = &spec.storm {
+        hosts.push(&storm.host);
+    }
+    if let Some(slow) = &spec.slow {
+        hosts.push(&slow.host);
+    }
+    for name in hosts {
+        if let Some(h) = by_name(name) {
+            used.extend(view.hosts[h].tors.iter().copied());
+        }
+    }
+    for name in &spec.loop_switches {
+        if let Some(node) = view.topo.node_by_name(name) {
+            used.insert(node.id);
+        }
+    }
+    let free = p.not_under(&used);
+    if free.len() < 3 {
+        return;
+    }
+    let target = d.pick(&free);
+    let target_tor = p.tor(target as usize);
+    let sources: Vec<u32> = free
+        .iter()
+        .copied()
+        .filter(|h| p.tor(*h as usize) != target_tor)
+        .collect();
+    if sources.is_empty() {
+        return;
+    }
+    let gbps = spec.fabric.host_gbps;
+    let at = start + d.int(0, 200) as f64 - 100.0;
+    let storm = d.int(0, 1) == 1;
+    let count =
+        (d.int(if storm { 1 } else { 3 }, if storm { 2 } else { 6 }) as usize).min(sources.len());
+    let mut flows = Vec::new();
+    for src in d.sample(&sources, count) {
+        let (size, begin, cc) = if storm {
+            (scaled(d.int(1000, 2000) * 1000, gbps), at - 20.0, true)
+        } else {
+            (scaled(d.int(200, 500) * 1000, gbps), at, false)
+        };
+        flows.push(p.flow(src, target, size, begin, cc));
+    }
+    let host = p.host(target as usize);
+    let duration = d.int(300, 600) as f64;
+    spec.description = format!(
+        "{}; concurrently {} at {host} NIC {nic} from {at} µs",
+        spec.description,
+        if storm {
+            format!("a PAUSE storm for {duration} µs")
+        } else {
+            format!("an incast of {} senders", flows.len())
+        }
+    );
+    spec.concurrent = Some(ConcurrentPart {
+        kind: if storm { "storm" } else { "incast" }.into(),
+        host,
+        nic,
+        flows,
+        start_us: at,
+        duration_us: duration,
+    });
 }
