@@ -562,6 +562,7 @@ impl Simulation {
             workload: None,
             pfc_spreading: Vec::new(),
             paused_ports: Vec::new(),
+            queue_peaks: Vec::new(),
             description: String::new(),
         };
         let mut origins = Vec::new();

@@ -305,6 +305,7 @@ impl Simulation {
                         .collect();
                     anomaly.initial_ports =
                         crate::truth::incast_congestion_points(&anomaly.initial_ports, &peaks);
+                    anomaly.queue_peaks = peaks;
                 }
             }
             compute_spreading(anomaly, origins, &self.pfc_log, &self.topo);

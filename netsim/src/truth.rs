@@ -84,6 +84,10 @@ pub struct Anomaly {
     pub pfc_spreading: Vec<SpreadEdge>,
     /// Every egress port paused by the spreading tree.
     pub paused_ports: Vec<PortRef>,
+    /// Incasts: the peak of the incast's own bytes queued at each switch egress where they
+    /// queued, bytes (what [`incast_congestion_points`] decided from).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queue_peaks: Vec<(PortRef, u64)>,
     /// Human description.
     pub description: String,
 }
@@ -94,17 +98,17 @@ pub struct Anomaly {
 pub const INCAST_QUEUE_MIN_BYTES: u64 = 16 * 1024;
 
 /// The initial congestion points of a labelled incast: the switch egress ports where its own
-/// bytes built a queue — a peak of at least [`INCAST_QUEUE_MIN_BYTES`] and at least a quarter
-/// of its largest peak anywhere. The receiver's ToR port is one only when it queued: where
-/// the senders' uplinks are the bottleneck (oversubscription, an ECMP collision), the
-/// traffic reaches the receiver's port below its rate and the congestion is upstream. An
-/// incast that queued nowhere keeps `receiver_ports` (where it would have).
+/// bytes built a queue — a peak of at least [`INCAST_QUEUE_MIN_BYTES`]: the receiver's ToR
+/// port, and wherever several of its senders share a link (an oversubscribed uplink, an ECMP
+/// collision) — every queue a victim can meet the incast in. The receiver's ToR port is one
+/// only when it queued: where the senders' uplinks are the bottleneck, the traffic reaches
+/// the receiver's port below its rate and the congestion is upstream. An incast that queued
+/// nowhere keeps `receiver_ports` (where it would have).
 pub fn incast_congestion_points(
     receiver_ports: &[PortRef],
     peaks: &[(PortRef, u64)],
 ) -> Vec<PortRef> {
-    let largest = peaks.iter().map(|(_, peak)| *peak).max().unwrap_or(0);
-    let threshold = INCAST_QUEUE_MIN_BYTES.max(largest / 4);
+    let threshold = INCAST_QUEUE_MIN_BYTES;
     let mut points: Vec<PortRef> = peaks
         .iter()
         .filter(|(_, peak)| *peak >= threshold)

@@ -233,6 +233,17 @@ workload = 0
         .map(|p| port_name(&result, p))
         .collect();
     assert_eq!(points, vec!["leaf0→spine0".to_string()], "{points:?}");
+    // The peaks it decided from are in the ground truth: the uplink's is large, the
+    // receiver's port stayed under the floor (or never held the incast at all).
+    let peak = |name: &str| {
+        truth
+            .queue_peaks
+            .iter()
+            .find(|(p, _)| port_name(&result, p) == name)
+            .map_or(0, |(_, peak)| *peak)
+    };
+    assert!(peak("leaf0→spine0") > 100_000, "{:?}", truth.queue_peaks);
+    assert!(peak("leaf1→h4") < hawkmesh_netsim::truth::INCAST_QUEUE_MIN_BYTES);
 
     // The same senders spread over both leaves' hosts into h4: now the receiver's port is
     // where the incast queues.
