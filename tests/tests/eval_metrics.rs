@@ -905,3 +905,33 @@ start_us = 500
     let all = nodes(paths.ports(tuple).expect("any path"));
     assert!(all.is_superset(&before) && all.is_superset(&after));
 }
+
+#[test]
+fn a_slow_receiver_is_correct_only_as_a_slow_receiver_naming_its_host_or_port() {
+    let mut t = truth(AnomalyClass::SlowReceiver, "slow_receiver");
+    t.injector = Some("h6".into());
+    // The analyzer names the host as the receiver (root_cause.receiver), the sink port as
+    // its root port.
+    let mut by_host = anomaly("slow_receiver", true, &[(27, 1)], None);
+    by_host["root_cause"]["receiver"] = json!("h6");
+    let judged = judge(&t, Some(&diagnosis(vec![by_host])));
+    assert_eq!(judged.verdict, Verdict::Correct);
+    assert_eq!(judged.claims, vec!["slow_receiver@s27.p1,at h6"]);
+    let by_port = anomaly("slow_receiver", true, &[(19, 0)], None);
+    assert_eq!(
+        judge(&t, Some(&diagnosis(vec![by_port]))).verdict,
+        Verdict::Correct
+    );
+    let mut other_host = anomaly("slow_receiver", true, &[(27, 1)], None);
+    other_host["root_cause"]["receiver"] = json!("h9");
+    assert_eq!(
+        judge(&t, Some(&diagnosis(vec![other_host]))).verdict,
+        Verdict::WrongRootCause
+    );
+    // A drain-rate limit reported as an injection by the same host is the wrong diagnosis.
+    let storm = anomaly("pfc_storm", true, &[(19, 0)], Some("h6"));
+    assert_eq!(
+        judge(&t, Some(&diagnosis(vec![storm]))).verdict,
+        Verdict::WrongType
+    );
+}

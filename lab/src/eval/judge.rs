@@ -564,6 +564,9 @@ fn claim_text(anomaly: &serde_json::Value) -> String {
     if let Some(injector) = root["injector"].as_str() {
         at.push(format!("by {injector}"));
     }
+    if let Some(receiver) = root["receiver"].as_str() {
+        at.push(format!("at {receiver}"));
+    }
     format!("{kind}@{}", at.join(","))
 }
 
@@ -582,7 +585,8 @@ enum RootRule {
 fn root_cause_matches(truth: &Truth, rule: RootRule, anomaly: &serde_json::Value) -> bool {
     let root = &anomaly["root_cause"];
     let ports = ports_of(&root["ports"]);
-    let injector = root["injector"].as_str();
+    // The host at the root: the injector of a storm, the receiver of a slow receiver.
+    let injector = root["injector"].as_str().or(root["receiver"].as_str());
     match rule {
         RootRule::Ports => ports.iter().any(|p| truth.root_ports.contains(p)),
         RootRule::PortsOrInjector => {
