@@ -49,7 +49,7 @@ impl NetsimHostAgents {
 
 impl HostHook for NetsimHostAgents {
     fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
-        self.observe(sample, emit);
+        self.observe(sample, emit, false);
     }
 
     fn stall_interval(&self) -> Option<Time> {
@@ -57,14 +57,15 @@ impl HostHook for NetsimHostAgents {
     }
 
     fn on_stall(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
-        // Stuck for `now - sent_at`: at least that is the RTT of the oldest unacknowledged
-        // byte, compared with the base RTT like any sample.
-        self.observe(sample, emit);
+        // Stuck since `sent_at` (its last progress): at least that long is the RTT of the
+        // oldest unacknowledged byte, compared with the base RTT like any sample; when it
+        // began tells the detector whether the stall is new since the flow's last poll.
+        self.observe(sample, emit, true);
     }
 }
 
 impl NetsimHostAgents {
-    fn observe(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+    fn observe(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>, stall: bool) {
         if self.stopped {
             return;
         }
@@ -72,13 +73,14 @@ impl NetsimHostAgents {
             .detectors
             .entry(sample.host)
             .or_insert_with(|| RttDetector::new(sample.host, self.config));
-        let rtt_ns = sample.now.saturating_sub(sample.sent_at) / NS;
-        let Some(trigger) = detector.observe(
-            sample.tuple,
-            rtt_ns,
-            Some(sample.base_rtt / NS),
-            sample.now / NS,
-        ) else {
+        let base = Some(sample.base_rtt / NS);
+        let trigger = if stall {
+            detector.observe_stall(sample.tuple, sample.sent_at / NS, base, sample.now / NS)
+        } else {
+            let rtt_ns = sample.now.saturating_sub(sample.sent_at) / NS;
+            detector.observe(sample.tuple, rtt_ns, base, sample.now / NS)
+        };
+        let Some(trigger) = trigger else {
             return;
         };
         self.triggers.push(trigger);
