@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 /// # Polling rule
 ///
 /// A flow is polled when a sample is slow: an RTT above `threshold` × base RTT, or data
-/// unacknowledged for `stall_ns` (a stall; its RTT is how long it
+/// unacknowledged (or posted and not sent) for `stall_ns` (a stall; its RTT is how long it
 /// has been stuck). HAWKEYE (§3.2) then suppresses the flow for `suppression_ns` to bound
 /// the polling overhead. Within that interval a suppressed flow is polled again — an
 /// *escalation* — only when its condition got materially worse or changed in kind, so that
@@ -120,7 +120,7 @@ struct FlowState {
 enum Slow {
     /// An ACK's RTT.
     Rtt,
-    /// Data stuck (unacknowledged) since this time, ns.
+    /// Data stuck (unacknowledged, or posted and not sent) since this time, ns.
     Stall { since_ns: u64 },
 }
 
@@ -135,6 +135,16 @@ pub struct RttDetector {
     suppressed: u64,
     polls: u64,
     escalations: u64,
+    /// Work posted and not yet seen to make progress: when it was posted, its base RTT,
+    /// and when to look at it next, ns.
+    posted: BTreeMap<FiveTuple, Posted>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Posted {
+    at_ns: u64,
+    base_rtt_ns: Option<u64>,
+    next_check_ns: u64,
 }
 
 impl RttDetector {
@@ -149,6 +159,7 @@ impl RttDetector {
             suppressed: 0,
             polls: 0,
             escalations: 0,
+            posted: BTreeMap::new(),
         }
     }
 
@@ -169,8 +180,8 @@ impl RttDetector {
         self.sample(victim, rtt_ns, Slow::Rtt, base_rtt_ns, now_ns)
     }
 
-    /// Feeds a stall of `victim`: its data has been stuck (unacknowledged) since
-    /// `stuck_since_ns`. How long it has been
+    /// Feeds a stall of `victim`: its data has been stuck since `stuck_since_ns`
+    /// (unacknowledged since then, or posted then and not sent). How long it has been
     /// stuck is compared with the base RTT like an RTT sample (a stall says nothing about
     /// the base RTT, so it never teaches one).
     pub fn observe_stall(
@@ -201,6 +212,10 @@ impl RttDetector {
         now_ns: u64,
     ) -> Option<PollingTrigger> {
         self.samples += 1;
+        if slow == Slow::Rtt {
+            // An ACK came back: the flow made progress (stalls are the transport's now).
+            self.posted.remove(&victim);
+        }
         let config = self.config;
         let state = self.flows.entry(victim).or_default();
         let base = match (base_rtt_ns, slow) {
@@ -255,6 +270,58 @@ impl RttDetector {
             at_ns: now_ns,
             escalation,
         })
+    }
+
+    /// Work was posted on `victim` at `posted_at_ns` (a send queued on the QP). Until it
+    /// makes progress ([`RttDetector::progress`], or an RTT sample) it counts as stalled
+    /// from when it was posted once `stall_ns` has passed: a flow that starts while its own
+    /// NIC is paused by PFC sends nothing, so neither an ACK nor a stall of unacknowledged
+    /// data would ever tell of it ([`RttDetector::check_posted`]). Posting again while
+    /// pending keeps the first post time.
+    pub fn post(&mut self, victim: FiveTuple, posted_at_ns: u64, base_rtt_ns: Option<u64>) {
+        if self.config.stall_ns == 0 {
+            return;
+        }
+        self.posted.entry(victim).or_insert(Posted {
+            at_ns: posted_at_ns,
+            base_rtt_ns,
+            next_check_ns: posted_at_ns.saturating_add(self.config.stall_ns),
+        });
+    }
+
+    /// `victim` made progress (sent or had acknowledged its first bytes): from now on its
+    /// stalls are those of unacknowledged data.
+    pub fn progress(&mut self, victim: FiveTuple) {
+        self.posted.remove(&victim);
+    }
+
+    /// Flows posted and not progressing, at `now_ns`: each one stuck for `stall_ns` or more
+    /// is a stall since its post time ([`RttDetector::observe_stall`]); looked at again
+    /// every `stall_ns` while it lasts. Returns the polls this decides, in flow order.
+    pub fn check_posted(&mut self, now_ns: u64) -> Vec<PollingTrigger> {
+        let due: Vec<(FiveTuple, Posted)> = self
+            .posted
+            .iter()
+            .filter(|(_, p)| p.next_check_ns <= now_ns)
+            .map(|(f, p)| (*f, *p))
+            .collect();
+        let mut triggers = Vec::new();
+        for (victim, posted) in due {
+            if let Some(entry) = self.posted.get_mut(&victim) {
+                entry.next_check_ns = now_ns.saturating_add(self.config.stall_ns);
+            }
+            if let Some(trigger) =
+                self.observe_stall(victim, posted.at_ns, posted.base_rtt_ns, now_ns)
+            {
+                triggers.push(trigger);
+            }
+        }
+        triggers
+    }
+
+    /// Flows posted and not yet seen to make progress.
+    pub fn pending_posts(&self) -> usize {
+        self.posted.len()
     }
 
     /// Polls that were escalations (a suppressed flow polled again, see [`DetectorConfig`]).
@@ -361,6 +428,32 @@ mod tests {
         assert!(!next.escalation);
         assert_eq!((detector.polls(), detector.escalations()), (4, 2));
         assert_eq!(detector.suppressed(), 5);
+    }
+
+    #[test]
+    fn work_posted_and_never_sent_counts_as_stalled_from_its_post() {
+        // A flow that starts while its own NIC is paused sends nothing: no ACK, no
+        // unacknowledged data, yet it is stuck from the moment its work was posted.
+        let mut detector = RttDetector::new(2, DetectorConfig::default());
+        let base = Some(10_000);
+        detector.post(flow(1), 100_000, base);
+        detector.post(flow(2), 100_000, base);
+        assert!(
+            detector.check_posted(140_000).is_empty(),
+            "not yet stall_ns"
+        );
+        // flow(2) got going: its ACKs are its RTT samples from now on.
+        assert_eq!(detector.observe(flow(2), 12_000, base, 145_000), None);
+        let triggers = detector.check_posted(150_000);
+        assert_eq!(triggers.len(), 1);
+        assert_eq!(triggers[0].victim, flow(1));
+        assert_eq!(triggers[0].rtt_ns, 50_000, "stuck since it was posted");
+        // Still stuck: the same stall, suppressed.
+        assert!(detector.check_posted(200_000).is_empty());
+        assert_eq!(detector.pending_posts(), 1);
+        detector.progress(flow(1));
+        assert_eq!(detector.pending_posts(), 0);
+        assert!(detector.check_posted(10_000_000).is_empty());
     }
 
     #[test]
