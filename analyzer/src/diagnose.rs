@@ -42,6 +42,9 @@ use crate::DiagnoseOptions;
 /// Most flows listed per root cause, spreading edge or contention port.
 const MAX_LISTED_FLOWS: usize = 16;
 
+/// Bound on the depth-first search that orders a loop's ports as a cycle (`order_cycle`).
+const MAX_CYCLE_SEARCH_STEPS: usize = 100_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum AnomalyKey {
     Loop(usize),
@@ -1120,29 +1123,56 @@ impl<'a> Context<'a> {
     }
 }
 
-/// Orders the ports of a strongly connected component as a cycle, starting at its smallest
-/// port and following the heaviest edge that stays inside; ports a simple cycle misses are
-/// appended in port order.
+/// Orders the ports of a strongly connected component as a cycle: the longest simple cycle
+/// through its smallest port (heaviest edges tried first, so of equally long cycles the
+/// heaviest-first one wins), found by a depth-first search of at most
+/// [`MAX_CYCLE_SEARCH_STEPS`] steps (then the longest found so far). Ports no such cycle
+/// covers (a component made of several cycles) follow in port order.
+///
+/// A greedy walk along the heaviest edge can take a chord and close a short cycle early;
+/// the loop's other ports then came out of order, and every check on "consecutive loop
+/// ports" (the loop's own wait-for edges, their epochs, the weakest loop edge) saw only part
+/// of the loop.
 fn order_cycle(graph: &ProvenanceGraph, members: &BTreeSet<PortRef>) -> Vec<PortRef> {
     let Some(first) = members.iter().next().copied() else {
         return Vec::new();
     };
-    let mut order = vec![first];
-    let mut at = first;
-    loop {
-        let next = graph
-            .port_edges(at)
+    let inside = |port: PortRef| -> Vec<PortRef> {
+        graph
+            .port_edges(port)
             .iter()
             .map(|(to, _)| *to)
-            .find(|to| members.contains(to) && !order.contains(to));
-        match next {
-            Some(port) => {
-                order.push(port);
-                at = port;
+            .filter(|to| members.contains(to))
+            .collect()
+    };
+    let mut best: Vec<PortRef> = vec![first];
+    let mut path: Vec<PortRef> = vec![first];
+    // Each frame: the successors of the path's port still to try.
+    let mut stack: Vec<std::vec::IntoIter<PortRef>> = vec![inside(first).into_iter()];
+    let mut steps = 0usize;
+    while let Some(frame) = stack.last_mut() {
+        if steps >= MAX_CYCLE_SEARCH_STEPS || best.len() == members.len() {
+            break;
+        }
+        steps += 1;
+        match frame.next() {
+            Some(next) if next == first => {
+                if path.len() > best.len() || (best.len() == 1 && path.len() == 1) {
+                    best = path.clone();
+                }
             }
-            None => break,
+            Some(next) if !path.contains(&next) => {
+                path.push(next);
+                stack.push(inside(next).into_iter());
+            }
+            Some(_) => {}
+            None => {
+                stack.pop();
+                path.pop();
+            }
         }
     }
+    let mut order = best;
     for port in members {
         if !order.contains(port) {
             order.push(*port);
@@ -1649,5 +1679,37 @@ fn verdict(anomalies: &[Anomaly], findings: &[Finding]) -> String {
             anomalies.len(),
             if anomalies.len() == 1 { "y" } else { "ies" }
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_is_ordered_around_its_whole_cycle_not_around_a_chord() {
+        // Five loop ports p0 → p1 → p2 → p3 → p4 → p0, and a heavier chord p0 → p3: the
+        // heaviest-edge walk from p0 closes p0 → p3 → p4 → p0 and leaves p1, p2 out of
+        // order, so "consecutive loop ports" would not be the loop's own edges.
+        let port = |i: u16| PortRef { node: 1, port: i };
+        let mut graph = ProvenanceGraph::default();
+        for i in 0..5u16 {
+            graph
+                .port_out
+                .insert(port(i), vec![(port((i + 1) % 5), 10.0)]);
+        }
+        graph
+            .port_out
+            .insert(port(0), vec![(port(3), 50.0), (port(1), 10.0)]);
+        let members: BTreeSet<PortRef> = (0..5).map(port).collect();
+        let order = order_cycle(&graph, &members);
+        assert_eq!(order, (0..5).map(port).collect::<Vec<_>>());
+        for (k, from) in order.iter().enumerate() {
+            let to = order[(k + 1) % order.len()];
+            assert!(
+                graph.port_edges(*from).iter().any(|(t, _)| *t == to),
+                "{order:?}: {from:?} does not wait for {to:?}"
+            );
+        }
     }
 }

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hawkmesh_wire::telemetry::FiveTuple;
+use hawkmesh_wire::telemetry::{FiveTuple, PortRecord};
 use hawkmesh_wire::topology::{NodeId, PortNo, PortRef};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 
@@ -285,6 +285,36 @@ fn status_epoch(in_force: bool, until_ns: u64, epoch_ns: u64, first: u64, latest
     }
 }
 
+/// Whether `port` is known paused in the epoch starting at `start` although no paused
+/// packet may be counted there: paused when the polling packet passed or in force when its
+/// switch collected (from the switch's latest reported epoch on — a switch frozen behind a
+/// deadlock or a storm may record nothing in the latest epochs), or with a reported pause
+/// that ended in that epoch (nothing was enqueued while it lasted — everything upstream
+/// was already held — yet the port waited for its downstream until then).
+fn known_paused(
+    incident: &Incident,
+    paused_at_poll: &BTreeSet<PortRef>,
+    port: PortRef,
+    start: u64,
+) -> bool {
+    let Some(data) = incident.switches.get(&port.node) else {
+        return false;
+    };
+    let (Some(first), Some(latest)) = (
+        data.epochs.keys().next().copied(),
+        data.epochs.keys().next_back().copied(),
+    ) else {
+        return false;
+    };
+    (start >= latest && paused_at_poll.contains(&port))
+        || data
+            .pause_status
+            .get(&port.port)
+            .is_some_and(|(in_force, until)| {
+                !*in_force && status_epoch(false, *until, incident.epoch_ns, first, latest) == start
+            })
+}
+
 impl ProvenanceGraph {
     fn port_node(&mut self, port: PortRef) -> NodeIndex {
         if let Some(index) = self.port_nodes.get(&port) {
@@ -452,26 +482,16 @@ impl ProvenanceGraph {
         let mut port_weights: BTreeMap<(PortRef, PortRef), f64> = BTreeMap::new();
         let mut edge_epochs: BTreeMap<(PortRef, PortRef), BTreeSet<u64>> = BTreeMap::new();
         for (switch, data) in &incident.switches {
-            let first = data.epochs.keys().next().copied();
-            let latest = data.epochs.keys().next_back().copied();
-            // Ports known paused in an epoch without a paused packet counted there: paused
-            // at the poll or at collection (the latest epoch), or with a reported pause that
-            // ended in it (nothing was enqueued while it lasted — everything upstream was
-            // already held — yet the port waited for its downstream until then).
-            let known_paused = |start: u64, port: PortNo| {
-                (Some(start) == latest
-                    && paused_at_poll.contains(&PortRef {
+            let paused_here = |start: u64, port: PortNo| {
+                known_paused(
+                    incident,
+                    &paused_at_poll,
+                    PortRef {
                         node: *switch,
                         port,
-                    }))
-                    || data
-                        .pause_status
-                        .get(&port)
-                        .zip(first.zip(latest))
-                        .is_some_and(|((in_force, until), (first, latest))| {
-                            !*in_force
-                                && status_epoch(false, *until, epoch_ns, first, latest) == start
-                        })
+                    },
+                    start,
+                )
             };
             for (start, epoch) in &data.epochs {
                 let held: BTreeSet<PortNo> = paused_at_poll
@@ -479,7 +499,7 @@ impl ProvenanceGraph {
                     .filter(|p| p.node == *switch)
                     .map(|p| p.port)
                     .chain(data.pause_status.keys().copied())
-                    .filter(|port| !epoch.ports.contains_key(port) && known_paused(*start, *port))
+                    .filter(|port| !epoch.ports.contains_key(port) && paused_here(*start, *port))
                     .collect();
                 let candidates = epoch
                     .ports
@@ -491,7 +511,7 @@ impl ProvenanceGraph {
                         node: *switch,
                         port: port_no,
                     };
-                    let paused_packets = if paused_count == 0 && known_paused(*start, port_no) {
+                    let paused_packets = if paused_count == 0 && paused_here(*start, port_no) {
                         1
                     } else {
                         paused_count
@@ -544,8 +564,30 @@ impl ProvenanceGraph {
                                     } else {
                                         let mut any = false;
                                         for (egress, bytes) in rows {
-                                            let Some(target) = down.ports.get(egress) else {
-                                                continue;
+                                            let to = PortRef {
+                                                node: downstream_in.node,
+                                                port: *egress,
+                                            };
+                                            // A downstream port known paused now (port
+                                            // status, the polling verdict) is congested
+                                            // even when none of its packets was counted
+                                            // paused or has left to measure a depth: a
+                                            // frozen queue whose packets were all enqueued
+                                            // before its pause, or whose last recorded
+                                            // epoch predates the congestion.
+                                            let paused_now =
+                                                known_paused(incident, &paused_at_poll, to, *start);
+                                            let idle = PortRecord {
+                                                port: *egress,
+                                                packet_count: 0,
+                                                paused_packet_count: 0,
+                                                queue_depth_sum_bytes: 0,
+                                                unpaused_queue_depth_sum_bytes: 0,
+                                            };
+                                            let target = match down.ports.get(egress) {
+                                                Some(target) => target,
+                                                None if paused_now => &idle,
+                                                None => continue,
                                             };
                                             let mut depth = if target.packet_count == 0 {
                                                 0.0
@@ -572,6 +614,9 @@ impl ProvenanceGraph {
                                                     / f64::from(target.packet_count);
                                                 depth = depth.max(held);
                                             }
+                                            if paused_now {
+                                                depth = depth.max(threshold);
+                                            }
                                             let congested = target.paused_packet_count > 0
                                                 || depth >= threshold;
                                             if !congested {
@@ -582,10 +627,6 @@ impl ProvenanceGraph {
                                                 * depth;
                                             if weight > 0.0 {
                                                 any = true;
-                                                let to = PortRef {
-                                                    node: downstream_in.node,
-                                                    port: *egress,
-                                                };
                                                 *port_weights.entry((upstream, to)).or_default() +=
                                                     weight;
                                                 edge_epochs

@@ -954,3 +954,95 @@ fn a_pause_that_ended_before_anything_queued_behind_it_still_waits_for_its_downs
     assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
     assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p7"]);
 }
+
+/// Five switches in a ring, s0 - s1 - s2 - s3 - s4 - s0, host hK on sK (10.0.0.K+1).
+fn ring5() -> hawkmesh_wire::topology::FabricTopology {
+    let mut topology = hawkmesh_analyzer::testkit::TopologyBuilder::new();
+    for i in 0..5u8 {
+        topology = topology.switch(&format!("s{i}"), None);
+    }
+    for i in 0..5u8 {
+        topology = topology.host(&format!("h{i}"), [10, 0, 0, i + 1]);
+    }
+    for i in 0..5u8 {
+        topology = topology.link(&format!("s{i}"), &format!("s{}", (i + 1) % 5));
+    }
+    for i in 0..5u8 {
+        topology = topology.link(&format!("h{i}"), &format!("s{i}"));
+    }
+    topology.build().expect("ring of five")
+}
+
+#[test]
+fn a_deadlock_claim_names_every_port_of_a_five_switch_loop_in_cycle_order() {
+    // Flows F_i: h_i → s_i → s_{i+1} → s_{i+2} → h_{i+2}, paused at both ring hops (F0 is
+    // the victim) — except at s2.p(s3): its packets were all enqueued before its pause and
+    // none has left since, so it counts no paused packet and no queue depth. Its switch
+    // reports it paused at collection (port status): it is congested all the same, and the
+    // wait-for edge s1.p(s2) → s2.p(s3) closes the loop. Without it the loop is cut, and
+    // s1.p(s2) looks like a port paused by s2 with nothing congested behind it.
+    let topology = ring5();
+    let mut builder = IncidentBuilder::new(topology.clone(), EPOCH_NS, 1, victim());
+    let frozen = port(&topology, "s2", "s3");
+    for i in 0..5u8 {
+        let f = if i == 0 {
+            victim()
+        } else {
+            flow(1 + i, 49400 + u16::from(i), 1 + (i + 2) % 5)
+        };
+        let names = [
+            format!("h{i}"),
+            format!("s{i}"),
+            format!("s{}", (i + 1) % 5),
+            format!("s{}", (i + 2) % 5),
+            format!("h{}", (i + 2) % 5),
+        ];
+        let ring_hop = |switch: u8, next: u8| {
+            if port(&topology, &format!("s{switch}"), &format!("s{next}")) == frozen {
+                Hop::new(200)
+            } else {
+                Hop::new(200).paused(180, 300_000).depth(50_000)
+            }
+        };
+        let hops = [
+            ring_hop(i, (i + 1) % 5),
+            ring_hop((i + 1) % 5, (i + 2) % 5),
+            Hop::new(200),
+        ];
+        let path: Vec<&str> = names.iter().map(String::as_str).collect();
+        builder.flow(0, f, &path, &hops);
+    }
+    builder.paused_at_collection("s2", "s3");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let loop_ports = labels(&anomaly.loop_ports);
+    assert_eq!(loop_ports.len(), 5, "{loop_ports:?}");
+    // In cycle order: each port waits for the next, the last for the first.
+    let ring_ports: Vec<String> = (0..5u8)
+        .map(|i| {
+            let p = port(&topology, &format!("s{i}"), &format!("s{}", (i + 1) % 5));
+            format!("s{i}.p{}", p.port)
+        })
+        .collect();
+    let at = ring_ports
+        .iter()
+        .position(|p| p == loop_ports[0])
+        .expect("a ring port");
+    for (k, label) in loop_ports.iter().enumerate() {
+        assert_eq!(*label, ring_ports[(at + k) % 5], "{loop_ports:?}");
+    }
+    let loop_edges = anomaly
+        .evidence
+        .iter()
+        .filter(|e| e.rule == "cyclic_buffer_dependency")
+        .count();
+    assert_eq!(loop_edges, 5, "{:?}", anomaly.evidence);
+}
