@@ -74,6 +74,10 @@ pub struct PauseFollowUp {
     pub no_meter_epochs: usize,
     /// Paused epochs in which no metered downstream port was congested.
     pub no_congested_epochs: usize,
+    /// Of the paused epochs without a metered congested downstream port, those in which
+    /// the downstream switch had other congested egress ports, taken as what the port
+    /// waited for.
+    pub unmetered_epochs: usize,
 }
 
 /// Window totals of one egress port.
@@ -105,6 +109,8 @@ pub struct PortSummary {
     pub first_paused_epoch: Option<u64>,
     /// See `first_paused_epoch`.
     pub last_paused_epoch: Option<u64>,
+    /// Every epoch (start, ns) in which the port was paused, by the same rules.
+    pub paused_epochs: BTreeSet<u64>,
     /// The port was paused by PFC when its switch collected (port status).
     pub paused_at_collection: bool,
     /// The latest enqueue of a contributor in an epoch with local contention, ns (when the
@@ -128,6 +134,7 @@ impl PortSummary {
                 .map_or(epoch_start, |e| e.min(epoch_start)),
         );
         self.last_paused_epoch = self.last_paused_epoch.max(Some(epoch_start));
+        self.paused_epochs.insert(epoch_start);
     }
 
     /// Mean queue depth over non-paused packets, bytes.
@@ -313,6 +320,60 @@ fn known_paused(
             .is_some_and(|(in_force, until)| {
                 !*in_force && status_epoch(false, *until, incident.epoch_ns, first, latest) == start
             })
+}
+
+/// The egress ports of `downstream_in`'s switch, other than `downstream_in` itself (traffic
+/// does not turn back where it came in outside a routing loop), that are congested in the
+/// epoch starting at `start`: paused packets or a mean queue of at least `threshold` in
+/// that epoch's record, or known paused ([`known_paused`]). Each with its queue depth
+/// (at least `threshold` for a known pause).
+fn congested_egress(
+    incident: &Incident,
+    paused_at_poll: &BTreeSet<PortRef>,
+    downstream_in: PortRef,
+    start: u64,
+    threshold: f64,
+) -> Vec<(PortRef, f64)> {
+    let epoch = incident
+        .switches
+        .get(&downstream_in.node)
+        .and_then(|data| data.epochs.get(&start));
+    let mut out = Vec::new();
+    for port in incident.switch_ports(downstream_in.node) {
+        if port == downstream_in.port {
+            continue;
+        }
+        let to = PortRef {
+            node: downstream_in.node,
+            port,
+        };
+        let mut depth = 0.0;
+        let mut congested = false;
+        if let Some(record) = epoch.and_then(|e| e.ports.get(&port)) {
+            if record.packet_count > 0 {
+                depth = record.queue_depth_sum_bytes as f64 / f64::from(record.packet_count);
+            }
+            if record.paused_packet_count > 0 {
+                let bytes = epoch
+                    .and_then(|e| e.egress_bytes.get(&port))
+                    .copied()
+                    .unwrap_or(0) as f64;
+                depth = depth.max(
+                    bytes * f64::from(record.paused_packet_count) / f64::from(record.packet_count),
+                );
+                congested = true;
+            }
+            congested |= depth >= threshold;
+        }
+        if known_paused(incident, paused_at_poll, to, start) {
+            depth = depth.max(threshold);
+            congested = true;
+        }
+        if congested && depth > 0.0 {
+            out.push((to, depth));
+        }
+    }
+    out
 }
 
 impl ProvenanceGraph {
@@ -641,6 +702,37 @@ impl ProvenanceGraph {
                                     }
                                 }
                             }
+                            // The meter ties this pause to nothing congested downstream —
+                            // its traffic never got in (held upstream since before the
+                            // ring's epochs), or what got in went elsewhere. The downstream
+                            // switch pauses an ingress only because its buffer fills, so
+                            // if any of its egress ports is congested now, that is what
+                            // this port waits for: an edge to each, weighted evenly
+                            // (`unmetered_epochs`). Only a switch with no congested egress
+                            // at all pauses out of nothing (switch PFC injection).
+                            let unlinked =
+                                follow.no_meter_epochs > 0 || follow.no_congested_epochs > 0;
+                            if unlinked {
+                                let targets = congested_egress(
+                                    incident,
+                                    &paused_at_poll,
+                                    downstream_in,
+                                    *start,
+                                    threshold,
+                                );
+                                let count = targets.len() as f64;
+                                for (to, depth) in targets {
+                                    let weight = f64::from(paused_packets) * depth / count;
+                                    if weight > 0.0 {
+                                        follow.unmetered_epochs = 1;
+                                        *port_weights.entry((upstream, to)).or_default() += weight;
+                                        edge_epochs
+                                            .entry((upstream, to))
+                                            .or_default()
+                                            .insert(*start);
+                                    }
+                                }
+                            }
                         }
                         _ => {}
                     }
@@ -650,6 +742,7 @@ impl ProvenanceGraph {
                         summary.pause.held_epochs += follow.held_epochs;
                         summary.pause.no_meter_epochs += follow.no_meter_epochs;
                         summary.pause.no_congested_epochs += follow.no_congested_epochs;
+                        summary.pause.unmetered_epochs += follow.unmetered_epochs;
                     }
                 }
             }

@@ -1046,3 +1046,117 @@ fn a_deadlock_claim_names_every_port_of_a_five_switch_loop_in_cycle_order() {
         .count();
     assert_eq!(loop_edges, 5, "{:?}", anomaly.evidence);
 }
+
+#[test]
+fn a_storm_that_ended_epochs_before_the_victim_was_paused_is_not_blamed() {
+    // Epoch 0: h7 pauses tor2.p(h7) (PFC storm); flow X h0 → h7 is paused along
+    // tor0.p(agg1) → agg1.p(tor2) → tor2.p(h7). Epoch 2: the storm is over; micro-bursts
+    // into h9 contend at tor2.p(h9) and F2 h2 → h9 carries the pause back to
+    // tor0.p(agg1), where the victim h0 → h1 is paused now. The same ports waited for the
+    // storm two epochs ago: that is not what the victim waits for.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 3, victim());
+    builder.flow(
+        0,
+        flow(1, 49160, 17),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(300).paused(250, 200_000).depth(20_000),
+            Hop::new(300).paused(260, 300_000).depth(30_000),
+            Hop::new(300).paused(280, 400_000).depth(100_000),
+        ],
+    );
+    builder.flow(
+        2,
+        victim(),
+        &["h0", "tor0", "agg1", "tor1", "h1"],
+        &[
+            Hop::new(300).paused(200, 200_000).depth(20_000),
+            Hop::new(300),
+            Hop::new(300),
+        ],
+    );
+    builder.flow(
+        2,
+        f2(),
+        &["h2", "tor0", "agg1", "tor2", "h9"],
+        &[
+            Hop::new(200).paused(150, 200_000).depth(20_000),
+            Hop::new(200).paused(150, 300_000).depth(30_000),
+            Hop::new(200).depth(30_000),
+        ],
+    );
+    for index in 1..=3 {
+        let host = format!("a{index}");
+        builder.flow(
+            2,
+            burst(index),
+            &[host.as_str(), "tor2", "h9"],
+            &[Hop::new(200).depth(150_000).window(40_000, 55_000)],
+        );
+    }
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::PfcBackpressure,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p6"]);
+    // The storm itself is still reported, as an anomaly the victim does not meet.
+    assert!(output
+        .diagnosis
+        .anomalies
+        .iter()
+        .any(|a| a.anomaly_type == AnomalyType::PfcStorm && !a.affects_victim));
+}
+
+#[test]
+fn a_switch_with_a_congested_egress_behind_its_pause_is_not_named_an_injector() {
+    // agg1.p(tor2) holds the victim's packets (paused all epoch, none reached tor2). The
+    // only traffic tor2 metered from agg1 went to an idle port, so the causality meter ties
+    // the pause to nothing congested; but tor2 pauses agg1 because its buffer fills behind
+    // tor2.p(h7), which host h7 pauses (flow Z reaches it through agg0). The victim waits
+    // for h7's storm, not for an injection by tor2.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(200, 200_000).depth(20_000),
+            Hop::new(250).paused(250, 0),
+            Hop::new(0),
+        ],
+    );
+    builder.flow(
+        0,
+        flow(4, 49310, 11),
+        &["h3", "tor1", "agg1", "tor2", "a1"],
+        &[Hop::new(20), Hop::new(20), Hop::new(20)],
+    );
+    builder.flow(
+        0,
+        flow(3, 49320, 17),
+        &["h2", "tor0", "agg0", "tor2", "h7"],
+        &[
+            Hop::new(100),
+            Hop::new(100),
+            Hop::new(100).paused(90, 200_000),
+        ],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(
+        anomaly.root_cause.kind,
+        RootCauseKind::HostPfcInjection,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h7"));
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
+}
