@@ -17,6 +17,7 @@
 //! | deadlock, initiator in loop | a cycle of `G_P` whose ports have no edge leaving it; a loop port has positive port→flow edges |
 //! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink, in an epoch in which the cycle's own edges hold (an exit the port waited out before the loop formed is evidence `loop_exit_apart`); the sink's port→flow edges tell flow contention from host injection |
 //! | normal flow contention | the victim is not paused at a port of its path where positive port→flow edges exist and the victim waited |
+//! | slow receiver (not in Table 2) | a sink its host pauses whose pause pattern is a drain-rate limit: paused in consecutive epochs, each also letting packets through between pauses that meet the queue (`Context::slow_receiver_pattern`) |
 //!
 //! Every anomaly is keyed by its initial congestion point (or its loop), so several victim
 //! hops leading to the same origin give one anomaly, and independent origins give several.
@@ -38,6 +39,25 @@ use crate::model::{
     DIAGNOSIS_SCHEMA_VERSION,
 };
 use crate::DiagnoseOptions;
+
+/// A slow receiver's pause pattern needs the port paused in at least this many consecutive
+/// epochs (one epoch cannot tell a drain-rate limit from an injection that began in it),
+/// unless the host pauses it at collection and packets the pause held have already left.
+const SLOW_RECEIVER_MIN_EPOCHS: u64 = 2;
+
+/// …and in each of them at least this share of its packets enqueued between pauses (an
+/// injection lets none through in an epoch it covers).
+const SLOW_RECEIVER_MIN_UNPAUSED_SHARE: f64 = 0.01;
+
+/// The pause pattern of a slow receiver (`Context::slow_receiver_pattern`).
+struct SlowPattern {
+    /// Consecutive paused epochs.
+    epochs: usize,
+    /// Smallest share of packets enqueued unpaused in one of them.
+    min_unpaused_share: f64,
+    /// Mean queue depth the unpaused packets that left met, bytes.
+    mean_unpaused_depth: f64,
+}
 
 /// Parents of a breadth-first search over port→port edges, for path recovery.
 type Parents = BTreeMap<PortRef, Option<PortRef>>;
@@ -389,6 +409,7 @@ impl<'a> Context<'a> {
                     kind: RootCauseKind::FlowContention,
                     ports: vec![incident.port_id(sink)],
                     injector: None,
+                    receiver: None,
                     flows,
                     micro_burst,
                     ecmp: self.ecmp_check(sink),
@@ -416,7 +437,28 @@ impl<'a> Context<'a> {
             .peer
             .map(|p| incident.node_name(p.node))
             .unwrap_or_else(|| "-".into());
-        let (anomaly_type, kind, injector) = if host_paused {
+        let slow = if host_paused {
+            self.slow_receiver_pattern(sink)
+        } else {
+            None
+        };
+        let mut receiver = None;
+        let (anomaly_type, kind, injector) = if let Some(pattern) = slow {
+            evidence.push(Evidence {
+                rule: "slow_receiver".into(),
+                from: peer_name.clone(),
+                to: sink_label.clone(),
+                weight: summary.paused as f64,
+                note: format!(
+                    "host {peer_name} paused {sink_label} in {} consecutive epochs, and in each the port also enqueued packets between the pauses (at least {:.0} % of them) that met a queue of {:.0} B on average: the pauses come and go with the port's queue while it keeps transmitting — a receiver draining slower than its link (drain-rate limit), not a PFC injection, which pauses without letting go",
+                    pattern.epochs,
+                    pattern.min_unpaused_share * 100.0,
+                    pattern.mean_unpaused_depth
+                ),
+            });
+            receiver = Some(peer_name);
+            (AnomalyType::SlowReceiver, RootCauseKind::SlowReceiver, None)
+        } else if host_paused {
             evidence.push(Evidence {
                 rule: "host_pfc_injection".into(),
                 from: peer_name.clone(),
@@ -480,18 +522,116 @@ impl<'a> Context<'a> {
             });
             (AnomalyType::UnresolvedPfc, RootCauseKind::Unknown, None)
         };
+        let flows = if kind == RootCauseKind::SlowReceiver {
+            flows
+        } else {
+            Vec::new()
+        };
         SinkClass {
             anomaly_type,
             root: RootCause {
                 kind,
                 ports: vec![incident.port_id(sink)],
                 injector,
-                flows: Vec::new(),
+                receiver,
+                flows,
                 micro_burst: None,
                 ecmp: None,
             },
             evidence,
         }
+    }
+
+    /// The pause pattern of a drain-rate limit at a port its host pauses (a slow
+    /// receiver), from the port records and flow records the switch reports per epoch. A
+    /// PFC injection holds the port: nothing drains while it lasts, so an epoch the
+    /// injection covers enqueues only paused packets (or nothing at all, once everything
+    /// upstream froze), and the port stays paused at collection with nothing recorded. A
+    /// receiver that drains slower than its link pauses the port when its buffer fills and
+    /// lets go when it drained, many times per epoch: in every epoch of the pause the port
+    /// also enqueues packets between pauses, and those meet the queue the pauses leave.
+    /// The pattern holds when the port was paused (paused packets) in
+    /// [`SLOW_RECEIVER_MIN_EPOCHS`] or more consecutive epochs, none between them missing
+    /// (or in one, if the host pauses the port at collection and packets the pause held
+    /// have already left — an injection in force lets nothing it held go); in each of them at least [`SLOW_RECEIVER_MIN_UNPAUSED_SHARE`] of its packets were
+    /// enqueued unpaused; wherever unpaused packets have left (their queue depth is
+    /// measured when they leave) they met a mean queue of at least
+    /// `congestion_queue_bytes`, and some have; and the port was not frozen after the last
+    /// paused epoch (paused at collection with nothing recorded since).
+    fn slow_receiver_pattern(&self, sink: PortRef) -> Option<SlowPattern> {
+        let data = self.incident.switches.get(&sink.node)?;
+        let epoch_ns = self.incident.epoch_ns;
+        let paused: Vec<u64> = data
+            .epochs
+            .iter()
+            .filter(|(_, e)| {
+                e.ports
+                    .get(&sink.port)
+                    .is_some_and(|r| r.paused_packet_count > 0)
+            })
+            .map(|(start, _)| *start)
+            .collect();
+        let (first, last) = (*paused.first()?, *paused.last()?);
+        let span = (last - first) / epoch_ns + 1;
+        if paused.len() as u64 != span {
+            return None;
+        }
+        // One epoch can show it too when the host pauses the port at collection and
+        // packets the pause held have already left: a pause that let go while the host
+        // still pauses. (An injection in force has let nothing it held go.)
+        let in_force = data
+            .pause_status
+            .get(&sink.port)
+            .is_some_and(|(in_force, _)| *in_force);
+        let released: u64 = paused
+            .iter()
+            .filter_map(|start| data.epochs.get(start))
+            .flat_map(|e| e.flows_at(sink.port))
+            .map(|f| f.paused)
+            .sum();
+        if span < SLOW_RECEIVER_MIN_EPOCHS && !(in_force && released > 0) {
+            return None;
+        }
+        let threshold = self.options.congestion_queue_bytes as f64;
+        let mut min_share = f64::INFINITY;
+        let (mut depth_sum, mut depth_packets) = (0.0, 0u64);
+        for start in &paused {
+            let epoch = data.epochs.get(start)?;
+            let record = epoch.ports.get(&sink.port)?;
+            let unpaused = record.packet_count - record.paused_packet_count;
+            let share = f64::from(unpaused) / f64::from(record.packet_count);
+            if share < SLOW_RECEIVER_MIN_UNPAUSED_SHARE {
+                return None;
+            }
+            min_share = min_share.min(share);
+            let left: u64 = epoch.flows_at(sink.port).iter().map(|f| f.unpaused()).sum();
+            if left > 0 {
+                let depth = record.unpaused_queue_depth_sum_bytes as f64 / left as f64;
+                if depth < threshold {
+                    return None;
+                }
+                depth_sum += record.unpaused_queue_depth_sum_bytes as f64;
+                depth_packets += left;
+            }
+        }
+        if depth_packets == 0 {
+            return None;
+        }
+        let latest = *data.epochs.keys().next_back()?;
+        let frozen = latest > last
+            && in_force
+            && data
+                .epochs
+                .range(last + 1..)
+                .all(|(_, e)| e.ports.get(&sink.port).is_none_or(|r| r.packet_count == 0));
+        if frozen {
+            return None;
+        }
+        Some(SlowPattern {
+            epochs: paused.len(),
+            min_unpaused_share: min_share,
+            mean_unpaused_depth: depth_sum / depth_packets as f64,
+        })
     }
 
     /// Breadth-first search over port→port edges from `start`, heaviest edges first,
@@ -927,7 +1067,9 @@ impl<'a> Context<'a> {
             let injected = sinks.iter().any(|p| {
                 matches!(
                     self.classify_sink(*p).root.kind,
-                    RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection
+                    RootCauseKind::HostPfcInjection
+                        | RootCauseKind::SwitchPfcInjection
+                        | RootCauseKind::SlowReceiver
                 )
             });
             let own: f64 = members.iter().map(contention).sum();
@@ -1008,6 +1150,7 @@ impl<'a> Context<'a> {
                     .map(|p| self.incident.port_id(*p))
                     .collect(),
                 injector: None,
+                receiver: None,
                 flows,
                 micro_burst,
                 ecmp: None,
@@ -1058,7 +1201,9 @@ impl<'a> Context<'a> {
         // contended queue drains at line rate — a loop fed by both is held by the
         // injection. Contention sinks stay among the root ports.
         let rank = |kind: RootCauseKind| match kind {
-            RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => 0,
+            RootCauseKind::HostPfcInjection
+            | RootCauseKind::SwitchPfcInjection
+            | RootCauseKind::SlowReceiver => 0,
             RootCauseKind::FlowContention => 1,
             RootCauseKind::Unknown => 2,
         };
@@ -1105,15 +1250,16 @@ impl<'a> Context<'a> {
             kind: RootCauseKind::Unknown,
             ports: Vec::new(),
             injector: None,
+            receiver: None,
             flows: Vec::new(),
             micro_burst: None,
             ecmp: None,
         });
         let anomaly_type = match root.kind {
             RootCauseKind::FlowContention => AnomalyType::DeadlockInitiatorOutOfLoopFlowContention,
-            RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => {
-                AnomalyType::DeadlockInitiatorOutOfLoopHostInjection
-            }
+            RootCauseKind::HostPfcInjection
+            | RootCauseKind::SwitchPfcInjection
+            | RootCauseKind::SlowReceiver => AnomalyType::DeadlockInitiatorOutOfLoopHostInjection,
             RootCauseKind::Unknown => AnomalyType::UnresolvedPfc,
         };
         LoopInitiator {
@@ -1249,6 +1395,7 @@ impl<'a> Context<'a> {
                     kind: RootCauseKind::FlowContention,
                     ports: vec![self.incident.port_id(port)],
                     injector: None,
+                    receiver: None,
                     flows: contributors,
                     micro_burst,
                     ecmp: self.ecmp_check(port),
@@ -1828,6 +1975,10 @@ fn summarise(
         RootCauseKind::SwitchPfcInjection => format!(
             "PFC from switch {} into {at} without congestion behind it",
             root.injector.as_deref().unwrap_or("?")
+        ),
+        RootCauseKind::SlowReceiver => format!(
+            "host {} draining slower than {at} sends (its pauses come and go with the port's queue)",
+            root.receiver.as_deref().unwrap_or("?")
         ),
         RootCauseKind::Unknown => format!("unknown (telemetry ends at {at})"),
     };

@@ -1160,3 +1160,79 @@ fn a_switch_with_a_congested_egress_behind_its_pause_is_not_named_an_injector() 
     assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h7"));
     assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
 }
+
+/// Flow S (h3 → h7) and the victim (h0 → h7) in `epoch`, paused at tor1/tor0 and agg1, and
+/// at tor2.p(h7) with `at_h7`.
+fn toward_h7(builder: &mut IncidentBuilder, epoch: usize, at_h7: Hop) {
+    builder.flow(
+        epoch,
+        flow(4, 49300, 17),
+        &["h3", "tor1", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(300).paused(220, 250_000).depth(40_000),
+            Hop::new(300).paused(240, 300_000).depth(40_000),
+            at_h7,
+        ],
+    );
+    builder.flow(
+        epoch,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(180, 200_000).depth(30_000),
+            Hop::new(250).paused(200, 300_000).depth(40_000),
+            at_h7,
+        ],
+    );
+}
+
+#[test]
+fn a_host_draining_slower_than_its_link_is_a_slow_receiver_not_a_storm() {
+    // h7 drains at a fraction of the link rate: in both epochs tor2.p(h7) is paused for
+    // most of its packets but keeps sending between pauses — a third of its packets go in
+    // unpaused, meet the queue the pauses leave, and leave. The pause comes and goes with
+    // the queue: a drain-rate limit, not an injection.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    for epoch in 0..2 {
+        toward_h7(
+            &mut builder,
+            epoch,
+            Hop::new(300).paused(200, 300_000).depth(100_000),
+        );
+    }
+    builder.paused_at_collection("tor2", "h7");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::SlowReceiver,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::SlowReceiver);
+    assert_eq!(anomaly.root_cause.receiver.as_deref(), Some("h7"));
+    assert_eq!(anomaly.root_cause.injector, None);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
+    assert!(anomaly.evidence.iter().any(|e| e.rule == "slow_receiver"));
+    let json = render::to_json(&output.diagnosis).expect("json");
+    assert!(json.contains("\"type\": \"slow_receiver\""), "{json}");
+    assert!(json.contains("\"receiver\": \"h7\""), "{json}");
+
+    // The same host holding the port for a whole epoch — every packet of epoch 1 enqueued
+    // while paused, none let through — is an injection: a PFC storm.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    toward_h7(
+        &mut builder,
+        0,
+        Hop::new(300).paused(200, 300_000).depth(100_000),
+    );
+    toward_h7(&mut builder, 1, Hop::new(300).paused(300, 300_000));
+    builder.paused_at_collection("tor2", "h7");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+}
