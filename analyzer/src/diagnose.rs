@@ -275,9 +275,10 @@ impl<'a> Context<'a> {
 
     /// [`Context::classify_sink`] for a sink the victim's wait-for chain reached in the
     /// epochs `when`: a host's pause of the sink decides it only while it is current — the
-    /// sink paused in one of those epochs or the one just before (a pause outlives, by its
-    /// quanta, and its backlog drains into the next epoch). A host pause older than that
-    /// has ended: the sink's queue then is its own contention, or unexplained.
+    /// sink paused (paused packets, or a reported pause in force or ending) in one of those
+    /// epochs. A host pause of an earlier epoch had ended before the victim waited: the
+    /// sink's queue then is its own contention (flows the pause held, now draining into
+    /// it), or unexplained.
     fn classify_sink_at(&self, sink: PortRef, when: Option<&BTreeSet<u64>>) -> SinkClass {
         let incident = self.incident;
         let sink_label = label(incident, sink);
@@ -302,13 +303,8 @@ impl<'a> Context<'a> {
         // not end first stays flow contention. The contention is kept as evidence.
         let host_paused_ever =
             summary.peer_is_host && (summary.paused > 0 || summary.first_paused_epoch.is_some());
-        let epoch_ns = incident.epoch_ns;
-        let current = when.is_none_or(|epochs| {
-            epochs.iter().any(|e| {
-                summary.paused_epochs.contains(e)
-                    || summary.paused_epochs.contains(&e.saturating_sub(epoch_ns))
-            })
-        });
+        let current =
+            when.is_none_or(|epochs| epochs.iter().any(|e| summary.paused_epochs.contains(e)));
         let host_paused = host_paused_ever && current;
         let stale_host_pause = host_paused_ever && !current;
         if stale_host_pause {
@@ -332,7 +328,7 @@ impl<'a> Context<'a> {
                 to: sink_label.clone(),
                 weight: 0.0,
                 note: format!(
-                    "{host} paused {sink_label} last in the epoch starting at {last} ns, not in the epochs in which the victim's wait-for chain reached it (starting at {chain} ns) nor just before: that pause had ended and is not what the victim waited for"
+                    "{host} paused {sink_label} last in the epoch starting at {last} ns, not in the epochs in which the victim's wait-for chain reached it (starting at {chain} ns): that pause had ended and is not what the victim waited for"
                 ),
             });
         }

@@ -1236,3 +1236,49 @@ fn a_host_draining_slower_than_its_link_is_a_slow_receiver_not_a_storm() {
     assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
     assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
 }
+
+#[test]
+fn the_queue_a_storm_leaves_behind_in_the_next_epoch_is_the_flows_it_held_not_the_storm() {
+    // Epoch 0: h7 pauses tor2.p(h7) (storm), holding flows toward h7 upstream. Epoch 1: the
+    // storm is over; the held flows pour into tor2.p(h7) and contend there, pausing agg1
+    // and tor0, where the victim is paused now. Its chain reaches tor2.p(h7) in epoch 1,
+    // when h7 no longer paused it: flow contention, not the storm of the epoch before.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    storm_at_h7(&mut builder, false);
+    builder.flow(
+        1,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(180, 200_000).depth(30_000),
+            Hop::new(250).paused(200, 300_000).depth(40_000),
+            Hop::new(250).depth(150_000).window(20_000, 90_000),
+        ],
+    );
+    for index in 1..=2u8 {
+        builder.flow(
+            1,
+            flow(40 + index, 53100 + u16::from(index), 17),
+            &["h3", "tor1", "agg1", "tor2", "h7"],
+            &[
+                Hop::new(400).paused(300, 250_000),
+                Hop::new(400).paused(300, 300_000),
+                Hop::new(400).depth(200_000).window(10_000, 60_000),
+            ],
+        );
+    }
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::PfcBackpressure,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p7"]);
+    assert!(anomalies[0]
+        .evidence
+        .iter()
+        .any(|e| e.rule == "stale_host_pause"));
+}
