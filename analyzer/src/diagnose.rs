@@ -13,10 +13,11 @@
 //! | anomaly | signature |
 //! |---|---|
 //! | PFC backpressure (micro-burst incast) | a sink `p` of `G_P` reachable from the victim, with positive port→flow edges; micro-burst when the contributors' rate within their window is high and the window short |
-//! | PFC storm | a sink `p`, paused, with no positive port→flow edge; its peer is a host (host PFC injection) or a switch none of whose metered egress ports is congested |
+//! | PFC storm | a sink `p`, paused, with no positive port→flow edge; its peer is a host (host PFC injection, while its pause is current for the victim's chain) or a switch none of whose egress ports is congested |
 //! | deadlock, initiator in loop | a cycle of `G_P` whose ports have no edge leaving it; a loop port has positive port→flow edges |
 //! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink, in an epoch in which the cycle's own edges hold (an exit the port waited out before the loop formed is evidence `loop_exit_apart`); the sink's port→flow edges tell flow contention from host injection |
 //! | normal flow contention | the victim is not paused at a port of its path where positive port→flow edges exist and the victim waited |
+//! | slow receiver (not in Table 2) | a sink its host pauses whose pause pattern is a drain-rate limit: paused in consecutive epochs, each also letting packets through between pauses that meet the queue (`Context::slow_receiver_pattern`) |
 //!
 //! Every anomaly is keyed by its initial congestion point (or its loop), so several victim
 //! hops leading to the same origin give one anomaly, and independent origins give several.
@@ -39,8 +40,33 @@ use crate::model::{
 };
 use crate::DiagnoseOptions;
 
+/// A slow receiver's pause pattern needs the port paused in at least this many consecutive
+/// epochs (one epoch cannot tell a drain-rate limit from an injection that began in it),
+/// unless the host pauses it at collection and packets the pause held have already left.
+const SLOW_RECEIVER_MIN_EPOCHS: u64 = 2;
+
+/// …and in each of them at least this share of its packets enqueued between pauses (an
+/// injection lets none through in an epoch it covers).
+const SLOW_RECEIVER_MIN_UNPAUSED_SHARE: f64 = 0.01;
+
+/// The pause pattern of a slow receiver (`Context::slow_receiver_pattern`).
+struct SlowPattern {
+    /// Consecutive paused epochs.
+    epochs: usize,
+    /// Smallest share of packets enqueued unpaused in one of them.
+    min_unpaused_share: f64,
+    /// Mean queue depth the unpaused packets that left met, bytes.
+    mean_unpaused_depth: f64,
+}
+
+/// Parents of a breadth-first search over port→port edges, for path recovery.
+type Parents = BTreeMap<PortRef, Option<PortRef>>;
+
 /// Most flows listed per root cause, spreading edge or contention port.
 const MAX_LISTED_FLOWS: usize = 16;
+
+/// Bound on the depth-first search that orders a loop's ports as a cycle (`order_cycle`).
+const MAX_CYCLE_SEARCH_STEPS: usize = 100_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum AnomalyKey {
@@ -244,6 +270,16 @@ impl<'a> Context<'a> {
 
     /// HAWKEYE Alg. 2 `AnalyzeFlowContention` (l.1-11) at an initial congestion point.
     fn classify_sink(&self, sink: PortRef) -> SinkClass {
+        self.classify_sink_at(sink, None)
+    }
+
+    /// [`Context::classify_sink`] for a sink the victim's wait-for chain reached in the
+    /// epochs `when`: a host's pause of the sink decides it only while it is current — the
+    /// sink paused (paused packets, or a reported pause in force or ending) in one of those
+    /// epochs. A host pause of an earlier epoch had ended before the victim waited: the
+    /// sink's queue then is its own contention (flows the pause held, now draining into
+    /// it), or unexplained.
+    fn classify_sink_at(&self, sink: PortRef, when: Option<&BTreeSet<u64>>) -> SinkClass {
         let incident = self.incident;
         let sink_label = label(incident, sink);
         let summary = self.graph.ports.get(&sink).cloned().unwrap_or_default();
@@ -265,8 +301,37 @@ impl<'a> Context<'a> {
         // the pause's backlog draining (a storm that ended before the victim polled shows
         // only that). A burst that was already contending before the host paused and did
         // not end first stays flow contention. The contention is kept as evidence.
-        let host_paused =
+        let host_paused_ever =
             summary.peer_is_host && (summary.paused > 0 || summary.first_paused_epoch.is_some());
+        let current =
+            when.is_none_or(|epochs| epochs.iter().any(|e| summary.paused_epochs.contains(e)));
+        let host_paused = host_paused_ever && current;
+        let stale_host_pause = host_paused_ever && !current;
+        if stale_host_pause {
+            let host = summary
+                .peer
+                .map(|p| incident.node_name(p.node))
+                .unwrap_or_default();
+            let last = summary.last_paused_epoch.unwrap_or(0);
+            let chain = when
+                .map(|epochs| {
+                    epochs
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            evidence.push(Evidence {
+                rule: "stale_host_pause".into(),
+                from: host.clone(),
+                to: sink_label.clone(),
+                weight: 0.0,
+                note: format!(
+                    "{host} paused {sink_label} last in the epoch starting at {last} ns, not in the epochs in which the victim's wait-for chain reached it (starting at {chain} ns): that pause had ended and is not what the victim waited for"
+                ),
+            });
+        }
         // "As long": to the nanosecond when the switch reported the pause's end and the
         // records carry enqueue times (a pause still in force outlasts everything), else
         // by epochs.
@@ -340,6 +405,7 @@ impl<'a> Context<'a> {
                     kind: RootCauseKind::FlowContention,
                     ports: vec![incident.port_id(sink)],
                     injector: None,
+                    receiver: None,
                     flows,
                     micro_burst,
                     ecmp: self.ecmp_check(sink),
@@ -367,7 +433,28 @@ impl<'a> Context<'a> {
             .peer
             .map(|p| incident.node_name(p.node))
             .unwrap_or_else(|| "-".into());
-        let (anomaly_type, kind, injector) = if host_paused {
+        let slow = if host_paused {
+            self.slow_receiver_pattern(sink)
+        } else {
+            None
+        };
+        let mut receiver = None;
+        let (anomaly_type, kind, injector) = if let Some(pattern) = slow {
+            evidence.push(Evidence {
+                rule: "slow_receiver".into(),
+                from: peer_name.clone(),
+                to: sink_label.clone(),
+                weight: summary.paused as f64,
+                note: format!(
+                    "host {peer_name} paused {sink_label} in {} consecutive epochs, and in each the port also enqueued packets between the pauses (at least {:.0} % of them) that met a queue of {:.0} B on average: the pauses come and go with the port's queue while it keeps transmitting — a receiver draining slower than its link (drain-rate limit), not a PFC injection, which pauses without letting go",
+                    pattern.epochs,
+                    pattern.min_unpaused_share * 100.0,
+                    pattern.mean_unpaused_depth
+                ),
+            });
+            receiver = Some(peer_name);
+            (AnomalyType::SlowReceiver, RootCauseKind::SlowReceiver, None)
+        } else if host_paused {
             evidence.push(Evidence {
                 rule: "host_pfc_injection".into(),
                 from: peer_name.clone(),
@@ -389,6 +476,8 @@ impl<'a> Context<'a> {
                 RootCauseKind::HostPfcInjection,
                 Some(peer_name),
             )
+        } else if stale_host_pause {
+            (AnomalyType::UnresolvedPfc, RootCauseKind::Unknown, None)
         } else if summary.paused > 0 && summary.pause.peer_unreported_epochs > 0 {
             evidence.push(Evidence {
                 rule: "telemetry_missing".into(),
@@ -429,18 +518,116 @@ impl<'a> Context<'a> {
             });
             (AnomalyType::UnresolvedPfc, RootCauseKind::Unknown, None)
         };
+        let flows = if kind == RootCauseKind::SlowReceiver {
+            flows
+        } else {
+            Vec::new()
+        };
         SinkClass {
             anomaly_type,
             root: RootCause {
                 kind,
                 ports: vec![incident.port_id(sink)],
                 injector,
-                flows: Vec::new(),
+                receiver,
+                flows,
                 micro_burst: None,
                 ecmp: None,
             },
             evidence,
         }
+    }
+
+    /// The pause pattern of a drain-rate limit at a port its host pauses (a slow
+    /// receiver), from the port records and flow records the switch reports per epoch. A
+    /// PFC injection holds the port: nothing drains while it lasts, so an epoch the
+    /// injection covers enqueues only paused packets (or nothing at all, once everything
+    /// upstream froze), and the port stays paused at collection with nothing recorded. A
+    /// receiver that drains slower than its link pauses the port when its buffer fills and
+    /// lets go when it drained, many times per epoch: in every epoch of the pause the port
+    /// also enqueues packets between pauses, and those meet the queue the pauses leave.
+    /// The pattern holds when the port was paused (paused packets) in
+    /// [`SLOW_RECEIVER_MIN_EPOCHS`] or more consecutive epochs, none between them missing
+    /// (or in one, if the host pauses the port at collection and packets the pause held
+    /// have already left — an injection in force lets nothing it held go); in each of them at least [`SLOW_RECEIVER_MIN_UNPAUSED_SHARE`] of its packets were
+    /// enqueued unpaused; wherever unpaused packets have left (their queue depth is
+    /// measured when they leave) they met a mean queue of at least
+    /// `congestion_queue_bytes`, and some have; and the port was not frozen after the last
+    /// paused epoch (paused at collection with nothing recorded since).
+    fn slow_receiver_pattern(&self, sink: PortRef) -> Option<SlowPattern> {
+        let data = self.incident.switches.get(&sink.node)?;
+        let epoch_ns = self.incident.epoch_ns;
+        let paused: Vec<u64> = data
+            .epochs
+            .iter()
+            .filter(|(_, e)| {
+                e.ports
+                    .get(&sink.port)
+                    .is_some_and(|r| r.paused_packet_count > 0)
+            })
+            .map(|(start, _)| *start)
+            .collect();
+        let (first, last) = (*paused.first()?, *paused.last()?);
+        let span = (last - first) / epoch_ns + 1;
+        if paused.len() as u64 != span {
+            return None;
+        }
+        // One epoch can show it too when the host pauses the port at collection and
+        // packets the pause held have already left: a pause that let go while the host
+        // still pauses. (An injection in force has let nothing it held go.)
+        let in_force = data
+            .pause_status
+            .get(&sink.port)
+            .is_some_and(|(in_force, _)| *in_force);
+        let released: u64 = paused
+            .iter()
+            .filter_map(|start| data.epochs.get(start))
+            .flat_map(|e| e.flows_at(sink.port))
+            .map(|f| f.paused)
+            .sum();
+        if span < SLOW_RECEIVER_MIN_EPOCHS && !(in_force && released > 0) {
+            return None;
+        }
+        let threshold = self.options.congestion_queue_bytes as f64;
+        let mut min_share = f64::INFINITY;
+        let (mut depth_sum, mut depth_packets) = (0.0, 0u64);
+        for start in &paused {
+            let epoch = data.epochs.get(start)?;
+            let record = epoch.ports.get(&sink.port)?;
+            let unpaused = record.packet_count - record.paused_packet_count;
+            let share = f64::from(unpaused) / f64::from(record.packet_count);
+            if share < SLOW_RECEIVER_MIN_UNPAUSED_SHARE {
+                return None;
+            }
+            min_share = min_share.min(share);
+            let left: u64 = epoch.flows_at(sink.port).iter().map(|f| f.unpaused()).sum();
+            if left > 0 {
+                let depth = record.unpaused_queue_depth_sum_bytes as f64 / left as f64;
+                if depth < threshold {
+                    return None;
+                }
+                depth_sum += record.unpaused_queue_depth_sum_bytes as f64;
+                depth_packets += left;
+            }
+        }
+        if depth_packets == 0 {
+            return None;
+        }
+        let latest = *data.epochs.keys().next_back()?;
+        let frozen = latest > last
+            && in_force
+            && data
+                .epochs
+                .range(last + 1..)
+                .all(|(_, e)| e.ports.get(&sink.port).is_none_or(|r| r.packet_count == 0));
+        if frozen {
+            return None;
+        }
+        Some(SlowPattern {
+            epochs: paused.len(),
+            min_unpaused_share: min_share,
+            mean_unpaused_depth: depth_sum / depth_packets as f64,
+        })
     }
 
     /// Breadth-first search over port→port edges from `start`, heaviest edges first,
@@ -527,26 +714,116 @@ impl<'a> Context<'a> {
     /// edges reach from `start` is visited; each initial congestion point reachable without
     /// crossing a loop becomes a PFC tree of its own (`trace_direct_sinks`, l.30-32), and
     /// each cyclic buffer dependency reached becomes a deadlock (`trace_loop`, l.26-29).
-    fn trace_pfc(&mut self, start: PortRef, affects_victim: bool, lead: Vec<Evidence>) {
-        let reach = self.bfs(&[start], &|_| false);
+    ///
+    /// `current`: for a walk from the victim, the epochs in which the victim was last
+    /// paused at `start`. The walk then follows the wait-for chain *as it stood then*
+    /// (`bfs_current`): from each port only the edges that had weight in one of the
+    /// chain's epochs, so a pause the victim met now is not explained by what the same
+    /// ports waited for in earlier epochs (a storm that has ended, a burst that drained).
+    fn trace_pfc(
+        &mut self,
+        start: PortRef,
+        affects_victim: bool,
+        lead: Vec<Evidence>,
+        current: Option<BTreeSet<u64>>,
+    ) {
+        let reach = match &current {
+            Some(epochs) => self.bfs_current(start, epochs, &|_| false).0,
+            None => self.bfs(&[start], &|_| false),
+        };
         self.visited.extend(reach.keys().copied());
         let loop_ids: BTreeSet<usize> = reach
             .keys()
             .filter_map(|p| self.loop_of.get(p).copied())
             .collect();
-        self.trace_direct_sinks(start, affects_victim, &lead);
+        self.trace_direct_sinks(start, affects_victim, &lead, current.as_ref());
         for id in loop_ids {
             self.trace_loop(id, &reach, affects_victim, &lead);
         }
+    }
+
+    /// Breadth-first search over the port→port edges from `start` along the wait-for
+    /// chain as it stood in `epochs` (see `trace_pfc`): from a port reached in epochs `C`
+    /// only edges with weight in an epoch of `C` are followed, and the port they lead to is
+    /// reached in those epochs. When none of a port's edges had weight in `C`, those of the
+    /// epoch just before count (a pause outlives, by up to its quanta, the congestion that
+    /// sent it), and failing those every edge does (nothing current explains the pause, so
+    /// older evidence is the best there is). Ports where `stop` holds are not expanded.
+    /// Returns parents for path recovery and the epochs each port was reached in.
+    fn bfs_current(
+        &self,
+        start: PortRef,
+        epochs: &BTreeSet<u64>,
+        stop: &dyn Fn(PortRef) -> bool,
+    ) -> (Parents, BTreeMap<PortRef, BTreeSet<u64>>) {
+        let epoch_ns = self.incident.epoch_ns;
+        let mut parent: BTreeMap<PortRef, Option<PortRef>> = BTreeMap::from([(start, None)]);
+        let mut at: BTreeMap<PortRef, BTreeSet<u64>> = BTreeMap::from([(start, epochs.clone())]);
+        let mut queue = VecDeque::from([start]);
+        while let Some(port) = queue.pop_front() {
+            if stop(port) {
+                continue;
+            }
+            let here = at.get(&port).cloned().unwrap_or_default();
+            let edges = self.graph.port_edges(port);
+            let epochs_of = |to: PortRef| -> BTreeSet<u64> {
+                self.graph
+                    .edge_epochs(port, to)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let before: BTreeSet<u64> = here
+                .iter()
+                .flat_map(|e| [*e, e.saturating_sub(epoch_ns)])
+                .collect();
+            let mut chosen: Vec<(PortRef, BTreeSet<u64>)> = Vec::new();
+            for window in [&here, &before] {
+                chosen = edges
+                    .iter()
+                    .map(|(to, _)| (*to, epochs_of(*to)))
+                    .map(|(to, e)| (to, e.intersection(window).copied().collect::<BTreeSet<_>>()))
+                    .filter(|(_, e)| !e.is_empty())
+                    .collect();
+                if !chosen.is_empty() {
+                    break;
+                }
+            }
+            if chosen.is_empty() {
+                chosen = edges.iter().map(|(to, _)| (*to, epochs_of(*to))).collect();
+            }
+            for (next, epochs) in chosen {
+                at.entry(next).or_default().extend(epochs);
+                if let std::collections::btree_map::Entry::Vacant(entry) = parent.entry(next) {
+                    entry.insert(Some(port));
+                    queue.push_back(next);
+                }
+            }
+        }
+        (parent, at)
     }
 
     /// Alg. 2 l.30-32: decides which ports are initial congestion points of PFC trees of
     /// their own — the sinks (no outgoing port→port edge) reachable from `start` without
     /// crossing a loop — and drafts one anomaly per sink, typed by `classify_sink`
     /// (`AnalyzeFlowContention`, l.1-11), with the wait-for path from `start` as evidence.
-    fn trace_direct_sinks(&mut self, start: PortRef, affects_victim: bool, lead: &[Evidence]) {
+    /// With `current` epochs (a walk from the victim) the chain is followed as it stood
+    /// then and each sink is classified by what it did then.
+    fn trace_direct_sinks(
+        &mut self,
+        start: PortRef,
+        affects_victim: bool,
+        lead: &[Evidence],
+        current: Option<&BTreeSet<u64>>,
+    ) {
         let loop_of = self.loop_of.clone();
-        let direct = self.bfs(&[start], &|p| loop_of.contains_key(&p));
+        let stop = |p: PortRef| loop_of.contains_key(&p);
+        let (direct, at) = match current {
+            Some(epochs) => {
+                let (direct, at) = self.bfs_current(start, epochs, &stop);
+                (direct, Some(at))
+            }
+            None => (self.bfs(&[start], &stop), None),
+        };
         let direct_sinks: Vec<PortRef> = direct
             .keys()
             .filter(|p| self.graph.port_edges(**p).is_empty())
@@ -554,7 +831,8 @@ impl<'a> Context<'a> {
             .collect();
         for sink in direct_sinks {
             let path = Self::path_to(&direct, sink);
-            let class = self.classify_sink(sink);
+            let when = at.as_ref().and_then(|at| at.get(&sink));
+            let class = self.classify_sink_at(sink, when);
             let mut evidence = lead.to_vec();
             evidence.extend(self.edge_evidence(&path));
             evidence.extend(class.evidence);
@@ -785,7 +1063,9 @@ impl<'a> Context<'a> {
             let injected = sinks.iter().any(|p| {
                 matches!(
                     self.classify_sink(*p).root.kind,
-                    RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection
+                    RootCauseKind::HostPfcInjection
+                        | RootCauseKind::SwitchPfcInjection
+                        | RootCauseKind::SlowReceiver
                 )
             });
             let own: f64 = members.iter().map(contention).sum();
@@ -866,6 +1146,7 @@ impl<'a> Context<'a> {
                     .map(|p| self.incident.port_id(*p))
                     .collect(),
                 injector: None,
+                receiver: None,
                 flows,
                 micro_burst,
                 ecmp: None,
@@ -916,7 +1197,9 @@ impl<'a> Context<'a> {
         // contended queue drains at line rate — a loop fed by both is held by the
         // injection. Contention sinks stay among the root ports.
         let rank = |kind: RootCauseKind| match kind {
-            RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => 0,
+            RootCauseKind::HostPfcInjection
+            | RootCauseKind::SwitchPfcInjection
+            | RootCauseKind::SlowReceiver => 0,
             RootCauseKind::FlowContention => 1,
             RootCauseKind::Unknown => 2,
         };
@@ -963,15 +1246,16 @@ impl<'a> Context<'a> {
             kind: RootCauseKind::Unknown,
             ports: Vec::new(),
             injector: None,
+            receiver: None,
             flows: Vec::new(),
             micro_burst: None,
             ecmp: None,
         });
         let anomaly_type = match root.kind {
             RootCauseKind::FlowContention => AnomalyType::DeadlockInitiatorOutOfLoopFlowContention,
-            RootCauseKind::HostPfcInjection | RootCauseKind::SwitchPfcInjection => {
-                AnomalyType::DeadlockInitiatorOutOfLoopHostInjection
-            }
+            RootCauseKind::HostPfcInjection
+            | RootCauseKind::SwitchPfcInjection
+            | RootCauseKind::SlowReceiver => AnomalyType::DeadlockInitiatorOutOfLoopHostInjection,
             RootCauseKind::Unknown => AnomalyType::UnresolvedPfc,
         };
         LoopInitiator {
@@ -1107,6 +1391,7 @@ impl<'a> Context<'a> {
                     kind: RootCauseKind::FlowContention,
                     ports: vec![self.incident.port_id(port)],
                     injector: None,
+                    receiver: None,
                     flows: contributors,
                     micro_burst,
                     ecmp: self.ecmp_check(port),
@@ -1120,29 +1405,56 @@ impl<'a> Context<'a> {
     }
 }
 
-/// Orders the ports of a strongly connected component as a cycle, starting at its smallest
-/// port and following the heaviest edge that stays inside; ports a simple cycle misses are
-/// appended in port order.
+/// Orders the ports of a strongly connected component as a cycle: the longest simple cycle
+/// through its smallest port (heaviest edges tried first, so of equally long cycles the
+/// heaviest-first one wins), found by a depth-first search of at most
+/// [`MAX_CYCLE_SEARCH_STEPS`] steps (then the longest found so far). Ports no such cycle
+/// covers (a component made of several cycles) follow in port order.
+///
+/// A greedy walk along the heaviest edge can take a chord and close a short cycle early;
+/// the loop's other ports then came out of order, and every check on "consecutive loop
+/// ports" (the loop's own wait-for edges, their epochs, the weakest loop edge) saw only part
+/// of the loop.
 fn order_cycle(graph: &ProvenanceGraph, members: &BTreeSet<PortRef>) -> Vec<PortRef> {
     let Some(first) = members.iter().next().copied() else {
         return Vec::new();
     };
-    let mut order = vec![first];
-    let mut at = first;
-    loop {
-        let next = graph
-            .port_edges(at)
+    let inside = |port: PortRef| -> Vec<PortRef> {
+        graph
+            .port_edges(port)
             .iter()
             .map(|(to, _)| *to)
-            .find(|to| members.contains(to) && !order.contains(to));
-        match next {
-            Some(port) => {
-                order.push(port);
-                at = port;
+            .filter(|to| members.contains(to))
+            .collect()
+    };
+    let mut best: Vec<PortRef> = vec![first];
+    let mut path: Vec<PortRef> = vec![first];
+    // Each frame: the successors of the path's port still to try.
+    let mut stack: Vec<std::vec::IntoIter<PortRef>> = vec![inside(first).into_iter()];
+    let mut steps = 0usize;
+    while let Some(frame) = stack.last_mut() {
+        if steps >= MAX_CYCLE_SEARCH_STEPS || best.len() == members.len() {
+            break;
+        }
+        steps += 1;
+        match frame.next() {
+            Some(next) if next == first => {
+                if path.len() > best.len() || (best.len() == 1 && path.len() == 1) {
+                    best = path.clone();
+                }
             }
-            None => break,
+            Some(next) if !path.contains(&next) => {
+                path.push(next);
+                stack.push(inside(next).into_iter());
+            }
+            Some(_) => {}
+            None => {
+                stack.pop();
+                path.pop();
+            }
         }
     }
+    let mut order = best;
     for port in members {
         if !order.contains(port) {
             order.push(*port);
@@ -1264,6 +1576,30 @@ pub fn diagnose(
         .collect();
     let victim_paused_at =
         |port: PortRef| graph.paused_at(victim, port) > 0 || paused_by_polling.contains(&port);
+    // The epoch in which the victim was last paused at a port: the latest with paused
+    // packets of the victim there, or the switch's latest epoch when the polling packet
+    // found the port paused. Its wait-for chain is followed as it stood then.
+    let victim_epochs = |port: PortRef| -> BTreeSet<u64> {
+        let Some(data) = incident.switches.get(&port.node) else {
+            return BTreeSet::new();
+        };
+        let by_records = data
+            .epochs
+            .iter()
+            .rev()
+            .find(|(_, epoch)| {
+                epoch
+                    .flows_at(port.port)
+                    .iter()
+                    .any(|f| f.flow == victim && f.paused > 0)
+            })
+            .map(|(start, _)| *start);
+        let by_polling = paused_by_polling
+            .contains(&port)
+            .then(|| data.epochs.keys().next_back().copied())
+            .flatten();
+        by_records.max(by_polling).into_iter().collect()
+    };
     // Alg. 2 l.35-38: PFC causality from every port where the victim is paused.
     for (port, _) in &path {
         let paused = graph.paused_at(victim, *port);
@@ -1278,7 +1614,7 @@ pub fn diagnose(
                     "the polling packet found the victim's egress port {port_label} paused (its packets there are still held, so no flow record counts them yet)"
                 ),
             }];
-            context.trace_pfc(*port, true, lead);
+            context.trace_pfc(*port, true, lead, Some(victim_epochs(*port)));
         } else if paused > 0 {
             let port_label = label(incident, *port);
             let lead = vec![Evidence {
@@ -1288,13 +1624,27 @@ pub fn diagnose(
                 weight: paused as f64,
                 note: format!("the victim has {paused} packets paused by PFC at {port_label}"),
             }];
-            context.trace_pfc(*port, true, lead);
+            context.trace_pfc(*port, true, lead, Some(victim_epochs(*port)));
+        }
+    }
+    // What the victim's paused ports waited for in other epochs (followed as they stood
+    // then) is reported too, as anomalies the victim does not meet now: a storm that ended
+    // before the victim was paused is still a storm.
+    for (port, _) in &path {
+        if victim_paused_at(*port) {
+            let known = std::mem::take(&mut context.drafts);
+            context.trace_pfc(*port, false, Vec::new(), None);
+            let found = std::mem::replace(&mut context.drafts, known);
+            for (key, draft) in found {
+                context.drafts.entry(key).or_insert(draft);
+            }
         }
     }
     // Alg. 2 l.39-40: normal flow contention where the victim is not paused.
     let pfc_roots: BTreeSet<PortRef> = context
         .drafts
         .values()
+        .filter(|d| d.affects_victim)
         .flat_map(|d| d.root_ports.iter().copied())
         .collect();
     for (port, _) in &path {
@@ -1318,7 +1668,7 @@ pub fn diagnose(
             .find(|p| !context.has_incoming.contains(p))
             .copied()
             .unwrap_or(first);
-        context.trace_pfc(start, false, Vec::new());
+        context.trace_pfc(start, false, Vec::new(), None);
         context.visited.insert(start);
     }
     context.absorb_contention_at_pfc_origins();
@@ -1347,6 +1697,25 @@ pub fn diagnose(
                     "{} was paused in {} epoch(s) by {}, which has no telemetry for them: the PFC spreading path cannot be followed further",
                     label(incident, *port),
                     summary.pause.peer_unreported_epochs,
+                    summary
+                        .peer
+                        .map(|p| incident.node_name(p.node))
+                        .unwrap_or_default()
+                ),
+            });
+        }
+        if summary.pause.unmetered_epochs > 0 {
+            findings.push(Finding {
+                severity: Severity::Info,
+                code: "pause_without_meter".into(),
+                message: format!(
+                    "{} was paused in {} epoch(s) in which {}'s causality meter tied its traffic to no congested port: it is taken to wait for {}'s congested egress ports of those epochs",
+                    label(incident, *port),
+                    summary.pause.unmetered_epochs,
+                    summary
+                        .peer
+                        .map(|p| incident.node_name(p.node))
+                        .unwrap_or_default(),
                     summary
                         .peer
                         .map(|p| incident.node_name(p.node))
@@ -1603,6 +1972,10 @@ fn summarise(
             "PFC from switch {} into {at} without congestion behind it",
             root.injector.as_deref().unwrap_or("?")
         ),
+        RootCauseKind::SlowReceiver => format!(
+            "host {} draining slower than {at} sends (its pauses come and go with the port's queue)",
+            root.receiver.as_deref().unwrap_or("?")
+        ),
         RootCauseKind::Unknown => format!("unknown (telemetry ends at {at})"),
     };
     match anomaly_type {
@@ -1649,5 +2022,37 @@ fn verdict(anomalies: &[Anomaly], findings: &[Finding]) -> String {
             anomalies.len(),
             if anomalies.len() == 1 { "y" } else { "ies" }
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_is_ordered_around_its_whole_cycle_not_around_a_chord() {
+        // Five loop ports p0 → p1 → p2 → p3 → p4 → p0, and a heavier chord p0 → p3: the
+        // heaviest-edge walk from p0 closes p0 → p3 → p4 → p0 and leaves p1, p2 out of
+        // order, so "consecutive loop ports" would not be the loop's own edges.
+        let port = |i: u16| PortRef { node: 1, port: i };
+        let mut graph = ProvenanceGraph::default();
+        for i in 0..5u16 {
+            graph
+                .port_out
+                .insert(port(i), vec![(port((i + 1) % 5), 10.0)]);
+        }
+        graph
+            .port_out
+            .insert(port(0), vec![(port(3), 50.0), (port(1), 10.0)]);
+        let members: BTreeSet<PortRef> = (0..5).map(port).collect();
+        let order = order_cycle(&graph, &members);
+        assert_eq!(order, (0..5).map(port).collect::<Vec<_>>());
+        for (k, from) in order.iter().enumerate() {
+            let to = order[(k + 1) % order.len()];
+            assert!(
+                graph.port_edges(*from).iter().any(|(t, _)| *t == to),
+                "{order:?}: {from:?} does not wait for {to:?}"
+            );
+        }
     }
 }

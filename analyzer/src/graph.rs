@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hawkmesh_wire::telemetry::FiveTuple;
+use hawkmesh_wire::telemetry::{FiveTuple, PortRecord};
 use hawkmesh_wire::topology::{NodeId, PortNo, PortRef};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 
@@ -74,6 +74,10 @@ pub struct PauseFollowUp {
     pub no_meter_epochs: usize,
     /// Paused epochs in which no metered downstream port was congested.
     pub no_congested_epochs: usize,
+    /// Of the paused epochs without a metered congested downstream port, those in which
+    /// the downstream switch had other congested egress ports, taken as what the port
+    /// waited for.
+    pub unmetered_epochs: usize,
 }
 
 /// Window totals of one egress port.
@@ -105,6 +109,8 @@ pub struct PortSummary {
     pub first_paused_epoch: Option<u64>,
     /// See `first_paused_epoch`.
     pub last_paused_epoch: Option<u64>,
+    /// Every epoch (start, ns) in which the port was paused, by the same rules.
+    pub paused_epochs: BTreeSet<u64>,
     /// The port was paused by PFC when its switch collected (port status).
     pub paused_at_collection: bool,
     /// The latest enqueue of a contributor in an epoch with local contention, ns (when the
@@ -128,6 +134,7 @@ impl PortSummary {
                 .map_or(epoch_start, |e| e.min(epoch_start)),
         );
         self.last_paused_epoch = self.last_paused_epoch.max(Some(epoch_start));
+        self.paused_epochs.insert(epoch_start);
     }
 
     /// Mean queue depth over non-paused packets, bytes.
@@ -283,6 +290,90 @@ fn status_epoch(in_force: bool, until_ns: u64, epoch_ns: u64, first: u64, latest
     } else {
         (until_ns / epoch_ns * epoch_ns).clamp(first, latest)
     }
+}
+
+/// Whether `port` is known paused in the epoch starting at `start` although no paused
+/// packet may be counted there: paused when the polling packet passed or in force when its
+/// switch collected (from the switch's latest reported epoch on — a switch frozen behind a
+/// deadlock or a storm may record nothing in the latest epochs), or with a reported pause
+/// that ended in that epoch (nothing was enqueued while it lasted — everything upstream
+/// was already held — yet the port waited for its downstream until then).
+fn known_paused(
+    incident: &Incident,
+    paused_at_poll: &BTreeSet<PortRef>,
+    port: PortRef,
+    start: u64,
+) -> bool {
+    let Some(data) = incident.switches.get(&port.node) else {
+        return false;
+    };
+    let (Some(first), Some(latest)) = (
+        data.epochs.keys().next().copied(),
+        data.epochs.keys().next_back().copied(),
+    ) else {
+        return false;
+    };
+    (start >= latest && paused_at_poll.contains(&port))
+        || data
+            .pause_status
+            .get(&port.port)
+            .is_some_and(|(in_force, until)| {
+                !*in_force && status_epoch(false, *until, incident.epoch_ns, first, latest) == start
+            })
+}
+
+/// The egress ports of `downstream_in`'s switch, other than `downstream_in` itself (traffic
+/// does not turn back where it came in outside a routing loop), that are congested in the
+/// epoch starting at `start`: paused packets or a mean queue of at least `threshold` in
+/// that epoch's record, or known paused ([`known_paused`]). Each with its queue depth
+/// (at least `threshold` for a known pause).
+fn congested_egress(
+    incident: &Incident,
+    paused_at_poll: &BTreeSet<PortRef>,
+    downstream_in: PortRef,
+    start: u64,
+    threshold: f64,
+) -> Vec<(PortRef, f64)> {
+    let epoch = incident
+        .switches
+        .get(&downstream_in.node)
+        .and_then(|data| data.epochs.get(&start));
+    let mut out = Vec::new();
+    for port in incident.switch_ports(downstream_in.node) {
+        if port == downstream_in.port {
+            continue;
+        }
+        let to = PortRef {
+            node: downstream_in.node,
+            port,
+        };
+        let mut depth = 0.0;
+        let mut congested = false;
+        if let Some(record) = epoch.and_then(|e| e.ports.get(&port)) {
+            if record.packet_count > 0 {
+                depth = record.queue_depth_sum_bytes as f64 / f64::from(record.packet_count);
+            }
+            if record.paused_packet_count > 0 {
+                let bytes = epoch
+                    .and_then(|e| e.egress_bytes.get(&port))
+                    .copied()
+                    .unwrap_or(0) as f64;
+                depth = depth.max(
+                    bytes * f64::from(record.paused_packet_count) / f64::from(record.packet_count),
+                );
+                congested = true;
+            }
+            congested |= depth >= threshold;
+        }
+        if known_paused(incident, paused_at_poll, to, start) {
+            depth = depth.max(threshold);
+            congested = true;
+        }
+        if congested && depth > 0.0 {
+            out.push((to, depth));
+        }
+    }
+    out
 }
 
 impl ProvenanceGraph {
@@ -452,26 +543,16 @@ impl ProvenanceGraph {
         let mut port_weights: BTreeMap<(PortRef, PortRef), f64> = BTreeMap::new();
         let mut edge_epochs: BTreeMap<(PortRef, PortRef), BTreeSet<u64>> = BTreeMap::new();
         for (switch, data) in &incident.switches {
-            let first = data.epochs.keys().next().copied();
-            let latest = data.epochs.keys().next_back().copied();
-            // Ports known paused in an epoch without a paused packet counted there: paused
-            // at the poll or at collection (the latest epoch), or with a reported pause that
-            // ended in it (nothing was enqueued while it lasted — everything upstream was
-            // already held — yet the port waited for its downstream until then).
-            let known_paused = |start: u64, port: PortNo| {
-                (Some(start) == latest
-                    && paused_at_poll.contains(&PortRef {
+            let paused_here = |start: u64, port: PortNo| {
+                known_paused(
+                    incident,
+                    &paused_at_poll,
+                    PortRef {
                         node: *switch,
                         port,
-                    }))
-                    || data
-                        .pause_status
-                        .get(&port)
-                        .zip(first.zip(latest))
-                        .is_some_and(|((in_force, until), (first, latest))| {
-                            !*in_force
-                                && status_epoch(false, *until, epoch_ns, first, latest) == start
-                        })
+                    },
+                    start,
+                )
             };
             for (start, epoch) in &data.epochs {
                 let held: BTreeSet<PortNo> = paused_at_poll
@@ -479,7 +560,7 @@ impl ProvenanceGraph {
                     .filter(|p| p.node == *switch)
                     .map(|p| p.port)
                     .chain(data.pause_status.keys().copied())
-                    .filter(|port| !epoch.ports.contains_key(port) && known_paused(*start, *port))
+                    .filter(|port| !epoch.ports.contains_key(port) && paused_here(*start, *port))
                     .collect();
                 let candidates = epoch
                     .ports
@@ -491,7 +572,7 @@ impl ProvenanceGraph {
                         node: *switch,
                         port: port_no,
                     };
-                    let paused_packets = if paused_count == 0 && known_paused(*start, port_no) {
+                    let paused_packets = if paused_count == 0 && paused_here(*start, port_no) {
                         1
                     } else {
                         paused_count
@@ -544,8 +625,30 @@ impl ProvenanceGraph {
                                     } else {
                                         let mut any = false;
                                         for (egress, bytes) in rows {
-                                            let Some(target) = down.ports.get(egress) else {
-                                                continue;
+                                            let to = PortRef {
+                                                node: downstream_in.node,
+                                                port: *egress,
+                                            };
+                                            // A downstream port known paused now (port
+                                            // status, the polling verdict) is congested
+                                            // even when none of its packets was counted
+                                            // paused or has left to measure a depth: a
+                                            // frozen queue whose packets were all enqueued
+                                            // before its pause, or whose last recorded
+                                            // epoch predates the congestion.
+                                            let paused_now =
+                                                known_paused(incident, &paused_at_poll, to, *start);
+                                            let idle = PortRecord {
+                                                port: *egress,
+                                                packet_count: 0,
+                                                paused_packet_count: 0,
+                                                queue_depth_sum_bytes: 0,
+                                                unpaused_queue_depth_sum_bytes: 0,
+                                            };
+                                            let target = match down.ports.get(egress) {
+                                                Some(target) => target,
+                                                None if paused_now => &idle,
+                                                None => continue,
                                             };
                                             let mut depth = if target.packet_count == 0 {
                                                 0.0
@@ -572,6 +675,9 @@ impl ProvenanceGraph {
                                                     / f64::from(target.packet_count);
                                                 depth = depth.max(held);
                                             }
+                                            if paused_now {
+                                                depth = depth.max(threshold);
+                                            }
                                             let congested = target.paused_packet_count > 0
                                                 || depth >= threshold;
                                             if !congested {
@@ -582,10 +688,6 @@ impl ProvenanceGraph {
                                                 * depth;
                                             if weight > 0.0 {
                                                 any = true;
-                                                let to = PortRef {
-                                                    node: downstream_in.node,
-                                                    port: *egress,
-                                                };
                                                 *port_weights.entry((upstream, to)).or_default() +=
                                                     weight;
                                                 edge_epochs
@@ -600,6 +702,37 @@ impl ProvenanceGraph {
                                     }
                                 }
                             }
+                            // The meter ties this pause to nothing congested downstream —
+                            // its traffic never got in (held upstream since before the
+                            // ring's epochs), or what got in went elsewhere. The downstream
+                            // switch pauses an ingress only because its buffer fills, so
+                            // if any of its egress ports is congested now, that is what
+                            // this port waits for: an edge to each, weighted evenly
+                            // (`unmetered_epochs`). Only a switch with no congested egress
+                            // at all pauses out of nothing (switch PFC injection).
+                            let unlinked =
+                                follow.no_meter_epochs > 0 || follow.no_congested_epochs > 0;
+                            if unlinked {
+                                let targets = congested_egress(
+                                    incident,
+                                    &paused_at_poll,
+                                    downstream_in,
+                                    *start,
+                                    threshold,
+                                );
+                                let count = targets.len() as f64;
+                                for (to, depth) in targets {
+                                    let weight = f64::from(paused_packets) * depth / count;
+                                    if weight > 0.0 {
+                                        follow.unmetered_epochs = 1;
+                                        *port_weights.entry((upstream, to)).or_default() += weight;
+                                        edge_epochs
+                                            .entry((upstream, to))
+                                            .or_default()
+                                            .insert(*start);
+                                    }
+                                }
+                            }
                         }
                         _ => {}
                     }
@@ -609,6 +742,7 @@ impl ProvenanceGraph {
                         summary.pause.held_epochs += follow.held_epochs;
                         summary.pause.no_meter_epochs += follow.no_meter_epochs;
                         summary.pause.no_congested_epochs += follow.no_congested_epochs;
+                        summary.pause.unmetered_epochs += follow.unmetered_epochs;
                     }
                 }
             }

@@ -52,6 +52,11 @@ pub enum AnomalyType {
     /// PFC whose initial congestion point cannot be determined from the telemetry
     /// (the spreading path leaves the switches that reported).
     UnresolvedPfc,
+    /// PFC spreading from a port whose host pauses it because the host's receive path
+    /// drains slower than the link delivers (a drain-rate limit: PCIe, host memory, a busy
+    /// NIC): the port keeps transmitting between pauses, which come and go with its queue.
+    /// The host is the root cause, but it injects nothing.
+    SlowReceiver,
 }
 
 impl AnomalyType {
@@ -69,6 +74,7 @@ impl AnomalyType {
             }
             AnomalyType::NormalFlowContention => "normal flow contention (no PFC)",
             AnomalyType::UnresolvedPfc => "PFC with unresolved origin (incomplete telemetry)",
+            AnomalyType::SlowReceiver => "slow receiver (host drain-rate limit)",
         }
     }
 }
@@ -84,6 +90,9 @@ pub enum RootCauseKind {
     /// A switch pausing its upstream neighbour although none of its egress ports that
     /// receive that traffic is congested.
     SwitchPfcInjection,
+    /// A host whose receive path drains slower than its link delivers, pausing the switch
+    /// port toward it on and off (slow receiver).
+    SlowReceiver,
     /// The telemetry needed to tell is missing.
     Unknown,
 }
@@ -133,6 +142,10 @@ pub struct RootCause {
     /// The host (or switch) injecting PFC, by name, for injection causes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub injector: Option<String>,
+    /// The host whose receive path limits the drain rate, by name, for slow receivers (it
+    /// pauses the port but does not inject: `injector` stays empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<String>,
     /// Root-cause flows with positive contribution, largest first.
     pub flows: Vec<FlowContribution>,
     /// Whether every root-cause flow with timing is a micro-burst.

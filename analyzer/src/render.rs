@@ -57,6 +57,10 @@ fn cause_line(anomaly: &Anomaly) -> String {
             "switch {} sends PFC into {ports} without congestion behind it",
             root.injector.as_deref().unwrap_or("?")
         ),
+        RootCauseKind::SlowReceiver => format!(
+            "host {} receives slower than {ports} sends (drain-rate limit)",
+            root.receiver.as_deref().unwrap_or("?")
+        ),
         RootCauseKind::Unknown => format!("unknown — telemetry ends at {ports}"),
     }
 }

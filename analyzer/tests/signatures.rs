@@ -954,3 +954,331 @@ fn a_pause_that_ended_before_anything_queued_behind_it_still_waits_for_its_downs
     assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
     assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p7"]);
 }
+
+/// Five switches in a ring, s0 - s1 - s2 - s3 - s4 - s0, host hK on sK (10.0.0.K+1).
+fn ring5() -> hawkmesh_wire::topology::FabricTopology {
+    let mut topology = hawkmesh_analyzer::testkit::TopologyBuilder::new();
+    for i in 0..5u8 {
+        topology = topology.switch(&format!("s{i}"), None);
+    }
+    for i in 0..5u8 {
+        topology = topology.host(&format!("h{i}"), [10, 0, 0, i + 1]);
+    }
+    for i in 0..5u8 {
+        topology = topology.link(&format!("s{i}"), &format!("s{}", (i + 1) % 5));
+    }
+    for i in 0..5u8 {
+        topology = topology.link(&format!("h{i}"), &format!("s{i}"));
+    }
+    topology.build().expect("ring of five")
+}
+
+#[test]
+fn a_deadlock_claim_names_every_port_of_a_five_switch_loop_in_cycle_order() {
+    // Flows F_i: h_i → s_i → s_{i+1} → s_{i+2} → h_{i+2}, paused at both ring hops (F0 is
+    // the victim) — except at s2.p(s3): its packets were all enqueued before its pause and
+    // none has left since, so it counts no paused packet and no queue depth. Its switch
+    // reports it paused at collection (port status): it is congested all the same, and the
+    // wait-for edge s1.p(s2) → s2.p(s3) closes the loop. Without it the loop is cut, and
+    // s1.p(s2) looks like a port paused by s2 with nothing congested behind it.
+    let topology = ring5();
+    let mut builder = IncidentBuilder::new(topology.clone(), EPOCH_NS, 1, victim());
+    let frozen = port(&topology, "s2", "s3");
+    for i in 0..5u8 {
+        let f = if i == 0 {
+            victim()
+        } else {
+            flow(1 + i, 49400 + u16::from(i), 1 + (i + 2) % 5)
+        };
+        let names = [
+            format!("h{i}"),
+            format!("s{i}"),
+            format!("s{}", (i + 1) % 5),
+            format!("s{}", (i + 2) % 5),
+            format!("h{}", (i + 2) % 5),
+        ];
+        let ring_hop = |switch: u8, next: u8| {
+            if port(&topology, &format!("s{switch}"), &format!("s{next}")) == frozen {
+                Hop::new(200)
+            } else {
+                Hop::new(200).paused(180, 300_000).depth(50_000)
+            }
+        };
+        let hops = [
+            ring_hop(i, (i + 1) % 5),
+            ring_hop((i + 1) % 5, (i + 2) % 5),
+            Hop::new(200),
+        ];
+        let path: Vec<&str> = names.iter().map(String::as_str).collect();
+        builder.flow(0, f, &path, &hops);
+    }
+    builder.paused_at_collection("s2", "s3");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let loop_ports = labels(&anomaly.loop_ports);
+    assert_eq!(loop_ports.len(), 5, "{loop_ports:?}");
+    // In cycle order: each port waits for the next, the last for the first.
+    let ring_ports: Vec<String> = (0..5u8)
+        .map(|i| {
+            let p = port(&topology, &format!("s{i}"), &format!("s{}", (i + 1) % 5));
+            format!("s{i}.p{}", p.port)
+        })
+        .collect();
+    let at = ring_ports
+        .iter()
+        .position(|p| p == loop_ports[0])
+        .expect("a ring port");
+    for (k, label) in loop_ports.iter().enumerate() {
+        assert_eq!(*label, ring_ports[(at + k) % 5], "{loop_ports:?}");
+    }
+    let loop_edges = anomaly
+        .evidence
+        .iter()
+        .filter(|e| e.rule == "cyclic_buffer_dependency")
+        .count();
+    assert_eq!(loop_edges, 5, "{:?}", anomaly.evidence);
+}
+
+#[test]
+fn a_storm_that_ended_epochs_before_the_victim_was_paused_is_not_blamed() {
+    // Epoch 0: h7 pauses tor2.p(h7) (PFC storm); flow X h0 → h7 is paused along
+    // tor0.p(agg1) → agg1.p(tor2) → tor2.p(h7). Epoch 2: the storm is over; micro-bursts
+    // into h9 contend at tor2.p(h9) and F2 h2 → h9 carries the pause back to
+    // tor0.p(agg1), where the victim h0 → h1 is paused now. The same ports waited for the
+    // storm two epochs ago: that is not what the victim waits for.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 3, victim());
+    builder.flow(
+        0,
+        flow(1, 49160, 17),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(300).paused(250, 200_000).depth(20_000),
+            Hop::new(300).paused(260, 300_000).depth(30_000),
+            Hop::new(300).paused(280, 400_000).depth(100_000),
+        ],
+    );
+    builder.flow(
+        2,
+        victim(),
+        &["h0", "tor0", "agg1", "tor1", "h1"],
+        &[
+            Hop::new(300).paused(200, 200_000).depth(20_000),
+            Hop::new(300),
+            Hop::new(300),
+        ],
+    );
+    builder.flow(
+        2,
+        f2(),
+        &["h2", "tor0", "agg1", "tor2", "h9"],
+        &[
+            Hop::new(200).paused(150, 200_000).depth(20_000),
+            Hop::new(200).paused(150, 300_000).depth(30_000),
+            Hop::new(200).depth(30_000),
+        ],
+    );
+    for index in 1..=3 {
+        let host = format!("a{index}");
+        builder.flow(
+            2,
+            burst(index),
+            &[host.as_str(), "tor2", "h9"],
+            &[Hop::new(200).depth(150_000).window(40_000, 55_000)],
+        );
+    }
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::PfcBackpressure,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p6"]);
+    // The storm itself is still reported, as an anomaly the victim does not meet.
+    assert!(output
+        .diagnosis
+        .anomalies
+        .iter()
+        .any(|a| a.anomaly_type == AnomalyType::PfcStorm && !a.affects_victim));
+}
+
+#[test]
+fn a_switch_with_a_congested_egress_behind_its_pause_is_not_named_an_injector() {
+    // agg1.p(tor2) holds the victim's packets (paused all epoch, none reached tor2). The
+    // only traffic tor2 metered from agg1 went to an idle port, so the causality meter ties
+    // the pause to nothing congested; but tor2 pauses agg1 because its buffer fills behind
+    // tor2.p(h7), which host h7 pauses (flow Z reaches it through agg0). The victim waits
+    // for h7's storm, not for an injection by tor2.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(200, 200_000).depth(20_000),
+            Hop::new(250).paused(250, 0),
+            Hop::new(0),
+        ],
+    );
+    builder.flow(
+        0,
+        flow(4, 49310, 11),
+        &["h3", "tor1", "agg1", "tor2", "a1"],
+        &[Hop::new(20), Hop::new(20), Hop::new(20)],
+    );
+    builder.flow(
+        0,
+        flow(3, 49320, 17),
+        &["h2", "tor0", "agg0", "tor2", "h7"],
+        &[
+            Hop::new(100),
+            Hop::new(100),
+            Hop::new(100).paused(90, 200_000),
+        ],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(
+        anomaly.root_cause.kind,
+        RootCauseKind::HostPfcInjection,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h7"));
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
+}
+
+/// Flow S (h3 → h7) and the victim (h0 → h7) in `epoch`, paused at tor1/tor0 and agg1, and
+/// at tor2.p(h7) with `at_h7`.
+fn toward_h7(builder: &mut IncidentBuilder, epoch: usize, at_h7: Hop) {
+    builder.flow(
+        epoch,
+        flow(4, 49300, 17),
+        &["h3", "tor1", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(300).paused(220, 250_000).depth(40_000),
+            Hop::new(300).paused(240, 300_000).depth(40_000),
+            at_h7,
+        ],
+    );
+    builder.flow(
+        epoch,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(180, 200_000).depth(30_000),
+            Hop::new(250).paused(200, 300_000).depth(40_000),
+            at_h7,
+        ],
+    );
+}
+
+#[test]
+fn a_host_draining_slower_than_its_link_is_a_slow_receiver_not_a_storm() {
+    // h7 drains at a fraction of the link rate: in both epochs tor2.p(h7) is paused for
+    // most of its packets but keeps sending between pauses — a third of its packets go in
+    // unpaused, meet the queue the pauses leave, and leave. The pause comes and goes with
+    // the queue: a drain-rate limit, not an injection.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    for epoch in 0..2 {
+        toward_h7(
+            &mut builder,
+            epoch,
+            Hop::new(300).paused(200, 300_000).depth(100_000),
+        );
+    }
+    builder.paused_at_collection("tor2", "h7");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::SlowReceiver,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::SlowReceiver);
+    assert_eq!(anomaly.root_cause.receiver.as_deref(), Some("h7"));
+    assert_eq!(anomaly.root_cause.injector, None);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
+    assert!(anomaly.evidence.iter().any(|e| e.rule == "slow_receiver"));
+    let json = render::to_json(&output.diagnosis).expect("json");
+    assert!(json.contains("\"type\": \"slow_receiver\""), "{json}");
+    assert!(json.contains("\"receiver\": \"h7\""), "{json}");
+
+    // The same host holding the port for a whole epoch — every packet of epoch 1 enqueued
+    // while paused, none let through — is an injection: a PFC storm.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    toward_h7(
+        &mut builder,
+        0,
+        Hop::new(300).paused(200, 300_000).depth(100_000),
+    );
+    toward_h7(&mut builder, 1, Hop::new(300).paused(300, 300_000));
+    builder.paused_at_collection("tor2", "h7");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+}
+
+#[test]
+fn the_queue_a_storm_leaves_behind_in_the_next_epoch_is_the_flows_it_held_not_the_storm() {
+    // Epoch 0: h7 pauses tor2.p(h7) (storm), holding flows toward h7 upstream. Epoch 1: the
+    // storm is over; the held flows pour into tor2.p(h7) and contend there, pausing agg1
+    // and tor0, where the victim is paused now. Its chain reaches tor2.p(h7) in epoch 1,
+    // when h7 no longer paused it: flow contention, not the storm of the epoch before.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    storm_at_h7(&mut builder, false);
+    builder.flow(
+        1,
+        victim(),
+        &["h0", "tor0", "agg1", "tor2", "h7"],
+        &[
+            Hop::new(250).paused(180, 200_000).depth(30_000),
+            Hop::new(250).paused(200, 300_000).depth(40_000),
+            Hop::new(250).depth(150_000).window(20_000, 90_000),
+        ],
+    );
+    for index in 1..=2u8 {
+        builder.flow(
+            1,
+            flow(40 + index, 53100 + u16::from(index), 17),
+            &["h3", "tor1", "agg1", "tor2", "h7"],
+            &[
+                Hop::new(400).paused(300, 250_000),
+                Hop::new(400).paused(300, 300_000),
+                Hop::new(400).depth(200_000).window(10_000, 60_000),
+            ],
+        );
+    }
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::PfcBackpressure,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p7"]);
+    assert!(anomalies[0]
+        .evidence
+        .iter()
+        .any(|e| e.rule == "stale_host_pause"));
+}

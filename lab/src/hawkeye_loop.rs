@@ -555,6 +555,10 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         scenario.switch.control_priority,
     )));
     sim.set_host_hook(Box::new(SharedHosts(hosts.clone())));
+    hosts
+        .borrow_mut()
+        .watch_posted(loaded, &sim)
+        .map_err(|e| LoopError::Runtime(format!("watching posted flows: {e}")))?;
     let geometry = geometry_of(&params);
     let topology = sim.topology().clone();
     let names: BTreeMap<NodeId, String> = topology
@@ -649,6 +653,12 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         };
         now = (now + config.step.max(NS)).min(next);
         sim.run_until(now);
+        // Work posted and never sent (a flow started while its NIC is paused) is a stall
+        // only the host sees; netsim's hook does not report it.
+        let posted_stalls = hosts.borrow_mut().check_posted(&sim);
+        for emit in posted_stalls {
+            sim.emit_from_host(emit);
+        }
         if now == triggering_end {
             hosts.borrow_mut().stop_triggering();
         }

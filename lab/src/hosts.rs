@@ -2,13 +2,25 @@
 //! [`RttDetector`]; a trigger sends a polling packet from that host toward the victim's
 //! destination with the victim's 5-tuple in its headers (so ECMP walks the victim's path)
 //! and the polling header (`wire::polling`, the switch program's own layout) in its payload.
+//!
+//! netsim tells a host hook about ACKs and about unacknowledged data, not about work
+//! posted: a flow that starts while its own NIC is paused sends nothing and would never be
+//! seen. [`NetsimHostAgents::watch_posted`] therefore learns every flow's start from the
+//! scenario (the workload generator netsim itself uses, checked flow by flow against the
+//! simulation), and [`NetsimHostAgents::check_posted`], called between simulation slices,
+//! posts each started flow to its host's detector until the flow delivers its first bytes
+//! ([`RttDetector::post`]: stalled from its post time once `stall_ns` has passed).
 
 use hawkmesh_host_agent::{DetectorConfig, PollingTrigger, RttDetector};
+use hawkmesh_netsim::fabric::host_ipv4;
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
 use hawkmesh_netsim::time::{Time, NS};
+use hawkmesh_netsim::workload::{self, HostResolver};
+use hawkmesh_netsim::{LoadedScenario, Simulation};
 use hawkmesh_wire::polling::Polling;
-use hawkmesh_wire::topology::NodeId;
-use std::collections::BTreeMap;
+use hawkmesh_wire::telemetry::FiveTuple;
+use hawkmesh_wire::topology::{NodeId, NodeKind};
+use std::collections::{BTreeMap, HashMap};
 
 /// Hop limit written into polling packets (enough for any Clos path and PFC branch).
 pub const POLLING_HOP_LIMIT: u8 = 16;
@@ -21,6 +33,117 @@ pub struct NetsimHostAgents {
     detectors: BTreeMap<NodeId, RttDetector>,
     triggers: Vec<PollingTrigger>,
     stopped: bool,
+    /// Flows with a known start that have not delivered anything yet, by start time.
+    posted: Vec<PostedFlow>,
+}
+
+/// A flow as its sending host posts it: what netsim generates for the scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostedFlow {
+    /// netsim flow index.
+    pub flow: u32,
+    /// Sending host.
+    pub host: NodeId,
+    /// Sending NIC (endpoint index).
+    pub src_nic: u32,
+    /// Receiving NIC (endpoint index).
+    pub dst_nic: u32,
+    /// Its 5-tuple.
+    pub tuple: FiveTuple,
+    /// When its work is posted, ns.
+    pub start_ns: u64,
+    /// Its base RTT, ns.
+    pub base_rtt_ns: u64,
+}
+
+/// Every flow of `loaded` with a start time (all-to-all rounds after the first start when
+/// the previous round ends and are left out), from netsim's own workload generator with
+/// NIC endpoints numbered as netsim numbers them; each is checked against the simulation's
+/// flow of the same index (size, ends, addresses), and any disagreement is an error.
+pub fn posted_flows(loaded: &LoadedScenario, sim: &Simulation) -> Result<Vec<PostedFlow>, String> {
+    let topology = sim.topology();
+    let mut port_counts = vec![0u32; topology.nodes.len()];
+    let mut link_gbps: HashMap<(NodeId, u16), f64> = HashMap::new();
+    for link in &topology.links {
+        for (end, _) in [(link.a, link.b), (link.b, link.a)] {
+            let count = &mut port_counts[end.node as usize];
+            *count = (*count).max(u32::from(end.port) + 1);
+            link_gbps.insert((end.node, end.port), link.gbps);
+        }
+    }
+    let mut by_name: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut names = Vec::new();
+    let mut nic_gbps = Vec::new();
+    let mut nic_host: Vec<(NodeId, u32)> = Vec::new();
+    let mut first_nic = vec![u32::MAX; topology.nodes.len()];
+    for node in topology.nodes.iter().filter(|n| n.kind == NodeKind::Host) {
+        names.push(node.name.clone());
+        first_nic[node.id as usize] = nic_gbps.len() as u32;
+        let mut list = Vec::new();
+        for local in 0..port_counts[node.id as usize] {
+            list.push(nic_gbps.len() as u32);
+            nic_gbps.push(
+                link_gbps
+                    .get(&(node.id, local as u16))
+                    .copied()
+                    .unwrap_or(0.0),
+            );
+            nic_host.push((node.id, local));
+        }
+        by_name.insert(node.name.clone(), list);
+    }
+    let node_nic = |node: u32| {
+        first_nic
+            .get(node as usize)
+            .copied()
+            .filter(|n| *n != u32::MAX)
+    };
+    let resolver = HostResolver {
+        by_name: &by_name,
+        names: &names,
+    };
+    let defs =
+        workload::generate(loaded, &resolver, &nic_gbps, &node_nic).map_err(|e| e.to_string())?;
+    let records = sim.result("posted", loaded.scenario.seed, &[]).flows;
+    if records.len() != defs.len() {
+        return Err(format!(
+            "{} generated flows but the simulation has {}",
+            defs.len(),
+            records.len()
+        ));
+    }
+    let mut out = Vec::new();
+    for (index, (def, record)) in defs.iter().zip(&records).enumerate() {
+        let (Some(src), Some(dst)) = (
+            nic_host.get(def.src_nic as usize),
+            nic_host.get(def.dst_nic as usize),
+        ) else {
+            return Err(format!("flow {index}: NIC out of range"));
+        };
+        let tuple = record.five_tuple;
+        let agrees = def.size == record.size
+            && tuple.src_ip == host_ipv4(src.0, src.1)
+            && tuple.dst_ip == host_ipv4(dst.0, dst.1);
+        if !agrees {
+            return Err(format!(
+                "flow {index} ({}) does not match the generated flow ({} bytes from NIC {} to NIC {})",
+                record.tuple, def.size, def.src_nic, def.dst_nic
+            ));
+        }
+        if let Some(start) = def.start {
+            out.push(PostedFlow {
+                flow: index as u32,
+                host: src.0,
+                src_nic: def.src_nic,
+                dst_nic: def.dst_nic,
+                tuple,
+                start_ns: start / NS,
+                base_rtt_ns: record.base_rtt_ns,
+            });
+        }
+    }
+    out.sort_by_key(|f| (f.start_ns, f.flow));
+    Ok(out)
 }
 
 impl NetsimHostAgents {
@@ -32,6 +155,82 @@ impl NetsimHostAgents {
             detectors: BTreeMap::new(),
             triggers: Vec::new(),
             stopped: false,
+            posted: Vec::new(),
+        }
+    }
+
+    /// Watches the flows of `loaded` for work posted and never sent (see the module doc).
+    pub fn watch_posted(
+        &mut self,
+        loaded: &LoadedScenario,
+        sim: &Simulation,
+    ) -> Result<(), String> {
+        if self.config.stall_ns > 0 {
+            self.posted = posted_flows(loaded, sim)?;
+        }
+        Ok(())
+    }
+
+    /// Between simulation slices: every watched flow that has started is posted to its
+    /// host's detector until it delivers its first bytes, and the detectors' stalls of work
+    /// posted and never sent become polling packets, returned for the caller to send
+    /// (`Simulation::emit_from_host`).
+    pub fn check_posted(&mut self, sim: &Simulation) -> Vec<HostEmit> {
+        let now_ns = sim.now() / NS;
+        let mut emit = Vec::new();
+        if self.posted.is_empty() || self.stopped {
+            return emit;
+        }
+        let config = self.config;
+        let mut keep = Vec::with_capacity(self.posted.len());
+        let mut hosts: Vec<NodeId> = Vec::new();
+        let mut nics: BTreeMap<FiveTuple, (u32, u32)> = BTreeMap::new();
+        for posted in std::mem::take(&mut self.posted) {
+            if posted.start_ns > now_ns {
+                keep.push(posted);
+                continue;
+            }
+            let detector = self
+                .detectors
+                .entry(posted.host)
+                .or_insert_with(|| RttDetector::new(posted.host, config));
+            if sim.flow_delivered(posted.flow).unwrap_or(0) > 0 {
+                detector.progress(posted.tuple);
+                continue;
+            }
+            detector.post(posted.tuple, posted.start_ns, Some(posted.base_rtt_ns));
+            nics.insert(posted.tuple, (posted.src_nic, posted.dst_nic));
+            if !hosts.contains(&posted.host) {
+                hosts.push(posted.host);
+            }
+            keep.push(posted);
+        }
+        self.posted = keep;
+        for host in hosts {
+            let Some(detector) = self.detectors.get_mut(&host) else {
+                continue;
+            };
+            for trigger in detector.check_posted(now_ns) {
+                let Some((src_nic, dst_nic)) = nics.get(&trigger.victim).copied() else {
+                    continue;
+                };
+                emit.push(self.polling_packet(&trigger, src_nic, dst_nic));
+                self.triggers.push(trigger);
+            }
+        }
+        emit
+    }
+
+    fn polling_packet(&self, trigger: &PollingTrigger, src_nic: u32, dst_nic: u32) -> HostEmit {
+        let header = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT)
+            .emit()
+            .to_vec();
+        HostEmit {
+            src_nic,
+            dst_nic,
+            tuple: trigger.victim,
+            priority: self.control_priority,
+            custom: header,
         }
     }
 
@@ -49,7 +248,7 @@ impl NetsimHostAgents {
 
 impl HostHook for NetsimHostAgents {
     fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
-        self.observe(sample, emit);
+        self.observe(sample, emit, false);
     }
 
     fn stall_interval(&self) -> Option<Time> {
@@ -57,14 +256,15 @@ impl HostHook for NetsimHostAgents {
     }
 
     fn on_stall(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
-        // Stuck for `now - sent_at`: at least that is the RTT of the oldest unacknowledged
-        // byte, compared with the base RTT like any sample.
-        self.observe(sample, emit);
+        // Stuck since `sent_at` (its last progress): at least that long is the RTT of the
+        // oldest unacknowledged byte, compared with the base RTT like any sample; when it
+        // began tells the detector whether the stall is new since the flow's last poll.
+        self.observe(sample, emit, true);
     }
 }
 
 impl NetsimHostAgents {
-    fn observe(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+    fn observe(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>, stall: bool) {
         if self.stopped {
             return;
         }
@@ -72,33 +272,27 @@ impl NetsimHostAgents {
             .detectors
             .entry(sample.host)
             .or_insert_with(|| RttDetector::new(sample.host, self.config));
-        let rtt_ns = sample.now.saturating_sub(sample.sent_at) / NS;
-        let Some(trigger) = detector.observe(
-            sample.tuple,
-            rtt_ns,
-            Some(sample.base_rtt / NS),
-            sample.now / NS,
-        ) else {
+        let base = Some(sample.base_rtt / NS);
+        let trigger = if stall {
+            detector.observe_stall(sample.tuple, sample.sent_at / NS, base, sample.now / NS)
+        } else {
+            let rtt_ns = sample.now.saturating_sub(sample.sent_at) / NS;
+            detector.observe(sample.tuple, rtt_ns, base, sample.now / NS)
+        };
+        let Some(trigger) = trigger else {
             return;
         };
+        emit.push(self.polling_packet(&trigger, sample.src_nic, sample.dst_nic));
         self.triggers.push(trigger);
-        let header = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT)
-            .emit()
-            .to_vec();
-        emit.push(HostEmit {
-            src_nic: sample.src_nic,
-            dst_nic: sample.dst_nic,
-            tuple: sample.tuple,
-            priority: self.control_priority,
-            custom: header,
-        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hawkmesh_wire::telemetry::FiveTuple;
+    use hawkmesh_netsim::Scenario;
+    use std::cell::RefCell;
+    use std::rc::Rc;
 
     fn sample(src_port: u16) -> RttSample {
         RttSample {
@@ -134,5 +328,83 @@ mod tests {
         agents.on_stall(&sample(49154), &mut emit);
         assert!(emit.is_empty(), "no polling once stopped");
         assert_eq!(agents.triggers().len(), 1);
+    }
+
+    /// h0's NIC injects PAUSE from 20 µs; h1 → h0 fills tor0's buffer, so tor0 pauses h1's
+    /// NIC. The flow h1 → h2 starts at 300 µs while h1's NIC is paused: it sends nothing.
+    const POSTED_WHILE_PAUSED: &str = r#"
+version = 1
+duration_us = 500
+[topology]
+kind = "fat_tree"
+k = 4
+[switch]
+buffer_mb = 3
+[[workload]]
+kind = "flows"
+flows = [
+  { src = "h1", dst = "h0", size_bytes = 3000000, start_us = 10 },
+  { src = "h1", dst = "h2", size_bytes = 100000, start_us = 300 },
+]
+[[fault]]
+kind = "pfc_injection"
+host = "h0"
+start_us = 20
+duration_us = 480
+"#;
+
+    struct Shared(Rc<RefCell<NetsimHostAgents>>);
+
+    impl HostHook for Shared {
+        fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+            self.0.borrow_mut().on_rtt_sample(sample, emit);
+        }
+        fn stall_interval(&self) -> Option<Time> {
+            self.0.borrow().stall_interval()
+        }
+        fn on_stall(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>) {
+            self.0.borrow_mut().on_stall(sample, emit);
+        }
+    }
+
+    #[test]
+    fn a_flow_posted_while_its_own_nic_is_paused_is_polled() {
+        let loaded = Scenario::parse(POSTED_WHILE_PAUSED, "t.toml", ".".into()).expect("scenario");
+        let mut sim = Simulation::new(&loaded).expect("simulation");
+        let agents = Rc::new(RefCell::new(NetsimHostAgents::new(
+            DetectorConfig::default(),
+            7,
+        )));
+        sim.set_host_hook(Box::new(Shared(agents.clone())));
+        agents
+            .borrow_mut()
+            .watch_posted(&loaded, &sim)
+            .expect("the generated flows match the simulation's");
+        let late = posted_flows(&loaded, &sim).expect("flows")[1];
+        assert_eq!(late.start_ns, 300_000);
+        let mut now = 0;
+        while now < 500 * hawkmesh_netsim::time::US {
+            now += 20 * hawkmesh_netsim::time::US;
+            sim.run_until(now);
+            let emits = agents.borrow_mut().check_posted(&sim);
+            for emit in emits {
+                sim.emit_from_host(emit);
+            }
+        }
+        assert_eq!(
+            sim.flow_delivered(late.flow),
+            Some(0),
+            "the scenario must keep h1's NIC paused"
+        );
+        let agents = agents.borrow();
+        let polled: Vec<&PollingTrigger> = agents
+            .triggers()
+            .iter()
+            .filter(|t| t.victim == late.tuple)
+            .collect();
+        assert_eq!(polled.len(), 1, "{:?}", agents.triggers());
+        // Stuck from its post at 300 µs, noticed at the first slice after 350 µs.
+        assert_eq!(polled[0].at_ns, 360_000);
+        assert_eq!(polled[0].rtt_ns, 60_000);
     }
 }
