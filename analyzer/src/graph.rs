@@ -323,8 +323,8 @@ fn known_paused(
 }
 
 /// The egress ports of `downstream_in`'s switch, other than `downstream_in` itself (traffic
-/// does not turn back where it came in outside a routing loop), that are congested in the
-/// epoch starting at `start`: paused packets or a mean queue of at least `threshold` in
+/// does not turn back where it came in outside a routing loop) unless it is the only one,
+/// that are congested in the epoch starting at `start`: paused packets or a mean queue of at least `threshold` in
 /// that epoch's record, or known paused ([`known_paused`]). Each with its queue depth
 /// (at least `threshold` for a known pause).
 fn congested_egress(
@@ -339,10 +339,8 @@ fn congested_egress(
         .get(&downstream_in.node)
         .and_then(|data| data.epochs.get(&start));
     let mut out = Vec::new();
+    let mut back = None;
     for port in incident.switch_ports(downstream_in.node) {
-        if port == downstream_in.port {
-            continue;
-        }
         let to = PortRef {
             node: downstream_in.node,
             port,
@@ -370,8 +368,18 @@ fn congested_egress(
             congested = true;
         }
         if congested && depth > 0.0 {
-            out.push((to, depth));
+            if port == downstream_in.port {
+                back = Some((to, depth));
+            } else {
+                out.push((to, depth));
+            }
         }
+    }
+    if out.is_empty() {
+        // Only the port it arrived by is congested: traffic turning back where it came in
+        // is a two-switch routing loop's own edge (loop-free routing never makes that
+        // U-turn), so it is what the pause waits for.
+        out.extend(back);
     }
     out
 }

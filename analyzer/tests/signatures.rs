@@ -1282,3 +1282,52 @@ fn the_queue_a_storm_leaves_behind_in_the_next_epoch_is_the_flows_it_held_not_th
         .iter()
         .any(|e| e.rule == "stale_host_pause"));
 }
+
+#[test]
+fn two_switches_pausing_each_other_are_a_loop_not_two_injectors() {
+    // A two-switch routing loop frozen before the ring's epochs: s0.p(s1) and s1.p(s0)
+    // hold packets that never got across, so neither switch metered anything from the
+    // other. Each one's only congested egress is the port back toward the other — the
+    // loop's own U-turn edge — so each port waits for the other: a cyclic buffer
+    // dependency, not two switches pausing out of nothing.
+    let topology = hawkmesh_analyzer::testkit::TopologyBuilder::new()
+        .switch("s0", None)
+        .switch("s1", None)
+        .host("h0", [10, 0, 0, 1])
+        .host("h1", [10, 0, 0, 2])
+        .link("s0", "s1")
+        .link("h0", "s0")
+        .link("h1", "s1")
+        .build()
+        .expect("two switches");
+    let mut builder = IncidentBuilder::new(topology, EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "s0", "s1", "h1"],
+        &[Hop::new(250).paused(250, 0), Hop::new(0)],
+    );
+    builder.flow(
+        0,
+        flow(2, 49500, 1),
+        &["h1", "s1", "s0", "h0"],
+        &[Hop::new(250).paused(250, 0), Hop::new(0)],
+    );
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let mut loop_ports = labels(&anomalies[0].loop_ports);
+    loop_ports.sort();
+    assert_eq!(loop_ports, vec!["s0.p0", "s1.p0"]);
+    assert!(output
+        .diagnosis
+        .anomalies
+        .iter()
+        .all(|a| a.root_cause.kind != RootCauseKind::SwitchPfcInjection));
+}

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 ///
 /// A flow is polled when a sample is slow: an RTT above `threshold` × base RTT, or data
 /// unacknowledged (or posted and not sent) for `stall_ns` (a stall; its RTT is how long it
-/// has been stuck). HAWKEYE (§3.2) then suppresses the flow for `suppression_ns` to bound
-/// the polling overhead. Within that interval a suppressed flow is polled again — an
+/// has been stuck). HAWKEYE then suppresses the flow for `suppression_ns` to bound the
+/// polling overhead (§3.4: it "drops polling packets with the same 5-tuple within a certain
+/// time interval"). Within that interval a suppressed flow is polled again — an
 /// *escalation* — only when its condition got materially worse or changed in kind, so that
 /// an anomaly starting just after a poll is not hidden for the whole interval:
 ///
