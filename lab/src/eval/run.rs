@@ -574,6 +574,15 @@ fn loop_settings() -> BTreeMap<String, String> {
     );
     put("stall_ns", config.detector.stall_ns.to_string());
     put(
+        "polling_escalation",
+        format!(
+            "a suppressed flow is polled again at {}× the RTT of its last poll or on a new stall, at most {} times per suppression interval and {} ns apart",
+            config.detector.escalation_factor,
+            config.detector.max_escalations,
+            config.detector.escalation_gap_ns
+        ),
+    );
+    put(
         "trace_duration_us",
         super::traces::TRACE_DURATION_US.to_string(),
     );
