@@ -20,7 +20,7 @@ impl Simulation {
     /// Builds the simulation of a loaded scenario.
     pub fn new(loaded: &LoadedScenario) -> Result<Simulation, ScenarioError> {
         let s = &loaded.scenario;
-        let topo = fabric::build(loaded)?;
+        let (topo, warnings) = fabric::build_with_warnings(loaded)?;
         topo.validate()
             .map_err(|e| loaded.error("topology", e.to_string()))?;
         let node_count = topo.nodes.len();
@@ -235,6 +235,7 @@ impl Simulation {
             rng: Rng::derive(s.seed, 0xD47A),
             p,
             topo,
+            warnings,
             ports,
             node_first_port,
             node_switch,

@@ -310,6 +310,8 @@ pub struct Simulation {
     pub(crate) rng: Rng,
     pub(crate) p: Params,
     pub(crate) topo: FabricTopology,
+    /// Warnings about the scenario's inputs, from building it.
+    pub(crate) warnings: Vec<crate::fabric::Warning>,
     pub(crate) ports: Vec<Port>,
     pub(crate) node_first_port: Vec<u32>,
     pub(crate) node_switch: Vec<u32>,
@@ -380,6 +382,12 @@ impl Simulation {
     /// The fabric.
     pub fn topology(&self) -> &FabricTopology {
         &self.topo
+    }
+
+    /// Warnings about the scenario's inputs found while building it (e.g. ignored lines of
+    /// an HPCC topology file); callers print them.
+    pub fn warnings(&self) -> &[crate::fabric::Warning] {
+        &self.warnings
     }
 
     /// Installs a data-plane program on a switch (by node id).
