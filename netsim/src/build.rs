@@ -223,6 +223,7 @@ impl Simulation {
                 .dcqcn
                 .cnp_802p_prio
                 .unwrap_or(s.switch.control_priority),
+            ack_on_data_priority: s.nic.ack_priority == crate::scenario::AckPriority::Data,
             rx_xoff: (s.nic.rx_buffer_xoff_kb * 1024.0) as u64,
             rx_xon: (s.nic.rx_buffer_xon_kb * 1024.0) as u64,
             sample_interval: from_us(s.output.queue_sample_interval_us),

@@ -268,6 +268,8 @@ pub(crate) struct Params {
     pub cc: CongestionControl,
     pub dcqcn: DcqcnParams,
     pub cnp_priority: u8,
+    /// ACKs and NACKs travel on the flow's data priority instead of the control priority.
+    pub ack_on_data_priority: bool,
     pub rx_xoff: u64,
     pub rx_xon: u64,
     pub sample_interval: Time,

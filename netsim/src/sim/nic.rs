@@ -407,6 +407,11 @@ impl Simulation {
         let mut packet = Packet::new(kind);
         packet.priority = if kind == PacketKind::Cnp {
             self.p.cnp_priority
+        } else if self.p.ack_on_data_priority {
+            // The HPCC reference's switches queue ACKs with the data of their priority
+            // (`SwitchNode::SendToDev`: `m_ackHighPrio` is 0 unless set, and `third.cc`
+            // never sets it); its NICs still send them ahead of data (`RdmaEgressQueue`).
+            f.priority
         } else {
             self.p.control_priority
         };
