@@ -17,10 +17,10 @@ written by this script and read unchanged by both simulators (netsim through `hp
   20 Agg / 16 Core, 100G hosts, 400G fabric, 1 us links), WebSearch at 30 % load for 10 ms
   (Poisson arrivals per host, uniform destinations), 20 ms simulated, DCQCN as the
   reference's `run.py --cc dcqcn --bw 100`.
-- `incast`: one switch and 16 hosts; rounds of 15-to-1 incasts of 8 KB, 64 KB and 400 KB
-  flows, every 300 us.
+- `incast`: one switch and 16 hosts; ten rounds of 15-to-1 incasts of 8 KB, 64 KB and 400 KB
+  flows, one every millisecond (each round ends before the next).
 
-Both runs end at 100 ms and the flows start 20 ms (fat) or 5 ms (incast) before (the
+Both runs end at 100 ms and the flows start 20 ms (fat) or 10 ms (incast) before (the
 reference dumps its queue-length histogram only at multiples of 100 ms). Both FCT files are matched flow by flow (source, destination, size,
 start) and every flow's slowdown is its FCT over the reference's `standalone_fct` for it (one
 ideal for both, so that only the FCTs are compared). Printed: per size bin, p50/p95/p99 of
@@ -212,7 +212,7 @@ def fat_case(d, seed):
 
 
 def incast_case(d, _seed):
-    offset = END_S - 0.005
+    offset = END_S - 0.010
     hosts = 16
     links = [(h, hosts, "100Gbps") for h in range(hosts)]
     write_topology(d / "topology.txt", hosts + 1, [hosts], links)
@@ -220,9 +220,9 @@ def incast_case(d, _seed):
     for r in range(10):
         size = [8000, 64000, 400000][r % 3]
         for s in range(1, hosts):
-            flows.append((s, 0, size, offset + r * 300e-6 + s * 1e-9))
+            flows.append((s, 0, size, offset + r * 1e-3 + s * 1e-9))
     write_flows(d / "flow.txt", flows)
-    return 0.005
+    return 0.010
 
 
 CASES = {"fat": fat_case, "incast": incast_case}
