@@ -119,8 +119,7 @@ buffer_mb = 32
 
 [nic]
 mtu_payload_bytes = 1000
-ack_priority = "data"
-
+{ack_priority}
 [nic.dcqcn]
 rpg_time_reset = 300
 rpg_byte_reset = 0
@@ -132,8 +131,7 @@ dce_tcp_g = 1020
 dce_tcp_rtt = 1
 rate_reduce_monitor_period = 4
 min_time_between_cnps = 0
-cnp_802p_prio = 3
-
+{cnp_priority}
 [[workload]]
 kind = "hpcc_flow_file"
 path = "flow.txt"
@@ -265,9 +263,13 @@ def hawkmesh_binary(arg):
     return target / "release" / "hawkmesh"
 
 
-def run_netsim(binary, d, stop_s, case, seed):
+def run_netsim(binary, d, stop_s, case, seed, netsim_defaults):
     out = d / "netsim"
+    # The reference's switches queue ACKs (and the CNP flag they carry) with the data.
+    ack = "" if netsim_defaults else 'ack_priority = "data"\n'
+    cnp = "" if netsim_defaults else "cnp_802p_prio = 3\n"
     (d / "scenario.toml").write_text(NETSIM_SCENARIO.format(
+        ack_priority=ack, cnp_priority=cnp,
         case=case, seed=seed, duration_us=int(round(END_S * 1e6)) + 1,
         sample_us=1 if case == "incast" else 10))
     started = time.time()
@@ -492,8 +494,14 @@ def main():
     ap.add_argument("--out", default="out/hpcc-compare", help="work folder (default out/hpcc-compare)")
     ap.add_argument("--case", choices=["fat", "incast", "all"], default="all")
     ap.add_argument("--seed", type=int, default=1, help="seed of the generated flows and of netsim")
+    ap.add_argument("--netsim-seed", type=int,
+                    help="netsim's seed (ECN marking draws) if not --seed; the flows stay those of --seed")
     ap.add_argument("--reuse-ref", action="store_true",
                     help="keep the reference's results of an earlier run of the same inputs")
+    ap.add_argument("--netsim-defaults", action="store_true",
+                    help="leave netsim's ACK and CNP priorities at their defaults (control "
+                         "priority) instead of the reference's (data priority); also for "
+                         "hawkmesh builds older than nic.ack_priority")
     args = ap.parse_args()
 
     ref, why = find_reference(args.ref)
@@ -515,7 +523,8 @@ def main():
             if (d / "ref").exists():
                 shutil.rmtree(d / "ref")
             timings["ref"] = run_reference(ref, d, stop_s)
-        timings["netsim"] = run_netsim(binary, d, stop_s, case, args.seed)
+        netsim_seed = args.seed if args.netsim_seed is None else args.netsim_seed
+        timings["netsim"] = run_netsim(binary, d, stop_s, case, netsim_seed, args.netsim_defaults)
         report(case, d, timings, stop_s)
     return 0
 

@@ -114,9 +114,12 @@ impl Simulation {
         let f = &mut self.flows[flow as usize];
         if f.cc && self.p.cc == CongestionControl::Dcqcn {
             let line = f.line_rate;
-            // A byte-counter increase paces the next packet (see `apply_dcqcn_effect`).
-            f.dcqcn
-                .on_bytes_sent(packet.size as u64, line, &self.p.dcqcn);
+            let old = f.dcqcn.rate;
+            if f.dcqcn
+                .on_bytes_sent(packet.size as u64, line, &self.p.dcqcn)
+            {
+                self.rate_increased(flow, old);
+            }
         }
         self.packets.alloc(packet)
     }
@@ -184,6 +187,27 @@ impl Simulation {
         self.make_eligible(flow);
     }
 
+    /// A DCQCN increase also shortens the wait already running for the QP's next packet
+    /// (the reference's `ChangeRate`, which its HPCC and TIMELY use): otherwise a QP cut to a
+    /// low rate keeps the departure time computed at that rate after it recovered (at
+    /// ConnectX's 1 Mb/s floor, 8.5 ms for one packet).
+    fn rate_increased(&mut self, flow: u32, old_rate: f64) {
+        let f = &mut self.flows[flow as usize];
+        let new_rate = f.dcqcn.rate;
+        if new_rate == old_rate || f.last_packet_bytes == 0 {
+            return;
+        }
+        let bits = f.last_packet_bytes as f64 * 8e12;
+        let old_gap = (bits / old_rate) as i128;
+        let new_gap = (bits / new_rate) as i128;
+        let adjusted = (f.next_avail as i128 + new_gap - old_gap).max(0) as Time;
+        f.next_avail = adjusted;
+        if f.send_state == SendState::Waiting && f.wake_at != adjusted {
+            f.send_state = SendState::Idle;
+            self.make_eligible(flow);
+        }
+    }
+
     fn apply_dcqcn_effect(&mut self, flow: u32, effect: DcqcnEffect) {
         if let Some(at) = effect.decrease_at {
             self.events.schedule(at, EventKind::DcqcnDecrease { flow });
@@ -198,12 +222,16 @@ impl Simulation {
                     .schedule(at, EventKind::DcqcnIncrease { flow, generation });
             }
         }
-        // A new rate paces the packets sent from now on; the wait already running for the
-        // next packet stays as it was (reference: `RdmaHw::CheckRateDecreaseMlx` and the
-        // increase steps set `m_rate` without `ChangeRate`, so `m_nextAvail` keeps the gap
-        // of the last packet). Stretching that wait on a cut left single QPs stranded at a
-        // low rate for a whole increase period (one 400 KB flow of an incast finished 30 %
-        // after the others).
+        // A decrease paces the packets sent from now on and leaves the wait already running
+        // for the next one (reference: `RdmaHw::CheckRateDecreaseMlx` sets `m_rate` without
+        // `ChangeRate`; stretching that wait left single QPs stranded at a low rate for a
+        // whole increase period, one 400 KB flow of an incast finishing 30 % after the
+        // others). An increase also shortens that wait (`rate_increased`).
+        if let Some(old) = effect.old_rate {
+            if self.flows[flow as usize].dcqcn.rate > old {
+                self.rate_increased(flow, old);
+            }
+        }
     }
 
     pub(super) fn on_dcqcn_decrease(&mut self, flow: u32) {
