@@ -21,8 +21,8 @@ written by this script and read unchanged by both simulators (netsim through `hp
   flows, one every millisecond (each round ends before the next).
 
 Both runs end at 100 ms and the flows start 20 ms (fat) or 10 ms (incast) before (the
-reference dumps its queue-length histogram only at multiples of 100 ms). Both FCT files are matched flow by flow (source, destination, size,
-start) and every flow's slowdown is its FCT over the reference's `standalone_fct` for it (one
+reference dumps its queue-length histogram only at multiples of 100 ms). Both FCT files are
+matched flow by flow (source, destination, size, start) and every flow's slowdown is its FCT over the reference's `standalone_fct` for it (one
 ideal for both, so that only the FCTs are compared). Printed: per size bin, p50/p95/p99 of
 the slowdown in each simulator and the relative difference; per class of switch port, the
 distribution of the egress queue (bytes, all priorities); PFC pause frames. ECN marks, CNPs
@@ -305,10 +305,8 @@ def bin_of(size):
 def compare_fct(d):
     ref = read_fct(d / "ref" / "fct.txt")
     ours = read_fct(d / "netsim" / "fct.txt")
-    # netsim rounds start times to ps and the reference to ns: match within 1 ns.
-    ours_by = {}
-    for (s, t, size, start), v in ours.items():
-        ours_by[(s, t, size, start)] = v
+    # netsim rounds start times to ps, the reference truncates them to ns: match within 1 ns.
+    ours_by = ours
     per_bin = {i: ([], []) for i in range(len(BINS))}
     matched = 0
     for key, (fct, ideal) in ref.items():
@@ -346,7 +344,7 @@ def ref_queues(d):
     return dist
 
 
-def netsim_queues(d, interval_ns, stop_s):
+def netsim_queues(d, stop_s):
     """{(node, port): {kb: count}} over the flows' window, zeros included."""
     samples = {}
     times = set()
@@ -413,7 +411,7 @@ def dist_stats(hist):
 def compare_queues(d, interval_ns, stop_s):
     classes = port_classes(d)
     ref = ref_queues(d)
-    samples, times = netsim_queues(d, interval_ns, stop_s)
+    samples, times = netsim_queues(d, stop_s)
     n_times = max(len(times), int(round(stop_s * 1e9 / interval_ns)))
     ours = {}
     for (node, port, _t), b in samples.items():
