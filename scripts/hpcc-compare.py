@@ -427,7 +427,17 @@ def compare_queues(d, interval_ns, stop_s):
         for k, c in h.items():
             r[1][k] = r[1].get(k, 0) + c
         r[1][0] = r[1].get(0, 0) + max(0, n_times - nonzero)
-    return {cls: (dist_stats(r), dist_stats(n)) for cls, (r, n) in sorted(per_class.items())}
+    classes_out = {cls: (dist_stats(r), dist_stats(n)) for cls, (r, n) in sorted(per_class.items())}
+    # Per port: the busiest ports of the reference, with netsim's figures for the same ports
+    # (the same flows take the same paths, see docs/netsim-reference.md).
+    def with_zeros(h):
+        h = dict(h)
+        h[0] = h.get(0, 0) + max(0, n_times - sum(h.values()))
+        return h
+    busiest = sorted((k for k in ref if dist_stats(ref[k])[0] > 0), key=lambda k: -dist_stats(ref[k])[0])[:8]
+    ports = [(k, classes.get(k, "?"), dist_stats(ref[k]), dist_stats(with_zeros(ours.get(k, {}))))
+             for k in busiest]
+    return classes_out, ports
 
 
 def compare_pfc(d):
@@ -475,9 +485,15 @@ def report(case, d, timings, stop_s):
           f"{interval // 1000} µs): mean / p50 / p99 / p99.9")
     print("| ports | reference | netsim |")
     print("|---|---|---|")
-    for cls, (r, n) in compare_queues(d, interval, stop_s).items():
-        fmt = lambda s: " / ".join(f"{x:.1f}" if isinstance(x, float) else str(x) for x in s)
+    classes, ports = compare_queues(d, interval, stop_s)
+    fmt = lambda s: " / ".join(f"{x:.1f}" if isinstance(x, float) else str(x) for x in s)
+    for cls, (r, n) in classes.items():
         print(f"| {cls} | {fmt(r)} | {fmt(n)} |")
+    print("\nthe reference's busiest ports (node, port from 0), same statistics:")
+    print("| port | class | reference | netsim |")
+    print("|---|---|---|---|")
+    for (node, port), cls, r, n in ports:
+        print(f"| {node}:{port} | {cls} | {fmt(r)} | {fmt(n)} |")
     ref_p, our_p = compare_pfc(d)
     print(f"\nPFC pause frames: reference {ref_p} (received), netsim {our_p} (sent)")
     print(f"netsim counters (the reference exposes none without its packet trace): "
