@@ -141,6 +141,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             SimCommand::Check { scenario } => {
                 let loaded = hawkmesh_netsim::Scenario::load(&scenario)?;
                 let sim = hawkmesh_netsim::Simulation::new(&loaded)?;
+                print_warnings(sim.warnings());
                 println!(
                     "{}: ok ({} nodes, {} links)",
                     scenario.display(),
@@ -186,6 +187,8 @@ fn demo(out: &Path, scenario: Option<&Path>, seed: Option<u64>) -> anyhow::Resul
     if let Some(seed) = seed {
         loaded.scenario.seed = seed;
     }
+    // The lab builds the simulation itself; build the fabric here too for its warnings.
+    print_warnings(&hawkmesh_netsim::fabric::build_with_warnings(&loaded)?.1);
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     // A fresh analyzer store: an earlier run's incidents would be replayed into this one.
     let store = out.join("analyzer-data");
@@ -393,6 +396,13 @@ fn diagnose(
     Ok(())
 }
 
+/// Prints warnings about a scenario's inputs to stderr, one per line.
+fn print_warnings(warnings: &[hawkmesh_netsim::Warning]) {
+    for warning in warnings {
+        eprintln!("warning: {warning}");
+    }
+}
+
 fn sim_run(scenario: &Path, out: &Path, seed: Option<u64>) -> anyhow::Result<()> {
     let mut loaded = hawkmesh_netsim::Scenario::load(scenario)?;
     if let Some(seed) = seed {
@@ -400,6 +410,7 @@ fn sim_run(scenario: &Path, out: &Path, seed: Option<u64>) -> anyhow::Result<()>
     }
     let started = Instant::now();
     let mut sim = hawkmesh_netsim::Simulation::new(&loaded)?;
+    print_warnings(sim.warnings());
     sim.run();
     let wall = started.elapsed();
     let s = &loaded.scenario;

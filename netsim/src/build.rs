@@ -20,7 +20,7 @@ impl Simulation {
     /// Builds the simulation of a loaded scenario.
     pub fn new(loaded: &LoadedScenario) -> Result<Simulation, ScenarioError> {
         let s = &loaded.scenario;
-        let topo = fabric::build(loaded)?;
+        let (topo, warnings) = fabric::build_with_warnings(loaded)?;
         topo.validate()
             .map_err(|e| loaded.error("topology", e.to_string()))?;
         let node_count = topo.nodes.len();
@@ -54,6 +54,7 @@ impl Simulation {
         let mut host_nics: HashMap<String, Vec<u32>> = HashMap::new();
         let mut host_names = Vec::new();
         let mut node_first_nic = vec![u32::MAX; node_count];
+        let reference_ecmp = matches!(s.topology, crate::scenario::TopologySpec::HpccFile { .. });
         for node in &topo.nodes {
             let first = node_first_port[node.id as usize];
             let count = port_counts[node.id as usize];
@@ -61,7 +62,14 @@ impl Simulation {
                 NodeKind::Switch => {
                     let index = switches.len() as u32;
                     node_switch[node.id as usize] = index;
-                    let seed = Rng::derive(s.seed, 0xEC3F_0000 + node.id as u64).next_u64() as u32;
+                    // The reference's own topology files get the reference's ECMP seeds (its
+                    // `SwitchNode` constructor seeds the hash with the node id), so that its
+                    // flows take the same paths; other fabrics draw them from the seed.
+                    let seed = if reference_ecmp {
+                        node.id
+                    } else {
+                        Rng::derive(s.seed, 0xEC3F_0000 + node.id as u64).next_u64() as u32
+                    };
                     switches.push(SwitchState {
                         node: node.id,
                         first_port: first,
@@ -223,6 +231,7 @@ impl Simulation {
                 .dcqcn
                 .cnp_802p_prio
                 .unwrap_or(s.switch.control_priority),
+            ack_on_data_priority: s.nic.ack_priority == crate::scenario::AckPriority::Data,
             rx_xoff: (s.nic.rx_buffer_xoff_kb * 1024.0) as u64,
             rx_xon: (s.nic.rx_buffer_xon_kb * 1024.0) as u64,
             sample_interval: from_us(s.output.queue_sample_interval_us),
@@ -235,6 +244,7 @@ impl Simulation {
             rng: Rng::derive(s.seed, 0xD47A),
             p,
             topo,
+            warnings,
             ports,
             node_first_port,
             node_switch,
@@ -362,7 +372,7 @@ impl Simulation {
                 src_ip: nic.ip,
                 dst_ip: sim.nics[def.dst_nic as usize].ip,
                 src_port: sport,
-                dst_port: ROCEV2_UDP_PORT,
+                dst_port: def.dport.unwrap_or(ROCEV2_UDP_PORT),
                 protocol: 17,
             };
             let line_rate = nic_bps[def.src_nic as usize] as f64;

@@ -7,6 +7,36 @@
 
 use crate::scenario::{LoadedScenario, ScenarioError, TopologySpec};
 use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeId, NodeKind, PortRef};
+use std::fmt;
+
+/// Something in a scenario's inputs that was accepted but deserves a look (e.g. lines of an
+/// HPCC topology file that the reference, and therefore netsim, ignores). Printed to stderr
+/// by `hawkmesh sim run`, `sim check` and `demo --scenario`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The file the warning is about.
+    pub file: String,
+    /// First line concerned (1-based).
+    pub first_line: usize,
+    /// Last line concerned (inclusive; equal to `first_line` for one line).
+    pub last_line: usize,
+    /// What was accepted and how.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first_line == self.last_line {
+            write!(f, "{}:{}: {}", self.file, self.first_line, self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}-{}: {}",
+                self.file, self.first_line, self.last_line, self.message
+            )
+        }
+    }
+}
 
 /// Builder that hands out port numbers in declaration order.
 struct Builder {
@@ -57,6 +87,13 @@ pub fn host_ipv4(id: NodeId, nic: u32) -> [u8; 4] {
 
 /// Builds the topology; `loaded` is used to resolve and report file paths.
 pub fn build(loaded: &LoadedScenario) -> Result<FabricTopology, ScenarioError> {
+    build_with_warnings(loaded).map(|(topo, _)| topo)
+}
+
+/// Builds the topology and returns the warnings about its inputs (see [`Warning`]).
+pub fn build_with_warnings(
+    loaded: &LoadedScenario,
+) -> Result<(FabricTopology, Vec<Warning>), ScenarioError> {
     let mut b = Builder::new();
     match &loaded.scenario.topology {
         TopologySpec::FatTree {
@@ -252,7 +289,7 @@ pub fn build(loaded: &LoadedScenario) -> Result<FabricTopology, ScenarioError> {
             return parse_hpcc_topology(&text, &full.display().to_string());
         }
     }
-    Ok(b.topo)
+    Ok((b.topo, Vec::new()))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -312,7 +349,15 @@ fn clos(
 
 /// Parses the HPCC reference's topology file format. Node names are `n{id}`; switches keep
 /// the reference's ids so that its flow files apply unchanged.
-pub fn parse_hpcc_topology(text: &str, file: &str) -> Result<FabricTopology, ScenarioError> {
+///
+/// Like the reference (`scratch/third.cc`, `main`: it reads `link_num` links and stops), only
+/// the number of links the header declares is read; lines after them are ignored and named
+/// in a [`Warning`] (the reference's own `mix/topology.txt` declares 65 links and lists more).
+/// A file with fewer links than declared is an error.
+pub fn parse_hpcc_topology(
+    text: &str,
+    file: &str,
+) -> Result<(FabricTopology, Vec<Warning>), ScenarioError> {
     let err = |line: usize, field: &str, reason: String| ScenarioError {
         file: file.into(),
         line,
@@ -346,10 +391,12 @@ pub fn parse_hpcc_topology(text: &str, file: &str) -> Result<FabricTopology, Sce
         ));
     };
     let mut is_switch = vec![false; node_count as usize];
+    let mut last_line = line_no;
     if switch_count > 0 {
         let (line_no, ids) = lines
             .next()
             .ok_or_else(|| err(line_no + 1, "switches", "missing the switch id line".into()))?;
+        last_line = line_no;
         let ids: Vec<usize> = ids
             .split_whitespace()
             .map(str::parse)
@@ -386,7 +433,26 @@ pub fn parse_hpcc_topology(text: &str, file: &str) -> Result<FabricTopology, Sce
         b.node(format!("n{id}"), kind, None);
     }
     let mut links = 0;
-    for (line_no, line) in lines {
+    let mut warnings = Vec::new();
+    while let Some((line_no, line)) = lines.next() {
+        if links == link_count {
+            let ignored: Vec<usize> = std::iter::once(line_no)
+                .chain(lines.by_ref().map(|(n, _)| n))
+                .collect();
+            let last = *ignored.last().unwrap_or(&line_no);
+            warnings.push(Warning {
+                file: file.into(),
+                first_line: line_no,
+                last_line: last,
+                message: format!(
+                    "ignored {} line(s) after the {link_count} links the header declares \
+                     (the HPCC reference reads only those)",
+                    ignored.len()
+                ),
+            });
+            break;
+        }
+        last_line = line_no;
         let fields: Vec<&str> = line.split_whitespace().collect();
         if fields.len() < 4 {
             return Err(err(
@@ -431,10 +497,12 @@ pub fn parse_hpcc_topology(text: &str, file: &str) -> Result<FabricTopology, Sce
         return Err(err(
             line_no,
             "header",
-            format!("header says {link_count} links, file has {links}"),
+            format!(
+                "header says {link_count} links, the file ends after {links} (line {last_line})"
+            ),
         ));
     }
-    Ok(b.topo)
+    Ok((b.topo, warnings))
 }
 
 fn parse_rate_gbps(text: &str) -> Option<f64> {
@@ -520,7 +588,8 @@ mod tests {
     #[test]
     fn hpcc_file_import_and_errors() {
         let text = "4 1 3\n3\n0 3 100Gbps 0.001ms 0\n1 3 100Gbps 0.001ms 0\n2 3 25Gbps 2us 0\n";
-        let t = parse_hpcc_topology(text, "topo.txt").unwrap();
+        let (t, warnings) = parse_hpcc_topology(text, "topo.txt").unwrap();
+        assert!(warnings.is_empty());
         assert_eq!(t.nodes[3].kind, NodeKind::Switch);
         assert_eq!(t.links[0].delay_ns, 1000);
         assert_eq!(t.links[2].gbps, 25.0);
@@ -532,5 +601,44 @@ mod tests {
         assert_eq!((error.line, error.field.as_str()), (4, "dst"));
         let error = parse_hpcc_topology("4 1 3\n3\n0 3 fast 0.001ms 0\n", "topo.txt").unwrap_err();
         assert_eq!((error.line, error.field.as_str()), (3, "rate"));
+    }
+
+    /// The reference's own `mix/topology.txt` declares fewer links than it lists (and the
+    /// extra ones name a node past the count); like the reference, the declared links are
+    /// read and the rest is ignored, with a warning naming the ignored lines.
+    #[test]
+    fn hpcc_file_lines_after_the_declared_links_are_ignored_with_a_warning() {
+        let text = "4 1 2\n3\n0 3 100Gbps 0.001ms 0\n1 3 100Gbps 0.001ms 0\n\
+                    2 3 100Gbps 0.001ms 0\n0 4 100Gbps 0.001ms 0\n\nnot a link\n";
+        let (t, warnings) = parse_hpcc_topology(text, "topo.txt").unwrap();
+        assert_eq!(t.links.len(), 2);
+        assert_eq!(warnings.len(), 1);
+        let w = &warnings[0];
+        assert_eq!((w.first_line, w.last_line), (5, 8));
+        assert_eq!(
+            w.to_string(),
+            "topo.txt:5-8: ignored 3 line(s) after the 2 links the header declares \
+             (the HPCC reference reads only those)"
+        );
+        // One extra line: a single line number.
+        let (_, warnings) =
+            parse_hpcc_topology("4 1 1\n3\n0 3 100Gbps 0.001ms 0\n1 3 1Gbps 1us 0\n", "t").unwrap();
+        assert_eq!(warnings[0].to_string().split(": ").next(), Some("t:4"));
+    }
+
+    /// Fewer links than the header declares is still an error, naming the header line and
+    /// the line the file ends at.
+    #[test]
+    fn hpcc_file_with_fewer_links_than_declared_is_an_error() {
+        let text = "4 1 3\n3\n0 3 100Gbps 0.001ms 0\n1 3 100Gbps 0.001ms 0\n";
+        let error = parse_hpcc_topology(text, "topo.txt").unwrap_err();
+        assert_eq!((error.line, error.field.as_str()), (1, "header"));
+        assert!(
+            error
+                .reason
+                .contains("says 3 links, the file ends after 2 (line 4)"),
+            "{}",
+            error.reason
+        );
     }
 }

@@ -30,6 +30,7 @@ pub mod time;
 pub mod truth;
 pub mod workload;
 
+pub use fabric::Warning;
 pub use output::{FctBin, FlowRecord, SimResult, Totals};
 pub use scenario::{LoadedScenario, Scenario, ScenarioError};
 pub use sim::{PfcEvent, PortCounters, QueueSample, Simulation};

@@ -333,6 +333,10 @@ pub struct NicConfig {
     pub data_priority: u8,
     /// Acknowledge every N data packets (and always the last one).
     pub ack_every_packets: u32,
+    /// Queue ACKs and NACKs travel in through the switches: `control` (the strict-priority
+    /// control queue, never paused) or `data` (the flow's own priority, PFC-accounted and
+    /// paused with it, as RoCEv2 ACKs and the HPCC reference's switches do).
+    pub ack_priority: AckPriority,
     /// Minimum gap between two NACKs for the same expected sequence, µs.
     pub nack_interval_us: f64,
     /// Go-back-N retransmission timeout without ACK progress, µs.
@@ -355,6 +359,7 @@ impl Default for NicConfig {
             wire_overhead_bytes: 0,
             data_priority: 3,
             ack_every_packets: 1,
+            ack_priority: AckPriority::Control,
             nack_interval_us: 500.0,
             retransmit_timeout_us: 1000.0,
             cc: CongestionControl::Dcqcn,
@@ -363,6 +368,16 @@ impl Default for NicConfig {
             rx_buffer_xon_kb: 32.0,
         }
     }
+}
+
+/// Where ACKs and NACKs queue in the switches (see [`NicConfig::ack_priority`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AckPriority {
+    /// The switch control priority: strict priority, never paused, not PFC-accounted.
+    Control,
+    /// The priority of the flow's data.
+    Data,
 }
 
 /// Congestion control algorithm of the NICs.

@@ -142,6 +142,8 @@ pub struct FlowDef {
     pub priority: u8,
     /// UDP source port, if fixed.
     pub sport: Option<u16>,
+    /// UDP destination port, if not RoCEv2's 4791 (HPCC flow files name theirs).
+    pub dport: Option<u16>,
     /// Congestion control on.
     pub congestion_control: bool,
     /// Which workload produced it.
@@ -270,6 +272,7 @@ pub fn generate(
                             start: Some(t as Time),
                             priority: priority.unwrap_or(default_priority),
                             sport: None,
+                            dport: None,
                             congestion_control: true,
                             workload: index,
                             round: 0,
@@ -306,6 +309,7 @@ pub fn generate(
                             start: Some(start),
                             priority: priority.unwrap_or(default_priority),
                             sport: None,
+                            dport: None,
                             congestion_control: *congestion_control,
                             workload: index,
                             round: 0,
@@ -337,6 +341,7 @@ pub fn generate(
                                     start: (round == 0).then(|| from_us(*start_us)),
                                     priority: priority.unwrap_or(default_priority),
                                     sport: None,
+                                    dport: None,
                                     congestion_control: true,
                                     workload: index,
                                     round,
@@ -361,6 +366,7 @@ pub fn generate(
                         start: Some(from_us(flow.start_us)),
                         priority: flow.priority.unwrap_or(default_priority),
                         sport: flow.sport,
+                        dport: None,
                         congestion_control: flow.congestion_control,
                         workload: index,
                         round: 0,
@@ -417,6 +423,7 @@ pub fn parse_hpcc_flows(
         )
     })?;
     let mut flows = Vec::with_capacity(count);
+    let mut pair_ports = std::collections::HashMap::new();
     for (line_no, line) in lines {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() != 6 {
@@ -464,13 +471,22 @@ pub fn parse_hpcc_flows(
                 "need size > 0, start ≥ 0 and src ≠ dst".into(),
             ));
         }
+        let dport = int(f[3], "dport")?;
+        let dport = u16::try_from(dport)
+            .map_err(|_| err(line_no, "dport", format!("{dport} is not a UDP port")))?;
+        // Source ports as the reference numbers them: per (src, dst) pair from 10000 in file
+        // order (`third.cc`, `ScheduleFlowInputs`), so that ECMP hashes the same tuples.
+        let next = pair_ports.entry((src, dst)).or_insert(10_000u16);
+        let sport = *next;
+        *next = next.wrapping_add(1);
         flows.push(FlowDef {
             src_nic: src,
             dst_nic: dst,
             size,
             start: Some((start_s * 1e12).round() as Time),
             priority: priority as u8,
-            sport: None,
+            sport: Some(sport),
+            dport: Some(dport),
             congestion_control: true,
             workload,
             round: 0,

@@ -268,6 +268,8 @@ pub(crate) struct Params {
     pub cc: CongestionControl,
     pub dcqcn: DcqcnParams,
     pub cnp_priority: u8,
+    /// ACKs and NACKs travel on the flow's data priority instead of the control priority.
+    pub ack_on_data_priority: bool,
     pub rx_xoff: u64,
     pub rx_xon: u64,
     pub sample_interval: Time,
@@ -310,6 +312,8 @@ pub struct Simulation {
     pub(crate) rng: Rng,
     pub(crate) p: Params,
     pub(crate) topo: FabricTopology,
+    /// Warnings about the scenario's inputs, from building it.
+    pub(crate) warnings: Vec<crate::fabric::Warning>,
     pub(crate) ports: Vec<Port>,
     pub(crate) node_first_port: Vec<u32>,
     pub(crate) node_switch: Vec<u32>,
@@ -386,6 +390,12 @@ impl Simulation {
     /// The fabric.
     pub fn topology(&self) -> &FabricTopology {
         &self.topo
+    }
+
+    /// Warnings about the scenario's inputs found while building it (e.g. ignored lines of
+    /// an HPCC topology file); callers print them.
+    pub fn warnings(&self) -> &[crate::fabric::Warning] {
+        &self.warnings
     }
 
     /// Installs a data-plane program on a switch (by node id).
