@@ -13,7 +13,7 @@
 //! | anomaly | signature |
 //! |---|---|
 //! | PFC backpressure (micro-burst incast) | a sink `p` of `G_P` reachable from the victim, with positive port→flow edges; micro-burst when the contributors' rate within their window is high and the window short |
-//! | PFC storm | a sink `p`, paused, with no positive port→flow edge; its peer is a host (host PFC injection, while its pause is current for the victim's chain) or a switch none of whose egress ports is congested |
+//! | PFC storm | a sink `p`, paused, with no positive port→flow edge; its peer is a host (host PFC injection) or a switch none of whose egress ports is congested |
 //! | deadlock, initiator in loop | a cycle of `G_P` whose ports have no edge leaving it; a loop port has positive port→flow edges |
 //! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink, in an epoch in which the cycle's own edges hold (an exit the port waited out before the loop formed is evidence `loop_exit_apart`); the sink's port→flow edges tell flow contention from host injection |
 //! | normal flow contention | the victim is not paused at a port of its path where positive port→flow edges exist and the victim waited |
@@ -58,9 +58,6 @@ struct SlowPattern {
     /// Mean queue depth the unpaused packets that left met, bytes.
     mean_unpaused_depth: f64,
 }
-
-/// Parents of a breadth-first search over port→port edges, for path recovery.
-type Parents = BTreeMap<PortRef, Option<PortRef>>;
 
 /// Most flows listed per root cause, spreading edge or contention port.
 const MAX_LISTED_FLOWS: usize = 16;
@@ -270,16 +267,6 @@ impl<'a> Context<'a> {
 
     /// HAWKEYE Alg. 2 `AnalyzeFlowContention` (l.1-11) at an initial congestion point.
     fn classify_sink(&self, sink: PortRef) -> SinkClass {
-        self.classify_sink_at(sink, None)
-    }
-
-    /// [`Context::classify_sink`] for a sink the victim's wait-for chain reached in the
-    /// epochs `when`: a host's pause of the sink decides it only while it is current — the
-    /// sink paused (paused packets, or a reported pause in force or ending) in one of those
-    /// epochs. A host pause of an earlier epoch had ended before the victim waited: the
-    /// sink's queue then is its own contention (flows the pause held, now draining into
-    /// it), or unexplained.
-    fn classify_sink_at(&self, sink: PortRef, when: Option<&BTreeSet<u64>>) -> SinkClass {
         let incident = self.incident;
         let sink_label = label(incident, sink);
         let summary = self.graph.ports.get(&sink).cloned().unwrap_or_default();
@@ -301,37 +288,8 @@ impl<'a> Context<'a> {
         // the pause's backlog draining (a storm that ended before the victim polled shows
         // only that). A burst that was already contending before the host paused and did
         // not end first stays flow contention. The contention is kept as evidence.
-        let host_paused_ever =
+        let host_paused =
             summary.peer_is_host && (summary.paused > 0 || summary.first_paused_epoch.is_some());
-        let current =
-            when.is_none_or(|epochs| epochs.iter().any(|e| summary.paused_epochs.contains(e)));
-        let host_paused = host_paused_ever && current;
-        let stale_host_pause = host_paused_ever && !current;
-        if stale_host_pause {
-            let host = summary
-                .peer
-                .map(|p| incident.node_name(p.node))
-                .unwrap_or_default();
-            let last = summary.last_paused_epoch.unwrap_or(0);
-            let chain = when
-                .map(|epochs| {
-                    epochs
-                        .iter()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default();
-            evidence.push(Evidence {
-                rule: "stale_host_pause".into(),
-                from: host.clone(),
-                to: sink_label.clone(),
-                weight: 0.0,
-                note: format!(
-                    "{host} paused {sink_label} last in the epoch starting at {last} ns, not in the epochs in which the victim's wait-for chain reached it (starting at {chain} ns): that pause had ended and is not what the victim waited for"
-                ),
-            });
-        }
         // "As long": to the nanosecond when the switch reported the pause's end and the
         // records carry enqueue times (a pause still in force outlasts everything), else
         // by epochs.
@@ -476,8 +434,6 @@ impl<'a> Context<'a> {
                 RootCauseKind::HostPfcInjection,
                 Some(peer_name),
             )
-        } else if stale_host_pause {
-            (AnomalyType::UnresolvedPfc, RootCauseKind::Unknown, None)
         } else if summary.paused > 0 && summary.pause.peer_unreported_epochs > 0 {
             evidence.push(Evidence {
                 rule: "telemetry_missing".into(),
@@ -715,115 +671,27 @@ impl<'a> Context<'a> {
     /// crossing a loop becomes a PFC tree of its own (`trace_direct_sinks`, l.30-32), and
     /// each cyclic buffer dependency reached becomes a deadlock (`trace_loop`, l.26-29).
     ///
-    /// `current`: for a walk from the victim, the epochs in which the victim was last
-    /// paused at `start`. The walk then follows the wait-for chain *as it stood then*
-    /// (`bfs_current`): from each port only the edges that had weight in one of the
-    /// chain's epochs, so a pause the victim met now is not explained by what the same
-    /// ports waited for in earlier epochs (a storm that has ended, a burst that drained).
-    fn trace_pfc(
-        &mut self,
-        start: PortRef,
-        affects_victim: bool,
-        lead: Vec<Evidence>,
-        current: Option<BTreeSet<u64>>,
-    ) {
-        let reach = match &current {
-            Some(epochs) => self.bfs_current(start, epochs, &|_| false).0,
-            None => self.bfs(&[start], &|_| false),
-        };
+    fn trace_pfc(&mut self, start: PortRef, affects_victim: bool, lead: Vec<Evidence>) {
+        let reach = self.bfs(&[start], &|_| false);
         self.visited.extend(reach.keys().copied());
         let loop_ids: BTreeSet<usize> = reach
             .keys()
             .filter_map(|p| self.loop_of.get(p).copied())
             .collect();
-        self.trace_direct_sinks(start, affects_victim, &lead, current.as_ref());
+        self.trace_direct_sinks(start, affects_victim, &lead);
         for id in loop_ids {
             self.trace_loop(id, &reach, affects_victim, &lead);
         }
-    }
-
-    /// Breadth-first search over the port→port edges from `start` along the wait-for
-    /// chain as it stood in `epochs` (see `trace_pfc`): from a port reached in epochs `C`
-    /// only edges with weight in an epoch of `C` are followed, and the port they lead to is
-    /// reached in those epochs. When none of a port's edges had weight in `C`, those of the
-    /// epoch just before count (a pause outlives, by up to its quanta, the congestion that
-    /// sent it), and failing those every edge does (nothing current explains the pause, so
-    /// older evidence is the best there is). Ports where `stop` holds are not expanded.
-    /// Returns parents for path recovery and the epochs each port was reached in.
-    fn bfs_current(
-        &self,
-        start: PortRef,
-        epochs: &BTreeSet<u64>,
-        stop: &dyn Fn(PortRef) -> bool,
-    ) -> (Parents, BTreeMap<PortRef, BTreeSet<u64>>) {
-        let epoch_ns = self.incident.epoch_ns;
-        let mut parent: BTreeMap<PortRef, Option<PortRef>> = BTreeMap::from([(start, None)]);
-        let mut at: BTreeMap<PortRef, BTreeSet<u64>> = BTreeMap::from([(start, epochs.clone())]);
-        let mut queue = VecDeque::from([start]);
-        while let Some(port) = queue.pop_front() {
-            if stop(port) {
-                continue;
-            }
-            let here = at.get(&port).cloned().unwrap_or_default();
-            let edges = self.graph.port_edges(port);
-            let epochs_of = |to: PortRef| -> BTreeSet<u64> {
-                self.graph
-                    .edge_epochs(port, to)
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            let before: BTreeSet<u64> = here
-                .iter()
-                .flat_map(|e| [*e, e.saturating_sub(epoch_ns)])
-                .collect();
-            let mut chosen: Vec<(PortRef, BTreeSet<u64>)> = Vec::new();
-            for window in [&here, &before] {
-                chosen = edges
-                    .iter()
-                    .map(|(to, _)| (*to, epochs_of(*to)))
-                    .map(|(to, e)| (to, e.intersection(window).copied().collect::<BTreeSet<_>>()))
-                    .filter(|(_, e)| !e.is_empty())
-                    .collect();
-                if !chosen.is_empty() {
-                    break;
-                }
-            }
-            if chosen.is_empty() {
-                chosen = edges.iter().map(|(to, _)| (*to, epochs_of(*to))).collect();
-            }
-            for (next, epochs) in chosen {
-                at.entry(next).or_default().extend(epochs);
-                if let std::collections::btree_map::Entry::Vacant(entry) = parent.entry(next) {
-                    entry.insert(Some(port));
-                    queue.push_back(next);
-                }
-            }
-        }
-        (parent, at)
     }
 
     /// Alg. 2 l.30-32: decides which ports are initial congestion points of PFC trees of
     /// their own — the sinks (no outgoing port→port edge) reachable from `start` without
     /// crossing a loop — and drafts one anomaly per sink, typed by `classify_sink`
     /// (`AnalyzeFlowContention`, l.1-11), with the wait-for path from `start` as evidence.
-    /// With `current` epochs (a walk from the victim) the chain is followed as it stood
-    /// then and each sink is classified by what it did then.
-    fn trace_direct_sinks(
-        &mut self,
-        start: PortRef,
-        affects_victim: bool,
-        lead: &[Evidence],
-        current: Option<&BTreeSet<u64>>,
-    ) {
+    fn trace_direct_sinks(&mut self, start: PortRef, affects_victim: bool, lead: &[Evidence]) {
         let loop_of = self.loop_of.clone();
         let stop = |p: PortRef| loop_of.contains_key(&p);
-        let (direct, at) = match current {
-            Some(epochs) => {
-                let (direct, at) = self.bfs_current(start, epochs, &stop);
-                (direct, Some(at))
-            }
-            None => (self.bfs(&[start], &stop), None),
-        };
+        let direct = self.bfs(&[start], &stop);
         let direct_sinks: Vec<PortRef> = direct
             .keys()
             .filter(|p| self.graph.port_edges(**p).is_empty())
@@ -831,8 +699,7 @@ impl<'a> Context<'a> {
             .collect();
         for sink in direct_sinks {
             let path = Self::path_to(&direct, sink);
-            let when = at.as_ref().and_then(|at| at.get(&sink));
-            let class = self.classify_sink_at(sink, when);
+            let class = self.classify_sink(sink);
             let mut evidence = lead.to_vec();
             evidence.extend(self.edge_evidence(&path));
             evidence.extend(class.evidence);
@@ -1576,30 +1443,6 @@ pub fn diagnose(
         .collect();
     let victim_paused_at =
         |port: PortRef| graph.paused_at(victim, port) > 0 || paused_by_polling.contains(&port);
-    // The epoch in which the victim was last paused at a port: the latest with paused
-    // packets of the victim there, or the switch's latest epoch when the polling packet
-    // found the port paused. Its wait-for chain is followed as it stood then.
-    let victim_epochs = |port: PortRef| -> BTreeSet<u64> {
-        let Some(data) = incident.switches.get(&port.node) else {
-            return BTreeSet::new();
-        };
-        let by_records = data
-            .epochs
-            .iter()
-            .rev()
-            .find(|(_, epoch)| {
-                epoch
-                    .flows_at(port.port)
-                    .iter()
-                    .any(|f| f.flow == victim && f.paused > 0)
-            })
-            .map(|(start, _)| *start);
-        let by_polling = paused_by_polling
-            .contains(&port)
-            .then(|| data.epochs.keys().next_back().copied())
-            .flatten();
-        by_records.max(by_polling).into_iter().collect()
-    };
     // Alg. 2 l.35-38: PFC causality from every port where the victim is paused.
     for (port, _) in &path {
         let paused = graph.paused_at(victim, *port);
@@ -1614,7 +1457,7 @@ pub fn diagnose(
                     "the polling packet found the victim's egress port {port_label} paused (its packets there are still held, so no flow record counts them yet)"
                 ),
             }];
-            context.trace_pfc(*port, true, lead, Some(victim_epochs(*port)));
+            context.trace_pfc(*port, true, lead);
         } else if paused > 0 {
             let port_label = label(incident, *port);
             let lead = vec![Evidence {
@@ -1624,20 +1467,7 @@ pub fn diagnose(
                 weight: paused as f64,
                 note: format!("the victim has {paused} packets paused by PFC at {port_label}"),
             }];
-            context.trace_pfc(*port, true, lead, Some(victim_epochs(*port)));
-        }
-    }
-    // What the victim's paused ports waited for in other epochs (followed as they stood
-    // then) is reported too, as anomalies the victim does not meet now: a storm that ended
-    // before the victim was paused is still a storm.
-    for (port, _) in &path {
-        if victim_paused_at(*port) {
-            let known = std::mem::take(&mut context.drafts);
-            context.trace_pfc(*port, false, Vec::new(), None);
-            let found = std::mem::replace(&mut context.drafts, known);
-            for (key, draft) in found {
-                context.drafts.entry(key).or_insert(draft);
-            }
+            context.trace_pfc(*port, true, lead);
         }
     }
     // Alg. 2 l.39-40: normal flow contention where the victim is not paused.
@@ -1668,7 +1498,7 @@ pub fn diagnose(
             .find(|p| !context.has_incoming.contains(p))
             .copied()
             .unwrap_or(first);
-        context.trace_pfc(start, false, Vec::new(), None);
+        context.trace_pfc(start, false, Vec::new());
         context.visited.insert(start);
     }
     context.absorb_contention_at_pfc_origins();

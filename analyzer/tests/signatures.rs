@@ -1048,71 +1048,6 @@ fn a_deadlock_claim_names_every_port_of_a_five_switch_loop_in_cycle_order() {
 }
 
 #[test]
-fn a_storm_that_ended_epochs_before_the_victim_was_paused_is_not_blamed() {
-    // Epoch 0: h7 pauses tor2.p(h7) (PFC storm); flow X h0 → h7 is paused along
-    // tor0.p(agg1) → agg1.p(tor2) → tor2.p(h7). Epoch 2: the storm is over; micro-bursts
-    // into h9 contend at tor2.p(h9) and F2 h2 → h9 carries the pause back to
-    // tor0.p(agg1), where the victim h0 → h1 is paused now. The same ports waited for the
-    // storm two epochs ago: that is not what the victim waits for.
-    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 3, victim());
-    builder.flow(
-        0,
-        flow(1, 49160, 17),
-        &["h0", "tor0", "agg1", "tor2", "h7"],
-        &[
-            Hop::new(300).paused(250, 200_000).depth(20_000),
-            Hop::new(300).paused(260, 300_000).depth(30_000),
-            Hop::new(300).paused(280, 400_000).depth(100_000),
-        ],
-    );
-    builder.flow(
-        2,
-        victim(),
-        &["h0", "tor0", "agg1", "tor1", "h1"],
-        &[
-            Hop::new(300).paused(200, 200_000).depth(20_000),
-            Hop::new(300),
-            Hop::new(300),
-        ],
-    );
-    builder.flow(
-        2,
-        f2(),
-        &["h2", "tor0", "agg1", "tor2", "h9"],
-        &[
-            Hop::new(200).paused(150, 200_000).depth(20_000),
-            Hop::new(200).paused(150, 300_000).depth(30_000),
-            Hop::new(200).depth(30_000),
-        ],
-    );
-    for index in 1..=3 {
-        let host = format!("a{index}");
-        builder.flow(
-            2,
-            burst(index),
-            &[host.as_str(), "tor2", "h9"],
-            &[Hop::new(200).depth(150_000).window(40_000, 55_000)],
-        );
-    }
-    let output = run(&builder);
-    let anomalies = victim_anomalies(&output);
-    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
-    assert_eq!(
-        anomalies[0].anomaly_type,
-        AnomalyType::PfcBackpressure,
-        "{}",
-        render::to_text(&output.diagnosis)
-    );
-    assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p6"]);
-    // The storm itself is still reported, as an anomaly the victim does not meet.
-    assert!(output
-        .diagnosis
-        .anomalies
-        .iter()
-        .any(|a| a.anomaly_type == AnomalyType::PfcStorm && !a.affects_victim));
-}
-
-#[test]
 fn a_switch_with_a_congested_egress_behind_its_pause_is_not_named_an_injector() {
     // agg1.p(tor2) holds the victim's packets (paused all epoch, none reached tor2). The
     // only traffic tor2 metered from agg1 went to an idle port, so the causality meter ties
@@ -1235,52 +1170,6 @@ fn a_host_draining_slower_than_its_link_is_a_slow_receiver_not_a_storm() {
     assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
     assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
     assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
-}
-
-#[test]
-fn the_queue_a_storm_leaves_behind_in_the_next_epoch_is_the_flows_it_held_not_the_storm() {
-    // Epoch 0: h7 pauses tor2.p(h7) (storm), holding flows toward h7 upstream. Epoch 1: the
-    // storm is over; the held flows pour into tor2.p(h7) and contend there, pausing agg1
-    // and tor0, where the victim is paused now. Its chain reaches tor2.p(h7) in epoch 1,
-    // when h7 no longer paused it: flow contention, not the storm of the epoch before.
-    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
-    storm_at_h7(&mut builder, false);
-    builder.flow(
-        1,
-        victim(),
-        &["h0", "tor0", "agg1", "tor2", "h7"],
-        &[
-            Hop::new(250).paused(180, 200_000).depth(30_000),
-            Hop::new(250).paused(200, 300_000).depth(40_000),
-            Hop::new(250).depth(150_000).window(20_000, 90_000),
-        ],
-    );
-    for index in 1..=2u8 {
-        builder.flow(
-            1,
-            flow(40 + index, 53100 + u16::from(index), 17),
-            &["h3", "tor1", "agg1", "tor2", "h7"],
-            &[
-                Hop::new(400).paused(300, 250_000),
-                Hop::new(400).paused(300, 300_000),
-                Hop::new(400).depth(200_000).window(10_000, 60_000),
-            ],
-        );
-    }
-    let output = run(&builder);
-    let anomalies = victim_anomalies(&output);
-    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
-    assert_eq!(
-        anomalies[0].anomaly_type,
-        AnomalyType::PfcBackpressure,
-        "{}",
-        render::to_text(&output.diagnosis)
-    );
-    assert_eq!(labels(&anomalies[0].root_cause.ports), vec!["tor2.p7"]);
-    assert!(anomalies[0]
-        .evidence
-        .iter()
-        .any(|e| e.rule == "stale_host_pause"));
 }
 
 #[test]

@@ -163,7 +163,7 @@ pub fn markdown(results: &EvalResults, timing: Option<&EvalTiming>, command: &st
         let _ = writeln!(out, "| k4 | K=4 fat-tree, 20 switches, 16 hosts, 100 Gbit/s, 2 µs links, WebSearch background at 20–50 % |");
     }
     if results.families.iter().any(|f| *f != Family::K4) {
-        let _ = writeln!(out, "| drawn families | per trace: host links 25–400 Gbit/s, fabric links 1–4× the host speed, oversubscription 1:1–4:1, 1–2 µs links, ECN Kmin 1–4 KB per Gbit/s (Kmax 4×, Pmax 5–20 %), PFC threshold shift 2–3, shared buffer 1.5–4 MiB beyond headroom (PFC classes) or 16–48 MiB (contention), WebSearch background at 10–50 % on every rail |");
+        let _ = writeln!(out, "| drawn families | per trace: host links 25–400 Gbit/s, fabric links 1–4× the host speed, oversubscription 1:1–4:1, 1–2 µs links, ECN Kmin 1–4 KB per Gbit/s (Kmax 4×, Pmax 5–20 %), PFC threshold shift 2–3, shared buffer 1.5–4 MiB beyond headroom (PFC classes) or 16–48 MiB (contention), WebSearch background on every rail loading the uplinks at 10–50 % (host load = that / oversubscription) |");
     }
     for (key, value) in &results.loop_settings {
         let _ = writeln!(out, "| {key} | {value} |");

@@ -850,7 +850,14 @@ pub fn generate_on(
     let fabric = FabricSpec::draw(family, class == AnomalyClass::DeadlockOutOfLoop, &mut d.rng);
     let view = fabric.view()?;
     let seed = d.rng.next_u64() % 1_000_000_000;
-    let load = (d.uniform(0.1, 0.5) * 100.0).round() / 100.0;
+    // The background loads the first tier's uplinks at 10–50 %: each host offers that over
+    // the oversubscription (at 4:1, 50 % of every host link would be twice the uplinks'
+    // capacity — a fabric in congestion collapse, not a background).
+    let uplink_load = d.uniform(0.1, 0.5);
+    let load = ((uplink_load / fabric.oversubscription.max(1.0)) * 100.0)
+        .round()
+        .max(2.0)
+        / 100.0;
     let start = d.int(600, 900) as f64;
     // PFC classes run on a shallow shared buffer (1.5–4 MiB besides headroom and reserves),
     // contention on a deep one (16–48 MiB): the buffers of deployed switch chips.
