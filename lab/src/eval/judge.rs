@@ -350,21 +350,15 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
                 missing(&mut truth, "PFC storm");
                 return truth;
             };
-            truth.expected_type = "pfc_storm".into();
-            truth.start_ns = a.start_ns;
-            truth.end_ns = a.end_ns;
-            truth.root_ports = a.initial_ports.clone();
-            truth.injector = spec.storm.as_ref().map(|s| s.host.clone());
-            truth.spreading = a.pfc_spreading.clone();
-            let edges: BTreeSet<(PortRef, PortRef, u8)> = a
-                .pfc_spreading
-                .iter()
-                .map(|e| (e.sender, e.paused, e.priority))
-                .collect();
-            truth.realized = edges.len() >= 2;
+            let edges = host_origin(
+                &mut truth,
+                "pfc_storm",
+                a,
+                &spec.storm.as_ref().map(|s| s.host.clone()),
+            );
+            truth.realized = edges >= 2;
             truth.realization = format!(
-                "PAUSE spread over {} edges to {} ports",
-                edges.len(),
+                "PAUSE spread over {edges} edges to {} ports",
                 a.paused_ports.len()
             );
         }
@@ -373,23 +367,17 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
                 missing(&mut truth, "slow receiver");
                 return truth;
             };
-            truth.expected_type = "slow_receiver".into();
-            truth.start_ns = a.start_ns;
-            truth.end_ns = a.end_ns;
-            truth.root_ports = a.initial_ports.clone();
-            truth.injector = spec.slow.as_ref().map(|s| s.host.clone());
-            truth.spreading = a.pfc_spreading.clone();
+            let edges = host_origin(
+                &mut truth,
+                "slow_receiver",
+                a,
+                &spec.slow.as_ref().map(|s| s.host.clone()),
+            );
             // The receiver paused its ToR port (its drain limit reached the network).
-            let edges: BTreeSet<(PortRef, PortRef, u8)> = a
-                .pfc_spreading
-                .iter()
-                .map(|e| (e.sender, e.paused, e.priority))
-                .collect();
-            truth.realized = !edges.is_empty();
+            truth.realized = edges > 0;
             truth.realization = if truth.realized {
                 format!(
-                    "the receiver's pauses spread over {} edges to {} ports",
-                    edges.len(),
+                    "the receiver's pauses spread over {edges} edges to {} ports",
                     a.paused_ports.len()
                 )
             } else {
@@ -484,6 +472,27 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
         .into_iter()
         .collect();
     truth
+}
+
+/// Fills the truth of an anomaly whose origin is a host (a storm's injector, a slow
+/// receiver) and returns its distinct spreading edges (sender, paused port, priority).
+fn host_origin(
+    truth: &mut Truth,
+    expected_type: &str,
+    a: &hawkmesh_netsim::truth::Anomaly,
+    host: &Option<String>,
+) -> usize {
+    truth.expected_type = expected_type.into();
+    truth.start_ns = a.start_ns;
+    truth.end_ns = a.end_ns;
+    truth.root_ports = a.initial_ports.clone();
+    truth.injector = host.clone();
+    truth.spreading = a.pfc_spreading.clone();
+    a.pfc_spreading
+        .iter()
+        .map(|e| (e.sender, e.paused, e.priority))
+        .collect::<BTreeSet<_>>()
+        .len()
 }
 
 /// How one attributed incident's diagnosis compares with the truth.

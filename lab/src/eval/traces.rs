@@ -374,30 +374,15 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
     let load = (d.uniform(0.2, 0.5) * 100.0).round() / 100.0;
     let start = d.int(600, 900) as f64;
     let all: Vec<u32> = (0..HOSTS).collect();
-    let mut spec = TraceSpec {
-        id: format!("{}-{index:03}", class.name()),
+    let mut spec = TraceSpec::empty(
+        format!("{}-{index:03}", class.name()),
         class,
-        index,
-        fabric: FabricSpec::k4(),
-        attempt,
-        seed,
-        load,
-        duration_us: TRACE_DURATION_US,
-        buffer_mb: 3.0,
-        anomaly_start_us: start,
-        background_hosts: Vec::new(),
-        incast: None,
-        flows: Vec::new(),
-        routes: Vec::new(),
-        storm: None,
-        slow: None,
-        loop_switches: Vec::new(),
-        loop_start_us: 0,
-        initiator: None,
-        description: String::new(),
-        concurrent: None,
-        unplaced: None,
-    };
+        (index, attempt),
+        FabricSpec::k4(),
+        (seed, load),
+        3.0,
+        start,
+    );
     match class {
         AnomalyClass::PfcBackpressure | AnomalyClass::FlowContention => {
             let receiver = d.pick(&all);
@@ -647,6 +632,42 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
 }
 
 impl TraceSpec {
+    /// A trace with its fabric and draws and no anomaly yet.
+    fn empty(
+        id: String,
+        class: AnomalyClass,
+        (index, attempt): (u32, u32),
+        fabric: FabricSpec,
+        (seed, load): (u64, f64),
+        buffer_mb: f64,
+        start: f64,
+    ) -> TraceSpec {
+        TraceSpec {
+            id,
+            class,
+            index,
+            fabric,
+            attempt,
+            seed,
+            load,
+            duration_us: TRACE_DURATION_US,
+            buffer_mb,
+            anomaly_start_us: start,
+            background_hosts: Vec::new(),
+            incast: None,
+            flows: Vec::new(),
+            routes: Vec::new(),
+            storm: None,
+            slow: None,
+            loop_switches: Vec::new(),
+            loop_start_us: 0,
+            initiator: None,
+            description: String::new(),
+            concurrent: None,
+            unplaced: None,
+        }
+    }
+
     /// Background workloads (one Poisson workload per rail); the anomaly's come after.
     pub fn background_workloads(&self) -> usize {
         self.fabric.rails.max(1) as usize
@@ -868,30 +889,15 @@ pub fn generate_on(
     };
     let buffer_mb = fabric.buffer_with_shared(&view, shared);
     let id = format!("{}-{}-{index:03}", family.name(), class.name());
-    let mut spec = TraceSpec {
-        id: id.clone(),
+    let mut spec = TraceSpec::empty(
+        id,
         class,
-        index,
-        fabric: fabric.clone(),
-        attempt,
-        seed,
-        load,
-        duration_us: TRACE_DURATION_US,
+        (index, attempt),
+        fabric.clone(),
+        (seed, load),
         buffer_mb,
-        anomaly_start_us: start,
-        background_hosts: Vec::new(),
-        incast: None,
-        flows: Vec::new(),
-        routes: Vec::new(),
-        storm: None,
-        slow: None,
-        loop_switches: Vec::new(),
-        loop_start_us: 0,
-        initiator: None,
-        description: String::new(),
-        concurrent: None,
-        unplaced: None,
-    };
+        start,
+    );
     if let Err(reason) = place(&mut spec, &view, &mut d, start) {
         spec.unplaced = Some(format!("{reason} on {}", fabric.describe()));
     } else if d.int(0, 2) == 0 {
