@@ -48,3 +48,16 @@ fn bad_classes_counts_and_grids_are_refused_with_a_message() {
     assert!(!ok);
     assert!(stderr.contains("twice"), "{stderr}");
 }
+
+#[test]
+fn bad_fabric_families_are_refused_with_a_message() {
+    let (ok, stderr) = eval(&["--fabrics", "k4,torus"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("torus") && stderr.contains("leaf-spine") && stderr.contains("rail"),
+        "{stderr}"
+    );
+    let (ok, stderr) = eval(&["--fabrics", "clos,clos"]);
+    assert!(!ok);
+    assert!(stderr.contains("fabric family is listed twice"), "{stderr}");
+}
