@@ -242,6 +242,55 @@ impl Events {
     }
 }
 
+thread_local! {
+    /// The events of the test running on this thread, while it captures.
+    static CAPTURING: std::cell::RefCell<Option<Events>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The process-wide subscriber of the test binary: hands each event to the capture of the
+/// thread that emits it. One global subscriber, installed once, instead of a scoped one per
+/// test: tests run in parallel, and a callsite first hit by another test while no scoped
+/// subscriber was alive stays cached as "never interested" (tracing's interest cache), which
+/// made events of a later capture disappear now and then.
+struct ToCapture;
+
+impl tracing::Subscriber for ToCapture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        CAPTURING.with(|current| {
+            if let Some(events) = current.borrow().as_ref() {
+                tracing::Subscriber::event(events, event);
+            }
+        });
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Runs `f` recording the events this thread emits into `events`.
+fn capture<R>(events: &Events, f: impl FnOnce() -> R) -> R {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Another subscriber already installed would also be a bug of the tests.
+        tracing::subscriber::set_global_default(ToCapture)
+            .expect("the test binary installs one global subscriber");
+    });
+    // Callsites registered before the global subscriber existed were cached as not
+    // interested; recompute them with it in place.
+    tracing::callsite::rebuild_interest_cache();
+    CAPTURING.with(|current| *current.borrow_mut() = Some(events.clone()));
+    let out = f();
+    CAPTURING.with(|current| *current.borrow_mut() = None);
+    out
+}
+
 impl tracing::Subscriber for Events {
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
         true
@@ -276,7 +325,7 @@ fn failures_are_returned_logged_and_counted_and_leave_the_incident_collecting() 
     let (topology, reports) = storm(EVENT);
     let dir = data_dir("set-failures");
     let events = Events::default();
-    tracing::subscriber::with_default(events.clone(), || {
+    capture(&events, || {
         let mut set = IncidentSet::open(
             &dir,
             topology.clone(),
@@ -322,7 +371,7 @@ fn failures_are_returned_logged_and_counted_and_leave_the_incident_collecting() 
     .unwrap();
     assert_eq!(set.summary(EVENT).unwrap().chunks, 1);
     let events = Events::default();
-    tracing::subscriber::with_default(events.clone(), || {
+    capture(&events, || {
         let expired = set.expire(Instant::now() + Duration::from_secs(1)).unwrap();
         assert_eq!(expired, vec![EVENT]);
     });
@@ -345,7 +394,7 @@ fn a_stored_chunk_that_does_not_decode_is_skipped_counted_and_logged() {
     )
     .unwrap();
     let events = Events::default();
-    let set = tracing::subscriber::with_default(events.clone(), || {
+    let set = capture(&events, || {
         IncidentSet::open(
             &dir,
             topology,
