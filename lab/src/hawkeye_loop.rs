@@ -555,10 +555,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         scenario.switch.control_priority,
     )));
     sim.set_host_hook(Box::new(SharedHosts(hosts.clone())));
-    hosts
-        .borrow_mut()
-        .watch_posted(loaded, &sim)
-        .map_err(|e| LoopError::Runtime(format!("watching posted flows: {e}")))?;
+    hosts.borrow_mut().watch_posted(&sim);
     let geometry = geometry_of(&params);
     let topology = sim.topology().clone();
     let names: BTreeMap<NodeId, String> = topology

@@ -5,22 +5,19 @@
 //!
 //! netsim tells a host hook about ACKs and about unacknowledged data, not about work
 //! posted: a flow that starts while its own NIC is paused sends nothing and would never be
-//! seen. [`NetsimHostAgents::watch_posted`] therefore learns every flow's start from the
-//! scenario (the workload generator netsim itself uses, checked flow by flow against the
-//! simulation), and [`NetsimHostAgents::check_posted`], called between simulation slices,
-//! posts each started flow to its host's detector until the flow delivers its first bytes
-//! ([`RttDetector::post`]: stalled from its post time once `stall_ns` has passed).
+//! seen. [`NetsimHostAgents::check_posted`], called between simulation slices, therefore
+//! posts each started flow ([`Simulation::flow_posting`]) to its host's detector until the
+//! flow delivers its first bytes ([`RttDetector::post`]: stalled from its post time once
+//! `stall_ns` has passed).
 
 use hawkmesh_host_agent::{DetectorConfig, PollingTrigger, RttDetector};
-use hawkmesh_netsim::fabric::host_ipv4;
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
 use hawkmesh_netsim::time::{Time, NS};
-use hawkmesh_netsim::workload::{self, HostResolver};
-use hawkmesh_netsim::{LoadedScenario, Simulation};
+use hawkmesh_netsim::Simulation;
 use hawkmesh_wire::polling::Polling;
 use hawkmesh_wire::telemetry::FiveTuple;
-use hawkmesh_wire::topology::{NodeId, NodeKind};
-use std::collections::{BTreeMap, HashMap};
+use hawkmesh_wire::topology::NodeId;
+use std::collections::BTreeMap;
 
 /// Hop limit written into polling packets (enough for any Clos path and PFC branch).
 pub const POLLING_HOP_LIMIT: u8 = 16;
@@ -33,117 +30,10 @@ pub struct NetsimHostAgents {
     detectors: BTreeMap<NodeId, RttDetector>,
     triggers: Vec<PollingTrigger>,
     stopped: bool,
-    /// Flows with a known start that have not delivered anything yet, by start time.
-    posted: Vec<PostedFlow>,
-}
-
-/// A flow as its sending host posts it: what netsim generates for the scenario.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PostedFlow {
-    /// netsim flow index.
-    pub flow: u32,
-    /// Sending host.
-    pub host: NodeId,
-    /// Sending NIC (endpoint index).
-    pub src_nic: u32,
-    /// Receiving NIC (endpoint index).
-    pub dst_nic: u32,
-    /// Its 5-tuple.
-    pub tuple: FiveTuple,
-    /// When its work is posted, ns.
-    pub start_ns: u64,
-    /// Its base RTT, ns.
-    pub base_rtt_ns: u64,
-}
-
-/// Every flow of `loaded` with a start time (all-to-all rounds after the first start when
-/// the previous round ends and are left out), from netsim's own workload generator with
-/// NIC endpoints numbered as netsim numbers them; each is checked against the simulation's
-/// flow of the same index (size, ends, addresses), and any disagreement is an error.
-pub fn posted_flows(loaded: &LoadedScenario, sim: &Simulation) -> Result<Vec<PostedFlow>, String> {
-    let topology = sim.topology();
-    let mut port_counts = vec![0u32; topology.nodes.len()];
-    let mut link_gbps: HashMap<(NodeId, u16), f64> = HashMap::new();
-    for link in &topology.links {
-        for (end, _) in [(link.a, link.b), (link.b, link.a)] {
-            let count = &mut port_counts[end.node as usize];
-            *count = (*count).max(u32::from(end.port) + 1);
-            link_gbps.insert((end.node, end.port), link.gbps);
-        }
-    }
-    let mut by_name: HashMap<String, Vec<u32>> = HashMap::new();
-    let mut names = Vec::new();
-    let mut nic_gbps = Vec::new();
-    let mut nic_host: Vec<(NodeId, u32)> = Vec::new();
-    let mut first_nic = vec![u32::MAX; topology.nodes.len()];
-    for node in topology.nodes.iter().filter(|n| n.kind == NodeKind::Host) {
-        names.push(node.name.clone());
-        first_nic[node.id as usize] = nic_gbps.len() as u32;
-        let mut list = Vec::new();
-        for local in 0..port_counts[node.id as usize] {
-            list.push(nic_gbps.len() as u32);
-            nic_gbps.push(
-                link_gbps
-                    .get(&(node.id, local as u16))
-                    .copied()
-                    .unwrap_or(0.0),
-            );
-            nic_host.push((node.id, local));
-        }
-        by_name.insert(node.name.clone(), list);
-    }
-    let node_nic = |node: u32| {
-        first_nic
-            .get(node as usize)
-            .copied()
-            .filter(|n| *n != u32::MAX)
-    };
-    let resolver = HostResolver {
-        by_name: &by_name,
-        names: &names,
-    };
-    let defs =
-        workload::generate(loaded, &resolver, &nic_gbps, &node_nic).map_err(|e| e.to_string())?;
-    let records = sim.result("posted", loaded.scenario.seed, &[]).flows;
-    if records.len() != defs.len() {
-        return Err(format!(
-            "{} generated flows but the simulation has {}",
-            defs.len(),
-            records.len()
-        ));
-    }
-    let mut out = Vec::new();
-    for (index, (def, record)) in defs.iter().zip(&records).enumerate() {
-        let (Some(src), Some(dst)) = (
-            nic_host.get(def.src_nic as usize),
-            nic_host.get(def.dst_nic as usize),
-        ) else {
-            return Err(format!("flow {index}: NIC out of range"));
-        };
-        let tuple = record.five_tuple;
-        let agrees = def.size == record.size
-            && tuple.src_ip == host_ipv4(src.0, src.1)
-            && tuple.dst_ip == host_ipv4(dst.0, dst.1);
-        if !agrees {
-            return Err(format!(
-                "flow {index} ({}) does not match the generated flow ({} bytes from NIC {} to NIC {})",
-                record.tuple, def.size, def.src_nic, def.dst_nic
-            ));
-        }
-        if let Some(start) = def.start {
-            out.push(PostedFlow {
-                flow: index as u32,
-                host: src.0,
-                src_nic: def.src_nic,
-                dst_nic: def.dst_nic,
-                tuple,
-                start_ns: start / NS,
-                base_rtt_ns: record.base_rtt_ns,
-            });
-        }
-    }
-    out.sort_by_key(|f| (f.start_ns, f.flow));
-    Ok(out)
+    /// Watch posted work ([`NetsimHostAgents::watch_posted`]).
+    watch_posted: bool,
+    /// Per netsim flow: it has delivered bytes (no longer watched as posted work).
+    delivering: Vec<bool>,
 }
 
 impl NetsimHostAgents {
@@ -155,57 +45,59 @@ impl NetsimHostAgents {
             detectors: BTreeMap::new(),
             triggers: Vec::new(),
             stopped: false,
-            posted: Vec::new(),
+            watch_posted: false,
+            delivering: Vec::new(),
         }
     }
 
-    /// Watches the flows of `loaded` for work posted and never sent (see the module doc).
-    pub fn watch_posted(
-        &mut self,
-        loaded: &LoadedScenario,
-        sim: &Simulation,
-    ) -> Result<(), String> {
-        if self.config.stall_ns > 0 {
-            self.posted = posted_flows(loaded, sim)?;
-        }
-        Ok(())
+    /// Watches the flows of `sim` for work posted and never sent (see the module doc).
+    pub fn watch_posted(&mut self, sim: &Simulation) {
+        self.watch_posted = self.config.stall_ns > 0;
+        self.delivering = vec![false; sim.flow_count()];
     }
 
-    /// Between simulation slices: every watched flow that has started is posted to its
+    /// Between simulation slices: every flow whose work has been posted is posted to its
     /// host's detector until it delivers its first bytes, and the detectors' stalls of work
     /// posted and never sent become polling packets, returned for the caller to send
     /// (`Simulation::emit_from_host`).
     pub fn check_posted(&mut self, sim: &Simulation) -> Vec<HostEmit> {
         let now_ns = sim.now() / NS;
         let mut emit = Vec::new();
-        if self.posted.is_empty() || self.stopped {
+        if !self.watch_posted || self.stopped {
             return emit;
         }
         let config = self.config;
-        let mut keep = Vec::with_capacity(self.posted.len());
         let mut hosts: Vec<NodeId> = Vec::new();
         let mut nics: BTreeMap<FiveTuple, (u32, u32)> = BTreeMap::new();
-        for posted in std::mem::take(&mut self.posted) {
-            if posted.start_ns > now_ns {
-                keep.push(posted);
+        for (flow, delivering) in self.delivering.iter_mut().enumerate() {
+            if *delivering {
+                continue;
+            }
+            let Some(posted) = sim.flow_posting(flow as u32) else {
+                continue;
+            };
+            if posted.start_ns.is_none_or(|start| start > now_ns) {
                 continue;
             }
             let detector = self
                 .detectors
                 .entry(posted.host)
                 .or_insert_with(|| RttDetector::new(posted.host, config));
-            if sim.flow_delivered(posted.flow).unwrap_or(0) > 0 {
+            if sim.flow_delivered(flow as u32).unwrap_or(0) > 0 {
                 detector.progress(posted.tuple);
+                *delivering = true;
                 continue;
             }
-            detector.post(posted.tuple, posted.start_ns, Some(posted.base_rtt_ns));
+            detector.post(
+                posted.tuple,
+                posted.start_ns.unwrap_or(now_ns),
+                Some(posted.base_rtt_ns),
+            );
             nics.insert(posted.tuple, (posted.src_nic, posted.dst_nic));
             if !hosts.contains(&posted.host) {
                 hosts.push(posted.host);
             }
-            keep.push(posted);
         }
-        self.posted = keep;
         for host in hosts {
             let Some(detector) = self.detectors.get_mut(&host) else {
                 continue;
@@ -376,12 +268,9 @@ duration_us = 480
             7,
         )));
         sim.set_host_hook(Box::new(Shared(agents.clone())));
-        agents
-            .borrow_mut()
-            .watch_posted(&loaded, &sim)
-            .expect("the generated flows match the simulation's");
-        let late = posted_flows(&loaded, &sim).expect("flows")[1];
-        assert_eq!(late.start_ns, 300_000);
+        agents.borrow_mut().watch_posted(&sim);
+        let late = sim.flow_posting(1).expect("the late flow");
+        assert_eq!(late.start_ns, Some(300_000));
         let mut now = 0;
         while now < 500 * hawkmesh_netsim::time::US {
             now += 20 * hawkmesh_netsim::time::US;
@@ -392,7 +281,7 @@ duration_us = 480
             }
         }
         assert_eq!(
-            sim.flow_delivered(late.flow),
+            sim.flow_delivered(1),
             Some(0),
             "the scenario must keep h1's NIC paused"
         );

@@ -33,7 +33,7 @@ pub mod workload;
 pub use fabric::Warning;
 pub use output::{FctBin, FlowRecord, SimResult, Totals};
 pub use scenario::{LoadedScenario, Scenario, ScenarioError};
-pub use sim::{PfcEvent, PortCounters, QueueSample, Simulation};
+pub use sim::{FlowPosting, PfcEvent, PortCounters, QueueSample, Simulation};
 
 /// Loads, builds and runs a scenario file, returning its results.
 pub fn run_file(path: &std::path::Path) -> Result<SimResult, ScenarioError> {

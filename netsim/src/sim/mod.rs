@@ -90,6 +90,23 @@ pub struct PortCounters {
     pub max_queue_bytes: u64,
 }
 
+/// A flow as its sending host posts it ([`Simulation::flow_posting`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowPosting {
+    /// Sending host.
+    pub host: NodeId,
+    /// Sending NIC (netsim's NIC index, as in [`HostEmit`]).
+    pub src_nic: u32,
+    /// Receiving NIC.
+    pub dst_nic: u32,
+    /// Its 5-tuple.
+    pub tuple: FiveTuple,
+    /// When its work was posted, ns (`None`: not yet, e.g. a later all-to-all round).
+    pub start_ns: Option<u64>,
+    /// Base RTT of its path, ns.
+    pub base_rtt_ns: u64,
+}
+
 #[derive(Debug)]
 pub(crate) struct Port {
     pub node: NodeId,
@@ -370,6 +387,20 @@ impl Simulation {
     /// Bytes of flow `flow` delivered in order to its receiver so far.
     pub fn flow_delivered(&self, flow: u32) -> Option<u64> {
         self.flows.get(flow as usize).map(|f| f.rcv_expected)
+    }
+
+    /// Flow `flow` as the host that sends it knows it: when its work was posted (`None`: an
+    /// all-to-all round not started yet), its NICs and 5-tuple, its base RTT.
+    pub fn flow_posting(&self, flow: u32) -> Option<FlowPosting> {
+        let f = self.flows.get(flow as usize)?;
+        Some(FlowPosting {
+            host: self.nics.get(f.src_nic as usize)?.host,
+            src_nic: f.src_nic,
+            dst_nic: f.dst_nic,
+            tuple: f.tuple,
+            start_ns: f.start.map(|t| t / crate::time::NS),
+            base_rtt_ns: f.base_rtt / crate::time::NS,
+        })
     }
 
     /// Number of flows.
