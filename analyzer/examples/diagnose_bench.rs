@@ -160,6 +160,7 @@ fn reports(topology: &FabricTopology, victim: FiveTuple) -> Vec<TelemetryReport>
                     paused_packet_count: paused as u32,
                     queue_depth_sum_bytes: depth_all,
                     unpaused_queue_depth_sum_bytes: depth_unpaused,
+                    xon_count: 0,
                 });
             }
             // Causality: the chain's downstream switches receive the upstream port's traffic.

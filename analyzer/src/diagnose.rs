@@ -49,14 +49,25 @@ const SLOW_RECEIVER_MIN_EPOCHS: u64 = 2;
 /// injection lets none through in an epoch it covers).
 const SLOW_RECEIVER_MIN_UNPAUSED_SHARE: f64 = 0.01;
 
-/// The pause pattern of a slow receiver (`Context::slow_receiver_pattern`).
-struct SlowPattern {
-    /// Consecutive paused epochs.
-    epochs: usize,
-    /// Smallest share of packets enqueued unpaused in one of them.
-    min_unpaused_share: f64,
-    /// Mean queue depth the unpaused packets that left met, bytes.
-    mean_unpaused_depth: f64,
+/// What shows a slow receiver at a port its host pauses.
+enum SlowPattern {
+    /// The host released its pause by XON (`Context::xon_releases`).
+    Xon {
+        /// XON frames the port received over the window.
+        xons: u64,
+        /// Epochs with at least one.
+        epochs: usize,
+    },
+    /// The port's packets show pauses coming and going (`Context::slow_receiver_pattern`,
+    /// for reports without XON counts).
+    Packets {
+        /// Consecutive paused epochs.
+        epochs: usize,
+        /// Smallest share of packets enqueued unpaused in one of them.
+        min_unpaused_share: f64,
+        /// Mean queue depth the unpaused packets that left met, bytes.
+        mean_unpaused_depth: f64,
+    },
 }
 
 /// Most flows listed per root cause, spreading edge or contention port.
@@ -392,23 +403,33 @@ impl<'a> Context<'a> {
             .map(|p| incident.node_name(p.node))
             .unwrap_or_else(|| "-".into());
         let slow = if host_paused {
-            self.slow_receiver_pattern(sink)
+            self.xon_releases(sink)
+                .or_else(|| self.slow_receiver_pattern(sink))
         } else {
             None
         };
         let mut receiver = None;
         let (anomaly_type, kind, injector) = if let Some(pattern) = slow {
+            let note = match pattern {
+                SlowPattern::Xon { xons, epochs } => format!(
+                    "host {peer_name} released its pause of {sink_label} by PFC XON {xons} time(s) in {epochs} epoch(s) and paused it again: receive-buffer flow control of a receiver draining slower than its link delivers (drain-rate limit); a PFC injection refreshes its XOFF and never resumes the port itself"
+                ),
+                SlowPattern::Packets {
+                    epochs,
+                    min_unpaused_share,
+                    mean_unpaused_depth,
+                } => format!(
+                    "host {peer_name} paused {sink_label} in {epochs} consecutive epochs, and in each the port also enqueued packets between the pauses (at least {:.0} % of them) that met a queue of {:.0} B on average: the pauses come and go with the port's queue while it keeps transmitting — a receiver draining slower than its link (drain-rate limit), not a PFC injection, which pauses without letting go",
+                    min_unpaused_share * 100.0,
+                    mean_unpaused_depth
+                ),
+            };
             evidence.push(Evidence {
                 rule: "slow_receiver".into(),
                 from: peer_name.clone(),
                 to: sink_label.clone(),
                 weight: summary.paused as f64,
-                note: format!(
-                    "host {peer_name} paused {sink_label} in {} consecutive epochs, and in each the port also enqueued packets between the pauses (at least {:.0} % of them) that met a queue of {:.0} B on average: the pauses come and go with the port's queue while it keeps transmitting — a receiver draining slower than its link (drain-rate limit), not a PFC injection, which pauses without letting go",
-                    pattern.epochs,
-                    pattern.min_unpaused_share * 100.0,
-                    pattern.mean_unpaused_depth
-                ),
+                note,
             });
             receiver = Some(peer_name);
             (AnomalyType::SlowReceiver, RootCauseKind::SlowReceiver, None)
@@ -579,10 +600,34 @@ impl<'a> Context<'a> {
         if frozen {
             return None;
         }
-        Some(SlowPattern {
+        Some(SlowPattern::Packets {
             epochs: paused.len(),
             min_unpaused_share: min_share,
             mean_unpaused_depth: depth_sum / depth_packets as f64,
+        })
+    }
+
+    /// XONs at a port its host pauses: the host resumed the port itself, so its pauses
+    /// follow its receive buffer (IEEE 802.1Qbb: a receiver sends XOFF above its
+    /// threshold and XON, quanta 0, once drained below the resume threshold) — a receiver
+    /// draining slower than its link. A PFC injection (a storm) keeps refreshing its XOFF
+    /// and at most lets the pause expire; it sends no XON. The data plane counts the XON
+    /// frames per port and epoch (`port_xon`), which shows the release even while the
+    /// port enqueues nothing (its upstream held by the pause), as at the first poll of a
+    /// slow receiver whose first pause just let go.
+    fn xon_releases(&self, sink: PortRef) -> Option<SlowPattern> {
+        let data = self.incident.switches.get(&sink.node)?;
+        let counts: Vec<u16> = data
+            .epochs
+            .values()
+            .filter_map(|e| e.xons.get(&sink.port).copied())
+            .collect();
+        if counts.is_empty() {
+            return None;
+        }
+        Some(SlowPattern::Xon {
+            xons: counts.iter().map(|&c| u64::from(c)).sum(),
+            epochs: counts.len(),
         })
     }
 
@@ -993,8 +1038,9 @@ impl<'a> Context<'a> {
                 from: label(self.incident, members[0]),
                 to: String::new(),
                 weight: 0.0,
-                note: "no loop port shows flow contention in the analysed epochs: the initiating burst may predate the telemetry window".into(),
+                note: "no loop port shows flow contention in the analysed epochs: the initiating burst may predate the telemetry window; the loop's own ports are the root cause (the cyclic buffer dependency holds with or without the burst that closed it)".into(),
             });
+            root_ports = members.to_vec();
             RootCauseKind::Unknown
         } else {
             RootCauseKind::FlowContention

@@ -50,7 +50,7 @@ pub enum AnalyzerError {
         path: PathBuf,
     },
     /// A report has a format version this build does not read.
-    #[error("{source_name}: report of switch {switch} has format version {version}; this build reads version 1")]
+    #[error("{source_name}: report of switch {switch} has format version {version}; this build reads versions 2 and 3")]
     UnsupportedVersion {
         /// File (and report index) the report came from.
         source_name: String,

@@ -384,6 +384,57 @@ fn congested_egress(
     out
 }
 
+/// The egress ports the downstream switch's data plane sent a polling packet that came
+/// in by `downstream_in` out of for PFC causality (HAWKEYE §3.4, Fig. 6: the ingress's
+/// held fanout ∩ the paused ports), still paused at collection: the ports whose pause
+/// holds what that ingress buffered, as the switch itself tracked it — including the port
+/// back toward where it came in, where a routing loop turns its traffic around. It stays
+/// right when the causality meter has nothing for the ingress (its traffic froze before
+/// the ring's epochs). Each with a depth of at least `threshold`.
+fn pfc_branch_targets(
+    incident: &Incident,
+    downstream_in: PortRef,
+    threshold: f64,
+) -> Vec<(PortRef, f64)> {
+    let Some(data) = incident.switches.get(&downstream_in.node) else {
+        return Vec::new();
+    };
+    let mut ports: BTreeSet<PortNo> = BTreeSet::new();
+    for polling in data
+        .polling
+        .iter()
+        .filter(|p| p.ingress_port == downstream_in.port)
+    {
+        for egress in polling.egress.iter().filter(|e| e.reason.pfc_causality()) {
+            let in_force = data
+                .pause_status
+                .get(&egress.port)
+                .is_some_and(|(in_force, _)| *in_force);
+            if in_force {
+                ports.insert(egress.port);
+            }
+        }
+    }
+    ports
+        .into_iter()
+        .map(|port| {
+            let to = PortRef {
+                node: downstream_in.node,
+                port,
+            };
+            let depth = data
+                .epochs
+                .values()
+                .next_back()
+                .and_then(|e| e.ports.get(&port))
+                .filter(|r| r.packet_count > 0)
+                .map(|r| r.queue_depth_sum_bytes as f64 / f64::from(r.packet_count))
+                .unwrap_or(0.0);
+            (to, depth.max(threshold))
+        })
+        .collect()
+}
+
 impl ProvenanceGraph {
     fn port_node(&mut self, port: PortRef) -> NodeIndex {
         if let Some(index) = self.port_nodes.get(&port) {
@@ -652,6 +703,7 @@ impl ProvenanceGraph {
                                                 paused_packet_count: 0,
                                                 queue_depth_sum_bytes: 0,
                                                 unpaused_queue_depth_sum_bytes: 0,
+                                                xon_count: 0,
                                             };
                                             let target = match down.ports.get(egress) {
                                                 Some(target) => target,
@@ -721,13 +773,18 @@ impl ProvenanceGraph {
                             let unlinked =
                                 follow.no_meter_epochs > 0 || follow.no_congested_epochs > 0;
                             if unlinked {
-                                let targets = congested_egress(
-                                    incident,
-                                    &paused_at_poll,
-                                    downstream_in,
-                                    *start,
-                                    threshold,
-                                );
+                                let branch = pfc_branch_targets(incident, downstream_in, threshold);
+                                let targets = if branch.is_empty() {
+                                    congested_egress(
+                                        incident,
+                                        &paused_at_poll,
+                                        downstream_in,
+                                        *start,
+                                        threshold,
+                                    )
+                                } else {
+                                    branch
+                                };
                                 let count = targets.len() as f64;
                                 for (to, depth) in targets {
                                     let weight = f64::from(paused_packets) * depth / count;

@@ -14,8 +14,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use hawkmesh_wire::telemetry::{
-    decode_reports, FiveTuple, PollingContext, PortRecord, ReportFile, TelemetryReport,
-    TELEMETRY_FORMAT_VERSION,
+    decode_reports, telemetry_version_supported, FiveTuple, PollingContext, PortRecord, ReportFile,
+    TelemetryReport,
 };
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo, PortRef};
 
@@ -163,8 +163,11 @@ impl FlowAgg {
 pub struct EpochData {
     /// Eviction digests lost by the agent.
     pub lost_evictions: u32,
-    /// Port records by port.
+    /// Port records by port (ports that enqueued packets in the epoch).
     pub ports: BTreeMap<PortNo, PortRecord>,
+    /// PFC XON frames each port received in the epoch (ports with at least one), whether
+    /// or not it enqueued packets.
+    pub xons: BTreeMap<PortNo, u16>,
     /// Meter rows: ingress port → (egress port, bytes), egress ascending.
     pub meters: BTreeMap<PortNo, Vec<(PortNo, u64)>>,
     /// Bytes enqueued at each egress port (sum of its meter column).
@@ -373,7 +376,7 @@ impl Incident {
             report,
         } = loaded;
         let switch = report.switch;
-        if report.version != TELEMETRY_FORMAT_VERSION {
+        if !telemetry_version_supported(report.version) {
             return Err(AnalyzerError::UnsupportedVersion {
                 source_name,
                 switch,
@@ -570,8 +573,15 @@ impl Incident {
                     port.port, port.paused_packet_count, port.packet_count
                 )));
             }
-            if data.ports.insert(port.port, *port).is_some() {
+            if data.ports.contains_key(&port.port) || data.xons.contains_key(&port.port) {
                 return Err(duplicate(format!("port record for port {}", port.port)));
+            }
+            if port.xon_count > 0 {
+                data.xons.insert(port.port, port.xon_count);
+            }
+            // A record without packets carries only the port's XONs.
+            if port.packet_count > 0 || port.xon_count == 0 {
+                data.ports.insert(port.port, *port);
             }
         }
         let mut meters: Vec<(PortNo, PortNo, u64)> = Vec::with_capacity(epoch.meters.len());

@@ -210,6 +210,7 @@ pub struct IncidentBuilder {
     silent: BTreeSet<NodeId>,
     lost_evictions: BTreeMap<(NodeId, usize), u32>,
     paused_now: BTreeMap<NodeId, Vec<PausedPort>>,
+    xons: BTreeMap<(NodeId, usize, PortNo), u16>,
     errors: Vec<String>,
     event_id: u64,
 }
@@ -228,6 +229,7 @@ impl IncidentBuilder {
             silent: BTreeSet::new(),
             lost_evictions: BTreeMap::new(),
             paused_now: BTreeMap::new(),
+            xons: BTreeMap::new(),
             errors: Vec::new(),
             event_id: 42,
         }
@@ -343,6 +345,20 @@ impl IncidentBuilder {
                     in_force,
                     until_ns,
                 }),
+            None => self
+                .errors
+                .push(format!("{switch} has no link toward {toward}")),
+        }
+        self
+    }
+
+    /// `switch`'s port toward `toward` received `count` PFC XON frames in `epoch` (the
+    /// device there released its pause itself).
+    pub fn xons(&mut self, switch: &str, toward: &str, epoch: usize, count: u16) -> &mut Self {
+        match port_towards(&self.topology, switch, toward) {
+            Some(port) => {
+                self.xons.insert((port.node, epoch, port.port), count);
+            }
             None => self
                 .errors
                 .push(format!("{switch} has no link toward {toward}")),
@@ -478,7 +494,7 @@ impl IncidentBuilder {
             let mut epochs = Vec::new();
             for epoch in 0..self.epochs {
                 let start_ns = self.epoch_start(epoch);
-                let port_records: Vec<PortRecord> = ports
+                let mut port_records: Vec<PortRecord> = ports
                     .range((switch, epoch, 0)..=(switch, epoch, PortNo::MAX))
                     .map(|((_, _, port), acc)| PortRecord {
                         port: *port,
@@ -486,8 +502,26 @@ impl IncidentBuilder {
                         paused_packet_count: acc.paused as u32,
                         queue_depth_sum_bytes: acc.depth_all,
                         unpaused_queue_depth_sum_bytes: acc.depth_unpaused,
+                        xon_count: self.xons.get(&(switch, epoch, *port)).copied().unwrap_or(0),
                     })
                     .collect();
+                // XONs at a port that enqueued nothing in the epoch: a record of its own.
+                for ((_, _, port), count) in self
+                    .xons
+                    .range((switch, epoch, 0)..=(switch, epoch, PortNo::MAX))
+                {
+                    if !port_records.iter().any(|r| r.port == *port) {
+                        port_records.push(PortRecord {
+                            port: *port,
+                            packet_count: 0,
+                            paused_packet_count: 0,
+                            queue_depth_sum_bytes: 0,
+                            unpaused_queue_depth_sum_bytes: 0,
+                            xon_count: *count,
+                        });
+                    }
+                }
+                port_records.sort_by_key(|r| r.port);
                 for record in &port_records {
                     let mut reason = 0;
                     if Some(record.port) == victim_egress {

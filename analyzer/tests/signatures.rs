@@ -207,6 +207,28 @@ fn deadlock_with_initiator_in_loop() {
 }
 
 #[test]
+fn a_loop_whose_initiating_burst_predates_the_window_names_the_loop_ports_as_root() {
+    // Only the frozen cycle is in the telemetry: no loop port shows contention (the burst
+    // that closed it is older than the ring). The root cause is the loop itself — its
+    // ports, which an operator breaks it at — not an empty list.
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 1, victim());
+    ring_flows(&mut builder, 0);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::DeadlockInitiatorInLoop);
+    assert_eq!(anomaly.root_cause.kind, RootCauseKind::Unknown);
+    let mut root = labels(&anomaly.root_cause.ports);
+    root.sort();
+    assert_eq!(root, vec!["s0.p0", "s1.p1", "s2.p1", "s3.p1"]);
+    assert!(anomaly
+        .evidence
+        .iter()
+        .any(|e| e.rule == "no_contention_in_loop"));
+}
+
+#[test]
 fn a_trickle_out_of_a_frozen_loop_is_not_an_out_of_loop_initiator() {
     let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
     bursts_into_the_ring(&mut builder);
@@ -1170,6 +1192,112 @@ fn a_host_draining_slower_than_its_link_is_a_slow_receiver_not_a_storm() {
     assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
     assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
     assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+}
+
+#[test]
+fn a_host_that_resumes_its_pause_by_xon_is_a_slow_receiver_even_in_its_first_paused_epoch() {
+    // The first poll of a slow receiver: h7 paused tor2.p(h7) in the latest epoch only and
+    // every packet enqueued there since is held (its upstream paused too), so the port's
+    // packets cannot tell a drain-rate limit from an injection. But the port received an
+    // XON from h7 in that epoch — h7 released the pause itself when its receive buffer
+    // drained, and paused again: receive-buffer flow control, not a storm.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    toward_h7(&mut builder, 0, Hop::new(300).paused(300, 300_000));
+    builder.paused_at_collection("tor2", "h7");
+    builder.xons("tor2", "h7", 0, 2);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::SlowReceiver,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(anomaly.root_cause.receiver.as_deref(), Some("h7"));
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p7"]);
+    let note = &anomaly
+        .evidence
+        .iter()
+        .find(|e| e.rule == "slow_receiver")
+        .expect("slow receiver evidence")
+        .note;
+    assert!(note.contains("XON 2 time(s)"), "{note}");
+
+    // XONs in an epoch where the port enqueued nothing (held by the pause) count too.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    toward_h7(&mut builder, 0, Hop::new(300).paused(300, 300_000));
+    builder.paused_at_collection("tor2", "h7");
+    builder.xons("tor2", "h7", 1, 1);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::SlowReceiver);
+
+    // The same pause without an XON is an injection.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    toward_h7(&mut builder, 0, Hop::new(300).paused(300, 300_000));
+    builder.paused_at_collection("tor2", "h7");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies[0].anomaly_type, AnomalyType::PfcStorm);
+    assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
+}
+
+#[test]
+fn a_frozen_two_switch_loop_follows_the_data_planes_pfc_branch_back_across_the_loop() {
+    // s0 and s1 route each other's traffic back (a two-switch routing loop frozen before
+    // the ring's epochs: no meter row ties either pause to anything). s1 also queues
+    // toward h1 (background from h2, not paused). Read from the queues alone, s0.p(s1)
+    // would wait for that queue; the polling packet that came into s1 from s0 left for
+    // PFC causality by the port back toward s0, still paused at collection — the switch's
+    // own record of what that ingress holds — so the wait-for edge goes back around the
+    // loop.
+    let topology = hawkmesh_analyzer::testkit::TopologyBuilder::new()
+        .switch("s0", None)
+        .switch("s1", None)
+        .host("h0", [10, 0, 0, 1])
+        .host("h1", [10, 0, 0, 2])
+        .host("h2", [10, 0, 0, 3])
+        .link("s0", "s1")
+        .link("h0", "s0")
+        .link("h1", "s1")
+        .link("h2", "s1")
+        .build()
+        .expect("two switches");
+    let mut builder = IncidentBuilder::new(topology, EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "s0", "s1", "h1"],
+        &[Hop::new(250).paused(250, 0), Hop::new(0)],
+    );
+    builder.flow(
+        0,
+        flow(2, 49500, 1),
+        &["h1", "s1", "s0", "h0"],
+        &[Hop::new(250).paused(250, 0), Hop::new(0)],
+    );
+    builder.flow(
+        0,
+        flow(3, 49600, 2),
+        &["h2", "s1", "h1"],
+        &[Hop::new(400).depth(200_000)],
+    );
+    builder.paused_at_collection("s0", "s1");
+    builder.paused_at_collection("s1", "s0");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let mut loop_ports = labels(&anomalies[0].loop_ports);
+    loop_ports.sort();
+    assert_eq!(loop_ports, vec!["s0.p0", "s1.p0"]);
 }
 
 #[test]

@@ -269,7 +269,8 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let mask = port_mask::ingress_port_mask(&mut b, &cx);
     let branch = pfc_branch::bitmaps(&mut b, &cx, &mask, &pause);
     let prologue = pfc_status::ingress_prologue(&cx, &pause, &branch.epoch);
-    let pfc_frame = pfc_status::pfc_frame(&cx, &pause, port_speed, &mask, &branch, &prologue);
+    let xon = pfc_status::xon_count(&mut b, &cx, &branch.epoch);
+    let pfc_frame = pfc_status::pfc_frame(&cx, &pause, port_speed, &mask, &branch, &xon, &prologue);
     let data = enqueue::enqueue_telemetry(&mut b, &cx, &pause, &mask, &branch, &prologue);
     let ingress = ingress::ingress_control(
         &mut b,

@@ -185,6 +185,32 @@ fn pfc_quanta_expire_and_xon_resumes_per_priority() {
     // A frame with the class disabled changes nothing.
     sw.pfc(6, 30_000, 0, [500; 8]);
     assert_eq!(sw.reg("pause_end_p0", 6), 0);
+    assert_eq!(sw.reg("port_xon", Switch::port_cell(30_000, 6)) >> 32, 0);
+}
+
+#[test]
+fn xon_frames_are_counted_per_port_and_epoch() {
+    let mut sw = Switch::new();
+    // A receiver pausing and resuming its port: XOFF, XON, XOFF, XON in one epoch.
+    for (i, t) in [20_000u64, 20_100, 20_200, 20_300].into_iter().enumerate() {
+        let quanta = if i % 2 == 0 { 0xFFFF } else { 0 };
+        sw.pfc(5, t, 1 << 3, [0, 0, 0, quanta, 0, 0, 0, 0]);
+    }
+    let cell = Switch::port_cell(20_000, 5);
+    assert_eq!(sw.reg("port_xon", cell) >> 32, 2, "two XONs at port 5");
+    assert_eq!(sw.reg("port_xon", Switch::port_cell(20_000, 4)) >> 32, 0);
+    // The next lap of the same ring slot starts the count over.
+    let next_lap = 20_000 + 2 * (1 << EPOCH_LOG2);
+    assert_eq!(Switch::port_cell(next_lap, 5), cell);
+    sw.pfc(5, next_lap, 1 << 3, [0; 8]);
+    assert_eq!(
+        sw.reg("port_xon", cell) >> 32,
+        1,
+        "a new epoch counts from 1"
+    );
+    // An XOFF counts nothing.
+    sw.pfc(7, 20_000, 1 << 3, [0xFFFF; 8]);
+    assert_eq!(sw.reg("port_xon", Switch::port_cell(20_000, 7)) >> 32, 0);
 }
 
 #[test]

@@ -302,6 +302,7 @@ struct metadata_t {
     bit<32> pfc_xoff_end;
     bit<32> port_unmask_w0;
     bit<32> port_unmask_w1;
+    bit<8> xon_index;
     bit<8> enq_port_index;
     bit<14> meter_index;
     bit<16> enq_old_epoch;
@@ -509,6 +510,8 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     Register<pair_t, bit<6>>(64, {0, 0}) fanout_last_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     Register<pair_t, bit<1>>(1, {0, 0}) pfc_paused_w1;
+    // Per (epoch, port): lo = epoch id, hi = PFC XON frames (IEEE 802.1Qbb, every enabled class resumed) the port received in that epoch [port telemetry]
+    Register<pair_t, bit<8>>(256, {0, 0}) port_xon;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
     Register<bit<16>, bit<8>>(256, 0) port_enq_epoch;
     // RoCEv2 packets enqueued at the port in the epoch (counted in ingress, at enqueue) [port telemetry]
@@ -1476,6 +1479,20 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
+    // Same epoch: one more XON; a new epoch starts the count over at 1
+    RegisterAction<pair_t, bit<8>, bit<32>>(port_xon) port_xon_count = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = 32w0x1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            } else if ((value.lo == ((bit<32>)meta.ig_epoch_id))) {
+                value.hi = value.hi |+| 32w0x1;
+                value.lo = ((bit<32>)meta.ig_epoch_id);
+            }
+        }
+    };
+
     // Stores the current epoch id; returns the previous one (a different id means the slot is stale and is reset now)
     RegisterAction<bit<16>, bit<8>, bit<16>>(port_enq_epoch) port_enq_epoch_swap = {
         void apply(inout bit<16> value, out bit<16> rv) {
@@ -1797,6 +1814,10 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                 } else {
                     pfc_paused_w0_xon.execute(1w0);
                     pfc_paused_w1_xon.execute(1w0);
+                    if ((hdr.pfc.class_enable & 16w0xff) != 16w0) {
+                        meta.xon_index = ((((bit<8>)(meta.ig_epoch_index)) << 6) | ((bit<8>)(meta.intr_ingress_port[5:0])));
+                        port_xon_count.execute(meta.xon_index);
+                    }
                 }
                 ig_dprsr_md.drop_ctl = 1;
             } else {

@@ -258,6 +258,7 @@ struct metadata_t {
     bit<32> pfc_xoff_end;
     bit<32> port_unmask_w0;
     bit<32> port_unmask_w1;
+    bit<8> xon_index;
     bit<8> enq_port_index;
     bit<14> meter_index;
     bit<16> enq_old_epoch;
@@ -462,6 +463,8 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     register<bit<64>>(64) fanout_last_w1;
     // lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past) [pfc branch]
     register<bit<64>>(1) pfc_paused_w1;
+    // Per (epoch, port): lo = epoch id, hi = PFC XON frames (IEEE 802.1Qbb, every enabled class resumed) the port received in that epoch [port telemetry]
+    register<bit<64>>(256) port_xon;
     // Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch [port telemetry]
     register<bit<16>>(256) port_enq_epoch;
     // RoCEv2 packets enqueued at the port in the epoch (counted in ingress, at enqueue) [port telemetry]
@@ -1018,6 +1021,26 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> rv = 32w0;
                         value_lo = value_lo & meta.port_unmask_w1;
                         pfc_paused_w1.write(pfc_paused_w1_index, value_hi ++ value_lo);
+                    }
+                    if ((hdr.pfc.class_enable & 16w0xff) != 16w0) {
+                        meta.xon_index = ((((bit<8>)(meta.ig_epoch_index)) << 6) | ((bit<8>)(meta.intr_ingress_port[5:0])));
+                        // RegisterAction port_xon_count: Same epoch: one more XON; a new epoch starts the count over at 1
+                        {
+                            bit<32> port_xon_index = (bit<32>)meta.xon_index;
+                            bit<64> port_xon_cell;
+                            port_xon.read(port_xon_cell, port_xon_index);
+                            bit<32> value_lo = port_xon_cell[31:0];
+                            bit<32> value_hi = port_xon_cell[63:32];
+                            bit<32> rv = 32w0;
+                            if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = 32w0x1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            } else if ((value_lo == ((bit<32>)meta.ig_epoch_id))) {
+                                value_hi = value_hi |+| 32w0x1;
+                                value_lo = ((bit<32>)meta.ig_epoch_id);
+                            }
+                            port_xon.write(port_xon_index, value_hi ++ value_lo);
+                        }
                     }
                 }
                 mark_to_drop(standard_metadata);
@@ -2313,6 +2336,7 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.pfc_xoff_end = 0;
         meta.port_unmask_w0 = 0;
         meta.port_unmask_w1 = 0;
+        meta.xon_index = 0;
         meta.enq_port_index = 0;
         meta.meter_index = 0;
         meta.enq_old_epoch = 0;

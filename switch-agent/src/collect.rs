@@ -339,8 +339,30 @@ impl RegisterSnapshot {
                 paused_packet_count: self.get(Register::PORT_PAUSED_PACKETS, index) as u32,
                 queue_depth_sum_bytes: depth(Register::PORT_QDEPTH_SUM),
                 unpaused_queue_depth_sum_bytes: depth(Register::PORT_UNPAUSED_QDEPTH_SUM),
+                xon_count: 0,
             });
         }
+        // XONs the port received in the epoch (lo = epoch id, hi = count), with or
+        // without packets enqueued there.
+        for port in 0..ports {
+            let cell = self.get(Register::PORT_XON, slot * ports + port);
+            let xons = (cell >> 32).min(u64::from(u16::MAX)) as u16;
+            if cell & 0xFFFF_FFFF != id || xons == 0 {
+                continue;
+            }
+            match telemetry.ports.iter_mut().find(|r| r.port == port as u16) {
+                Some(record) => record.xon_count = xons,
+                None => telemetry.ports.push(PortRecord {
+                    port: port as u16,
+                    packet_count: 0,
+                    paused_packet_count: 0,
+                    queue_depth_sum_bytes: 0,
+                    unpaused_queue_depth_sum_bytes: 0,
+                    xon_count: xons,
+                }),
+            }
+        }
+        telemetry.ports.sort_by_key(|r| r.port);
         for ingress in 0..ports {
             for egress in 0..ports {
                 let index = slot * ports * ports + ingress * ports + egress;

@@ -105,6 +105,11 @@ impl Bench {
         self.send(&frame, port, None, 7, t);
     }
 
+    fn resume(&mut self, port: u16, t: u64) {
+        let frame = packets::pfc_frame(1 << 3, [0; 8]);
+        self.send(&frame, port, None, 7, t);
+    }
+
     fn poll(&mut self, event: u64, victim: FiveTuple, from: u16, to: u16, t: u64) {
         let polling = Polling::new(event, victim, 8);
         let bytes = packets::polling_packet(&self.program, &polling);
@@ -170,6 +175,32 @@ fn a_polling_copy_yields_the_epochs_ports_meters_and_flows_of_the_switch() {
     assert_eq!(report.polling.egress.len(), 1);
     assert_eq!(report.polling.egress[0].port, 5);
     assert_eq!(report.polling.egress[0].reason, TraceFlags::BOTH);
+}
+
+#[test]
+fn xons_a_port_received_reach_its_record_even_without_packets() {
+    let mut bench = Bench::new(64);
+    let victim = flow(1, 49152);
+    // Port 5 (the victim's egress) is paused and resumed twice by its receiver; port 6 is
+    // paused and resumed once while nothing is enqueued there.
+    for k in 0..2 {
+        bench.pause(5, 100 + k * 400);
+        bench.data(&victim, 1, 5, 200 + k * 400);
+        bench.resume(5, 300 + k * 400);
+    }
+    bench.pause(6, 1_000);
+    bench.resume(6, 1_200);
+    bench.poll(77, victim, 1, 5, 3_000);
+    let collections = bench.agent.poll(3_000).unwrap();
+    let report = &collections[0].report;
+    let epoch = &report.epochs[0];
+    let port = |p: u16| epoch.ports.iter().find(|r| r.port == p).copied().unwrap();
+    assert_eq!((port(5).packet_count, port(5).xon_count), (2, 2));
+    assert_eq!((port(6).packet_count, port(6).xon_count), (0, 1));
+    assert!(epoch.ports.iter().all(|r| r.port == 5 || r.port == 6));
+    // The binary chunks carry the counts.
+    let decoded = decode_reports(&collections[0].chunks.concat()).unwrap();
+    assert_eq!(decoded, vec![report.clone()]);
 }
 
 #[test]

@@ -264,6 +264,7 @@ pub const REGISTERS: &[(&str, u8, u32, &str)] = &[
     ("fanout_held_w1", 32, 64, "pfc branch"),
     ("fanout_last_w1", 64, 64, "pfc branch"),
     ("pfc_paused_w1", 64, 1, "pfc branch"),
+    ("port_xon", 64, 256, "port telemetry"),
     ("port_enq_epoch", 16, 256, "port telemetry"),
     ("port_packets", 32, 256, "port telemetry"),
     ("port_paused_packets", 32, 256, "port telemetry"),
@@ -372,6 +373,8 @@ pub mod register {
     pub const FANOUT_LAST_W1: &str = "fanout_last_w1";
     /// pfc branch: lo = bitmap of ports 32.. paused by a PFC XOFF not yet resumed by XON, hi = the latest pause end, ns (all expired when it is past)
     pub const PFC_PAUSED_W1: &str = "pfc_paused_w1";
+    /// port telemetry: Per (epoch, port): lo = epoch id, hi = PFC XON frames (IEEE 802.1Qbb, every enabled class resumed) the port received in that epoch
+    pub const PORT_XON: &str = "port_xon";
     /// port telemetry: Epoch id stored in each (epoch, port) slot of the enqueue counters; a newer id resets the slot on first touch
     pub const PORT_ENQ_EPOCH: &str = "port_enq_epoch";
     /// port telemetry: RoCEv2 packets enqueued at the port in the epoch (counted in ingress, at enqueue)
@@ -535,44 +538,46 @@ impl Register {
     pub const FANOUT_LAST_W1: Register = Register(41);
     /// `pfc_paused_w1` (pfc branch).
     pub const PFC_PAUSED_W1: Register = Register(42);
+    /// `port_xon` (port telemetry).
+    pub const PORT_XON: Register = Register(43);
     /// `port_enq_epoch` (port telemetry).
-    pub const PORT_ENQ_EPOCH: Register = Register(43);
+    pub const PORT_ENQ_EPOCH: Register = Register(44);
     /// `port_packets` (port telemetry).
-    pub const PORT_PACKETS: Register = Register(44);
+    pub const PORT_PACKETS: Register = Register(45);
     /// `port_paused_packets` (port telemetry).
-    pub const PORT_PAUSED_PACKETS: Register = Register(45);
+    pub const PORT_PAUSED_PACKETS: Register = Register(46);
     /// `meter_epoch` (causality meter).
-    pub const METER_EPOCH: Register = Register(46);
+    pub const METER_EPOCH: Register = Register(47);
     /// `meter_bytes` (causality meter).
-    pub const METER_BYTES: Register = Register(47);
+    pub const METER_BYTES: Register = Register(48);
     /// `port_epoch` (port telemetry).
-    pub const PORT_EPOCH: Register = Register(48);
+    pub const PORT_EPOCH: Register = Register(49);
     /// `port_qdepth_sum` (port telemetry).
-    pub const PORT_QDEPTH_SUM: Register = Register(49);
+    pub const PORT_QDEPTH_SUM: Register = Register(50);
     /// `port_unpaused_qdepth_sum` (port telemetry).
-    pub const PORT_UNPAUSED_QDEPTH_SUM: Register = Register(50);
+    pub const PORT_UNPAUSED_QDEPTH_SUM: Register = Register(51);
     /// `flow_epoch` (flow telemetry).
-    pub const FLOW_EPOCH: Register = Register(51);
+    pub const FLOW_EPOCH: Register = Register(52);
     /// `flow_key_src` (flow telemetry).
-    pub const FLOW_KEY_SRC: Register = Register(52);
+    pub const FLOW_KEY_SRC: Register = Register(53);
     /// `flow_key_dst` (flow telemetry).
-    pub const FLOW_KEY_DST: Register = Register(53);
+    pub const FLOW_KEY_DST: Register = Register(54);
     /// `flow_key_ports` (flow telemetry).
-    pub const FLOW_KEY_PORTS: Register = Register(54);
+    pub const FLOW_KEY_PORTS: Register = Register(55);
     /// `flow_packets` (flow telemetry).
-    pub const FLOW_PACKETS: Register = Register(55);
+    pub const FLOW_PACKETS: Register = Register(56);
     /// `flow_paused_packets` (flow telemetry).
-    pub const FLOW_PAUSED_PACKETS: Register = Register(56);
+    pub const FLOW_PAUSED_PACKETS: Register = Register(57);
     /// `flow_unpaused_qdepth_sum` (flow telemetry).
-    pub const FLOW_UNPAUSED_QDEPTH_SUM: Register = Register(57);
+    pub const FLOW_UNPAUSED_QDEPTH_SUM: Register = Register(58);
     /// `flow_first_offset` (flow telemetry).
-    pub const FLOW_FIRST_OFFSET: Register = Register(58);
+    pub const FLOW_FIRST_OFFSET: Register = Register(59);
     /// `flow_last_offset` (flow telemetry).
-    pub const FLOW_LAST_OFFSET: Register = Register(59);
+    pub const FLOW_LAST_OFFSET: Register = Register(60);
     /// `flow_egress_port` (flow telemetry).
-    pub const FLOW_EGRESS_PORT: Register = Register(60);
+    pub const FLOW_EGRESS_PORT: Register = Register(61);
     /// Every register, in program order.
-    pub const ALL: [Register; 61] = [
+    pub const ALL: [Register; 62] = [
         Register::POLLING_DEDUPE,
         Register::SKETCH_TOTAL,
         Register::SKETCH_KEY,
@@ -616,6 +621,7 @@ impl Register {
         Register::FANOUT_HELD_W1,
         Register::FANOUT_LAST_W1,
         Register::PFC_PAUSED_W1,
+        Register::PORT_XON,
         Register::PORT_ENQ_EPOCH,
         Register::PORT_PACKETS,
         Register::PORT_PAUSED_PACKETS,
@@ -646,7 +652,7 @@ impl Register {
         Register::PAUSE_END_P6,
         Register::PAUSE_END_P7,
     ];
-    const MODULES: [Module; 61] = [
+    const MODULES: [Module; 62] = [
         Module::POLLING_DEDUPE,
         Module::ELASTIC_SKETCH,
         Module::ELASTIC_SKETCH,
@@ -690,6 +696,7 @@ impl Register {
         Module::PFC_BRANCH,
         Module::PFC_BRANCH,
         Module::PFC_BRANCH,
+        Module::PORT_TELEMETRY,
         Module::PORT_TELEMETRY,
         Module::PORT_TELEMETRY,
         Module::PORT_TELEMETRY,

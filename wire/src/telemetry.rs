@@ -24,7 +24,8 @@
 //! ```text
 //! chunk header (32 bytes, big endian)
 //!   0..4   magic "HKTR"
-//!   4      format version (2)
+//!   4      format version (3; version 2 is read too: its port records have the XON
+//!          count reserved, zero)
 //!   5      chunk flags: bit 0 = last chunk of this report
 //!   6..8   chunk index within the report, from 0
 //!   8..12  switch node id
@@ -46,7 +47,7 @@
 //!   paused port (12): port u16, priorities u8 (bit q = priority q), flags u8 (bit 0 =
 //!                  in force at collection), latest pause end ns u64
 //!   epoch (16):    epoch id u64, lost eviction digests u32, reserved u32
-//!   port (28):     port u16, reserved u16, packets u32, paused packets u32,
+//!   port (28):     port u16, XON frames received u16, packets u32, paused packets u32,
 //!                  queue-depth sum over all packets u64, over non-paused packets u64
 //!   meter (12):    ingress port u16, egress port u16, bytes u64
 //!   flow (40):     5-tuple (src ip 4, dst ip 4, src port 2, dst port 2, protocol 1),
@@ -66,7 +67,16 @@ use serde::{Deserialize, Serialize};
 use crate::topology::{NodeId, PortNo};
 
 /// The format version written by this build, in JSON (`version`) and in chunk headers.
-pub const TELEMETRY_FORMAT_VERSION: u8 = 2;
+pub const TELEMETRY_FORMAT_VERSION: u8 = 3;
+
+/// The oldest format version this build reads (version 2 lacks the XON count of port
+/// records, which reads as zero).
+pub const TELEMETRY_MIN_FORMAT_VERSION: u8 = 2;
+
+/// Whether this build reads telemetry of format `version`.
+pub fn telemetry_version_supported(version: u8) -> bool {
+    (TELEMETRY_MIN_FORMAT_VERSION..=TELEMETRY_FORMAT_VERSION).contains(&version)
+}
 /// The RoCEv2 UDP destination port and the UDP protocol number, from the switch program.
 pub use crate::dataplane::{IP_PROTOCOL_UDP, ROCEV2_UDP_PORT};
 /// Magic bytes that open every binary chunk.
@@ -339,6 +349,15 @@ pub struct PortRecord {
     /// Same sum over the non-paused packets only (HAWKEYE §3.5.1: contention analysis
     /// excludes paused packets).
     pub unpaused_queue_depth_sum_bytes: u64,
+    /// PFC XON frames (quanta 0, IEEE 802.1Qbb) the port received in the epoch: the
+    /// device behind it released its pause itself. A port can have XONs and no packets
+    /// (its upstream held by the pause).
+    #[serde(default, skip_serializing_if = "is_zero_u16")]
+    pub xon_count: u16,
+}
+
+fn is_zero_u16(v: &u16) -> bool {
+    *v == 0
 }
 
 /// One causality meter row (HAWKEYE §3.3, Fig. 3): bytes that entered this switch by
@@ -480,7 +499,7 @@ pub enum TelemetryWireError {
         found: [u8; 4],
     },
     /// A version this build does not read.
-    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads version 2)")]
+    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads versions 2 and 3)")]
     UnsupportedVersion {
         /// Byte offset of the version field.
         offset: usize,
@@ -712,7 +731,7 @@ impl ChunkHeaderRepr {
                 found: header.magic(),
             });
         }
-        if header.version() != TELEMETRY_FORMAT_VERSION {
+        if !telemetry_version_supported(header.version()) {
             return Err(TelemetryWireError::UnsupportedVersion {
                 offset: base + field::VERSION,
                 version: header.version(),
@@ -901,7 +920,7 @@ fn encode_records(report: &TelemetryReport) -> Vec<EncodedRecord> {
         for port in &epoch.ports {
             let mut bytes = Vec::with_capacity(28);
             bytes.extend_from_slice(&port.port.to_be_bytes());
-            bytes.extend_from_slice(&[0, 0]);
+            bytes.extend_from_slice(&port.xon_count.to_be_bytes());
             bytes.extend_from_slice(&port.packet_count.to_be_bytes());
             bytes.extend_from_slice(&port.paused_packet_count.to_be_bytes());
             bytes.extend_from_slice(&port.queue_depth_sum_bytes.to_be_bytes());
@@ -1208,7 +1227,7 @@ fn parse_section(
             }
             SectionKind::Port => {
                 let port = reader.u16("port record port")?;
-                reader.reserved(2, "port record reserved")?;
+                let xon_count = reader.u16("port record XON count")?;
                 let packet_count = reader.u32("port record packet count")?;
                 let paused_packet_count = reader.u32("port record paused packet count")?;
                 let queue_depth_sum_bytes = reader.u64("port record queue depth sum")?;
@@ -1220,6 +1239,7 @@ fn parse_section(
                     paused_packet_count,
                     queue_depth_sum_bytes,
                     unpaused_queue_depth_sum_bytes,
+                    xon_count,
                 });
             }
             SectionKind::Meter => {
@@ -1468,6 +1488,7 @@ mod tests {
                             paused_packet_count: 300,
                             queue_depth_sum_bytes: 9_000_000,
                             unpaused_queue_depth_sum_bytes: 4_000_000,
+                            xon_count: 3,
                         },
                         PortRecord {
                             port: 2,
@@ -1475,6 +1496,7 @@ mod tests {
                             paused_packet_count: 0,
                             queue_depth_sum_bytes: 0,
                             unpaused_queue_depth_sum_bytes: 0,
+                            xon_count: 0,
                         },
                     ],
                     meters: vec![MeterRecord {
@@ -1604,6 +1626,33 @@ mod tests {
                 assert!(offset <= len);
             }
         }
+    }
+
+    #[test]
+    fn port_xon_counts_round_trip_and_version_2_reads_them_as_zero() {
+        let report = sample_report(1);
+        assert_eq!(report.epochs[0].ports[0].xon_count, 3);
+        let stream = report.to_stream(4096).unwrap();
+        let decoded = decode_reports(&stream).unwrap();
+        assert_eq!(decoded[0].epochs[0].ports[0].xon_count, 3);
+        // A version-2 agent wrote zeros where the XON count now sits.
+        let mut old = sample_report(1);
+        for epoch in &mut old.epochs {
+            for port in &mut epoch.ports {
+                port.xon_count = 0;
+            }
+        }
+        let mut stream = old.to_stream(4096).unwrap();
+        stream[4] = 2;
+        let decoded = decode_reports(&stream).unwrap();
+        assert!(decoded[0]
+            .epochs
+            .iter()
+            .all(|e| e.ports.iter().all(|p| p.xon_count == 0)));
+        // JSON without the field (version 2) reads as zero too.
+        let json = r#"{"port":1,"packet_count":5,"paused_packet_count":0,"queue_depth_sum_bytes":0,"unpaused_queue_depth_sum_bytes":0}"#;
+        let record: PortRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(record.xon_count, 0);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use super::dsl::*;
 use super::pfc_branch::{Branch, IngressEpoch};
 use super::port_mask::PortMask;
-use super::{pause_end_register, Ctx};
+use super::{pause_end_register, Ctx, MODULE_PORT_TELEMETRY};
 use crate::ir::e::*;
 use crate::ir::*;
 
@@ -148,14 +148,67 @@ pub(super) fn ingress_prologue(cx: &Ctx, pause: &PauseEnds, epoch: &IngressEpoch
     ig_prologue
 }
 
-/// A PFC frame: the pause ends of the classes it enables, the paused-port bitmap and the
-/// XOFF ring (the frame is consumed by the ingress control).
+/// Per (epoch, port): the XON frames the port received in the epoch (`port_xon`).
+pub(super) struct XonCount {
+    /// Ring slot ++ ingress port.
+    index: FieldId,
+    /// Counts one XON in the current epoch.
+    count: RegisterActionId,
+}
+
+/// The `port_xon` register (lo = epoch id, hi = XON frames) and its action. A device whose
+/// receive buffer drives its PAUSEs releases each with an XON (quanta 0, IEEE 802.1Qbb)
+/// once it drained: a receiver draining slower than its link pauses and resumes its
+/// switch port over and over. A PFC injection (a storm) only ever refreshes its XOFF and
+/// lets the pause expire. So XONs tell a drain-rate limit from an injection even while
+/// the port enqueues nothing (its upstream held by the pause) — what its packets cannot.
+pub(super) fn xon_count(b: &mut ProgramBuilder, cx: &Ctx, epoch: &IngressEpoch) -> XonCount {
+    let (epoch_bits, port_bits) = (cx.dims.epoch_bits, cx.dims.port_bits);
+    let index = b.meta("xon_index", epoch_bits + port_bits);
+    let r = b.register(
+        "port_xon",
+        64,
+        cx.params.epochs * cx.params.ports,
+        MODULE_PORT_TELEMETRY,
+        "Per (epoch, port): lo = epoch id, hi = PFC XON frames (IEEE 802.1Qbb, every enabled class resumed) the port received in that epoch",
+    );
+    let count = ra(
+        b,
+        "port_xon_count",
+        r,
+        "Same epoch: one more XON; a new epoch starts the count over at 1",
+        vec![cond(LO, Some((true, Phv(epoch.id))), CmpOp::Eq, 0)],
+        vec![
+            upd(
+                Pred::when(Some(true), None),
+                Word::Hi,
+                SaluOp::SatAdd,
+                HI,
+                K(1),
+            ),
+            upd(
+                Pred::when(Some(false), None),
+                Word::Hi,
+                SaluOp::Set,
+                K(1),
+                K(0),
+            ),
+            always(Word::Lo, SaluOp::Set, Phv(epoch.id), K(0)),
+        ],
+        vec![],
+    );
+    XonCount { index, count }
+}
+
+/// A PFC frame: the pause ends of the classes it enables, the paused-port bitmap, the
+/// XOFF ring and the XON count (the frame is consumed by the ingress control).
 pub(super) fn pfc_frame(
     cx: &Ctx,
     pause: &PauseEnds,
     port_speed: TableId,
     mask: &PortMask,
     branch: &Branch,
+    xon: &XonCount,
     ig_prologue: &[Stmt],
 ) -> Vec<Stmt> {
     let (ig_port, pfc_cev) = (cx.intr.ig_port, cx.h.pfc.class_enable);
@@ -211,12 +264,26 @@ pub(super) fn pfc_frame(
             vec![],
         ));
     }
-    pfc_stmts.push(Stmt::If(
-        ne(f(xoff_ns), c(0, 32)),
-        on_xoff,
-        (0..mask_words)
-            .map(|w| exec(xon_clear[w], c(0, 1), None))
-            .collect(),
+    let mut on_xon: Vec<Stmt> = (0..mask_words)
+        .map(|w| exec(xon_clear[w], c(0, 1), None))
+        .collect();
+    // An XON resumes at least one class (a frame enabling none is no XON).
+    on_xon.push(Stmt::If(
+        ne(and(f(pfc_cev), c(0xFF, 16)), c(0, 16)),
+        vec![
+            Stmt::Assign(
+                xon.index,
+                concat(
+                    f(ig_epoch_index),
+                    epoch_bits,
+                    slice(f(ig_port), port_bits - 1, 0),
+                    port_bits,
+                ),
+            ),
+            exec(xon.count, f(xon.index), None),
+        ],
+        vec![],
     ));
+    pfc_stmts.push(Stmt::If(ne(f(xoff_ns), c(0, 32)), on_xoff, on_xon));
     pfc_stmts
 }
