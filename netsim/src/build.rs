@@ -297,10 +297,23 @@ impl Simulation {
                     format!("{:?} is a host, not a switch", route.switch),
                 ));
             }
-            let dst_nics = host_nics
+            let mut dst_nics = host_nics
                 .get(&route.dst)
                 .ok_or_else(|| loaded.error(&at("dst"), format!("no host named {:?}", route.dst)))?
                 .clone();
+            if let Some(nic) = route.nic {
+                let Some(only) = dst_nics.get(nic as usize).copied() else {
+                    return Err(loaded.error(
+                        &at("nic"),
+                        format!(
+                            "{:?} has {} NIC(s), no NIC {nic}",
+                            route.dst,
+                            dst_nics.len()
+                        ),
+                    ));
+                };
+                dst_nics = vec![only];
+            }
             let mut via_ports = Vec::new();
             for (i, via) in route.via.iter().enumerate() {
                 let neighbour = *node_by_name.get(via).ok_or_else(|| {

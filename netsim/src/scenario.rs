@@ -682,6 +682,9 @@ pub struct RouteOverride {
     pub switch: String,
     /// Destination host name.
     pub dst: String,
+    /// Only traffic to this NIC of `dst` (its address on one rail); every NIC when absent.
+    #[serde(default)]
+    pub nic: Option<u32>,
     /// Next-hop neighbour names (ECMP over them).
     pub via: Vec<String>,
     /// When the route takes effect, µs.

@@ -427,3 +427,77 @@ fn a_run_extended_past_its_end_finishes_what_is_in_flight_but_starts_nothing_new
         "the later flow never started"
     );
 }
+
+/// Two rail groups of one host each, two rails, two spines: h0 and h1 have NICs 0 and 1.
+/// Both flows leave h0 by NIC 0 (rail0_0), one to each NIC of h1.
+fn rails_with_route(route: &str) -> String {
+    format!(
+        r#"
+version = 1
+duration_us = 200
+[topology]
+kind = "rail"
+groups = 2
+hosts_per_group = 1
+rails = 2
+spines = 2
+[[workload]]
+kind = "flows"
+flows = [
+  {{ src = "h0", dst = "h1", size_bytes = 10000, start_us = 1, src_nic = 0, dst_nic = 0 }},
+  {{ src = "h0", dst = "h1", size_bytes = 10000, start_us = 1, src_nic = 0, dst_nic = 1 }},
+]
+{route}
+"#
+    )
+}
+
+#[test]
+fn a_route_for_one_nic_of_a_host_leaves_its_other_nics_alone() {
+    // rail0_0 reaches either NIC of h1 over either spine; its routes pin spine1 for h1's
+    // NIC 0 and spine0 for its NIC 1, and each flow must take its own NIC's spine (a route
+    // for the whole host would send both the same way).
+    let spines_crossed = |route: &str| -> Vec<Vec<String>> {
+        let loaded = load(&rails_with_route(route));
+        let sim = Simulation::new(&loaded).unwrap();
+        let topology = sim.topology();
+        (0..2)
+            .map(|flow| {
+                sim.flow_path(flow)
+                    .iter()
+                    .map(|p| topology.nodes[p.node as usize].name.clone())
+                    .filter(|n| n.starts_with("spine"))
+                    .collect()
+            })
+            .collect()
+    };
+    let pinned = spines_crossed(
+        "[[route]]\nswitch = \"rail0_0\"\ndst = \"h1\"\nnic = 0\nvia = [\"spine1\"]\n\
+         [[route]]\nswitch = \"rail0_0\"\ndst = \"h1\"\nnic = 1\nvia = [\"spine0\"]\n",
+    );
+    assert_eq!(
+        pinned,
+        vec![vec!["spine1".to_string()], vec!["spine0".to_string()]]
+    );
+    let flipped = spines_crossed(
+        "[[route]]\nswitch = \"rail0_0\"\ndst = \"h1\"\nnic = 0\nvia = [\"spine0\"]\n\
+         [[route]]\nswitch = \"rail0_0\"\ndst = \"h1\"\nnic = 1\nvia = [\"spine1\"]\n",
+    );
+    assert_eq!(
+        flipped,
+        vec![vec!["spine0".to_string()], vec!["spine1".to_string()]]
+    );
+    // A NIC the host does not have is refused, naming the route.
+    let text = rails_with_route(
+        "[[route]]\nswitch = \"rail0_0\"\ndst = \"h1\"\nnic = 2\nvia = [\"spine1\"]\n",
+    );
+    let loaded = load(&text);
+    let error = match Simulation::new(&loaded) {
+        Ok(_) => panic!("a route to NIC 2 of a two-NIC host loads"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        error.contains("route[0].nic") && error.contains("no NIC 2"),
+        "{error}"
+    );
+}

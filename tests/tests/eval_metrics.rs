@@ -935,3 +935,34 @@ fn a_slow_receiver_is_correct_only_as_a_slow_receiver_naming_its_host_or_port() 
         Verdict::WrongType
     );
 }
+
+#[test]
+fn an_out_of_loop_initiator_that_congested_a_loop_port_may_be_named_in_the_loop() {
+    // The incast's congestion points are s19.p0 (outside the loop) and s20.p1, which is
+    // also a loop port: its path crosses the loop link. Contention at a loop port is the
+    // in-loop signature (Table 2), so an in-loop initiator naming that port is correct.
+    let mut t = truth(
+        AnomalyClass::DeadlockOutOfLoop,
+        "deadlock_initiator_out_of_loop_flow_contention",
+    );
+    t.root_ports = vec![port(19, 0), port(20, 1)];
+    t.loop_ports = vec![port(20, 1), port(21, 2)];
+    let at_shared = diagnosis(vec![anomaly(
+        "deadlock_initiator_in_loop",
+        true,
+        &[(20, 1)],
+        None,
+    )]);
+    assert_eq!(judge(&t, Some(&at_shared)).verdict, Verdict::Correct);
+    // Another loop port, not congested by the initiator, is not the cause.
+    let elsewhere = diagnosis(vec![anomaly(
+        "deadlock_initiator_in_loop",
+        true,
+        &[(21, 2)],
+        None,
+    )]);
+    assert_eq!(judge(&t, Some(&elsewhere)).verdict, Verdict::WrongType);
+    // With the initiator's congestion off the loop, no in-loop claim is accepted.
+    t.root_ports = vec![port(19, 0)];
+    assert_eq!(judge(&t, Some(&at_shared)).verdict, Verdict::WrongType);
+}

@@ -588,6 +588,8 @@ enum RootRule {
     PortsOrInjector,
     /// Names loop ports only.
     LoopPorts,
+    /// Names loop ports only, one of them an initial congestion port.
+    LoopRootPorts,
 }
 
 /// Whether one anomaly of a diagnosis names the truth's root cause.
@@ -604,6 +606,11 @@ fn root_cause_matches(truth: &Truth, rule: RootRule, anomaly: &serde_json::Value
         }
         RootRule::LoopPorts => {
             !ports.is_empty() && ports.iter().all(|p| truth.loop_ports.contains(p))
+        }
+        RootRule::LoopRootPorts => {
+            !ports.is_empty()
+                && ports.iter().all(|p| truth.loop_ports.contains(p))
+                && ports.iter().any(|p| truth.root_ports.contains(p))
         }
     }
 }
@@ -640,6 +647,16 @@ fn accepted(truth: &Truth, exposure: Exposure) -> Vec<(&str, RootRule)> {
         }
         AnomalyClass::DeadlockOutOfLoop => {
             out.push((own, RootRule::PortsOrInjector));
+            // The initiator congested a loop port itself (an incast whose path crosses the
+            // loop link queues there too): by Table 2 that is contention inside the loop,
+            // so an in-loop initiator at that port names the same cause.
+            if truth
+                .root_ports
+                .iter()
+                .any(|p| truth.loop_ports.contains(p))
+            {
+                out.push(("deadlock_initiator_in_loop", RootRule::LoopRootPorts));
+            }
             if !exposure.reaches_loop {
                 if storm_initiated {
                     out.push(("pfc_storm", RootRule::PortsOrInjector));

@@ -184,6 +184,8 @@ pub struct RoutePart {
     pub switch: String,
     /// Destination host.
     pub dst: String,
+    /// Only traffic to this NIC of the destination (its rail); every NIC when `None`.
+    pub nic: Option<u32>,
     /// Next hop.
     pub via: String,
     /// When it takes effect, µs.
@@ -354,10 +356,26 @@ impl Draw {
 
 /// Adds a route unless one for the same (switch, destination) exists.
 fn add_route(routes: &mut Vec<RoutePart>, switch: String, dst: &str, via: String, start_us: u64) {
-    if !routes.iter().any(|r| r.switch == switch && r.dst == dst) {
+    add_nic_route(routes, switch, (dst, None), via, start_us);
+}
+
+/// Adds a route to one NIC of a host (`None`: all of them) unless one for the same
+/// (switch, destination, NIC) exists.
+fn add_nic_route(
+    routes: &mut Vec<RoutePart>,
+    switch: String,
+    (dst, nic): (&str, Option<u32>),
+    via: String,
+    start_us: u64,
+) {
+    if !routes
+        .iter()
+        .any(|r| r.switch == switch && r.dst == dst && r.nic == nic)
+    {
         routes.push(RoutePart {
             switch,
             dst: dst.to_string(),
+            nic,
             via,
             start_us,
         });
@@ -778,6 +796,9 @@ impl TraceSpec {
                 "\n[[route]]\nswitch = \"{}\"\ndst = \"{}\"\nvia = [\"{}\"]\nstart_us = {}",
                 route.switch, route.dst, route.via, route.start_us
             );
+            if let Some(nic) = route.nic {
+                let _ = writeln!(t, "nic = {nic}");
+            }
         }
         if let Some(workload) = self.incast_workload() {
             let _ = writeln!(
@@ -914,6 +935,14 @@ struct Placement<'a> {
 }
 
 impl Placement<'_> {
+    /// The destination of a route: on a fabric with several rails, only the anomaly's NIC
+    /// of the host (a route is per address: the host's other NICs sit on other rails).
+    fn dst<'d>(&self, host: &'d str) -> (&'d str, Option<u32>) {
+        (host, (self.view.rails() > 1).then_some(self.nic))
+    }
+}
+
+impl Placement<'_> {
     fn host(&self, h: usize) -> String {
         self.view.hosts[h].name.clone()
     }
@@ -947,10 +976,10 @@ impl Placement<'_> {
     /// Routes for `dst` along `path` (each switch → the next), unless one exists.
     fn steer(&self, routes: &mut Vec<RoutePart>, path: &[NodeId], dst: &str, start_us: u64) {
         for pair in path.windows(2) {
-            add_route(
+            add_nic_route(
                 routes,
                 self.name(pair[0]),
-                dst,
+                self.dst(dst),
                 self.name(pair[1]),
                 start_us,
             );
@@ -1066,10 +1095,10 @@ fn place(spec: &mut TraceSpec, view: &FabricView, d: &mut Draw, start: f64) -> R
             let loop_start = start as u64;
             for (i, switch) in ring.iter().enumerate() {
                 let next = ring[(i + 1) % ring.len()];
-                add_route(
+                add_nic_route(
                     &mut spec.routes,
                     p.name(*switch),
-                    &d_name,
+                    p.dst(&d_name),
                     p.name(next),
                     loop_start,
                 );
@@ -1162,8 +1191,8 @@ fn place(spec: &mut TraceSpec, view: &FabricView, d: &mut Draw, start: f64) -> R
                 return Err("no path steers a flow over the loop link".into());
             };
             spec.loop_switches = vec![p.name(x), p.name(y)];
-            add_route(&mut spec.routes, p.name(y), &d_name, p.name(x), 0);
-            add_route(&mut spec.routes, p.name(x), &d_name, p.name(y), 0);
+            add_nic_route(&mut spec.routes, p.name(y), p.dst(&d_name), p.name(x), 0);
+            add_nic_route(&mut spec.routes, p.name(x), p.dst(&d_name), p.name(y), 0);
             p.steer(&mut spec.routes, &path, &h_name, 0);
             let storm = d.int(0, 1) == 1;
             if storm {
