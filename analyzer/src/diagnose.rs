@@ -1516,6 +1516,50 @@ pub fn diagnose(
             context.trace_pfc(*port, true, lead);
         }
     }
+    // The sender's own NIC held by its first switch: the polling packet came in from the
+    // sending host, and the data plane branched it for PFC causality to egress ports other
+    // than the victim's (HAWKEYE §3.4: the ingress's held fanout ∩ the paused ports). The
+    // host's latest packets through that ingress wait at those paused ports, so the
+    // switch's buffer for the host fills and it pauses the host's NIC — the victim with it
+    // (head-of-line blocking at the sender, which no switch on the victim's path sees).
+    // Each such port starts a PFC walk that affects the victim.
+    for (switch, data) in &incident.switches {
+        for polling in data.polling.iter().filter(|p| p.victim == victim) {
+            let ingress = PortRef {
+                node: *switch,
+                port: polling.ingress_port,
+            };
+            let from_sender = incident
+                .peer(ingress)
+                .is_some_and(|(peer, _)| incident.is_host(peer.node));
+            if !from_sender {
+                continue;
+            }
+            for egress in polling
+                .egress
+                .iter()
+                .filter(|e| e.reason.pfc_causality() && !e.reason.victim_path())
+            {
+                let port = PortRef {
+                    node: *switch,
+                    port: egress.port,
+                };
+                let port_label = label(incident, port);
+                let lead = vec![Evidence {
+                    rule: "sender_held".into(),
+                    from: victim.to_string(),
+                    to: port_label.clone(),
+                    weight: 0.0,
+                    note: format!(
+                        "the victim's sender enters {} by {}, whose latest packets wait at the paused {port_label} (the data plane's PFC branch of the polling packet): the switch's buffer for that ingress fills and it pauses the sender's NIC, the victim with it (head-of-line blocking at the sender)",
+                        incident.node_name(*switch),
+                        label(incident, ingress)
+                    ),
+                }];
+                context.trace_pfc(port, true, lead);
+            }
+        }
+    }
     // Alg. 2 l.39-40: normal flow contention where the victim is not paused.
     let pfc_roots: BTreeSet<PortRef> = context
         .drafts

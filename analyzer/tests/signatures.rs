@@ -72,6 +72,53 @@ fn micro_burst_incast_backpressure_off_the_victim_path() {
 }
 
 #[test]
+fn a_victim_held_at_its_own_nic_follows_the_pfc_branch_its_tor_took_from_the_host() {
+    // h0's other flow (h0 → h9) waits at tor0.p(agg0), paused by the incast at tor2.p(h9);
+    // tor0's buffer for h0 fills and tor0 pauses h0's NIC, so the victim h0 → h1 — on a
+    // path nothing pauses (tor0 → agg1 → tor1) — is held at its sender. The host saw its
+    // NIC paused and polled with the PFC bit; tor0's data plane branched the polling packet
+    // from h0's port to the paused tor0.p(agg0). That branch leads to the incast.
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg1", "tor1", "h1"],
+        &[Hop::new(300), Hop::new(300), Hop::new(300)],
+    );
+    builder.flow(
+        0,
+        flow(1, 49300, 19),
+        &["h0", "tor0", "agg0", "tor2", "h9"],
+        &[
+            Hop::new(200).paused(150, 200_000).depth(20_000),
+            Hop::new(200).paused(150, 300_000).depth(30_000),
+            Hop::new(200).depth(30_000),
+        ],
+    );
+    for index in 1..=3 {
+        let host = format!("a{index}");
+        builder.flow(
+            0,
+            burst(index),
+            &[host.as_str(), "tor2", "h9"],
+            &[Hop::new(200).depth(150_000).window(40_000, 55_000)],
+        );
+    }
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(anomaly.anomaly_type, AnomalyType::PfcBackpressure);
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p6"]);
+    let held = anomaly
+        .evidence
+        .iter()
+        .find(|e| e.rule == "sender_held")
+        .expect("sender_held evidence");
+    assert_eq!(held.to, "tor0.p0");
+}
+
+#[test]
 fn large_flow_blocked_by_bursts_is_a_victim_not_a_contributor() {
     let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
     incast(&mut builder);

@@ -9,12 +9,19 @@
 //! posts each started flow ([`Simulation::flow_posting`]) to its host's detector until the
 //! flow delivers its first bytes ([`RttDetector::post`]: stalled from its post time once
 //! `stall_ns` has passed).
+//!
+//! A host also reads its NIC's PFC pause-duration counter (`rx_prio{N}_pause_duration` on
+//! ConnectX; netsim's [`RttSample::src_pause`]). When it grew since the flow's previous
+//! sample (or since its work was posted), the sender itself was held by its ToR — the
+//! ToR's buffer for this host waits at a paused egress — and the polling packet carries
+//! the PFC-causality bit from the start (HAWKEYE Table 1 `10`), so the ToR's data plane
+//! follows that pause from the host's port as it does at every later hop.
 
 use hawkmesh_host_agent::{DetectorConfig, PollingTrigger, RttDetector};
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
 use hawkmesh_netsim::time::{Time, NS};
 use hawkmesh_netsim::Simulation;
-use hawkmesh_wire::polling::Polling;
+use hawkmesh_wire::polling::{Polling, TRACE_PFC_CAUSALITY};
 use hawkmesh_wire::telemetry::FiveTuple;
 use hawkmesh_wire::topology::NodeId;
 use std::collections::BTreeMap;
@@ -34,6 +41,9 @@ pub struct NetsimHostAgents {
     watch_posted: bool,
     /// Per netsim flow: it has delivered bytes (no longer watched as posted work).
     delivering: Vec<bool>,
+    /// Per flow: its NIC's pause-duration counter at its previous sample (or when its
+    /// posted work was first seen), ns.
+    pause_seen: BTreeMap<FiveTuple, u64>,
 }
 
 impl NetsimHostAgents {
@@ -47,7 +57,15 @@ impl NetsimHostAgents {
             stopped: false,
             watch_posted: false,
             delivering: Vec::new(),
+            pause_seen: BTreeMap::new(),
         }
+    }
+
+    /// Records the sending NIC's pause counter for `tuple`; whether it grew since the
+    /// previous reading (the sender was held by PFC in between).
+    fn sender_held(&mut self, tuple: FiveTuple, pause_ns: u64) -> bool {
+        let previous = self.pause_seen.insert(tuple, pause_ns);
+        previous.is_some_and(|p| pause_ns > p)
     }
 
     /// Watches the flows of `sim` for work posted and never sent (see the module doc).
@@ -68,7 +86,7 @@ impl NetsimHostAgents {
         }
         let config = self.config;
         let mut hosts: Vec<NodeId> = Vec::new();
-        let mut nics: BTreeMap<FiveTuple, (u32, u32)> = BTreeMap::new();
+        let mut nics: BTreeMap<FiveTuple, (u32, u32, bool)> = BTreeMap::new();
         for (flow, delivering) in self.delivering.iter_mut().enumerate() {
             if *delivering {
                 continue;
@@ -79,6 +97,14 @@ impl NetsimHostAgents {
             if posted.start_ns.is_none_or(|start| start > now_ns) {
                 continue;
             }
+            // Counted from the first time the posted work is seen.
+            let held = {
+                let previous = *self
+                    .pause_seen
+                    .entry(posted.tuple)
+                    .or_insert(posted.src_pause_ns);
+                posted.src_pause_ns > previous
+            };
             let detector = self
                 .detectors
                 .entry(posted.host)
@@ -93,7 +119,7 @@ impl NetsimHostAgents {
                 posted.start_ns.unwrap_or(now_ns),
                 Some(posted.base_rtt_ns),
             );
-            nics.insert(posted.tuple, (posted.src_nic, posted.dst_nic));
+            nics.insert(posted.tuple, (posted.src_nic, posted.dst_nic, held));
             if !hosts.contains(&posted.host) {
                 hosts.push(posted.host);
             }
@@ -103,20 +129,30 @@ impl NetsimHostAgents {
                 continue;
             };
             for trigger in detector.check_posted(now_ns) {
-                let Some((src_nic, dst_nic)) = nics.get(&trigger.victim).copied() else {
+                let Some((src_nic, dst_nic, held)) = nics.get(&trigger.victim).copied() else {
                     continue;
                 };
-                emit.push(self.polling_packet(&trigger, src_nic, dst_nic));
+                emit.push(self.polling_packet(&trigger, src_nic, dst_nic, held));
                 self.triggers.push(trigger);
             }
         }
         emit
     }
 
-    fn polling_packet(&self, trigger: &PollingTrigger, src_nic: u32, dst_nic: u32) -> HostEmit {
-        let header = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT)
-            .emit()
-            .to_vec();
+    /// The polling packet of `trigger`; with the PFC-causality bit when the sender's NIC
+    /// was held by PFC (`sender_held`).
+    fn polling_packet(
+        &self,
+        trigger: &PollingTrigger,
+        src_nic: u32,
+        dst_nic: u32,
+        sender_held: bool,
+    ) -> HostEmit {
+        let mut polling = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT);
+        if sender_held {
+            polling.trace_flag |= TRACE_PFC_CAUSALITY;
+        }
+        let header = polling.emit().to_vec();
         HostEmit {
             src_nic,
             dst_nic,
@@ -171,10 +207,11 @@ impl NetsimHostAgents {
             let rtt_ns = sample.now.saturating_sub(sample.sent_at) / NS;
             detector.observe(sample.tuple, rtt_ns, base, sample.now / NS)
         };
+        let held = self.sender_held(sample.tuple, sample.src_pause / NS);
         let Some(trigger) = trigger else {
             return;
         };
-        emit.push(self.polling_packet(&trigger, sample.src_nic, sample.dst_nic));
+        emit.push(self.polling_packet(&trigger, sample.src_nic, sample.dst_nic, held));
         self.triggers.push(trigger);
     }
 }
@@ -204,7 +241,40 @@ mod tests {
             // 10× the 20 µs base RTT.
             now: 200_000 * NS,
             base_rtt: 20_000 * NS,
+            src_pause: 0,
         }
+    }
+
+    fn trace_flag(emit: &HostEmit) -> u8 {
+        Polling::parse(&emit.custom)
+            .expect("polling header")
+            .trace_flag
+    }
+
+    #[test]
+    fn a_sender_held_by_pfc_polls_along_pfc_causality_from_its_first_hop() {
+        let mut agents = NetsimHostAgents::new(DetectorConfig::default(), 7);
+        let mut emit = Vec::new();
+        // The first sample of a flow has nothing to compare its NIC's counter with.
+        let mut first = sample(49152);
+        first.src_pause = 5_000 * NS;
+        agents.on_rtt_sample(&first, &mut emit);
+        assert_eq!(trace_flag(&emit[0]), 1, "victim path only");
+        // Another flow whose NIC counter grew between its samples: the sender was paused.
+        let mut quiet = sample(49153);
+        quiet.now = 21_000 * NS; // no trigger, only a reading
+        quiet.src_pause = 5_000 * NS;
+        emit.clear();
+        agents.on_rtt_sample(&quiet, &mut emit);
+        assert!(emit.is_empty());
+        let mut held = sample(49153);
+        held.src_pause = 80_000 * NS;
+        agents.on_rtt_sample(&held, &mut emit);
+        assert_eq!(
+            trace_flag(&emit[0]),
+            1 | TRACE_PFC_CAUSALITY,
+            "victim path and PFC causality"
+        );
     }
 
     #[test]
@@ -271,15 +341,25 @@ duration_us = 480
         agents.borrow_mut().watch_posted(&sim);
         let late = sim.flow_posting(1).expect("the late flow");
         assert_eq!(late.start_ns, Some(300_000));
+        let mut late_flags = Vec::new();
         let mut now = 0;
         while now < 500 * hawkmesh_netsim::time::US {
             now += 20 * hawkmesh_netsim::time::US;
             sim.run_until(now);
             let emits = agents.borrow_mut().check_posted(&sim);
             for emit in emits {
+                if emit.tuple == late.tuple {
+                    late_flags.push(trace_flag(&emit));
+                }
                 sim.emit_from_host(emit);
             }
         }
+        // h1's NIC was paused while the work waited: the polling packets say so.
+        assert!(!late_flags.is_empty());
+        assert!(
+            late_flags.iter().all(|f| f & TRACE_PFC_CAUSALITY != 0),
+            "{late_flags:?}"
+        );
         assert_eq!(
             sim.flow_delivered(1),
             Some(0),

@@ -148,6 +148,10 @@ pub struct RttSample {
     pub now: Time,
     /// Unloaded RTT of this flow's path (propagation + serialization).
     pub base_rtt: Time,
+    /// How long the sending NIC has been paused by PFC on the flow's priority, in total up
+    /// to `now` (what a ConnectX NIC counts as `rx_prio{N}_pause_duration`): growth between
+    /// two samples means the sender itself was held.
+    pub src_pause: Time,
 }
 
 /// A packet a host hook wants to send.

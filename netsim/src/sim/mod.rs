@@ -105,6 +105,9 @@ pub struct FlowPosting {
     pub start_ns: Option<u64>,
     /// Base RTT of its path, ns.
     pub base_rtt_ns: u64,
+    /// How long the sending NIC has been paused by PFC on the flow's priority so far, ns
+    /// (the NIC's pause-duration counter).
+    pub src_pause_ns: u64,
 }
 
 #[derive(Debug)]
@@ -400,7 +403,25 @@ impl Simulation {
             tuple: f.tuple,
             start_ns: f.start.map(|t| t / crate::time::NS),
             base_rtt_ns: f.base_rtt / crate::time::NS,
+            src_pause_ns: self.nic_pause(f.src_nic, f.priority) / crate::time::NS,
         })
+    }
+
+    /// How long NIC `nic` has been paused by PFC on `priority`, in total up to now (the
+    /// pause still in force counted to now).
+    pub(crate) fn nic_pause(&self, nic: u32, priority: u8) -> Time {
+        let Some(port) = self
+            .nics
+            .get(nic as usize)
+            .and_then(|n| self.ports.get(n.port as usize))
+        else {
+            return 0;
+        };
+        let prio = priority as usize & 7;
+        let open = port.paused_until[prio]
+            .min(self.now)
+            .saturating_sub(port.paused_from[prio]);
+        port.pause_total[prio] + open
     }
 
     /// Number of flows.

@@ -300,6 +300,10 @@ impl Simulation {
         let Some(interval) = self.stall_interval else {
             return;
         };
+        let src_pause = {
+            let f = &self.flows[flow as usize];
+            self.nic_pause(f.src_nic, f.priority)
+        };
         let f = &mut self.flows[flow as usize];
         f.stall_pending = false;
         if f.finished_at.is_some() || f.snd_una >= f.max_sent {
@@ -324,6 +328,7 @@ impl Simulation {
             sent_at: stuck_since,
             now,
             base_rtt: f.base_rtt,
+            src_pause,
         };
         if let Some(hook) = self.host_hook.as_mut() {
             hook.on_stall(&sample, &mut self.emit_buffer);
@@ -518,6 +523,10 @@ impl Simulation {
             let packet = self.packets.get(id);
             (packet.flow, packet.seq, packet.kind, packet.sent_at)
         };
+        let src_pause = self
+            .flows
+            .get(flow as usize)
+            .map_or(0, |f| self.nic_pause(f.src_nic, f.priority));
         let Some(f) = self.flows.get_mut(flow as usize) else {
             return;
         };
@@ -542,6 +551,7 @@ impl Simulation {
             sent_at,
             now,
             base_rtt: f.base_rtt,
+            src_pause,
         });
         if f.snd_una >= f.size {
             f.finished_at = Some(now);
