@@ -95,15 +95,7 @@ fn a_victim_held_at_its_own_nic_follows_the_pfc_branch_its_tor_took_from_the_hos
             Hop::new(200).depth(30_000),
         ],
     );
-    for index in 1..=3 {
-        let host = format!("a{index}");
-        builder.flow(
-            0,
-            burst(index),
-            &[host.as_str(), "tor2", "h9"],
-            &[Hop::new(200).depth(150_000).window(40_000, 55_000)],
-        );
-    }
+    micro_bursts_into_h9(&mut builder);
     let output = run(&builder);
     let anomalies = victim_anomalies(&output);
     assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
@@ -1291,28 +1283,28 @@ fn a_host_that_resumes_its_pause_by_xon_is_a_slow_receiver_even_in_its_first_pau
     assert_eq!(anomalies[0].root_cause.injector.as_deref(), Some("h7"));
 }
 
-#[test]
-fn a_frozen_two_switch_loop_follows_the_data_planes_pfc_branch_back_across_the_loop() {
-    // s0 and s1 route each other's traffic back (a two-switch routing loop frozen before
-    // the ring's epochs: no meter row ties either pause to anything). s1 also queues
-    // toward h1 (background from h2, not paused). Read from the queues alone, s0.p(s1)
-    // would wait for that queue; the polling packet that came into s1 from s0 left for
-    // PFC causality by the port back toward s0, still paused at collection — the switch's
-    // own record of what that ingress holds — so the wait-for edge goes back around the
-    // loop.
-    let topology = hawkmesh_analyzer::testkit::TopologyBuilder::new()
+/// s0 — s1 with h0 on s0 and h1 (and h2 with `h2`) on s1; the victim h0 → h1 and a flow
+/// h1 → h0 each paused at their first switch's port toward the other, nothing metered
+/// across: a two-switch loop frozen before the ring's epochs.
+fn frozen_two_switch_loop(h2: bool) -> IncidentBuilder {
+    let mut topology = hawkmesh_analyzer::testkit::TopologyBuilder::new()
         .switch("s0", None)
         .switch("s1", None)
         .host("h0", [10, 0, 0, 1])
-        .host("h1", [10, 0, 0, 2])
-        .host("h2", [10, 0, 0, 3])
-        .link("s0", "s1")
-        .link("h0", "s0")
-        .link("h1", "s1")
-        .link("h2", "s1")
-        .build()
-        .expect("two switches");
-    let mut builder = IncidentBuilder::new(topology, EPOCH_NS, 1, victim());
+        .host("h1", [10, 0, 0, 2]);
+    if h2 {
+        topology = topology.host("h2", [10, 0, 0, 3]);
+    }
+    topology = topology.link("s0", "s1").link("h0", "s0").link("h1", "s1");
+    if h2 {
+        topology = topology.link("h2", "s1");
+    }
+    let mut builder = IncidentBuilder::new(
+        topology.build().expect("two switches"),
+        EPOCH_NS,
+        1,
+        victim(),
+    );
     builder.flow(
         0,
         victim(),
@@ -1325,6 +1317,19 @@ fn a_frozen_two_switch_loop_follows_the_data_planes_pfc_branch_back_across_the_l
         &["h1", "s1", "s0", "h0"],
         &[Hop::new(250).paused(250, 0), Hop::new(0)],
     );
+    builder
+}
+
+#[test]
+fn a_frozen_two_switch_loop_follows_the_data_planes_pfc_branch_back_across_the_loop() {
+    // s0 and s1 route each other's traffic back (a two-switch routing loop frozen before
+    // the ring's epochs: no meter row ties either pause to anything). s1 also queues
+    // toward h1 (background from h2, not paused). Read from the queues alone, s0.p(s1)
+    // would wait for that queue; the polling packet that came into s1 from s0 left for
+    // PFC causality by the port back toward s0, still paused at collection — the switch's
+    // own record of what that ingress holds — so the wait-for edge goes back around the
+    // loop.
+    let mut builder = frozen_two_switch_loop(true);
     builder.flow(
         0,
         flow(3, 49600, 2),
@@ -1354,29 +1359,7 @@ fn two_switches_pausing_each_other_are_a_loop_not_two_injectors() {
     // other. Each one's only congested egress is the port back toward the other — the
     // loop's own U-turn edge — so each port waits for the other: a cyclic buffer
     // dependency, not two switches pausing out of nothing.
-    let topology = hawkmesh_analyzer::testkit::TopologyBuilder::new()
-        .switch("s0", None)
-        .switch("s1", None)
-        .host("h0", [10, 0, 0, 1])
-        .host("h1", [10, 0, 0, 2])
-        .link("s0", "s1")
-        .link("h0", "s0")
-        .link("h1", "s1")
-        .build()
-        .expect("two switches");
-    let mut builder = IncidentBuilder::new(topology, EPOCH_NS, 1, victim());
-    builder.flow(
-        0,
-        victim(),
-        &["h0", "s0", "s1", "h1"],
-        &[Hop::new(250).paused(250, 0), Hop::new(0)],
-    );
-    builder.flow(
-        0,
-        flow(2, 49500, 1),
-        &["h1", "s1", "s0", "h0"],
-        &[Hop::new(250).paused(250, 0), Hop::new(0)],
-    );
+    let builder = frozen_two_switch_loop(false);
     let output = run(&builder);
     let anomalies = victim_anomalies(&output);
     assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));

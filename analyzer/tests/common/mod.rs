@@ -146,6 +146,17 @@ pub fn incast(builder: &mut IncidentBuilder) {
             Hop::new(200).depth(30_000),
         ],
     );
+    micro_bursts_into_h9(builder);
+    builder.flow(
+        0,
+        long_flow(),
+        &["a4", "tor2", "h9"],
+        &[Hop::new(700).depth(30_000)],
+    );
+}
+
+/// The three micro-bursts a1..a3 → h9 contending at tor2.p(h9) in epoch 0.
+pub fn micro_bursts_into_h9(builder: &mut IncidentBuilder) {
     for index in 1..=3 {
         let host = format!("a{index}");
         builder.flow(
@@ -155,12 +166,6 @@ pub fn incast(builder: &mut IncidentBuilder) {
             &[Hop::new(200).depth(150_000).window(40_000, 55_000)],
         );
     }
-    builder.flow(
-        0,
-        long_flow(),
-        &["a4", "tor2", "h9"],
-        &[Hop::new(700).depth(30_000)],
-    );
 }
 
 /// HAWKEYE Fig. 1(b): host h7 pauses tor2.p(h7); PFC spreads to agg1.p(tor2) and
