@@ -78,6 +78,10 @@ pub struct PauseFollowUp {
     /// the downstream switch had other congested egress ports, taken as what the port
     /// waited for.
     pub unmetered_epochs: usize,
+    /// Paused epochs (the upstream switch's latest, with the pause in force at collection)
+    /// that the downstream switch did not report but later epochs of it did: its latest
+    /// epoch stood in.
+    pub current_epochs: usize,
 }
 
 /// Window totals of one egress port.
@@ -670,7 +674,27 @@ impl ProvenanceGraph {
                             if held.is_some() {
                                 follow.held_epochs = 1;
                             }
-                            match held.or(own) {
+                            // A pause in force now, in the upstream switch's latest epoch
+                            // (its ring stopped there: frozen behind the pause), while the
+                            // downstream switch kept recording later epochs: what the port
+                            // waits for is what the downstream holds now — its latest epoch.
+                            // Frozen and live rings stop at different epochs; the pause
+                            // spans them.
+                            let mut down_start = *start;
+                            let current = (held.is_none() && own.is_none())
+                                .then(|| {
+                                    let in_force_now = paused_at_poll.contains(&upstream)
+                                        && data.epochs.keys().next_back() == Some(start);
+                                    down_switch
+                                        .and_then(|s| s.epochs.iter().next_back())
+                                        .filter(|(later, _)| in_force_now && **later > *start)
+                                })
+                                .flatten();
+                            if let Some((later, _)) = current {
+                                down_start = *later;
+                                follow.current_epochs = 1;
+                            }
+                            match held.or(own).or(current.map(|(_, e)| e)) {
                                 None => follow.peer_unreported_epochs = 1,
                                 Some(down) => {
                                     let rows = down
@@ -695,8 +719,12 @@ impl ProvenanceGraph {
                                             // frozen queue whose packets were all enqueued
                                             // before its pause, or whose last recorded
                                             // epoch predates the congestion.
-                                            let paused_now =
-                                                known_paused(incident, &paused_at_poll, to, *start);
+                                            let paused_now = known_paused(
+                                                incident,
+                                                &paused_at_poll,
+                                                to,
+                                                down_start,
+                                            );
                                             let idle = PortRecord {
                                                 port: *egress,
                                                 packet_count: 0,
@@ -779,7 +807,7 @@ impl ProvenanceGraph {
                                         incident,
                                         &paused_at_poll,
                                         downstream_in,
-                                        *start,
+                                        down_start,
                                         threshold,
                                     )
                                 } else {
@@ -808,6 +836,7 @@ impl ProvenanceGraph {
                         summary.pause.no_meter_epochs += follow.no_meter_epochs;
                         summary.pause.no_congested_epochs += follow.no_congested_epochs;
                         summary.pause.unmetered_epochs += follow.unmetered_epochs;
+                        summary.pause.current_epochs += follow.current_epochs;
                     }
                 }
             }

@@ -111,6 +111,49 @@ fn a_victim_held_at_its_own_nic_follows_the_pfc_branch_its_tor_took_from_the_hos
 }
 
 #[test]
+fn a_pause_in_force_on_a_frozen_switch_waits_for_what_the_live_downstream_holds_now() {
+    // tor0 froze in epoch 0 with the victim held at tor0.p(agg0), still paused at
+    // collection; its ring stopped there. agg0 kept running: it reports epoch 1 only, in
+    // which its port toward tor2 is paused behind the incast at tor2.p(h9). The pause at
+    // tor0 spans both rings: it waits for what agg0 holds now, not for telemetry that
+    // does not exist (an unresolved origin).
+    let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 2, victim());
+    builder.flow(
+        0,
+        victim(),
+        &["h0", "tor0", "agg0", "tor1", "h1"],
+        &[Hop::new(300).paused(300, 200_000), Hop::new(0), Hop::new(0)],
+    );
+    builder.flow(
+        1,
+        flow(4, 49400, 19),
+        &["h3", "tor1", "agg0", "tor2", "h9"],
+        &[
+            Hop::new(200),
+            Hop::new(200).paused(150, 300_000).depth(30_000),
+            Hop::new(200).depth(30_000),
+        ],
+    );
+    micro_bursts_into_h9_in(&mut builder, 1);
+    builder.paused_at_collection("tor0", "agg0");
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::PfcBackpressure,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["tor2.p6"]);
+    assert_eq!(
+        labels(&anomaly.spreading_paths[0]),
+        vec!["tor0.p0", "agg0.p2", "tor2.p6"]
+    );
+}
+
+#[test]
 fn large_flow_blocked_by_bursts_is_a_victim_not_a_contributor() {
     let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
     incast(&mut builder);

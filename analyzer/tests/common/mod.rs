@@ -157,10 +157,15 @@ pub fn incast(builder: &mut IncidentBuilder) {
 
 /// The three micro-bursts a1..a3 → h9 contending at tor2.p(h9) in epoch 0.
 pub fn micro_bursts_into_h9(builder: &mut IncidentBuilder) {
+    micro_bursts_into_h9_in(builder, 0);
+}
+
+/// [`micro_bursts_into_h9`] in `epoch`.
+pub fn micro_bursts_into_h9_in(builder: &mut IncidentBuilder, epoch: usize) {
     for index in 1..=3 {
         let host = format!("a{index}");
         builder.flow(
-            0,
+            epoch,
             burst(index),
             &[host.as_str(), "tor2", "h9"],
             &[Hop::new(200).depth(150_000).window(40_000, 55_000)],
