@@ -1594,18 +1594,28 @@ pub fn diagnose(
     context.absorb_contention_at_pfc_origins();
     // Findings about the PFC path leaving the telemetry.
     for (port, summary) in &graph.ports {
+        let peer_name = summary
+            .peer
+            .map(|p| incident.node_name(p.node))
+            .unwrap_or_default();
         if summary.pause.held_epochs > 0 {
             findings.push(Finding {
                 severity: Severity::Info,
                 code: "held_traffic".into(),
                 message: format!(
-                    "{} was paused in {} epoch(s) in which {} recorded no traffic from it while it kept pausing (frozen, or held behind the pause all epoch): its newest earlier epoch with that traffic stands for what its buffers hold",
+                    "{} was paused in {} epoch(s) in which {peer_name} recorded no traffic from it while it kept pausing (frozen, or held behind the pause all epoch): its newest earlier epoch with that traffic stands for what its buffers hold",
                     label(incident, *port),
                     summary.pause.held_epochs,
-                    summary
-                        .peer
-                        .map(|p| incident.node_name(p.node))
-                        .unwrap_or_default()
+                ),
+            });
+        }
+        if summary.pause.current_epochs > 0 {
+            findings.push(Finding {
+                severity: Severity::Info,
+                code: "pause_across_rings".into(),
+                message: format!(
+                    "{} is paused at collection in its switch's latest epoch, which {peer_name} recorded no telemetry for (that switch kept recording later epochs): it is taken to wait for what {peer_name} holds in its latest epoch",
+                    label(incident, *port),
                 ),
             });
         }
@@ -1614,13 +1624,9 @@ pub fn diagnose(
                 severity: Severity::Warning,
                 code: "pfc_path_leaves_telemetry".into(),
                 message: format!(
-                    "{} was paused in {} epoch(s) by {}, which has no telemetry for them: the PFC spreading path cannot be followed further",
+                    "{} was paused in {} epoch(s) by {peer_name}, which has no telemetry for them: the PFC spreading path cannot be followed further",
                     label(incident, *port),
                     summary.pause.peer_unreported_epochs,
-                    summary
-                        .peer
-                        .map(|p| incident.node_name(p.node))
-                        .unwrap_or_default()
                 ),
             });
         }
@@ -1629,17 +1635,9 @@ pub fn diagnose(
                 severity: Severity::Info,
                 code: "pause_without_meter".into(),
                 message: format!(
-                    "{} was paused in {} epoch(s) in which {}'s causality meter tied its traffic to no congested port: it is taken to wait for {}'s congested egress ports of those epochs",
+                    "{} was paused in {} epoch(s) in which {peer_name}'s causality meter tied its traffic to no congested port: it is taken to wait for the ports {peer_name}'s data plane branched polling packets from that link to (still paused), or else for {peer_name}'s congested egress ports of those epochs",
                     label(incident, *port),
                     summary.pause.unmetered_epochs,
-                    summary
-                        .peer
-                        .map(|p| incident.node_name(p.node))
-                        .unwrap_or_default(),
-                    summary
-                        .peer
-                        .map(|p| incident.node_name(p.node))
-                        .unwrap_or_default()
                 ),
             });
         }

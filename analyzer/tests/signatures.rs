@@ -151,6 +151,11 @@ fn a_pause_in_force_on_a_frozen_switch_waits_for_what_the_live_downstream_holds_
         labels(&anomaly.spreading_paths[0]),
         vec!["tor0.p0", "agg0.p2", "tor2.p6"]
     );
+    assert!(output
+        .diagnosis
+        .findings
+        .iter()
+        .any(|f| f.code == "pause_across_rings"));
 }
 
 #[test]

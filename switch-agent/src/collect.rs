@@ -347,7 +347,7 @@ impl RegisterSnapshot {
         for port in 0..ports {
             let cell = self.get(Register::PORT_XON, slot * ports + port);
             let xons = (cell >> 32).min(u64::from(u16::MAX)) as u16;
-            if cell & 0xFFFF_FFFF != id || xons == 0 {
+            if cell & EPOCH_ID_MASK != id || xons == 0 {
                 continue;
             }
             match telemetry.ports.iter_mut().find(|r| r.port == port as u16) {

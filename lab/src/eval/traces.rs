@@ -382,6 +382,31 @@ fn add_nic_route(
     }
 }
 
+/// `count` of `senders` each start a 1–3 MB flow to `dst` 10–60 µs before `start` (the
+/// traffic a storm or a slow receiver meets), on NIC 0 of the K=4 fabric.
+fn flows_toward(
+    spec: &mut TraceSpec,
+    d: &mut Draw,
+    senders: &[u32],
+    dst: u32,
+    count: usize,
+    start: f64,
+) {
+    for src in d.sample(senders, count) {
+        let size = d.int(1000, 3000) * 1000;
+        let lead = d.int(10, 60) as f64;
+        spec.flows.push(FlowPart {
+            src: host(src),
+            dst: host(dst),
+            size_bytes: size,
+            start_us: start - lead,
+            congestion_control: true,
+            src_nic: 0,
+            dst_nic: 0,
+        });
+    }
+}
+
 /// Draws trace `index` of `class` from `master_seed` (attempt `attempt`).
 pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64) -> TraceSpec {
     let stream = (class.stream() << 48) ^ (u64::from(index) << 16) ^ u64::from(attempt);
@@ -434,19 +459,7 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
             let others: Vec<u32> = all.iter().copied().filter(|h| *h != injector).collect();
             let count = d.int(2, 4) as usize;
             let duration = d.int(400, 900) as f64;
-            for src in d.sample(&others, count) {
-                let size = d.int(1000, 3000) * 1000;
-                let lead = d.int(10, 60) as f64;
-                spec.flows.push(FlowPart {
-                    src: host(src),
-                    dst: host(injector),
-                    size_bytes: size,
-                    start_us: start - lead,
-                    congestion_control: true,
-                    src_nic: 0,
-                    dst_nic: 0,
-                });
-            }
+            flows_toward(&mut spec, &mut d, &others, injector, count, start);
             spec.storm = Some(StormPart {
                 host: host(injector),
                 start_us: start,
@@ -464,19 +477,7 @@ pub fn generate(class: AnomalyClass, index: u32, attempt: u32, master_seed: u64)
             let count = d.int(2, 4) as usize;
             let duration = d.int(400, 900) as f64;
             let drain = d.int(5, 40) as f64;
-            for src in d.sample(&others, count) {
-                let size = d.int(1000, 3000) * 1000;
-                let lead = d.int(10, 60) as f64;
-                spec.flows.push(FlowPart {
-                    src: host(src),
-                    dst: host(receiver),
-                    size_bytes: size,
-                    start_us: start - lead,
-                    congestion_control: true,
-                    src_nic: 0,
-                    dst_nic: 0,
-                });
-            }
+            flows_toward(&mut spec, &mut d, &others, receiver, count, start);
             spec.slow = Some(SlowPart {
                 host: host(receiver),
                 nic: 0,
