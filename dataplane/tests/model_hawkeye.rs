@@ -784,6 +784,28 @@ fn polling_duplicates_suppressed_within_interval_and_hop_limit() {
 }
 
 #[test]
+fn the_same_sequence_number_from_many_hosts_is_never_taken_for_a_duplicate() {
+    // Event ids are host << 40 | sequence: in a fabric-wide anomaly hundreds of hosts send
+    // their n-th event through the same port within the interval. With 64 slots many of
+    // them share a slot; each must still be reported (a dropped one leaves its incident
+    // without this switch and everything behind it), and each repeat still suppressed.
+    let mut sw = Switch::new();
+    for host in 1..=300u64 {
+        let p = Polling::new(host << 40 | 3, tuple(1, 1), 8);
+        let t = 10_000 + host * 10;
+        assert_eq!(
+            polling_in(&mut sw, &p, 4, t, Some(2)).cpu.len(),
+            1,
+            "host {host}'s event 3 was dropped as a duplicate of another host's"
+        );
+        assert!(
+            polling_in(&mut sw, &p, 4, t + 5, Some(2)).cpu.is_empty(),
+            "host {host}'s event 3 repeated"
+        );
+    }
+}
+
+#[test]
 fn an_event_whose_low_bits_are_zero_is_not_a_duplicate_of_an_empty_cell() {
     // Right after start, an empty dedupe cell holds event 0 at time 0; an event id with
     // zero low 32 bits (here 1 << 40) must still be accepted, and only repeats suppressed.

@@ -424,7 +424,7 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
 }
 
 control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic_metadata_t ig_intr_md, in ingress_intrinsic_metadata_from_parser_t ig_prsr_md, inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md, inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
-    // Per switch polling duplicate suppression: lo = low 32 bits of the event id XOR the arrival port << 23, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
+    // Per switch polling duplicate suppression: lo = CRC32 of the event id and the arrival port (the whole 64-bit id: event ids are host << 40 | sequence, so their low 32 bits repeat across hosts and only the fingerprint of the whole id tells two hosts' n-th events apart when they share a slot), hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
     Register<pair_t, bit<10>>(1024, {0, 0}) polling_dedupe;
     // Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative) [elastic sketch]
     Register<bit<32>, bit<12>>(4096, 0) sketch_total;
@@ -1547,6 +1547,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         }
     };
 
+    Hash<bit<32>>(HashAlgorithm_t.CRC32) dedupe_fingerprint;
     Hash<bit<10>>(HashAlgorithm_t.CRC32) dedupe_hash;
     Hash<bit<32>>(HashAlgorithm_t.CRC32) sketch_fp_hash;
 
@@ -1704,7 +1705,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                         ig_dprsr_md.drop_ctl = 1;
                     } else {
                         meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
-                        meta.dedupe_key = (hdr.polling.event_id[31:0] ^ (((bit<32>)(meta.intr_ingress_port)) << 23));
+                        meta.dedupe_key = dedupe_fingerprint.get({hdr.polling.event_id, meta.dedupe_port});
                         meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
                         meta.dedupe_index = dedupe_hash.get({hdr.polling.event_id, meta.dedupe_port});
                         meta.polling_duplicate = polling_dedupe_check.execute(meta.dedupe_index);

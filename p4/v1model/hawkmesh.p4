@@ -377,7 +377,7 @@ control MainVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 }
 
 control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata) {
-    // Per switch polling duplicate suppression: lo = low 32 bits of the event id XOR the arrival port << 23, hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
+    // Per switch polling duplicate suppression: lo = CRC32 of the event id and the arrival port (the whole 64-bit id: event ids are host << 40 | sequence, so their low 32 bits repeat across hosts and only the fingerprint of the whole id tells two hosts' n-th events apart when they share a slot), hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
     register<bit<64>>(1024) polling_dedupe;
     // Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative) [elastic sketch]
     register<bit<32>>(4096) sketch_total;
@@ -629,7 +629,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         mark_to_drop(standard_metadata);
                     } else {
                         meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
-                        meta.dedupe_key = (hdr.polling.event_id[31:0] ^ (((bit<32>)(meta.intr_ingress_port)) << 23));
+                        hash(meta.dedupe_key, HashAlgorithm.crc32, 32w0, {hdr.polling.event_id, meta.dedupe_port}, 64w4294967296);
                         meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
                         hash(meta.dedupe_index, HashAlgorithm.crc32, 10w0, {hdr.polling.event_id, meta.dedupe_port}, 64w1024);
                         // RegisterAction polling_dedupe_check: Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)

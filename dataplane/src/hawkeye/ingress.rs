@@ -51,7 +51,7 @@ fn polling_front(cx: &Ctx, dedupe: &Dedupe) -> Vec<Stmt> {
         d.dedupe_index,
         d.duplicate,
     );
-    let (dedupe_hash, dedupe_check) = (dedupe.hash, dedupe.check);
+    let (dedupe_hash, dedupe_fp, dedupe_check) = (dedupe.hash, dedupe.fingerprint, dedupe.check);
     let (arrival_flags, arrival_port) =
         (cx.meta.carried.arrival_flags, cx.meta.carried.arrival_port);
     let r = &cx.meta.route;
@@ -65,10 +65,7 @@ fn polling_front(cx: &Ctx, dedupe: &Dedupe) -> Vec<Stmt> {
         vec![Stmt::Drop],
         vec![
             Stmt::Assign(dedupe_port, cast(f(ig_port), 16)),
-            Stmt::Assign(
-                dedupe_key,
-                xor(slice(f(po_event), 31, 0), shl(cast(f(ig_port), 32), 23)),
-            ),
+            Stmt::Hash(dedupe_fp, dedupe_key),
             // Coarse time shifted by one interval: an empty dedupe cell (event 0, time 0)
             // then always looks older than the interval, so an event whose low 32 bits
             // are 0 is never taken for a duplicate of nothing.
