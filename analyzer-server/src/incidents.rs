@@ -438,8 +438,11 @@ impl IncidentSet {
         for (switch, report) in &incident.reports {
             // The switch the polling packet came from (upstream) and every switch it was
             // sent on to.
-            let ports = std::iter::once(report.polling.ingress_port)
-                .chain(report.polling.egress.iter().map(|e| e.port));
+            let ports = std::iter::once(&report.polling)
+                .chain(&report.more_polling)
+                .flat_map(|p| {
+                    std::iter::once(p.ingress_port).chain(p.egress.iter().map(|e| e.port))
+                });
             for port in ports {
                 let peer = self.topology.peer(PortRef {
                     node: *switch,

@@ -202,6 +202,7 @@ fn reports(topology: &FabricTopology, victim: FiveTuple) -> Vec<TelemetryReport>
                 victim,
                 egress: Vec::new(),
             },
+            more_polling: Vec::new(),
             paused_ports: Vec::new(),
             epochs,
         });

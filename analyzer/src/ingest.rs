@@ -415,21 +415,26 @@ impl Incident {
         }
         let epoch_ns = self.epoch_ns;
         let polling = &report.polling;
-        if !polling.flags.is_valid() {
-            return Err(AnalyzerError::InconsistentRecord {
-                source_name,
-                switch,
-                start_ns: 0,
-                problem: format!("polling flags {:#04x} use undefined bits", polling.flags.0),
-            });
-        }
-        self.check_port(&source_name, switch, polling.ingress_port, || {
-            "polling ingress port".into()
-        })?;
-        for egress in &polling.egress {
-            self.check_port(&source_name, switch, egress.port, || {
-                "polling egress port".into()
+        for context in std::iter::once(polling).chain(&report.more_polling) {
+            if !context.flags.is_valid() {
+                return Err(AnalyzerError::InconsistentRecord {
+                    source_name,
+                    switch,
+                    start_ns: 0,
+                    problem: format!(
+                        "polling flags {:#04x} (arrival by port {}) use undefined bits",
+                        context.flags.0, context.ingress_port
+                    ),
+                });
+            }
+            self.check_port(&source_name, switch, context.ingress_port, || {
+                "polling ingress port".into()
             })?;
+            for egress in &context.egress {
+                self.check_port(&source_name, switch, egress.port, || {
+                    "polling egress port".into()
+                })?;
+            }
         }
         for paused in &report.paused_ports {
             self.check_port(&source_name, switch, paused.port, || {
@@ -485,6 +490,9 @@ impl Incident {
         let name = self.node_name(switch);
         let entry = self.switches.entry(switch).or_default();
         entry.polling.push(report.polling.clone());
+        // Later arrivals by other ports: each carries the PFC branch the data plane took
+        // from its own ingress (around a loop, the branch that closes it).
+        entry.polling.extend(report.more_polling.iter().cloned());
         for paused in &report.paused_ports {
             let status = entry.pause_status.entry(paused.port).or_default();
             status.0 |= paused.in_force;

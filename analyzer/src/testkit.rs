@@ -581,6 +581,7 @@ impl IncidentBuilder {
                     victim: self.victim,
                     egress,
                 },
+                more_polling: Vec::new(),
                 paused_ports: self.paused_now.get(&switch).cloned().unwrap_or_default(),
                 epochs,
             });

@@ -9,7 +9,7 @@ use hawkmesh_analyzer::testkit::{Hop, IncidentBuilder};
 use hawkmesh_analyzer::{
     diagnose_reports, loaded, render, Anomaly, DiagnoseOptions, DiagnosisOutput,
 };
-use hawkmesh_wire::telemetry::FiveTuple;
+use hawkmesh_wire::telemetry::{FiveTuple, PollingContext, PollingEgress, TraceFlags};
 
 fn victim_anomalies(output: &DiagnosisOutput) -> Vec<&Anomaly> {
     output
@@ -1398,6 +1398,113 @@ fn a_frozen_two_switch_loop_follows_the_data_planes_pfc_branch_back_across_the_l
     let mut loop_ports = labels(&anomalies[0].loop_ports);
     loop_ports.sort();
     assert_eq!(loop_ports, vec!["s0.p0", "s1.p0"]);
+}
+
+/// s0 → s1 → s2 → s0 with h0 and h3 on s0, h1 on s1, h2 on s2: the victim h0 → h1 and two
+/// flows that carry the loop on around (h1 → h2, h2 → h0), each paused at its first ring
+/// port and never metered across — a three-switch loop frozen before the ring's epochs.
+/// s0 also queues toward h0 (h3's traffic, not paused).
+fn frozen_three_switch_loop() -> IncidentBuilder {
+    let topology = hawkmesh_analyzer::testkit::TopologyBuilder::new()
+        .switch("s0", None)
+        .switch("s1", None)
+        .switch("s2", None)
+        .host("h0", [10, 0, 0, 1])
+        .host("h1", [10, 0, 0, 2])
+        .host("h2", [10, 0, 0, 3])
+        .host("h3", [10, 0, 0, 4])
+        .link("s0", "s1")
+        .link("s1", "s2")
+        .link("s2", "s0")
+        .link("h0", "s0")
+        .link("h1", "s1")
+        .link("h2", "s2")
+        .link("h3", "s0")
+        .build()
+        .expect("three switches");
+    let mut builder = IncidentBuilder::new(topology, EPOCH_NS, 1, victim());
+    let frozen = || [Hop::new(250).paused(250, 0), Hop::new(0)];
+    builder.flow(0, victim(), &["h0", "s0", "s1", "h1"], &frozen());
+    builder.flow(0, flow(2, 49500, 3), &["h1", "s1", "s2", "h2"], &frozen());
+    builder.flow(0, flow(3, 49600, 1), &["h2", "s2", "s0", "h0"], &frozen());
+    builder.flow(
+        0,
+        flow(4, 49700, 1),
+        &["h3", "s0", "h0"],
+        &[Hop::new(400).depth(200_000)],
+    );
+    for (switch, toward) in [("s0", "s1"), ("s1", "s2"), ("s2", "s0")] {
+        builder.paused_at_collection(switch, toward);
+    }
+    builder
+}
+
+#[test]
+fn a_frozen_loop_closes_through_the_branch_of_the_polling_packets_return_by_another_port() {
+    // The victim's polling packet goes s0 → s1, follows the PFC branch s1 → s2 → s0 and
+    // comes back into s0 by the port from s2. s0 already holds a report for the event
+    // (its first arrival, from h0), so that return is a later arrival in the same report,
+    // with the branch the data plane took from s2's port: back to s1. Nothing metered
+    // ties s2.p(s0) to anything, and s0's only queue is toward h0: without the return's
+    // branch the loop does not close and the queue toward h0 is blamed.
+    let builder = frozen_three_switch_loop();
+    let port = |from: &str, to: &str| {
+        hawkmesh_analyzer::testkit::port_towards(builder.topology(), from, to)
+            .expect("linked")
+            .port
+    };
+    let mut reports = builder.build_reports().expect("reports");
+    let s0 = builder
+        .topology()
+        .nodes
+        .iter()
+        .find(|n| n.name == "s0")
+        .expect("s0")
+        .id;
+    let s0_report = reports
+        .iter_mut()
+        .find(|r| r.switch == s0)
+        .expect("s0 reported");
+    s0_report.more_polling.push(PollingContext {
+        ingress_port: port("s0", "s2"),
+        flags: TraceFlags::PFC_CAUSALITY,
+        victim: victim(),
+        egress: vec![PollingEgress {
+            port: port("s0", "s1"),
+            reason: TraceFlags::PFC_CAUSALITY,
+        }],
+    });
+    let diagnose = |reports: Vec<hawkmesh_wire::telemetry::TelemetryReport>| {
+        diagnose_reports(
+            loaded(reports),
+            builder.topology().clone(),
+            victim(),
+            &DiagnoseOptions::default(),
+        )
+        .expect("diagnosis")
+    };
+    let output = diagnose(reports);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    assert_eq!(
+        anomalies[0].anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let mut loop_ports = labels(&anomalies[0].loop_ports);
+    loop_ports.sort();
+    assert_eq!(loop_ports, vec!["s0.p0", "s1.p1", "s2.p1"]);
+
+    // The first arrivals alone leave the loop open.
+    let output = diagnose(builder.build_reports().expect("reports"));
+    assert!(
+        victim_anomalies(&output)
+            .iter()
+            .all(|a| a.anomaly_type != AnomalyType::DeadlockInitiatorInLoop),
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
 }
 
 #[test]

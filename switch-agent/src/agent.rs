@@ -8,8 +8,12 @@
 //!   read wait and are all served by one read when the guard has passed (or earlier, in the
 //!   last epoch that still holds a waiting event's epoch in the ring). No event is ever
 //!   answered with a read older than its own arrival (the artifact reuses the earlier read,
-//!   which misses whatever happened since — e.g. a loop that froze in between). An event
-//!   id already reported or waiting is ignored.
+//!   which misses whatever happened since — e.g. a loop that froze in between). The same
+//!   event arriving again by another port before its read (around a routing loop, or where
+//!   a PFC branch meets the victim path; the data plane's dedupe keys on the arrival port)
+//!   joins its report as a further polling context with its own PFC branch; a read waits
+//!   `gather_ns` after an event's first arrival for such copies. A copy of an event already
+//!   reported, or by a port already seen, is counted and ignored.
 //! - Slots older than the window that no packet has touched since (a switch frozen behind a
 //!   deadlock or a storm) are reported too, up to `aged_lookback_ns` back: they are what
 //!   the switch's buffers still hold (see [`RegisterSnapshot::aged_epochs`]).
@@ -27,13 +31,23 @@ use hawkmesh_wire::telemetry::{
     TELEMETRY_FORMAT_VERSION,
 };
 use hawkmesh_wire::topology::NodeId;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Default guard interval between register reads, ns: victims that poll at once poll
 /// within microseconds of one another, so one read serves them, and no event waits more
 /// than this for its read (the artifact's guard is 500 µs).
 pub const DEFAULT_GUARD_NS: u64 = 100_000;
+
+/// Default wait after an event's first polling copy before its read, ns: the polling packet
+/// goes around a loop of up to five switches (1–2 µs links) and back within this, so the
+/// arrivals by other ports join the report.
+pub const DEFAULT_GATHER_NS: u64 = 30_000;
+
+/// How long an event id is remembered after its first copy, ns of switch time (a copy of an
+/// event older than this would be a new event to the agent; the data plane's dedupe
+/// interval is 3 ms).
+const REPORTED_RETENTION_NS: u64 = 1_000_000_000;
 
 /// Agent settings.
 #[derive(Clone, Debug)]
@@ -44,6 +58,9 @@ pub struct AgentConfig {
     pub geometry: Geometry,
     /// At most one register read per this many ns of switch time.
     pub guard_ns: u64,
+    /// Wait after an event's first polling copy before its read, ns (later copies of the
+    /// event by other ports join the report).
+    pub gather_ns: u64,
     /// Largest report chunk, bytes.
     pub chunk_bytes: usize,
     /// Eviction reports kept between collections.
@@ -61,6 +78,7 @@ impl AgentConfig {
             switch,
             geometry: Geometry::default_variant(),
             guard_ns: DEFAULT_GUARD_NS,
+            gather_ns: DEFAULT_GATHER_NS,
             chunk_bytes: 1500,
             max_pending_evictions: 65_536,
             aged_lookback_ns: 10_000_000,
@@ -106,8 +124,11 @@ pub enum AgentError {
 pub struct AgentStats {
     /// Polling copies received.
     pub polling_copies: u64,
-    /// Polling copies ignored as repeats of an event already reported.
+    /// Polling copies ignored as repeats of an event already reported, or of a waiting
+    /// event by a port it already arrived by.
     pub duplicate_events: u64,
+    /// Copies of a waiting event by another port, joined to its report.
+    pub later_arrivals: u64,
     /// Malformed CPU frames.
     pub malformed: u64,
     /// Register reads.
@@ -129,9 +150,11 @@ pub struct SwitchAgent<B: SwitchBackend> {
     backend: B,
     /// Switch time of the last register read.
     last_read_ns: Option<u64>,
-    /// Polling events waiting for the next read (arrived within the guard of the last).
-    waiting: Vec<(u64, Polling)>,
-    reported: BTreeSet<u64>,
+    /// Polling events waiting for the next read (arrived within the guard of the last):
+    /// first arrival time, first copy, later copies by other ports.
+    waiting: Vec<Waiting>,
+    /// Event ids taken (waiting or reported) and when they first arrived, ns.
+    reported: BTreeMap<u64, u64>,
     evictions: Vec<Eviction>,
     lost_evictions: u32,
     stats: AgentStats,
@@ -145,7 +168,7 @@ impl<B: SwitchBackend> SwitchAgent<B> {
             backend,
             last_read_ns: None,
             waiting: Vec::new(),
-            reported: BTreeSet::new(),
+            reported: BTreeMap::new(),
             evictions: Vec::new(),
             lost_evictions: 0,
             stats: AgentStats::default(),
@@ -173,20 +196,28 @@ impl<B: SwitchBackend> SwitchAgent<B> {
         for frame in frames {
             self.handle(frame);
         }
-        // A waiting event is served when the guard has passed, or at the latest in the last
-        // epoch that still has its own epoch in the ring (short epochs, long guard).
+        // A waiting event is served when the guard has passed and the oldest waiting event
+        // has gathered its copies by other ports, or at the latest in the last epoch that
+        // still has its own epoch in the ring (short epochs, long guard).
         let geometry = self.config.geometry;
         let last_chance = |arrived: u64| {
             ((arrived >> geometry.epoch_log2_ns) + u64::from(geometry.epochs) - 1)
                 << geometry.epoch_log2_ns
         };
-        let due = self
-            .last_read_ns
-            .is_none_or(|at| now_ns.saturating_sub(at) >= self.config.guard_ns)
+        let gathered = self
+            .waiting
+            .iter()
+            .map(|w| w.arrived_ns)
+            .min()
+            .is_some_and(|first| now_ns.saturating_sub(first) >= self.config.gather_ns);
+        let due = (gathered
+            && self
+                .last_read_ns
+                .is_none_or(|at| now_ns.saturating_sub(at) >= self.config.guard_ns))
             || self
                 .waiting
                 .iter()
-                .any(|(arrived, _)| now_ns >= last_chance(*arrived));
+                .any(|w| now_ns >= last_chance(w.arrived_ns));
         if self.waiting.is_empty() || !due {
             return Ok(Vec::new());
         }
@@ -229,11 +260,32 @@ impl<B: SwitchBackend> SwitchAgent<B> {
                     self.stats.malformed += 1;
                     return;
                 };
-                if !self.reported.insert(polling.event_id) {
-                    self.stats.duplicate_events += 1;
+                if self.reported.contains_key(&polling.event_id) {
+                    // Another arrival of a waiting event by a port it has not come by yet
+                    // carries the branch the data plane took from there.
+                    let waiting = self
+                        .waiting
+                        .iter_mut()
+                        .find(|w| w.first.event_id == polling.event_id);
+                    match waiting {
+                        Some(w)
+                            if std::iter::once(&w.first).chain(&w.later).all(|p| {
+                                p.context_ingress_port != polling.context_ingress_port
+                            }) =>
+                        {
+                            self.stats.later_arrivals += 1;
+                            w.later.push(polling);
+                        }
+                        _ => self.stats.duplicate_events += 1,
+                    }
                     return;
                 }
-                self.waiting.push((frame.time_ns, polling));
+                self.reported.insert(polling.event_id, frame.time_ns);
+                self.waiting.push(Waiting {
+                    arrived_ns: frame.time_ns,
+                    first: polling,
+                    later: Vec::new(),
+                });
             }
         }
     }
@@ -280,16 +332,22 @@ impl<B: SwitchBackend> SwitchAgent<B> {
                 && e.flows.is_empty()
                 && e.lost_evictions == 0)
         });
+        let forget_before = now_ns.saturating_sub(REPORTED_RETENTION_NS);
+        self.reported.retain(|_, arrived| *arrived >= forget_before);
         let mut out = Vec::new();
-        for (index, (arrived_ns, polling)) in
-            std::mem::take(&mut self.waiting).into_iter().enumerate()
-        {
+        for (index, waiting) in std::mem::take(&mut self.waiting).into_iter().enumerate() {
+            let Waiting {
+                arrived_ns,
+                first: polling,
+                later,
+            } = waiting;
             let report = TelemetryReport {
                 version: TELEMETRY_FORMAT_VERSION,
                 switch: self.config.switch,
                 event_id: polling.event_id,
                 epoch_ns: geometry.epoch_ns(),
                 polling: polling_context(&polling, &epochs),
+                more_polling: later.iter().map(|p| polling_context(p, &epochs)).collect(),
                 paused_ports: paused_ports.clone(),
                 epochs: epochs.clone(),
             };
@@ -314,6 +372,17 @@ impl<B: SwitchBackend> SwitchAgent<B> {
         }
         Ok(out)
     }
+}
+
+/// A polling event accepted and not read yet.
+#[derive(Debug)]
+struct Waiting {
+    /// Switch time of its first copy, ns.
+    arrived_ns: u64,
+    /// Its first copy.
+    first: Polling,
+    /// Its copies by other ports since, in arrival order.
+    later: Vec<Polling>,
 }
 
 /// Where the polling packet went from this switch, from its CPU copy's port context (the

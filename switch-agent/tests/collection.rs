@@ -8,6 +8,7 @@ use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_switch_agent::{
     AgentConfig, CpuFrame, CpuFrameKind, Geometry, ModelBackend, SwitchAgent,
 };
+use hawkmesh_wire::polling::TRACE_PFC_CAUSALITY;
 use hawkmesh_wire::telemetry::{decode_reports, FiveTuple, TraceFlags};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -38,6 +39,11 @@ struct Bench {
 
 impl Bench {
     fn new(flow_slots: u32) -> Self {
+        // Read at once unless a test gathers later arrivals of an event.
+        Self::gathering(flow_slots, 0)
+    }
+
+    fn gathering(flow_slots: u32, gather_ns: u64) -> Self {
         let params = params(flow_slots);
         let program = Arc::new(program(&params).unwrap());
         let mut model = Model::new(program.clone(), Routing::FromInput, CPU_PORT).unwrap();
@@ -54,6 +60,7 @@ impl Bench {
             qdepth_unit_bytes: 80,
         };
         config.chunk_bytes = 256;
+        config.gather_ns = gather_ns;
         let agent = SwitchAgent::new(config, ModelBackend::new(model.clone()));
         Bench {
             program,
@@ -114,6 +121,15 @@ impl Bench {
         let polling = Polling::new(event, victim, 8);
         let bytes = packets::polling_packet(&self.program, &polling);
         self.send(&bytes, from, Some(to), 7, t);
+    }
+
+    /// A polling packet on a PFC branch (only the PFC-causality flag) arriving by `from`;
+    /// returns the CPU copies the data plane made.
+    fn poll_pfc(&mut self, event: u64, victim: FiveTuple, from: u16, t: u64) -> usize {
+        let mut polling = Polling::new(event, victim, 8);
+        polling.trace_flag = TRACE_PFC_CAUSALITY;
+        let bytes = packets::polling_packet(&self.program, &polling);
+        self.send(&bytes, from, None, 7, t)
     }
 }
 
@@ -263,6 +279,56 @@ fn one_register_read_per_guard_interval_never_older_than_the_event_and_each_even
         (stats.register_reads, stats.reports),
         (4, 5),
         "event 1 once"
+    );
+}
+
+#[test]
+fn an_event_coming_back_by_another_port_joins_its_report_with_that_ports_pfc_branch() {
+    // Around a routing loop the polling packet comes back into a switch by another port;
+    // the PFC branch the data plane takes from there (to the paused port that ingress
+    // feeds) is what closes a frozen loop, so it must reach the analyzer even though the
+    // event already has a report on its way.
+    let mut bench = Bench::gathering(64, 30_000);
+    let victim = flow(1, 49152);
+    let looping = flow(2, 49153);
+    bench.data(&victim, 1, 4, 100);
+    bench.data(&looping, 2, 5, 200);
+    bench.pause(5, 300);
+    bench.poll(1, victim, 1, 4, 1_000);
+    assert!(
+        bench.agent.poll(1_000).unwrap().is_empty(),
+        "the first copy waits for the event's other arrivals"
+    );
+    assert_eq!(bench.poll_pfc(1, victim, 2, 9_000), 1);
+    assert_eq!(
+        bench.poll_pfc(1, victim, 2, 9_500),
+        0,
+        "the data plane drops a repeat by the same port"
+    );
+    let served = bench.agent.poll(31_000).unwrap();
+    assert_eq!(served.len(), 1);
+    let report = &served[0].report;
+    assert_eq!(report.polling.ingress_port, 1);
+    assert_eq!(report.more_polling.len(), 1, "{report:?}");
+    let later = &report.more_polling[0];
+    assert_eq!(later.ingress_port, 2);
+    assert!(
+        later
+            .egress
+            .iter()
+            .any(|e| e.port == 5 && e.reason.pfc_causality()),
+        "{later:?}"
+    );
+    // The chunks carry both contexts.
+    let decoded = decode_reports(&served[0].chunks.concat()).unwrap();
+    assert_eq!(decoded[0].more_polling, report.more_polling);
+    // A copy after the read (by a third port) is counted, not reported again.
+    assert_eq!(bench.poll_pfc(1, victim, 3, 40_000), 1);
+    assert!(bench.agent.poll(200_000).unwrap().is_empty());
+    let stats = bench.agent.stats();
+    assert_eq!(
+        (stats.reports, stats.later_arrivals, stats.duplicate_events),
+        (1, 1, 1)
     );
 }
 

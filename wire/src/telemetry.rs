@@ -24,8 +24,9 @@
 //! ```text
 //! chunk header (32 bytes, big endian)
 //!   0..4   magic "HKTR"
-//!   4      format version (3; version 2 is read too: its port records have the XON
-//!          count reserved, zero)
+//!   4      format version (4; versions 2 and 3 are read too: version 2's port records
+//!          have the XON count reserved, zero; before version 4 a report holds one
+//!          polling context)
 //!   5      chunk flags: bit 0 = last chunk of this report
 //!   6..8   chunk index within the report, from 0
 //!   8..12  switch node id
@@ -42,8 +43,10 @@
 //!   8..16  epoch start ns (0 for the polling and paused-port kinds)
 //! records
 //!   polling (20):  ingress port u16, trace flags u8, reserved u8, victim 5-tuple (13),
-//!                  reserved (3)
-//!   polling egress (4): port u16, reason flags u8, reserved u8
+//!                  reserved (3); the first is the report's polling context, each further
+//!                  one a later arrival of the event by another port (`more_polling`)
+//!   polling egress (4): port u16, reason flags u8, reserved u8; belongs to the polling
+//!                  record before it
 //!   paused port (12): port u16, priorities u8 (bit q = priority q), flags u8 (bit 0 =
 //!                  in force at collection), latest pause end ns u64
 //!   epoch (16):    epoch id u64, lost eviction digests u32, reserved u32
@@ -67,7 +70,7 @@ use serde::{Deserialize, Serialize};
 use crate::topology::{NodeId, PortNo};
 
 /// The format version written by this build, in JSON (`version`) and in chunk headers.
-pub const TELEMETRY_FORMAT_VERSION: u8 = 3;
+pub const TELEMETRY_FORMAT_VERSION: u8 = 4;
 
 /// The oldest format version this build reads (version 2 lacks the XON count of port
 /// records, which reads as zero).
@@ -440,8 +443,15 @@ pub struct TelemetryReport {
     pub event_id: u64,
     /// Epoch size in ns, a power of two (HAWKEYE §3.3 selects epoch bits of the timestamp).
     pub epoch_ns: u64,
-    /// How the polling packet met this switch.
+    /// How the polling packet met this switch (its first arrival).
     pub polling: PollingContext,
+    /// Later arrivals of the same event by other ports before the collection (around a
+    /// routing loop, or where a PFC branch meets the victim path), each with the branch the
+    /// data plane took from there, in arrival order. The data plane's dedupe keys on the
+    /// arrival port because the PFC branch depends on it (`polling_dedupe`); these are the
+    /// branches that close a frozen loop whose meters have aged out of the ring.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_polling: Vec<PollingContext>,
     /// Ports paused by PFC at the time of collection.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paused_ports: Vec<PausedPort>,
@@ -499,7 +509,7 @@ pub enum TelemetryWireError {
         found: [u8; 4],
     },
     /// A version this build does not read.
-    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads versions 2 and 3)")]
+    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads versions 2 to 4)")]
     UnsupportedVersion {
         /// Byte offset of the version field.
         offset: usize,
@@ -872,27 +882,29 @@ struct EncodedRecord {
 
 fn encode_records(report: &TelemetryReport) -> Vec<EncodedRecord> {
     let mut out = Vec::new();
-    let mut bytes = Vec::with_capacity(SectionKind::Polling.record_len());
-    bytes.extend_from_slice(&report.polling.ingress_port.to_be_bytes());
-    bytes.push(report.polling.flags.0);
-    bytes.push(0);
-    report.polling.victim.write(&mut bytes);
-    bytes.extend_from_slice(&[0, 0, 0]);
-    out.push(EncodedRecord {
-        kind: SectionKind::Polling,
-        epoch_start_ns: 0,
-        bytes,
-    });
-    for egress in &report.polling.egress {
-        let mut bytes = Vec::with_capacity(4);
-        bytes.extend_from_slice(&egress.port.to_be_bytes());
-        bytes.push(egress.reason.0);
+    for polling in std::iter::once(&report.polling).chain(&report.more_polling) {
+        let mut bytes = Vec::with_capacity(SectionKind::Polling.record_len());
+        bytes.extend_from_slice(&polling.ingress_port.to_be_bytes());
+        bytes.push(polling.flags.0);
         bytes.push(0);
+        polling.victim.write(&mut bytes);
+        bytes.extend_from_slice(&[0, 0, 0]);
         out.push(EncodedRecord {
-            kind: SectionKind::PollingEgress,
+            kind: SectionKind::Polling,
             epoch_start_ns: 0,
             bytes,
         });
+        for egress in &polling.egress {
+            let mut bytes = Vec::with_capacity(4);
+            bytes.extend_from_slice(&egress.port.to_be_bytes());
+            bytes.push(egress.reason.0);
+            bytes.push(0);
+            out.push(EncodedRecord {
+                kind: SectionKind::PollingEgress,
+                epoch_start_ns: 0,
+                bytes,
+            });
+        }
     }
     for paused in &report.paused_ports {
         let mut bytes = Vec::with_capacity(12);
@@ -1063,6 +1075,7 @@ struct PartialReport {
     header: ChunkHeaderRepr,
     next_index: u16,
     polling: Option<PollingContext>,
+    more_polling: Vec<PollingContext>,
     paused_ports: Vec<PausedPort>,
     epochs: Vec<EpochTelemetry>,
     epochs_with_meta: Vec<u64>,
@@ -1163,19 +1176,30 @@ fn parse_section(
                 reader.reserved(1, "polling reserved")?;
                 let victim = FiveTuple::read(reader, "polling victim 5-tuple")?;
                 reader.reserved(3, "polling reserved")?;
-                if report.polling.is_some() {
-                    return Err(TelemetryWireError::InvalidField {
-                        offset: record_offset,
-                        field: "polling context",
-                        reason: "a report carries exactly one polling context".into(),
-                    });
-                }
-                report.polling = Some(PollingContext {
+                let context = PollingContext {
                     ingress_port,
                     flags,
                     victim,
                     egress: Vec::new(),
-                });
+                };
+                match &report.polling {
+                    None => report.polling = Some(context),
+                    Some(first) => {
+                        let known = std::iter::once(first)
+                            .chain(&report.more_polling)
+                            .any(|p| p.ingress_port == ingress_port);
+                        if known {
+                            return Err(TelemetryWireError::InvalidField {
+                                offset: record_offset,
+                                field: "polling context",
+                                reason: format!(
+                                    "a second polling context for ingress port {ingress_port} (one per arrival port)"
+                                ),
+                            });
+                        }
+                        report.more_polling.push(context);
+                    }
+                }
             }
             SectionKind::PollingEgress => {
                 let port = reader.u16("polling egress port")?;
@@ -1189,14 +1213,15 @@ fn parse_section(
                     });
                 }
                 reader.reserved(1, "polling egress reserved")?;
-                let polling = report
-                    .polling
-                    .as_mut()
-                    .ok_or(TelemetryWireError::InvalidField {
-                        offset: record_offset,
-                        field: "polling egress",
-                        reason: "polling egress records must follow the polling context".into(),
-                    })?;
+                let polling = match report.more_polling.last_mut() {
+                    Some(later) => Some(later),
+                    None => report.polling.as_mut(),
+                };
+                let polling = polling.ok_or(TelemetryWireError::InvalidField {
+                    offset: record_offset,
+                    field: "polling egress",
+                    reason: "polling egress records must follow the polling context".into(),
+                })?;
                 polling.egress.push(PollingEgress { port, reason });
             }
             SectionKind::Epoch => {
@@ -1343,6 +1368,7 @@ fn finish_report(
         event_id: partial.header.event_id,
         epoch_ns: partial.header.epoch_ns,
         polling,
+        more_polling: partial.more_polling,
         paused_ports: partial.paused_ports,
         epochs: partial.epochs,
     })
@@ -1425,6 +1451,7 @@ pub fn decode_reports(bytes: &[u8]) -> Result<Vec<TelemetryReport>, TelemetryWir
                     header,
                     next_index: 0,
                     polling: None,
+                    more_polling: Vec::new(),
                     paused_ports: Vec::new(),
                     epochs: Vec::new(),
                     epochs_with_meta: Vec::new(),
@@ -1524,6 +1551,7 @@ mod tests {
             switch: 7,
             event_id: 0xdead_beef_0001,
             epoch_ns,
+            more_polling: Vec::new(),
             polling: PollingContext {
                 ingress_port: 3,
                 flags: TraceFlags::BOTH,
@@ -1726,6 +1754,52 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn later_arrivals_by_other_ports_round_trip_with_their_own_branches() {
+        let mut report = sample_report(4);
+        report.more_polling = vec![
+            PollingContext {
+                ingress_port: 5,
+                flags: TraceFlags::PFC_CAUSALITY,
+                victim: flow(1),
+                egress: vec![PollingEgress {
+                    port: 6,
+                    reason: TraceFlags::PFC_CAUSALITY,
+                }],
+            },
+            PollingContext {
+                ingress_port: 0,
+                flags: TraceFlags::PFC_CAUSALITY,
+                victim: flow(1),
+                egress: Vec::new(),
+            },
+        ];
+        for chunk_len in [1 << 20, TelemetryReport::MIN_CHUNK_LEN] {
+            let stream = report.to_stream(chunk_len).unwrap();
+            assert_eq!(decode_reports(&stream).unwrap(), vec![report.clone()]);
+        }
+        let json = serde_json::to_string(&report).unwrap();
+        let back: ReportFile = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.into_reports(), vec![report.clone()]);
+        // A report of one arrival (every report before format 4) has no `more_polling`.
+        let single = serde_json::to_string(&sample_report(1)).unwrap();
+        assert!(!single.contains("more_polling"));
+        // Two contexts for one arrival port contradict the data plane's dedupe.
+        let mut twice = report;
+        twice.more_polling[1].ingress_port = twice.polling.ingress_port;
+        let error = decode_reports(&twice.to_stream(1 << 20).unwrap()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                TelemetryWireError::InvalidField {
+                    field: "polling context",
+                    ..
+                }
+            ),
+            "{error}"
+        );
     }
 
     #[test]

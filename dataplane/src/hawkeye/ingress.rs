@@ -35,8 +35,7 @@ fn polling_front(cx: &Ctx, dedupe: &Dedupe) -> Vec<Stmt> {
     let polling_version = cx.k.polling_version;
     let (ig_port, ig_tstamp) = (cx.intr.ig_port, cx.intr.ig_tstamp);
     let po = &cx.h.polling;
-    let (po_hop, po_version, po_event, po_flag) =
-        (po.hop_limit, po.version, po.event_id, po.trace_flag);
+    let (po_hop, po_version, po_flag) = (po.hop_limit, po.version, po.trace_flag);
     let (po_vsrc, po_vdst, po_vsport, po_vdport) = (
         po.victim_src_addr,
         po.victim_dst_addr,
