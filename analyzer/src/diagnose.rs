@@ -111,6 +111,9 @@ struct LoopExits {
     weak: Vec<(PortRef, PortRef, f64)>,
     /// Never weighted in an epoch in which the loop's own edges were.
     apart: Vec<(PortRef, PortRef, f64)>,
+    /// First weighted after every loop port was already paused: the loop was deadlocked
+    /// before this exit held anything, so it did not initiate it.
+    after: Vec<(PortRef, PortRef, f64)>,
 }
 
 /// Where a deadlock's initiator was found (`initiator_in_loop` / `initiator_out_of_loop`).
@@ -846,7 +849,9 @@ impl<'a> Context<'a> {
     /// Decides which of the loop's exits (port→port edges from a member to a port outside
     /// the loop; `out-deg_P > 1`, Alg. 2 l.14) can hold the loop: an exit that never had
     /// weight in an epoch in which the loop's own wait-for edges did is apart (a pause the
-    /// port waited out before the loop formed, or after it was gone); one under
+    /// port waited out before the loop formed, or after it was gone); one first weighted
+    /// after every loop port was paused came after the deadlock
+    /// ([`Self::loop_deadlocked_since`]); one under
     /// `min_loop_exit_share` of the weakest loop edge is weak; the rest hold.
     fn loop_exits(&self, members: &[PortRef], member_set: &BTreeSet<PortRef>) -> LoopExits {
         // The loop's own wait-for edges, member to next member.
@@ -879,18 +884,28 @@ impl<'a> Context<'a> {
             .flatten()
             .copied()
             .collect();
+        let deadlocked = self.loop_deadlocked_since(members);
         let mut exits = LoopExits::default();
         for p in members {
             for (to, w) in self.graph.port_edges(*p) {
                 if member_set.contains(to) {
                     continue;
                 }
-                let concurrent = self
-                    .graph
-                    .edge_epochs(*p, *to)
-                    .is_some_and(|epochs| !epochs.is_disjoint(&loop_epochs));
+                let epochs = self.graph.edge_epochs(*p, *to);
+                let concurrent = epochs.is_some_and(|epochs| !epochs.is_disjoint(&loop_epochs));
+                let first = epochs.and_then(|epochs| epochs.first().copied());
                 if !concurrent && !loop_epochs.is_empty() {
                     exits.apart.push((*p, *to, *w));
+                } else if let (Some(first), Some(since)) = (first, deadlocked) {
+                    // A pause injected beyond the exit froze its path, so its weight can
+                    // show late; such an exit is judged like the others.
+                    if first > since && !self.leads_to_injection(*to, member_set) {
+                        exits.after.push((*p, *to, *w));
+                    } else if *w >= exit_floor {
+                        exits.holding.push((*p, *to, *w));
+                    } else {
+                        exits.weak.push((*p, *to, *w));
+                    }
                 } else if *w >= exit_floor {
                     exits.holding.push((*p, *to, *w));
                 } else {
@@ -901,8 +916,68 @@ impl<'a> Context<'a> {
         exits
     }
 
-    /// Evidence for the exits that do not hold the loop, with why: `loop_exit_apart` for
-    /// those apart in time, then `weak_loop_exit` for those too weak.
+    /// The start of the first epoch in which every loop port was paused: each member
+    /// enqueued paused packets in it, or recorded nothing (held behind the pause: its
+    /// switch froze) while paused at collection; at least one member recorded paused
+    /// packets. An initiator outside the loop congests its exit before the loop's ports
+    /// all pause (its PFC is what pauses them), so an exit first weighted after this did
+    /// not initiate the deadlock (HAWKEYE §2: the out-of-loop initiator's PFC spreads into
+    /// the loop). `None` when no such epoch is in the window, or when it is the first
+    /// epoch the loop's switches reported (the deadlock was not seen forming).
+    fn loop_deadlocked_since(&self, members: &[PortRef]) -> Option<u64> {
+        let epochs: BTreeSet<u64> = members
+            .iter()
+            .filter_map(|m| self.incident.switches.get(&m.node))
+            .flat_map(|data| data.epochs.keys().copied())
+            .collect();
+        let first_seen = epochs.first().copied()?;
+        let since = epochs.into_iter().find(|start| {
+            let mut recorded_pause = false;
+            let all = members.iter().all(|m| {
+                let Some(data) = self.incident.switches.get(&m.node) else {
+                    return false;
+                };
+                let in_force = data
+                    .pause_status
+                    .get(&m.port)
+                    .is_some_and(|(in_force, _)| *in_force);
+                match data.epochs.get(start).and_then(|e| e.ports.get(&m.port)) {
+                    Some(record) if record.paused_packet_count > 0 => {
+                        recorded_pause = true;
+                        true
+                    }
+                    Some(record) => record.packet_count == 0 && in_force,
+                    None => in_force && data.epochs.contains_key(start),
+                }
+            });
+            all && recorded_pause
+        })?;
+        // Only a deadlock seen forming counts: when the loop was already deadlocked in the
+        // first epoch any of its switches reported, the exits' weight before the window is
+        // unknown.
+        (since > first_seen).then_some(since)
+    }
+
+    /// Whether the wait-for edges from `start` (not re-entering the loop) end at a port whose
+    /// PFC is injected or drain-limited rather than caused by queueing.
+    fn leads_to_injection(&self, start: PortRef, member_set: &BTreeSet<PortRef>) -> bool {
+        let beyond = self.bfs(&[start], &|p| member_set.contains(&p));
+        beyond
+            .keys()
+            .filter(|p| self.graph.port_edges(**p).is_empty())
+            .any(|p| {
+                matches!(
+                    self.classify_sink(*p).root.kind,
+                    RootCauseKind::HostPfcInjection
+                        | RootCauseKind::SwitchPfcInjection
+                        | RootCauseKind::SlowReceiver
+                )
+            })
+    }
+
+    /// Evidence for the exits that do not hold the loop, with why: `loop_exit_after_deadlock`
+    /// for those that came after the loop deadlocked, `loop_exit_apart` for those apart in
+    /// time, then `weak_loop_exit` for those too weak.
     fn ignored_exit_evidence(&self, exits: &LoopExits) -> Vec<Evidence> {
         // An exit that does not hold the loop, with why.
         let ignored_exit = |rule: &str, (from, to, weight): &(PortRef, PortRef, f64), why: &str| {
@@ -918,6 +993,13 @@ impl<'a> Context<'a> {
             }
         };
         let mut evidence = Vec::new();
+        for exit in &exits.after {
+            evidence.push(ignored_exit(
+                "loop_exit_after_deadlock",
+                exit,
+                "it first held traffic after every loop port was already paused (the loop was deadlocked before it)",
+            ));
+        }
         for exit in &exits.apart {
             evidence.push(ignored_exit(
                 "loop_exit_apart",

@@ -508,8 +508,13 @@ fn a_victim_held_behind_a_pause_is_traced_from_the_polling_verdict() {
 /// h9 hangs off s2 and pauses s2.p(h9); flow G h1 → h9 feeds it from s1, paused at both
 /// hops.
 fn h9_pauses_s2(builder: &mut IncidentBuilder) {
+    h9_pauses_s2_in(builder, 0);
+}
+
+/// [`h9_pauses_s2`] in `epoch`.
+fn h9_pauses_s2_in(builder: &mut IncidentBuilder, epoch: usize) {
     builder.flow(
-        0,
+        epoch,
         flow(2, 49500, 19),
         &["h1", "s1", "s2", "h9"],
         &[
@@ -546,9 +551,20 @@ fn deadlock_with_initiator_out_of_loop_by_host_injection() {
 /// Three bursts h1 → s1 → s2 → `to` (a host of s2 with address 10.0.0.`to_ip`), paused at
 /// s1.p(s2) and contending unpaused at s2.p(`to`) with mean queue `depth` bytes.
 fn bursts_from_h1_via_s2(builder: &mut IncidentBuilder, to: &str, to_ip: u8, depth: u64) {
+    bursts_from_h1_via_s2_in(builder, 0, to, to_ip, depth);
+}
+
+/// [`bursts_from_h1_via_s2`] in `epoch`.
+fn bursts_from_h1_via_s2_in(
+    builder: &mut IncidentBuilder,
+    epoch: usize,
+    to: &str,
+    to_ip: u8,
+    depth: u64,
+) {
     for index in 0..3u8 {
         builder.flow(
-            0,
+            epoch,
             flow(40 + index, 53000 + u16::from(index), to_ip),
             &["h1", "s1", "s2", to],
             &[
@@ -610,6 +626,85 @@ fn a_pause_a_loop_port_waited_out_before_the_loop_formed_is_not_its_initiator() 
         "{:?}",
         anomaly.evidence
     );
+}
+
+/// The ring's four flows in `epoch`, moving freely: nothing paused, no queue.
+fn ring_flows_unpaused(builder: &mut IncidentBuilder, epoch: usize) {
+    let free = [Hop::new(200), Hop::new(200), Hop::new(200)];
+    ring_flows_all(builder, epoch, &free, &free);
+}
+
+#[test]
+fn a_queue_outside_that_a_deadlocked_loop_meets_later_did_not_initiate_it() {
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 3, victim());
+    // Epoch 0: the ring's flows move freely. Epoch 1: the cyclic buffer dependency is
+    // paused all around — deadlocked (its initiating burst left no contention behind).
+    ring_flows_unpaused(&mut builder, 0);
+    ring_flows(&mut builder, 1);
+    // Epoch 2: still deadlocked, and now bursts h1 → h9 queue deeply at s2.p(h9), so the
+    // loop port s1.p(s2) also waits for a queue outside the loop — one that only appeared
+    // after the loop had deadlocked, so it cannot be what started it (an out-of-loop
+    // initiator's PFC is what pauses the loop's ports).
+    ring_flows(&mut builder, 2);
+    bursts_from_h1_via_s2_in(&mut builder, 2, "h9", 19, 400_000);
+    let output = run(&builder);
+    let anomalies = victim_anomalies(&output);
+    assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
+    let anomaly = anomalies[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let mut root = labels(&anomaly.root_cause.ports);
+    root.sort();
+    assert_eq!(root, vec!["s0.p0", "s1.p1", "s2.p1", "s3.p1"]);
+    let toward_h9 = port(builder.topology(), "s2", "h9");
+    let toward_h9 = format!("s2.p{}", toward_h9.port);
+    assert!(
+        anomaly
+            .evidence
+            .iter()
+            .any(|e| e.rule == "loop_exit_after_deadlock" && e.to == toward_h9),
+        "{:?}",
+        anomaly.evidence
+    );
+
+    // The same queue already there while the ring still moved, before the loop
+    // deadlocked, is the out-of-loop initiator.
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 3, victim());
+    ring_flows_unpaused(&mut builder, 0);
+    bursts_from_h1_via_s2_in(&mut builder, 0, "h9", 19, 400_000);
+    ring_flows(&mut builder, 1);
+    ring_flows(&mut builder, 2);
+    bursts_from_h1_via_s2_in(&mut builder, 2, "h9", 19, 400_000);
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorOutOfLoopFlowContention,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomaly.root_cause.ports), vec![toward_h9.as_str()]);
+
+    // A pause a host injects beyond the exit freezes the path to it, so its weight can
+    // show only after the loop's ports all paused: such an exit still holds the loop.
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 3, victim());
+    ring_flows_unpaused(&mut builder, 0);
+    ring_flows(&mut builder, 1);
+    ring_flows(&mut builder, 2);
+    h9_pauses_s2_in(&mut builder, 2);
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorOutOfLoopHostInjection,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h9"));
 }
 
 #[test]
