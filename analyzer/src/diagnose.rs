@@ -1019,8 +1019,9 @@ impl<'a> Context<'a> {
 
     /// Alg. 2 l.14, checked against contention: decides whether the holding exits make the
     /// initiator a candidate outside the loop. Without exits it is in the loop; with
-    /// `loop_contention_check` off, any exit moves it out (l.14 as written). Otherwise the
-    /// exits hold the loop unless the loop ports' own contention exceeds that of every sink
+    /// `loop_contention_check` off, any exit moves it out (l.14 as written), and so does an
+    /// exit that held a member before the loop existed toward lasting contention
+    /// ([`Self::sustained_exit_before_loop`]). Otherwise the exits hold the loop unless the loop ports' own contention exceeds that of every sink
     /// the exits lead to and no such sink injects PFC (evidence `loop_contention_dominates`).
     fn exits_hold_loop(
         &self,
@@ -1036,9 +1037,27 @@ impl<'a> Context<'a> {
         // outweighs that of every queue its exits lead to, and nothing outside injects
         // PFC, the loop congested itself (in-loop initiator) and the exits are
         // bystanders.
+        // An exit that already held a member before any of the loop's own wait-for edges
+        // existed, toward flow contention that lasts (not a micro-burst), is what paused the
+        // loop's ports: it initiated the deadlock however large the loop's own contention
+        // later grew (HAWKEYE Table 2, initiator out of loop).
+        let sustained_before = self.sustained_exit_before_loop(members, member_set, exits);
+        if let Some((from, to)) = sustained_before {
+            evidence.push(Evidence {
+                rule: "loop_exit_before_loop".into(),
+                from: label(self.incident, from),
+                to: label(self.incident, to),
+                weight: 0.0,
+                note: format!(
+                    "loop port {} already waited for {} before the loop's own wait-for edges existed, toward flow contention that lasts: the initiator is outside the loop",
+                    label(self.incident, from),
+                    label(self.incident, to)
+                ),
+            });
+        }
         if exits.is_empty() {
             false
-        } else if !self.options.loop_contention_check {
+        } else if !self.options.loop_contention_check || sustained_before.is_some() {
             true
         } else {
             let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
@@ -1079,6 +1098,43 @@ impl<'a> Context<'a> {
                 false
             }
         }
+    }
+
+    /// The first exit (member → outside port) whose wait-for edge had weight in an epoch
+    /// before every one of the loop's own edges and that leads, beyond the loop, to a sink
+    /// of flow contention that is not a micro-burst.
+    fn sustained_exit_before_loop(
+        &self,
+        members: &[PortRef],
+        member_set: &BTreeSet<PortRef>,
+        exits: &[(PortRef, PortRef, f64)],
+    ) -> Option<(PortRef, PortRef)> {
+        let first_epoch = |from: PortRef, to: PortRef| {
+            self.graph
+                .edge_epochs(from, to)
+                .and_then(|epochs| epochs.first().copied())
+        };
+        let loop_first = members
+            .iter()
+            .copied()
+            .zip(members.iter().copied().cycle().skip(1))
+            .filter_map(|(from, to)| first_epoch(from, to))
+            .min()?;
+        exits
+            .iter()
+            .filter(|(from, to, _)| first_epoch(*from, *to).is_some_and(|e| e < loop_first))
+            .find(|(_, to, _)| {
+                let beyond = self.bfs(&[*to], &|p| member_set.contains(&p));
+                beyond
+                    .keys()
+                    .filter(|p| self.graph.port_edges(**p).is_empty())
+                    .any(|p| {
+                        let sink = self.classify_sink(*p);
+                        sink.root.kind == RootCauseKind::FlowContention
+                            && sink.root.micro_burst == Some(false)
+                    })
+            })
+            .map(|(from, to, _)| (*from, *to))
     }
 
     /// Initiator in loop (Alg. 2 l.18-21): the root ports are the loop ports with flow

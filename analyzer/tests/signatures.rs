@@ -707,6 +707,50 @@ fn a_queue_outside_that_a_deadlocked_loop_meets_later_did_not_initiate_it() {
     assert_eq!(anomaly.root_cause.injector.as_deref(), Some("h9"));
 }
 
+/// Three long flows h1 → s1 → s2 → h9 in `epoch`, paused at s1.p(s2) and queueing at
+/// s2.p(h9) over the whole epoch: sustained contention, not a micro-burst.
+fn sustained_from_h1_via_s2_in(builder: &mut IncidentBuilder, epoch: usize) {
+    for index in 0..3u8 {
+        builder.flow(
+            epoch,
+            flow(70 + index, 54000 + u16::from(index), 19),
+            &["h1", "s1", "s2", "h9"],
+            &[
+                Hop::new(800).paused(400, 300_000),
+                Hop::new(800).depth(60_000).window(WHOLE.0, WHOLE.1),
+            ],
+        );
+    }
+}
+
+#[test]
+fn a_sustained_queue_that_paused_a_loop_port_before_the_loop_formed_initiated_it() {
+    // Epoch 0: long flows h1 → h9 queue at s2.p(h9) all epoch and pause s1.p(s2) — no loop
+    // yet. Epoch 1: the ring closes; bursts h1 → h2 also contend at the loop port s1.p(s2),
+    // more than the queue outside, while the queue toward h9 lasts. The queue that was
+    // already holding a loop port before the loop's own dependencies existed, and lasted,
+    // started the deadlock: out of loop, although the loop's own contention is larger
+    // (HAWKEYE Table 2: the initiator's PFC spreads into the loop).
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    sustained_from_h1_via_s2_in(&mut builder, 0);
+    ring_flows(&mut builder, 1);
+    bursts_into_the_ring_in(&mut builder, 1);
+    sustained_from_h1_via_s2_in(&mut builder, 1);
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorOutOfLoopFlowContention,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    let toward_h9 = port(builder.topology(), "s2", "h9");
+    assert_eq!(
+        labels(&anomaly.root_cause.ports),
+        vec![format!("s2.p{}", toward_h9.port).as_str()]
+    );
+}
+
 #[test]
 fn normal_flow_contention_without_pfc() {
     let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
