@@ -854,12 +854,7 @@ impl<'a> Context<'a> {
     /// ([`Self::loop_deadlocked_since`]); one under
     /// `min_loop_exit_share` of the weakest loop edge is weak; the rest hold.
     fn loop_exits(&self, members: &[PortRef], member_set: &BTreeSet<PortRef>) -> LoopExits {
-        // The loop's own wait-for edges, member to next member.
-        let cycle: Vec<(PortRef, PortRef)> = members
-            .iter()
-            .copied()
-            .zip(members.iter().copied().cycle().skip(1))
-            .collect();
+        let cycle: Vec<(PortRef, PortRef)> = Self::loop_edges(members).collect();
         let weakest_loop_edge = cycle
             .iter()
             .filter_map(|(from, to)| {
@@ -958,21 +953,39 @@ impl<'a> Context<'a> {
         (since > first_seen).then_some(since)
     }
 
+    /// The loop's own wait-for edges, each member to the next (`members` in cycle order).
+    fn loop_edges(members: &[PortRef]) -> impl Iterator<Item = (PortRef, PortRef)> + '_ {
+        members
+            .iter()
+            .copied()
+            .zip(members.iter().copied().cycle().skip(1))
+    }
+
+    /// The sinks (out-degree 0) the wait-for edges from `starts` reach without re-entering
+    /// the loop.
+    fn sinks_beyond(&self, starts: &[PortRef], member_set: &BTreeSet<PortRef>) -> Vec<PortRef> {
+        self.bfs(starts, &|p| member_set.contains(&p))
+            .into_keys()
+            .filter(|p| self.graph.port_edges(*p).is_empty())
+            .collect()
+    }
+
+    /// Whether `sink`'s PFC is injected or drain-limited rather than caused by queueing.
+    fn injects_pfc(&self, sink: PortRef) -> bool {
+        matches!(
+            self.classify_sink(sink).root.kind,
+            RootCauseKind::HostPfcInjection
+                | RootCauseKind::SwitchPfcInjection
+                | RootCauseKind::SlowReceiver
+        )
+    }
+
     /// Whether the wait-for edges from `start` (not re-entering the loop) end at a port whose
     /// PFC is injected or drain-limited rather than caused by queueing.
     fn leads_to_injection(&self, start: PortRef, member_set: &BTreeSet<PortRef>) -> bool {
-        let beyond = self.bfs(&[start], &|p| member_set.contains(&p));
-        beyond
-            .keys()
-            .filter(|p| self.graph.port_edges(**p).is_empty())
-            .any(|p| {
-                matches!(
-                    self.classify_sink(*p).root.kind,
-                    RootCauseKind::HostPfcInjection
-                        | RootCauseKind::SwitchPfcInjection
-                        | RootCauseKind::SlowReceiver
-                )
-            })
+        self.sinks_beyond(&[start], member_set)
+            .into_iter()
+            .any(|p| self.injects_pfc(p))
     }
 
     /// Evidence for the exits that do not hold the loop, with why: `loop_exit_after_deadlock`
@@ -1021,8 +1034,9 @@ impl<'a> Context<'a> {
     /// initiator a candidate outside the loop. Without exits it is in the loop; with
     /// `loop_contention_check` off, any exit moves it out (l.14 as written), and so does an
     /// exit that held a member before the loop existed toward lasting contention
-    /// ([`Self::sustained_exit_before_loop`]). Otherwise the exits hold the loop unless the loop ports' own contention exceeds that of every sink
-    /// the exits lead to and no such sink injects PFC (evidence `loop_contention_dominates`).
+    /// ([`Self::sustained_exit_before_loop`]). Otherwise the exits hold the loop unless the
+    /// loop ports' own contention exceeds that of every sink the exits lead to and no such
+    /// sink injects PFC (evidence `loop_contention_dominates`).
     fn exits_hold_loop(
         &self,
         members: &[PortRef],
@@ -1061,26 +1075,14 @@ impl<'a> Context<'a> {
             true
         } else {
             let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
-            let beyond = self.bfs(&exit_targets, &|p| member_set.contains(&p));
             let contention = |p: &PortRef| -> f64 {
                 self.contributors(*p)
                     .iter()
                     .map(|f| f.weight.max(0.0))
                     .sum()
             };
-            let sinks: Vec<PortRef> = beyond
-                .keys()
-                .filter(|p| self.graph.port_edges(**p).is_empty())
-                .copied()
-                .collect();
-            let injected = sinks.iter().any(|p| {
-                matches!(
-                    self.classify_sink(*p).root.kind,
-                    RootCauseKind::HostPfcInjection
-                        | RootCauseKind::SwitchPfcInjection
-                        | RootCauseKind::SlowReceiver
-                )
-            });
+            let sinks = self.sinks_beyond(&exit_targets, member_set);
+            let injected = sinks.iter().any(|p| self.injects_pfc(*p));
             let own: f64 = members.iter().map(contention).sum();
             let outside = sinks.iter().map(contention).fold(0.0, f64::max);
             if injected || outside >= own {
@@ -1114,25 +1116,18 @@ impl<'a> Context<'a> {
                 .edge_epochs(from, to)
                 .and_then(|epochs| epochs.first().copied())
         };
-        let loop_first = members
-            .iter()
-            .copied()
-            .zip(members.iter().copied().cycle().skip(1))
+        let loop_first = Self::loop_edges(members)
             .filter_map(|(from, to)| first_epoch(from, to))
             .min()?;
         exits
             .iter()
             .filter(|(from, to, _)| first_epoch(*from, *to).is_some_and(|e| e < loop_first))
             .find(|(_, to, _)| {
-                let beyond = self.bfs(&[*to], &|p| member_set.contains(&p));
-                beyond
-                    .keys()
-                    .filter(|p| self.graph.port_edges(**p).is_empty())
-                    .any(|p| {
-                        let sink = self.classify_sink(*p);
-                        sink.root.kind == RootCauseKind::FlowContention
-                            && sink.root.micro_burst == Some(false)
-                    })
+                self.sinks_beyond(&[*to], member_set).into_iter().any(|p| {
+                    let sink = self.classify_sink(p);
+                    sink.root.kind == RootCauseKind::FlowContention
+                        && sink.root.micro_burst == Some(false)
+                })
             })
             .map(|(from, to, _)| (*from, *to))
     }

@@ -1613,16 +1613,7 @@ fn a_frozen_loop_closes_through_the_branch_of_the_polling_packets_return_by_anot
             reason: TraceFlags::PFC_CAUSALITY,
         }],
     });
-    let diagnose = |reports: Vec<hawkmesh_wire::telemetry::TelemetryReport>| {
-        diagnose_reports(
-            loaded(reports),
-            builder.topology().clone(),
-            victim(),
-            &DiagnoseOptions::default(),
-        )
-        .expect("diagnosis")
-    };
-    let output = diagnose(reports);
+    let output = run_reports(&builder, reports);
     let anomalies = victim_anomalies(&output);
     assert_eq!(anomalies.len(), 1, "{}", render::to_text(&output.diagnosis));
     assert_eq!(
@@ -1636,7 +1627,7 @@ fn a_frozen_loop_closes_through_the_branch_of_the_polling_packets_return_by_anot
     assert_eq!(loop_ports, vec!["s0.p0", "s1.p1", "s2.p1"]);
 
     // The first arrivals alone leave the loop open.
-    let output = diagnose(builder.build_reports().expect("reports"));
+    let output = run(&builder);
     assert!(
         victim_anomalies(&output)
             .iter()

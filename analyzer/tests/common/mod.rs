@@ -16,7 +16,7 @@
 
 use hawkmesh_analyzer::testkit::{port_towards, Hop, IncidentBuilder, TopologyBuilder};
 use hawkmesh_analyzer::{diagnose_reports, loaded, DiagnoseOptions, DiagnosisOutput};
-use hawkmesh_wire::telemetry::FiveTuple;
+use hawkmesh_wire::telemetry::{FiveTuple, TelemetryReport};
 use hawkmesh_wire::topology::{FabricTopology, PortRef};
 
 pub const EPOCH_NS: u64 = 1 << 17;
@@ -97,7 +97,11 @@ pub fn port(topology: &FabricTopology, from: &str, to: &str) -> PortRef {
 }
 
 pub fn run(builder: &IncidentBuilder) -> DiagnosisOutput {
-    let reports = builder.build_reports().expect("reports");
+    run_reports(builder, builder.build_reports().expect("reports"))
+}
+
+/// Diagnoses `reports` (built by `builder`, then edited) on `builder`'s topology.
+pub fn run_reports(builder: &IncidentBuilder, reports: Vec<TelemetryReport>) -> DiagnosisOutput {
     diagnose_reports(
         loaded(reports),
         builder.topology().clone(),
