@@ -7,6 +7,12 @@
 //! CQE timestamps) and by the simulator glue in `hawkmesh-lab` (samples from netsim's host
 //! hook). It is pure and deterministic: time is passed in, nothing is read from a clock.
 
+//!
+//! [`PauseHistory`] tells from the NIC's PFC pause-duration counter whether the sender
+//! itself was held while a sampled packet was in flight.
+
 pub mod detector;
+pub mod pause;
 
 pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
+pub use pause::PauseHistory;

@@ -11,13 +11,15 @@
 //! `stall_ns` has passed).
 //!
 //! A host also reads its NIC's PFC pause-duration counter (`rx_prio{N}_pause_duration` on
-//! ConnectX; netsim's [`RttSample::src_pause`]). When it grew since the flow's previous
-//! sample (or since its work was posted), the sender itself was held by its ToR — the
+//! ConnectX; netsim's [`RttSample::src_pause`]) with every sample of any of its flows. When
+//! it grew while the sampled packet was in flight ([`PauseHistory`]; since the flow's
+//! previous sample when no reading is that old, or since its work was posted), the sender
+//! itself was held by its ToR — the
 //! ToR's buffer for this host waits at a paused egress — and the polling packet carries
 //! the PFC-causality bit from the start (HAWKEYE Table 1 `10`), so the ToR's data plane
 //! follows that pause from the host's port as it does at every later hop.
 
-use hawkmesh_host_agent::{DetectorConfig, PollingTrigger, RttDetector};
+use hawkmesh_host_agent::{DetectorConfig, PauseHistory, PollingTrigger, RttDetector};
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
 use hawkmesh_netsim::time::{Time, NS};
 use hawkmesh_netsim::Simulation;
@@ -44,6 +46,8 @@ pub struct NetsimHostAgents {
     /// Per flow: its NIC's pause-duration counter at its previous sample (or when its
     /// posted work was first seen), ns.
     pause_seen: BTreeMap<FiveTuple, u64>,
+    /// Per sending (host, NIC): its pause-counter readings, one per sample of any flow.
+    pause_history: BTreeMap<(NodeId, u32), PauseHistory>,
 }
 
 impl NetsimHostAgents {
@@ -58,14 +62,25 @@ impl NetsimHostAgents {
             watch_posted: false,
             delivering: Vec::new(),
             pause_seen: BTreeMap::new(),
+            pause_history: BTreeMap::new(),
         }
     }
 
-    /// Records the sending NIC's pause counter for `tuple`; whether it grew since the
-    /// previous reading (the sender was held by PFC in between).
-    fn sender_held(&mut self, tuple: FiveTuple, pause_ns: u64) -> bool {
-        let previous = self.pause_seen.insert(tuple, pause_ns);
-        previous.is_some_and(|p| pause_ns > p)
+    /// Records the sending NIC's pause counter read with `sample`; whether it grew while the
+    /// sampled packet was in flight (the sender was held by PFC), or, without a reading that
+    /// old, since the flow's previous sample.
+    fn sender_held(&mut self, sample: &RttSample) -> bool {
+        let pause_ns = sample.src_pause / NS;
+        let previous = self.pause_seen.insert(sample.tuple, pause_ns);
+        let nic = self
+            .pause_history
+            .entry((sample.host, sample.src_nic))
+            .or_default();
+        let held = nic
+            .grew_since(sample.sent_at / NS, pause_ns)
+            .unwrap_or_else(|| previous.is_some_and(|p| pause_ns > p));
+        nic.record(sample.now / NS, pause_ns);
+        held
     }
 
     /// Watches the flows of `sim` for work posted and never sent (see the module doc).
@@ -207,7 +222,7 @@ impl NetsimHostAgents {
             let rtt_ns = sample.now.saturating_sub(sample.sent_at) / NS;
             detector.observe(sample.tuple, rtt_ns, base, sample.now / NS)
         };
-        let held = self.sender_held(sample.tuple, sample.src_pause / NS);
+        let held = self.sender_held(sample);
         let Some(trigger) = trigger else {
             return;
         };
@@ -275,6 +290,47 @@ mod tests {
             1 | TRACE_PFC_CAUSALITY,
             "victim path and PFC causality"
         );
+    }
+
+    #[test]
+    fn a_packet_held_at_its_nic_counts_though_the_flows_previous_ack_came_after_the_pause() {
+        let mut agents = NetsimHostAgents::new(DetectorConfig::default(), 7);
+        let mut emit = Vec::new();
+        // Another flow of the NIC reads the counter at 10 µs: never paused yet.
+        let mut other = sample(49160);
+        other.sent_at = 9_000 * NS;
+        other.now = 10_000 * NS;
+        agents.on_rtt_sample(&other, &mut emit);
+        // The NIC is paused for 40 µs; this flow's packet sent at 20 µs waits through it. A
+        // quick ACK of the flow at 150 µs already reads the whole pause …
+        let mut early = sample(49152);
+        early.sent_at = 140_000 * NS;
+        early.now = 150_000 * NS;
+        early.src_pause = 40_000 * NS;
+        agents.on_rtt_sample(&early, &mut emit);
+        // … so the held packet's slow ACK at 200 µs sees no growth since the flow's previous
+        // sample; it was held all the same (the counter grew since it was sent).
+        emit.clear();
+        let mut held = sample(49152);
+        held.sent_at = 20_000 * NS;
+        held.now = 200_000 * NS;
+        held.src_pause = 40_000 * NS;
+        agents.on_rtt_sample(&held, &mut emit);
+        assert_eq!(
+            emit.iter().map(trace_flag).collect::<Vec<_>>(),
+            vec![1 | TRACE_PFC_CAUSALITY]
+        );
+        // A packet sent after the pause ended was not held, however slow its ACK.
+        let mut agents_later = NetsimHostAgents::new(DetectorConfig::default(), 7);
+        agents_later.on_rtt_sample(&other, &mut emit);
+        agents_later.on_rtt_sample(&early, &mut emit);
+        emit.clear();
+        let mut later = sample(49153);
+        later.sent_at = 160_000 * NS;
+        later.now = 1_600_000 * NS;
+        later.src_pause = 40_000 * NS;
+        agents_later.on_rtt_sample(&later, &mut emit);
+        assert_eq!(emit.iter().map(trace_flag).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn truth(class: AnomalyClass, expected: &str) -> Truth {
         loop_ports: Vec::new(),
         injector: None,
         anomaly_flows: ["11.0.4.1:49152->11.0.6.1:4791".to_string()].into(),
-        initial_causal: vec![port(19, 0)],
+        roots_end_ns: 1_200_000,
         spreading: Vec::new(),
         realized: true,
         realization: String::new(),
@@ -496,7 +496,6 @@ fn a_storm_hosts_pause_ends_the_chain_however_its_own_nic_is_paused() {
     let topology = line_topology();
     let mut t = truth(AnomalyClass::PfcStorm, "pfc_storm");
     t.root_ports = vec![port(4, 1)];
-    t.initial_causal = vec![port(4, 1)];
     let edge = |time_ns, sender, paused, cause| spread(time_ns, 2_000_000, sender, paused, cause);
     t.spreading = vec![
         // h1 injects PAUSE into tor1.p1 (the storm's origin: it waits for nothing).
@@ -531,7 +530,6 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     // Congestion at tor1.p1 (toward h1); tor1 pauses agg1.p1, agg1 pauses core0.p1, and a
     // branch: core0 pauses agg0.p1 only later.
     t.root_ports = vec![port(4, 1)];
-    t.initial_causal = vec![port(4, 1)];
     // On this line every switch's congested direction is port 1.
     let edge = |time_ns, sender: PortRef, paused| {
         spread(time_ns, time_ns, sender, paused, port(sender.node, 1))
@@ -571,7 +569,7 @@ fn causal_switches_follow_the_spreading_paths_back_from_the_victim() {
     );
     // A second congestion point of the same incast (tor0's uplink) that this victim's chain
     // never reaches is not causal for it.
-    t.initial_causal.push(port(0, 1));
+    t.root_ports.push(port(0, 1));
     assert_eq!(
         t.causal_switches_for(&short, Window::until(1_001_000), &topology)
             .into_iter()
@@ -693,7 +691,7 @@ fn incidents_are_attributed_by_window_and_causal_path() {
         Window::of_sample(1_100_000, 60_000)
     ));
     // Its own flows and the initial congestion ports stay tied to the anomaly throughout.
-    t.initial_causal.push(port(16, 3));
+    t.root_ports.push(port(16, 3));
     assert!(attributed(
         &t,
         &paths,
@@ -965,4 +963,84 @@ fn an_out_of_loop_initiator_that_congested_a_loop_port_may_be_named_in_the_loop(
     // With the initiator's congestion off the loop, no in-loop claim is accepted.
     t.root_ports = vec![port(19, 0)];
     assert_eq!(judge(&t, Some(&at_shared)).verdict, Verdict::WrongType);
+}
+
+#[test]
+fn a_victim_crossing_a_port_the_initiator_congested_long_before_is_not_the_deadlocks() {
+    // An out-of-loop deadlock: an incast congests s19.p0 from 1.0 to 1.2 ms and the loop
+    // s20.p1 ↔ s21.p2 it froze lasts to 2.0 ms. A background victim through s19.p0 at
+    // 1.95 ms met no queue of the incast there (drained 750 µs before) and no PFC of the
+    // anomaly: something else slowed it, so it is not judged against the deadlock.
+    let mut t = truth(
+        AnomalyClass::DeadlockOutOfLoop,
+        "deadlock_initiator_out_of_loop_flow_contention",
+    );
+    t.root_ports = vec![port(19, 0)];
+    t.loop_ports = vec![port(20, 1), port(21, 2)];
+    t.end_ns = 2_000_000;
+    t.roots_end_ns = 1_200_000;
+    let mut paths = BTreeMap::new();
+    paths.insert(
+        "via-root".to_string(),
+        [port(16, 3), port(19, 0)].into_iter().collect(),
+    );
+    paths.insert(
+        "via-loop".to_string(),
+        [port(16, 2), port(20, 1)].into_iter().collect(),
+    );
+    let paths = FlowPaths::from_paths(paths);
+    // While the incast's queue may still be there (its end + 500 µs): attributed.
+    assert!(attributed(&t, &paths, "via-root", Window::until(1_700_000)));
+    // Long after: not, though the deadlock's window is still open …
+    assert!(!attributed(
+        &t,
+        &paths,
+        "via-root",
+        Window::until(1_950_000)
+    ));
+    // … for which a victim crossing the loop still counts.
+    assert!(attributed(&t, &paths, "via-loop", Window::until(1_950_000)));
+    // A port the anomaly's PFC holds paused when the sample flies counts whenever.
+    t.spreading = vec![spread(
+        1_900_000,
+        2_100_000,
+        port(20, 0),
+        port(19, 0),
+        port(20, 1),
+    )];
+    assert!(attributed(&t, &paths, "via-root", Window::until(1_950_000)));
+}
+
+#[test]
+fn a_sender_held_for_the_congested_port_it_crosses_met_contention_there() {
+    // An incast congests tor0.p1 (0,1), and tor0 pauses its host h0's NIC (5,0) for it.
+    let mut t = truth(AnomalyClass::PfcBackpressure, "pfc_backpressure");
+    t.root_ports = vec![port(0, 1)];
+    t.spreading = vec![spread(
+        1_000_100,
+        1_100_000,
+        port(0, 0),
+        port(5, 0),
+        port(0, 1),
+    )];
+    let topo = line_topology();
+    // h0's flow crosses tor0.p1 itself: its NIC held for that port is its contention there.
+    let through_root: BTreeSet<PortRef> = [port(5, 0), port(0, 1), port(1, 1)].into();
+    let exposure = t.exposure(&through_root, Window::until(1_050_000), &topo);
+    assert!(!exposure.paused, "{exposure:?}");
+    let contention = diagnosis(vec![anomaly(
+        "normal_flow_contention",
+        true,
+        &[(0, 1)],
+        None,
+    )]);
+    assert_eq!(
+        judge_victim(&t, exposure, Some(&contention)).verdict,
+        Verdict::Correct
+    );
+    // Held for tor0.p2, a port off its path: head-of-line blocking by PFC, paused.
+    t.spreading[0].cause = port(0, 2);
+    t.root_ports = vec![port(0, 2)];
+    let exposure = t.exposure(&through_root, Window::until(1_050_000), &topo);
+    assert!(exposure.paused, "{exposure:?}");
 }

@@ -11,8 +11,9 @@
 //!   one false positive and one false negative.
 //! - An incident is **attributed** to the anomaly when its polling trigger fell inside the
 //!   anomaly's window (start to end + netsim's 500 µs spreading slack) and its victim is one
-//!   of the anomaly's own flows or crosses one of its causal ports (initial congestion ports,
-//!   loop ports, ports its PFC held paused while the triggering RTT sample was in flight).
+//!   of the anomaly's own flows or crosses one of its causal ports (initial congestion ports
+//!   until the end of what congested them + the slack, loop ports, ports its PFC held paused
+//!   while the triggering RTT sample was in flight).
 //!   Incidents about unrelated background congestion are counted but not judged.
 //! - Root cause: the initial congestion port (backpressure, contention), the injecting host
 //!   or its ToR port (storm), a loop port (in-loop deadlock), the outside initiator's port or
@@ -44,8 +45,11 @@ pub struct Truth {
     pub injector: Option<String>,
     /// 5-tuples of the anomaly's own flows (every non-background flow).
     pub anomaly_flows: BTreeSet<String>,
-    /// Initial ports ∪ loop ports: causal from the start.
-    pub initial_causal: Vec<PortRef>,
+    /// Until when (plus [`SPREAD_SLACK_NS`]) the root ports are causal: the anomaly's end,
+    /// or for an out-of-loop deadlock its initiator's — an incast that drained long ago did
+    /// not slow a later victim that crosses the port it once congested (the loop ports stay
+    /// causal to the deadlock's end, and ports its PFC holds count while held).
+    pub roots_end_ns: u64,
     /// The PFC spreading tree(s), first XOFF per edge.
     pub spreading: Vec<SpreadEdge>,
     /// Whether the simulation produced the anomaly the class calls for.
@@ -123,14 +127,12 @@ impl Truth {
             })
     }
 
-    /// Ports causally tied to the anomaly at `time_ns`: initial and loop ports, and every
-    /// port its PFC had paused by then.
-    pub fn causal_ports_at(&self, time_ns: u64) -> BTreeSet<PortRef> {
-        let mut ports: BTreeSet<PortRef> = self.initial_causal.iter().copied().collect();
-        for edge in self.spreading.iter().filter(|e| e.time_ns <= time_ns) {
-            ports.insert(edge.paused);
-        }
-        ports
+    /// Whether `port` is one of the anomaly's own ports at `time_ns`: a loop port, or a root
+    /// port until [`Truth::roots_end_ns`] + [`SPREAD_SLACK_NS`].
+    pub fn origin_port_at(&self, port: &PortRef, time_ns: u64) -> bool {
+        self.loop_ports.contains(port)
+            || (self.root_ports.contains(port)
+                && time_ns <= self.roots_end_ns.saturating_add(SPREAD_SLACK_NS))
     }
 
     /// Switches causally relevant to a victim triggered in `window` (HAWKEYE Fig. 11): the
@@ -200,7 +202,13 @@ impl Truth {
             .iter()
             .filter(|e| e.time_ns <= window.at_ns && e.until_ns >= window.since_ns)
             .collect();
-        let paused = edges.iter().any(|e| victim_path.contains(&e.paused));
+        // A host's own NIC held by its ToR for an egress the victim then crosses is the
+        // victim's contention at that egress (its packets queue there once released), not
+        // PFC spreading toward it; held for another egress it is (head-of-line blocking).
+        let paused = edges.iter().any(|e| {
+            victim_path.contains(&e.paused)
+                && (is_switch(topology, e.paused.node) || !victim_path.contains(&e.cause))
+        });
         let loop_closed = self.loop_closed(window);
         // Follow what each paused port of the path waited for, port by port, back to the
         // origin; the victim met the deadlock if that chain enters the closed loop.
@@ -241,7 +249,8 @@ impl Truth {
 /// diagnosis may name for it follows (see [`judge_victim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Exposure {
-    /// A port of the victim's path had been paused by the anomaly's PFC.
+    /// A port of the victim's path had been paused by the anomaly's PFC (its own NIC port
+    /// counts only when held for an egress off its path).
     pub paused: bool,
     /// The PAUSE chain from the victim's paused ports (or its path) reaches a loop port.
     pub reaches_loop: bool,
@@ -288,7 +297,7 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
         loop_ports: Vec::new(),
         injector: None,
         anomaly_flows,
-        initial_causal: Vec::new(),
+        roots_end_ns: 0,
         spreading: Vec::new(),
         realized: false,
         realization: String::new(),
@@ -309,6 +318,7 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
             };
             truth.start_ns = a.start_ns;
             truth.end_ns = a.end_ns;
+            truth.roots_end_ns = a.end_ns;
             truth.root_ports = a.initial_ports.clone();
             truth.spreading = a.pfc_spreading.clone();
             if spec.class == AnomalyClass::PfcBackpressure {
@@ -392,6 +402,7 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
             truth.expected_type = "deadlock_initiator_in_loop".into();
             truth.start_ns = a.start_ns;
             truth.end_ns = a.end_ns;
+            truth.roots_end_ns = a.end_ns;
             truth.root_ports = a.loop_ports.clone();
             truth.loop_ports = a.loop_ports.clone();
             truth.spreading = a.pfc_spreading.clone();
@@ -424,6 +435,7 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
             };
             truth.start_ns = a.start_ns;
             truth.end_ns = a.end_ns.max(l.end_ns);
+            truth.roots_end_ns = a.end_ns;
             truth.root_ports = a.initial_ports.clone();
             truth.loop_ports = l.loop_ports.clone();
             truth.spreading = a.pfc_spreading.clone();
@@ -463,14 +475,6 @@ pub fn truth_of(spec: &TraceSpec, sim: &SimResult) -> Truth {
             };
         }
     }
-    truth.initial_causal = truth
-        .root_ports
-        .iter()
-        .chain(truth.loop_ports.iter())
-        .copied()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
     truth
 }
 
@@ -485,6 +489,7 @@ fn host_origin(
     truth.expected_type = expected_type.into();
     truth.start_ns = a.start_ns;
     truth.end_ns = a.end_ns;
+    truth.roots_end_ns = a.end_ns;
     truth.root_ports = a.initial_ports.clone();
     truth.injector = host.clone();
     truth.spreading = a.pfc_spreading.clone();
@@ -915,7 +920,7 @@ pub fn attributed(truth: &Truth, paths: &FlowPaths, victim: &str, window: Window
         return false;
     };
     ports.iter().any(|p| {
-        truth.initial_causal.contains(p)
+        truth.origin_port_at(p, window.at_ns)
             || truth.spreading.iter().any(|e| {
                 e.paused == *p && e.time_ns <= window.at_ns && e.until_ns >= window.since_ns
             })
