@@ -22,6 +22,8 @@ pub enum Counter {
     DiagnosisFailures,
     /// Store records that could not be replayed on start.
     ReplaySkipped,
+    /// Incidents dropped by the retention policy (age or store size).
+    IncidentsDropped,
     /// Internal failures: a poisoned incident set, a panicked task, a server that stopped
     /// with an error.
     InternalErrors,
@@ -37,6 +39,7 @@ pub struct Counters {
     store_failures: AtomicU64,
     diagnosis_failures: AtomicU64,
     replay_skipped: AtomicU64,
+    incidents_dropped: AtomicU64,
     internal_errors: AtomicU64,
 }
 
@@ -57,6 +60,8 @@ pub struct CounterSnapshot {
     pub diagnosis_failures: u64,
     /// See [`Counter::ReplaySkipped`].
     pub replay_skipped: u64,
+    /// See [`Counter::IncidentsDropped`].
+    pub incidents_dropped: u64,
     /// See [`Counter::InternalErrors`].
     pub internal_errors: u64,
 }
@@ -71,6 +76,7 @@ impl Counters {
             Counter::StoreFailures => &self.store_failures,
             Counter::DiagnosisFailures => &self.diagnosis_failures,
             Counter::ReplaySkipped => &self.replay_skipped,
+            Counter::IncidentsDropped => &self.incidents_dropped,
             Counter::InternalErrors => &self.internal_errors,
         }
     }
@@ -95,6 +101,7 @@ impl Counters {
             store_failures: self.get(Counter::StoreFailures),
             diagnosis_failures: self.get(Counter::DiagnosisFailures),
             replay_skipped: self.get(Counter::ReplaySkipped),
+            incidents_dropped: self.get(Counter::IncidentsDropped),
             internal_errors: self.get(Counter::InternalErrors),
         }
     }

@@ -18,9 +18,9 @@
 //! (the incident reads as collecting until its result is installed).
 
 use crate::counters::{Counter, Counters};
-use crate::store::{from_hex, to_hex, Record, Replay, Store, StoreError};
+use crate::store::{from_hex, to_hex, Record, Replay, Store, StoreError, Stored};
 use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
-use hawkmesh_wire::telemetry::{decode_reports, ChunkHeader, ChunkHeaderRepr, TelemetryReport};
+use hawkmesh_wire::telemetry::{check_chunk, decode_reports, ChunkHeaderRepr, TelemetryReport};
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortRef};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,6 +84,44 @@ struct Incident {
     diagnosis_html: Option<String>,
     diagnosis_text: Option<String>,
     verdict: Option<String>,
+    /// When its first record was stored, ms since the Unix epoch (retention by age).
+    stored_at_ms: u64,
+    /// Bytes its records take in the log (retention by size).
+    stored_bytes: u64,
+}
+
+/// How long and how much the store keeps. Incidents are dropped whole, oldest first; one
+/// still collecting reports is dropped only by age.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Incidents first stored longer ago than this are dropped.
+    pub max_age: Duration,
+    /// When the log grows beyond this many bytes, the oldest concluded incidents are
+    /// dropped until it is under three quarters of it.
+    pub max_bytes: u64,
+}
+
+impl Default for Retention {
+    /// 30 days, 1 GiB.
+    fn default() -> Self {
+        Retention {
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// What the store repaired when it was opened (see [`crate::store::Replay`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// A torn last record was cut off.
+    pub torn_tail: bool,
+    /// Damaged records skipped (line numbers of the log as found).
+    pub damaged_lines: Vec<usize>,
+    /// Where the damaged original was kept.
+    pub quarantined: Option<std::path::PathBuf>,
+    /// Stored chunks that no longer decode, skipped.
+    pub skipped_chunks: usize,
 }
 
 /// What happened to a submitted chunk.
@@ -205,23 +243,10 @@ impl PendingDiagnosis {
     }
 }
 
-/// Checks a chunk's header and that its length matches the payload length it declares.
+/// Checks a chunk's header, that its length matches the one its header announces, and its
+/// checksum (format 5 on).
 fn parse_header(bytes: &[u8]) -> Result<ChunkHeaderRepr, IncidentError> {
-    let bad =
-        |e: hawkmesh_wire::telemetry::TelemetryWireError| IncidentError::BadChunk(e.to_string());
-    let header =
-        ChunkHeaderRepr::parse(&ChunkHeader::new_checked(bytes).map_err(bad)?, 0).map_err(bad)?;
-    let expected = ChunkHeader::<&[u8]>::LEN + header.payload_len as usize;
-    if bytes.len() != expected {
-        return Err(IncidentError::BadChunk(format!(
-            "chunk of switch {} event {} index {} is {} bytes, its header announces {expected}",
-            header.switch,
-            header.event_id,
-            header.chunk_index,
-            bytes.len()
-        )));
-    }
-    Ok(header)
+    check_chunk(bytes).map_err(|e| IncidentError::BadChunk(e.to_string()))
 }
 
 /// Every incident the analyzer knows, backed by the store.
@@ -233,8 +258,9 @@ pub struct IncidentSet {
     store: Store,
     incidents: BTreeMap<u64, Incident>,
     counters: Arc<Counters>,
-    /// Replay found a torn last record.
-    pub recovered_torn_tail: bool,
+    /// What opening the store repaired.
+    pub recovery: Recovery,
+    retention: Retention,
     /// Tests pause diagnoses here.
     #[cfg(test)]
     pub(crate) diagnosis_gate: Option<crate::gate::Gate>,
@@ -248,7 +274,16 @@ impl IncidentSet {
         options: DiagnoseOptions,
         timeout: Duration,
     ) -> Result<IncidentSet, IncidentError> {
-        let (store, Replay { records, torn_tail }) = Store::open(data_dir)?;
+        let (store, replay) = Store::open(data_dir)?;
+        if let Some(summary) = replay.repair_summary() {
+            tracing::warn!(dir = %data_dir.display(), "store repaired on open: {summary}");
+        }
+        let Replay {
+            records,
+            torn_tail,
+            damaged,
+            quarantined,
+        } = replay;
         let mut set = IncidentSet {
             topology,
             options,
@@ -256,33 +291,42 @@ impl IncidentSet {
             store,
             incidents: BTreeMap::new(),
             counters: Arc::new(Counters::default()),
-            recovered_torn_tail: torn_tail,
+            recovery: Recovery {
+                torn_tail,
+                damaged_lines: damaged.iter().map(|d| d.line).collect(),
+                quarantined,
+                skipped_chunks: 0,
+            },
+            retention: Retention::default(),
             #[cfg(test)]
             diagnosis_gate: None,
         };
-        if torn_tail {
-            tracing::warn!(
-                dir = %data_dir.display(),
-                "the store's last record was cut short (the service stopped while writing \
-                 it; it was never acknowledged) and was cut off"
-            );
+        for _ in &damaged {
+            set.counters.bump(Counter::ReplaySkipped);
         }
         let now = Instant::now();
         let mut timed_out = Vec::new();
-        for (index, record) in records.into_iter().enumerate() {
+        for (index, Stored { at_ms, record }) in records.into_iter().enumerate() {
+            let bytes_in_log = Store::framed_len(at_ms, &record);
             match record {
                 Record::Chunk { hex } => {
                     // Stored chunks were validated when received: one that does not decode
                     // now is damage (or a different version); skip it, but say so.
                     let filed = from_hex(&hex)
                         .map_err(IncidentError::BadChunk)
-                        .and_then(|bytes| set.insert_chunk(bytes, now));
+                        .and_then(|bytes| set.insert_chunk(bytes, now, at_ms, bytes_in_log));
                     if let Err(error) = filed {
                         set.counters.bump(Counter::ReplaySkipped);
+                        set.recovery.skipped_chunks += 1;
                         tracing::warn!(record = index + 1, %error, "stored chunk skipped on replay");
                     }
                 }
-                Record::TimedOut { event_id } => timed_out.push(event_id),
+                Record::TimedOut { event_id } => {
+                    if let Some(incident) = set.incidents.get_mut(&event_id) {
+                        incident.stored_bytes += bytes_in_log;
+                    }
+                    timed_out.push(event_id);
+                }
             }
         }
         for event_id in timed_out {
@@ -366,24 +410,45 @@ impl IncidentSet {
             )));
         }
         let key = (header.switch, header.chunk_index);
-        if self
+        if let Some(stored) = self
             .incidents
             .get(&header.event_id)
-            .is_some_and(|i| i.chunks.contains_key(&key))
+            .and_then(|i| i.chunks.get(&key))
         {
-            return Ok((Accepted::Duplicate, None));
+            // A resend carries the same bytes; other bytes under the same key are a
+            // conflict, refused loudly (the first copy stays: which one is true cannot be
+            // told from here).
+            if *stored == bytes {
+                return Ok((Accepted::Duplicate, None));
+            }
+            return Err(IncidentError::BadChunk(format!(
+                "chunk {} of switch {} for event {} conflicts with the copy already stored \
+                 (same switch, event and index, other contents); refused",
+                header.chunk_index, header.switch, header.event_id
+            )));
         }
-        self.store.append(&Record::Chunk {
+        let record = Record::Chunk {
             hex: to_hex(&bytes),
-        })?;
+        };
+        let at_ms = self.store.append(&record)?;
         let event_id = header.event_id;
-        self.insert_chunk(bytes, now)?;
+        self.insert_chunk(bytes, now, at_ms, Store::framed_len(at_ms, &record))?;
         Ok((Accepted::New, self.try_complete(event_id)))
     }
 
-    fn insert_chunk(&mut self, bytes: Vec<u8>, now: Instant) -> Result<(), IncidentError> {
+    fn insert_chunk(
+        &mut self,
+        bytes: Vec<u8>,
+        now: Instant,
+        at_ms: u64,
+        bytes_in_log: u64,
+    ) -> Result<(), IncidentError> {
         let header = parse_header(&bytes)?;
         let incident = self.incidents.entry(header.event_id).or_default();
+        if incident.chunks.is_empty() && incident.state.is_none() {
+            incident.stored_at_ms = at_ms;
+        }
+        incident.stored_bytes += bytes_in_log;
         incident.last_activity = Some(now);
         if incident.state.is_none() {
             incident.state = Some(IncidentState::Collecting);
@@ -545,9 +610,15 @@ impl IncidentSet {
             .map(|(id, _)| *id)
             .collect();
         for event_id in &due {
-            let stored = self.store.append(&Record::TimedOut {
+            let record = Record::TimedOut {
                 event_id: *event_id,
-            });
+            };
+            let stored = self.store.append(&record);
+            if let Ok(at_ms) = stored {
+                if let Some(incident) = self.incidents.get_mut(event_id) {
+                    incident.stored_bytes += Store::framed_len(at_ms, &record);
+                }
+            }
             if let Err(error) = stored {
                 self.counters.bump(Counter::StoreFailures);
                 tracing::error!(
@@ -563,6 +634,93 @@ impl IncidentSet {
             }
         }
         Ok(due)
+    }
+
+    /// Sets how long and how much the store keeps (applied by [`IncidentSet::retain`]).
+    pub fn set_retention(&mut self, retention: Retention) {
+        self.retention = retention;
+    }
+
+    /// Bytes in the store's log.
+    pub fn store_len(&self) -> u64 {
+        self.store.len()
+    }
+
+    /// Applies the retention policy at wall-clock `now_ms` (ms since the Unix epoch): drops
+    /// incidents first stored before `now_ms − max_age`, then, while the log is larger than
+    /// `max_bytes`, the oldest concluded incidents until it is under three quarters of it,
+    /// and rewrites the log without them (atomically: on failure nothing is dropped).
+    /// Returns the event ids dropped. An incident whose diagnosis is running is kept.
+    pub fn retain(&mut self, now_ms: u64) -> Result<Vec<u64>, IncidentError> {
+        let Retention { max_age, max_bytes } = self.retention;
+        let cutoff = now_ms.saturating_sub(max_age.as_millis() as u64);
+        let mut drop: BTreeSet<u64> = self
+            .incidents
+            .iter()
+            .filter(|(_, i)| !i.diagnosing && i.stored_at_ms < cutoff)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut live: u64 = self
+            .incidents
+            .iter()
+            .filter(|(id, _)| !drop.contains(id))
+            .map(|(_, i)| i.stored_bytes)
+            .sum();
+        if self.store.len() > max_bytes || live > max_bytes {
+            let target = max_bytes / 4 * 3;
+            let mut oldest: Vec<(u64, u64)> = self
+                .incidents
+                .iter()
+                .filter(|(id, i)| {
+                    !drop.contains(id)
+                        && !i.diagnosing
+                        && i.state.is_some_and(|s| s != IncidentState::Collecting)
+                })
+                .map(|(id, i)| (i.stored_at_ms, *id))
+                .collect();
+            oldest.sort_unstable();
+            for (_, id) in oldest {
+                if live <= target {
+                    break;
+                }
+                live -= self.incidents[&id].stored_bytes;
+                drop.insert(id);
+            }
+        }
+        // Nothing to drop and little garbage: leave the log alone.
+        if drop.is_empty() && self.store.len() <= max_bytes {
+            return Ok(Vec::new());
+        }
+        let mut records: Vec<(u64, Record)> = Vec::new();
+        for (id, incident) in &self.incidents {
+            if drop.contains(id) {
+                continue;
+            }
+            for bytes in incident.chunks.values() {
+                records.push((incident.stored_at_ms, Record::Chunk { hex: to_hex(bytes) }));
+            }
+            if incident.state == Some(IncidentState::TimedOut) {
+                records.push((incident.stored_at_ms, Record::TimedOut { event_id: *id }));
+            }
+        }
+        if let Err(error) = self.store.rewrite(records.iter().map(|(at, r)| (*at, r))) {
+            self.counters.bump(Counter::StoreFailures);
+            tracing::error!(%error, "compacting the store failed; nothing was dropped");
+            return Err(error.into());
+        }
+        for id in &drop {
+            self.incidents.remove(id);
+            self.counters.bump(Counter::IncidentsDropped);
+        }
+        if !drop.is_empty() {
+            tracing::info!(
+                dropped = drop.len(),
+                kept = self.incidents.len(),
+                log_bytes = self.store.len(),
+                "retention: old incidents dropped, store compacted"
+            );
+        }
+        Ok(drop.into_iter().collect())
     }
 
     /// Summary of one incident.

@@ -49,6 +49,8 @@ pub struct ServerConfig {
     pub incident_timeout: Duration,
     /// Diagnosis tunables.
     pub options: DiagnoseOptions,
+    /// How long and how much the store keeps (checked about once a second).
+    pub retention: incidents::Retention,
 }
 
 /// Why the service could not start.
@@ -122,6 +124,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         config.options.clone(),
         config.incident_timeout,
     )?;
+    let mut set = set;
+    set.set_retention(config.retention);
     let counters = set.counters().clone();
     let known = set.list().len();
     let incidents = Arc::new(Mutex::new(set));
@@ -189,6 +193,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let stop = stop_requested(rx);
         tokio::pin!(stop);
+        let mut retained_at: Option<std::time::Instant> = None;
         loop {
             tokio::select! {
                 () = &mut stop => break,
@@ -199,6 +204,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
                         if !expired.is_empty() {
                             tracing::debug!(?expired, "incidents timed out");
                         }
+                    }
+                    // Retention about once a second (a compaction failure is logged and
+                    // counted; the next pass tries again).
+                    if retained_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        retained_at = Some(std::time::Instant::now());
+                        let _ = sweeper.retain().await;
                     }
                 }
             }

@@ -107,6 +107,12 @@ impl Shared {
         .await
     }
 
+    /// Applies the retention policy now, on the blocking pool.
+    pub(crate) async fn retain(&self) -> Result<Result<Vec<u64>, IncidentError>, InternalError> {
+        self.blocking(|shared| Ok(shared.lock()?.retain(crate::store::now_ms())))
+            .await
+    }
+
     /// Concludes the incidents whose timeout passed, on the blocking pool. Their diagnoses
     /// run under the lock (as [`IncidentSet::expire`] does for every caller), so whoever
     /// locks the set next sees them concluded.

@@ -59,6 +59,7 @@ async fn serve(dir: &Path, topology: &FabricTopology) -> RunningServer {
         topology: topology.clone(),
         incident_timeout: Duration::from_secs(60),
         options: DiagnoseOptions::default(),
+        retention: crate::incidents::Retention::default(),
     })
     .await
     .unwrap()
@@ -407,4 +408,188 @@ fn a_stored_chunk_that_does_not_decode_is_skipped_counted_and_logged() {
     assert_eq!(set.summary(EVENT).unwrap().chunks, 1);
     assert!(events.has(tracing::Level::WARN, "skipped on replay"));
     remove(&dir);
+}
+
+fn open_set(dir: &Path, topology: &FabricTopology) -> IncidentSet {
+    IncidentSet::open(
+        dir,
+        topology.clone(),
+        DiagnoseOptions::default(),
+        Duration::from_secs(60),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_resend_with_other_contents_is_refused_and_the_first_copy_kept() {
+    let (topology, reports) = storm(EVENT);
+    let dir = data_dir("conflict");
+    let mut set = open_set(&dir, &topology);
+    let first = chunks(&reports).remove(0);
+    assert!(matches!(
+        set.accept(first.clone(), Instant::now()),
+        Ok(crate::incidents::Accepted::New)
+    ));
+    // The same bytes again: a harmless resend.
+    assert!(matches!(
+        set.accept(first.clone(), Instant::now()),
+        Ok(crate::incidents::Accepted::Duplicate)
+    ));
+    // Same switch, event and index, other contents (checksum recomputed, so only the
+    // conflict can refuse it): refused, loudly, and not stored.
+    let mut other = reports[0].clone();
+    other.epochs[0].ports[0].packet_count += 1;
+    let forged = other.to_chunks(200).unwrap().remove(0);
+    assert_ne!(forged, first);
+    let error = set.accept(forged, Instant::now()).unwrap_err();
+    assert!(error.to_string().contains("conflicts"), "{error}");
+    assert_eq!(set.counters().get(Counter::ChunksRejected), 1);
+    drop(set);
+    let set = open_set(&dir, &topology);
+    assert_eq!(
+        set.summary(EVENT).unwrap().chunks,
+        1,
+        "the first copy stays"
+    );
+    remove(&dir);
+}
+
+#[test]
+fn retention_drops_old_and_excess_incidents_and_compacts_the_log() {
+    let (topology, _) = storm(1);
+    let dir = data_dir("retention");
+    let mut set = open_set(&dir, &topology);
+    // Twenty complete incidents.
+    for event in 1..=20u64 {
+        let (_, reports) = storm(event);
+        for chunk in chunks(&reports) {
+            set.accept(chunk, Instant::now()).unwrap();
+        }
+        assert_eq!(set.summary(event).unwrap().state, IncidentState::Complete);
+    }
+    let full = set.store_len();
+    let per_incident = full / 20;
+    // Size: at most about ten incidents' worth; the oldest go first, down to 3/4 of it.
+    set.set_retention(crate::incidents::Retention {
+        max_age: Duration::from_secs(3600),
+        max_bytes: per_incident * 10,
+    });
+    let now = crate::store::now_ms();
+    let dropped = set.retain(now).unwrap();
+    assert!(!dropped.is_empty());
+    assert_eq!(
+        dropped,
+        (1..=dropped.len() as u64).collect::<Vec<_>>(),
+        "oldest first"
+    );
+    assert!(set.store_len() <= per_incident * 10 / 4 * 3 + per_incident);
+    assert!(set.summary(1).is_none() && set.summary(20).is_some());
+    assert_eq!(
+        set.counters().get(Counter::IncidentsDropped),
+        dropped.len() as u64
+    );
+    let kept = set.list().len();
+    // The compacted log replays to the same incidents.
+    drop(set);
+    let mut set = open_set(&dir, &topology);
+    assert_eq!(set.list().len(), kept);
+    assert!(set
+        .list()
+        .iter()
+        .all(|i| i.state == IncidentState::Complete));
+    // Age: everything is older than a day, a day from now.
+    set.set_retention(crate::incidents::Retention {
+        max_age: Duration::from_secs(86_400),
+        max_bytes: 1 << 30,
+    });
+    assert!(
+        set.retain(now).unwrap().is_empty(),
+        "nothing is a day old yet"
+    );
+    let dropped = set.retain(now + 86_400_001).unwrap();
+    assert_eq!(dropped.len(), kept);
+    assert!(set.list().is_empty());
+    assert_eq!(set.store_len(), 0);
+    remove(&dir);
+}
+
+/// A tmpfs of `kib` KiB mounted at a fresh directory, unmounted on drop. Needs root (as CI
+/// runs); `HAWKMESH_NO_TMPFS=1` skips the tests that need one, saying so.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(name: &str, kib: u32) -> Option<Tmpfs> {
+        if std::env::var_os("HAWKMESH_NO_TMPFS").is_some() {
+            eprintln!("HAWKMESH_NO_TMPFS is set: skipping the full-disk test {name}");
+            return None;
+        }
+        let dir = data_dir(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .expect("running mount");
+        assert!(
+            status.success(),
+            "mounting a {kib} KiB tmpfs at {} failed ({status}): the full-disk tests need root \
+             (set HAWKMESH_NO_TMPFS=1 to skip them)",
+            dir.display()
+        );
+        Some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_chunks_without_damaging_the_store_and_service_resumes_when_freed() {
+    let Some(disk) = Tmpfs::mount("enospc", 64) else {
+        return;
+    };
+    let (topology, _) = storm(1);
+    let data = disk.0.join("store");
+    let filler = disk.0.join("filler");
+    let mut set = open_set(&data, &topology);
+    // Fill most of the disk with another file, then accept until the disk is full.
+    std::fs::write(&filler, vec![0u8; 40 * 1024]).unwrap();
+    let mut acknowledged: Vec<Vec<u8>> = Vec::new();
+    let mut refused = 0;
+    'fill: for event in 1..=200u64 {
+        let (_, reports) = storm(event);
+        for chunk in chunks(&reports) {
+            match set.accept(chunk.clone(), Instant::now()) {
+                Ok(_) => acknowledged.push(chunk),
+                Err(IncidentError::Store(_)) => {
+                    refused += 1;
+                    if refused == 5 {
+                        break 'fill;
+                    }
+                }
+                Err(other) => panic!("unexpected: {other}"),
+            }
+        }
+    }
+    assert!(refused > 0, "the disk never filled");
+    assert!(!acknowledged.is_empty());
+    assert!(set.counters().get(Counter::StoreFailures) >= refused);
+    // Space is freed; the service goes on appending where it stopped.
+    std::fs::remove_file(&filler).unwrap();
+    let (_, reports) = storm(1000);
+    for chunk in chunks(&reports) {
+        set.accept(chunk.clone(), Instant::now()).unwrap();
+        acknowledged.push(chunk);
+    }
+    drop(set);
+    // Restart: nothing to repair, every acknowledged chunk is there.
+    let set = open_set(&data, &topology);
+    assert_eq!(set.recovery, crate::incidents::Recovery::default());
+    let stored: usize = set.list().iter().map(|i| i.chunks).sum();
+    assert_eq!(stored, acknowledged.len());
+    assert_eq!(set.summary(1000).unwrap().state, IncidentState::Complete);
 }

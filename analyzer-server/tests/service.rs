@@ -47,6 +47,7 @@ async fn serve(dir: &Path, topology: &FabricTopology, timeout_ms: u64) -> Runnin
         topology: topology.clone(),
         incident_timeout: Duration::from_millis(timeout_ms),
         options: DiagnoseOptions::default(),
+        retention: hawkmesh_analyzer_server::incidents::Retention::default(),
     })
     .await
     .unwrap()

@@ -49,8 +49,34 @@ pub enum AnalyzerError {
         /// The path searched.
         path: PathBuf,
     },
+    /// Reports of several polling events were given for one diagnosis.
+    #[error("the reports belong to different polling events: {events}; an incident is the reports of one event (pass the files of one event)")]
+    MixedEvents {
+        /// Each event id with the first file naming it.
+        events: String,
+    },
+    /// One switch reported twice for the event with different contents.
+    #[error("switch {switch} reported event {event_id} twice with different contents ({first} and {second}); which one is true cannot be told")]
+    ConflictingReports {
+        /// The switch.
+        switch: NodeId,
+        /// The event.
+        event_id: u64,
+        /// The first report's source.
+        first: String,
+        /// The conflicting one's.
+        second: String,
+    },
+    /// The victim is not a flow of this fabric.
+    #[error("victim {victim} is not a flow of this fabric: {reason}")]
+    UnknownVictim {
+        /// The victim.
+        victim: hawkmesh_wire::telemetry::FiveTuple,
+        /// Why.
+        reason: String,
+    },
     /// A report has a format version this build does not read.
-    #[error("{source_name}: report of switch {switch} has format version {version}; this build reads versions 2 and 3")]
+    #[error("{source_name}: report of switch {switch} has format version {version}; this build reads versions {} to {}", hawkmesh_wire::telemetry::TELEMETRY_MIN_FORMAT_VERSION, hawkmesh_wire::telemetry::TELEMETRY_FORMAT_VERSION)]
     UnsupportedVersion {
         /// File (and report index) the report came from.
         source_name: String,

@@ -132,6 +132,64 @@ pub fn load_reports(path: &Path) -> Result<Vec<LoadedReport>, AnalyzerError> {
     Ok(out)
 }
 
+/// The reports of one polling event (HAWKEYE §3.4: an incident is what one polling
+/// packet collected). Reports of several events are refused, naming them; a switch that
+/// reported twice is kept once when both copies are identical (a resend) and refused when
+/// they differ (which one is true cannot be told).
+fn one_event(
+    reports: Vec<LoadedReport>,
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<LoadedReport>, AnalyzerError> {
+    let mut events: BTreeMap<u64, &str> = BTreeMap::new();
+    for loaded in &reports {
+        events
+            .entry(loaded.report.event_id)
+            .or_insert(&loaded.source_name);
+    }
+    if events.len() > 1 {
+        return Err(AnalyzerError::MixedEvents {
+            events: events
+                .iter()
+                .map(|(event, source)| format!("{event} ({source})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let mut kept: Vec<LoadedReport> = Vec::with_capacity(reports.len());
+    let mut by_switch: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for loaded in reports {
+        match by_switch.get(&loaded.report.switch) {
+            None => {
+                by_switch.insert(loaded.report.switch, kept.len());
+                kept.push(loaded);
+            }
+            Some(&first) if kept[first].report == loaded.report => {
+                findings.push(Finding {
+                    severity: Severity::Info,
+                    code: "duplicate_report".into(),
+                    message: format!(
+                        "{}: the same report of switch {} as {}; read once",
+                        loaded.source_name, loaded.report.switch, kept[first].source_name
+                    ),
+                });
+            }
+            Some(&first) => {
+                return Err(AnalyzerError::ConflictingReports {
+                    switch: loaded.report.switch,
+                    event_id: loaded.report.event_id,
+                    first: kept[first].source_name.clone(),
+                    second: loaded.source_name,
+                })
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// The deepest queue a record may report per packet: 1 GiB, beyond any switch's buffer
+/// (Tofino 2: 64 MB). A queue-depth sum above packets × this is damage.
+pub const MAX_QUEUE_BYTES: u64 = 1 << 30;
+
 /// A flow's records at one port in one epoch, eviction digests included.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowAgg {
@@ -311,10 +369,11 @@ impl Incident {
                 });
             }
         }
+        let reports = one_event(reports, &mut incident.findings)?;
+        incident.check_victim(&reports)?;
         let mut events = BTreeSet::new();
-        let mut epoch_owner: BTreeMap<(NodeId, u64), (String, u64)> = BTreeMap::new();
         for loaded in reports {
-            incident.add_report(loaded, &mut events, &mut epoch_owner)?;
+            incident.add_report(loaded, &mut events)?;
         }
         incident.event_ids = events.into_iter().collect();
         let all: BTreeSet<u64> = incident
@@ -327,6 +386,77 @@ impl Incident {
         incident.findings.sort();
         incident.findings.dedup();
         Ok(incident)
+    }
+
+    /// The victim must be a flow of this fabric: its addresses those of hosts of the
+    /// topology, or (a topology without addresses) a flow some report names. A 5-tuple
+    /// found nowhere is a typo, and "not affected" would be a wrong answer to it.
+    fn check_victim(&self, reports: &[LoadedReport]) -> Result<(), AnalyzerError> {
+        let victim = self.victim;
+        let addressed = self
+            .topology
+            .nodes
+            .iter()
+            .any(|n| n.kind == NodeKind::Host && n.ipv4.is_some());
+        if addressed {
+            let missing: Vec<String> = [("source", victim.src_ip), ("destination", victim.dst_ip)]
+                .into_iter()
+                .filter(|(_, ip)| self.topology.host_by_nic_ipv4(*ip).is_none())
+                .map(|(end, ip)| format!("{end} {}", std::net::Ipv4Addr::from(ip)))
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            return Err(AnalyzerError::UnknownVictim {
+                victim,
+                reason: format!(
+                    "no host of the topology has the {} address",
+                    missing.join(" or the ")
+                ),
+            });
+        }
+        let named = reports.iter().any(|loaded| {
+            let report = &loaded.report;
+            std::iter::once(&report.polling)
+                .chain(&report.more_polling)
+                .any(|p| p.victim == victim)
+                || report
+                    .epochs
+                    .iter()
+                    .any(|e| e.flows.iter().any(|f| f.flow == victim))
+        });
+        if named {
+            Ok(())
+        } else {
+            Err(AnalyzerError::UnknownVictim {
+                victim,
+                reason: "the topology has no host addresses and no report names this flow".into(),
+            })
+        }
+    }
+
+    /// The most packets one record of `switch` can count in an epoch: every link of the
+    /// switch delivering minimum-size frames (64 B + 20 B of preamble and gap, IEEE 802.3)
+    /// into one egress for the whole epoch, twice over for timestamp jitter at the epoch
+    /// edges. A count above it is damage, not traffic.
+    fn packet_limit(&self, switch: NodeId) -> u64 {
+        let gbps: f64 = self
+            .switch_ports(switch)
+            .into_iter()
+            .filter_map(|port| self.peer(PortRef { node: switch, port }))
+            .map(|(_, gbps)| gbps)
+            .sum();
+        let bits = gbps * self.epoch_ns as f64;
+        (bits / (8.0 * 84.0)).ceil() as u64 * 2 + 64
+    }
+
+    /// The most bytes one ingress port's link can bring in an epoch (twice over, plus a few
+    /// jumbo frames straddling the edges).
+    fn byte_limit(&self, switch: NodeId, port: PortNo) -> u64 {
+        let gbps = self
+            .peer(PortRef { node: switch, port })
+            .map_or(0.0, |(_, gbps)| gbps);
+        (gbps * self.epoch_ns as f64 / 8.0).ceil() as u64 * 2 + 4 * 9216
     }
 
     fn unknown_port(
@@ -369,7 +499,6 @@ impl Incident {
         &mut self,
         loaded: LoadedReport,
         events: &mut BTreeSet<u64>,
-        epoch_owner: &mut BTreeMap<(NodeId, u64), (String, u64)>,
     ) -> Result<(), AnalyzerError> {
         let LoadedReport {
             source_name,
@@ -509,40 +638,9 @@ impl Incident {
                     ),
                 });
             }
-            let key = (switch, start_ns);
-            match entry.epochs.get(&start_ns) {
-                None => {
-                    entry.epochs.insert(start_ns, data);
-                    epoch_owner.insert(key, (source_name.clone(), report.event_id));
-                }
-                Some(existing) => {
-                    let (other_source, _) = epoch_owner
-                        .get(&key)
-                        .cloned()
-                        .unwrap_or_else(|| ("?".into(), 0));
-                    let same = existing.ports == data.ports
-                        && existing.meters == data.meters
-                        && existing.flows == data.flows;
-                    if !same {
-                        let packets = |d: &EpochData| -> u64 {
-                            d.ports.values().map(|p| u64::from(p.packet_count)).sum()
-                        };
-                        let keep_new = packets(&data) > packets(existing);
-                        self.findings.push(Finding {
-                            severity: Severity::Warning,
-                            code: "epoch_reported_twice".into(),
-                            message: format!(
-                                "{name}: the epoch starting at {start_ns} ns is reported by {other_source} and {source_name} with different contents; kept the copy with more packets ({})",
-                                if keep_new { &source_name } else { &other_source }
-                            ),
-                        });
-                        if keep_new {
-                            entry.epochs.insert(start_ns, data);
-                            epoch_owner.insert(key, (source_name.clone(), report.event_id));
-                        }
-                    }
-                }
-            }
+            // One report per switch (`one_event`), epochs strictly increasing within it:
+            // each (switch, epoch) arrives once.
+            entry.epochs.insert(start_ns, data);
         }
         Ok(())
     }
@@ -571,10 +669,36 @@ impl Incident {
             lost_evictions: epoch.lost_evictions,
             ..EpochData::default()
         };
+        let packet_limit = self.packet_limit(switch);
+        let implausible = |what: String, count: u64, limit: u64| {
+            inconsistent(format!(
+                "{what} counts {count} packets, more than the switch's links can carry in an epoch of {} ns (at most {limit} minimum-size frames); the record is damaged",
+                self.epoch_ns
+            ))
+        };
         for port in &epoch.ports {
             self.check_port(source_name, switch, port.port, || {
                 format!("port record of epoch {epoch_id}")
             })?;
+            if u64::from(port.packet_count) > packet_limit {
+                return Err(implausible(
+                    format!("port {}", port.port),
+                    port.packet_count.into(),
+                    packet_limit,
+                ));
+            }
+            if port.queue_depth_sum_bytes > u64::from(port.packet_count) * MAX_QUEUE_BYTES
+                || port.unpaused_queue_depth_sum_bytes > port.queue_depth_sum_bytes
+            {
+                return Err(inconsistent(format!(
+                    "port {} has queue-depth sums {} B (all) and {} B (non-paused) over {} packets: beyond {} B per packet, or the part above the whole",
+                    port.port,
+                    port.queue_depth_sum_bytes,
+                    port.unpaused_queue_depth_sum_bytes,
+                    port.packet_count,
+                    MAX_QUEUE_BYTES
+                )));
+            }
             if port.paused_packet_count > port.packet_count {
                 return Err(inconsistent(format!(
                     "port {} has {} paused packets but only {} packets",
@@ -600,6 +724,13 @@ impl Incident {
             self.check_port(source_name, switch, meter.egress_port, || {
                 format!("meter row (egress) of epoch {epoch_id}")
             })?;
+            let limit = self.byte_limit(switch, meter.ingress_port);
+            if meter.bytes > limit {
+                return Err(inconsistent(format!(
+                    "meter row {}→{} counts {} bytes, more than port {}'s link can carry in an epoch of {} ns (at most {limit}); the record is damaged",
+                    meter.ingress_port, meter.egress_port, meter.bytes, meter.ingress_port, self.epoch_ns
+                )));
+            }
             meters.push((meter.ingress_port, meter.egress_port, meter.bytes));
         }
         meters.sort_unstable();
@@ -624,6 +755,23 @@ impl Incident {
             self.check_port(source_name, switch, record.egress_port, || {
                 format!("flow record of {} in epoch {epoch_id}", record.flow)
             })?;
+            if u64::from(record.packet_count) > packet_limit {
+                return Err(implausible(
+                    format!("flow {} at port {}", record.flow, record.egress_port),
+                    record.packet_count.into(),
+                    packet_limit,
+                ));
+            }
+            if record.queue_depth_sum_bytes > u64::from(record.packet_count) * MAX_QUEUE_BYTES {
+                return Err(inconsistent(format!(
+                    "flow {} at port {} has a queue-depth sum of {} B over {} packets, beyond {} B per packet",
+                    record.flow,
+                    record.egress_port,
+                    record.queue_depth_sum_bytes,
+                    record.packet_count,
+                    MAX_QUEUE_BYTES
+                )));
+            }
             if record.paused_packet_count > record.packet_count {
                 return Err(inconsistent(format!(
                     "flow {} at port {} has {} paused packets but only {} packets",

@@ -260,7 +260,8 @@ fn truncated_and_malformed_files_are_precise_errors() {
 #[test]
 fn victim_without_records_is_reported_as_incomplete() {
     let (_, reports) = incast_reports();
-    let other = flow(99, 1, 98);
+    // Between hosts of the fabric, on a port no record names.
+    let other = flow(3, 1, 4);
     let output = diagnose_reports(
         loaded(reports),
         leaf_spine(),
@@ -281,4 +282,77 @@ fn victim_without_records_is_reported_as_incomplete() {
         .anomalies
         .iter()
         .any(|a| a.anomaly_type == AnomalyType::PfcBackpressure && !a.affects_victim));
+}
+
+#[test]
+fn a_victim_that_is_no_flow_of_the_fabric_is_refused_not_called_unaffected() {
+    let (_, reports) = incast_reports();
+    let error = diagnose_reports(
+        loaded(reports),
+        leaf_spine(),
+        flow(99, 1, 2),
+        &DiagnoseOptions::default(),
+    )
+    .expect_err("a victim from nowhere");
+    assert!(
+        matches!(error, AnalyzerError::UnknownVictim { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("10.0.0.99"), "{error}");
+}
+
+#[test]
+fn reports_of_several_events_or_conflicting_copies_are_refused() {
+    let (_, reports) = incast_reports();
+    // Another event's report mixed in.
+    let mut mixed = reports.clone();
+    let mut other = mixed[0].clone();
+    other.event_id += 1;
+    mixed.push(other);
+    let error = diagnose(mixed).expect_err("mixed events");
+    assert!(
+        matches!(error, AnalyzerError::MixedEvents { .. }),
+        "{error}"
+    );
+    // The same report twice (a resend) is read once.
+    let mut resent = reports.clone();
+    resent.push(reports[0].clone());
+    let output = diagnose(resent).expect("a resend is harmless");
+    assert!(output
+        .diagnosis
+        .findings
+        .iter()
+        .any(|f| f.code == "duplicate_report"));
+    // A second copy with other contents: which one is true cannot be told.
+    let mut conflicting = reports.clone();
+    let mut changed = reports[0].clone();
+    changed.epochs[0].ports[0].packet_count += 1;
+    conflicting.push(changed);
+    let error = diagnose(conflicting).expect_err("conflicting copies");
+    assert!(
+        matches!(error, AnalyzerError::ConflictingReports { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn counts_no_link_could_carry_are_damage() {
+    let (_, reports) = incast_reports();
+    let mut damaged = reports.clone();
+    let port = &mut damaged[0].epochs[0].ports[0];
+    port.packet_count = u32::MAX;
+    let error = diagnose(damaged).expect_err("4 billion packets in an epoch");
+    assert!(
+        error.to_string().contains("the record is damaged"),
+        "{error}"
+    );
+    let mut damaged = reports.clone();
+    let epoch = damaged
+        .iter_mut()
+        .flat_map(|r| r.epochs.iter_mut())
+        .find(|e| !e.meters.is_empty())
+        .expect("a meter row");
+    epoch.meters[0].bytes = u64::MAX / 2;
+    let error = diagnose(damaged).expect_err("a meter row beyond the link");
+    assert!(error.to_string().contains("meter row"), "{error}");
 }

@@ -731,7 +731,8 @@ fn a_sustained_queue_that_paused_a_loop_port_before_the_loop_formed_initiated_it
     // already holding a loop port before the loop's own dependencies existed, and lasted,
     // started the deadlock: out of loop, although the loop's own contention is larger
     // (HAWKEYE Table 2: the initiator's PFC spreads into the loop).
-    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    // 3,400 kB from h1 in an epoch of 131 µs: its link is a 400G one.
+    let mut builder = IncidentBuilder::new(ring_with_fast_h1(), EPOCH_NS, 2, victim());
     sustained_from_h1_via_s2_in(&mut builder, 0);
     ring_flows(&mut builder, 1);
     bursts_into_the_ring_in(&mut builder, 1);

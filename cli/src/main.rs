@@ -93,6 +93,13 @@ enum AnalyzerCommand {
         /// How long an incident waits for missing switches, ms.
         #[arg(long, default_value_t = 2000)]
         timeout_ms: u64,
+        /// Incidents first stored longer ago than this many days are dropped from the store.
+        #[arg(long, default_value_t = 30.0)]
+        retention_days: f64,
+        /// The store's log is kept under this many MiB: beyond it the oldest concluded
+        /// incidents are dropped (to three quarters of it) and the log is compacted.
+        #[arg(long, default_value_t = 1024)]
+        max_store_mib: u64,
     },
 }
 
@@ -159,8 +166,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     grpc,
                     http,
                     timeout_ms,
+                    retention_days,
+                    max_store_mib,
                 },
-        } => serve(&topology, data, grpc, http, timeout_ms),
+        } => {
+            if !(retention_days.is_finite() && retention_days > 0.0 && retention_days <= 36_500.0) {
+                anyhow::bail!(
+                    "--retention-days {retention_days}: must be a number of days in (0, 36500]"
+                );
+            }
+            if max_store_mib == 0 || max_store_mib > 1 << 30 {
+                anyhow::bail!("--max-store-mib {max_store_mib}: must be in 1..=2^30");
+            }
+            let retention = hawkmesh_analyzer_server::incidents::Retention {
+                max_age: std::time::Duration::from_secs_f64(retention_days * 86_400.0),
+                max_bytes: max_store_mib << 20,
+            };
+            serve(&topology, data, grpc, http, timeout_ms, retention)
+        }
         Command::Diagnose {
             reports,
             topology,
@@ -322,6 +345,7 @@ fn serve(
     grpc: std::net::SocketAddr,
     http: std::net::SocketAddr,
     timeout_ms: u64,
+    retention: hawkmesh_analyzer_server::incidents::Retention,
 ) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(topology)
         .with_context(|| format!("reading {}", topology.display()))?;
@@ -344,6 +368,7 @@ fn serve(
             topology,
             incident_timeout: std::time::Duration::from_millis(timeout_ms),
             options: hawkmesh_analyzer::DiagnoseOptions::default(),
+            retention,
         })
         .await?;
         println!(

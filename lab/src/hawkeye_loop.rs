@@ -620,6 +620,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 topology: topology.clone(),
                 incident_timeout: config.analyzer_timeout,
                 options: DiagnoseOptions::default(),
+                retention: hawkmesh_analyzer_server::incidents::Retention::default(),
             }))
             .map_err(|e| LoopError::Analyzer(e.to_string()))?;
         let endpoint = format!("http://{}", server.grpc_addr);

@@ -322,6 +322,17 @@ impl Simulation {
                         format!("no node named {via:?}"),
                     )
                 })?;
+                // A host next hop other than the destination would take the packets out of
+                // the fabric to a host that does not want them.
+                if sim.node_switch[neighbour as usize] == u32::MAX && *via != route.dst {
+                    return Err(loaded.error(
+                        &format!("route[{index}].via[{i}]"),
+                        format!(
+                            "{via:?} is a host, not the destination {:?}: a route may only hand packets to switches or to their own destination",
+                            route.dst
+                        ),
+                    ));
+                }
                 let found = sim.ports_toward(switch_node, neighbour);
                 if found.is_empty() {
                     return Err(loaded.error(

@@ -286,7 +286,11 @@ pub fn build_with_warnings(
                     format!("cannot read {}: {error}", full.display()),
                 )
             })?;
-            return parse_hpcc_topology(&text, &full.display().to_string());
+            return parse_hpcc_topology(
+                &text,
+                &full.display().to_string(),
+                &loaded.scenario.limits,
+            );
         }
     }
     Ok((b.topo, Vec::new()))
@@ -357,6 +361,7 @@ fn clos(
 pub fn parse_hpcc_topology(
     text: &str,
     file: &str,
+    limits: &crate::scenario::Limits,
 ) -> Result<(FabricTopology, Vec<Warning>), ScenarioError> {
     let err = |line: usize, field: &str, reason: String| ScenarioError {
         file: file.into(),
@@ -390,6 +395,26 @@ pub fn parse_hpcc_topology(
             "expected three numbers: nodes switches links".into(),
         ));
     };
+    // Checked before anything is sized by them.
+    for (count, limit, what, name) in [
+        (node_count, limits.max_nodes, "nodes", "max_nodes"),
+        (link_count, limits.max_links, "links", "max_links"),
+    ] {
+        if count > limit {
+            return Err(err(
+                line_no,
+                "header",
+                format!("{count} {what}, above the limit of {limit} (raise limits.{name} in the scenario if the machine can hold it)"),
+            ));
+        }
+    }
+    if switch_count > node_count {
+        return Err(err(
+            line_no,
+            "header",
+            format!("{switch_count} switches among {node_count} nodes"),
+        ));
+    }
     let mut is_switch = vec![false; node_count as usize];
     let mut last_line = line_no;
     if switch_count > 0 {
@@ -542,7 +567,7 @@ fn parse_delay_ns(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::Scenario;
+    use crate::scenario::{Limits, Scenario};
 
     fn topo(text: &str) -> FabricTopology {
         let loaded = Scenario::parse(text, "t.toml", Default::default()).unwrap();
@@ -588,7 +613,7 @@ mod tests {
     #[test]
     fn hpcc_file_import_and_errors() {
         let text = "4 1 3\n3\n0 3 100Gbps 0.001ms 0\n1 3 100Gbps 0.001ms 0\n2 3 25Gbps 2us 0\n";
-        let (t, warnings) = parse_hpcc_topology(text, "topo.txt").unwrap();
+        let (t, warnings) = parse_hpcc_topology(text, "topo.txt", &Limits::default()).unwrap();
         assert!(warnings.is_empty());
         assert_eq!(t.nodes[3].kind, NodeKind::Switch);
         assert_eq!(t.links[0].delay_ns, 1000);
@@ -596,10 +621,16 @@ mod tests {
         let error = parse_hpcc_topology(
             "4 1 3\n3\n0 3 100Gbps 0.001ms 0\n0 9 1Gbps 1ms\n",
             "topo.txt",
+            &Limits::default(),
         )
         .unwrap_err();
         assert_eq!((error.line, error.field.as_str()), (4, "dst"));
-        let error = parse_hpcc_topology("4 1 3\n3\n0 3 fast 0.001ms 0\n", "topo.txt").unwrap_err();
+        let error = parse_hpcc_topology(
+            "4 1 3\n3\n0 3 fast 0.001ms 0\n",
+            "topo.txt",
+            &Limits::default(),
+        )
+        .unwrap_err();
         assert_eq!((error.line, error.field.as_str()), (3, "rate"));
     }
 
@@ -610,7 +641,7 @@ mod tests {
     fn hpcc_file_lines_after_the_declared_links_are_ignored_with_a_warning() {
         let text = "4 1 2\n3\n0 3 100Gbps 0.001ms 0\n1 3 100Gbps 0.001ms 0\n\
                     2 3 100Gbps 0.001ms 0\n0 4 100Gbps 0.001ms 0\n\nnot a link\n";
-        let (t, warnings) = parse_hpcc_topology(text, "topo.txt").unwrap();
+        let (t, warnings) = parse_hpcc_topology(text, "topo.txt", &Limits::default()).unwrap();
         assert_eq!(t.links.len(), 2);
         assert_eq!(warnings.len(), 1);
         let w = &warnings[0];
@@ -621,8 +652,12 @@ mod tests {
              (the HPCC reference reads only those)"
         );
         // One extra line: a single line number.
-        let (_, warnings) =
-            parse_hpcc_topology("4 1 1\n3\n0 3 100Gbps 0.001ms 0\n1 3 1Gbps 1us 0\n", "t").unwrap();
+        let (_, warnings) = parse_hpcc_topology(
+            "4 1 1\n3\n0 3 100Gbps 0.001ms 0\n1 3 1Gbps 1us 0\n",
+            "t",
+            &Limits::default(),
+        )
+        .unwrap();
         assert_eq!(warnings[0].to_string().split(": ").next(), Some("t:4"));
     }
 
@@ -631,7 +666,7 @@ mod tests {
     #[test]
     fn hpcc_file_with_fewer_links_than_declared_is_an_error() {
         let text = "4 1 3\n3\n0 3 100Gbps 0.001ms 0\n1 3 100Gbps 0.001ms 0\n";
-        let error = parse_hpcc_topology(text, "topo.txt").unwrap_err();
+        let error = parse_hpcc_topology(text, "topo.txt", &Limits::default()).unwrap_err();
         assert_eq!((error.line, error.field.as_str()), (1, "header"));
         assert!(
             error

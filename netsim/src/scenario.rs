@@ -58,6 +58,121 @@ pub struct Scenario {
     /// What to record.
     #[serde(default)]
     pub output: OutputConfig,
+    /// What the scenario may cost before it is refused (raise them for a bigger machine).
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Resource limits a scenario is checked against before anything is built: its cost is
+/// estimated from the file (nodes, links, simulated time, flows, queue samples) and a
+/// scenario above a limit is refused with an error naming the field, the estimate and the
+/// limit. The defaults fit a few GB of memory; `[limits]` raises them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Hosts + switches.
+    pub max_nodes: u64,
+    /// Links (a host NIC's link counts once).
+    pub max_links: u64,
+    /// Simulated time of the scenario and of every workload window, µs.
+    pub max_duration_us: f64,
+    /// Flows the workloads create (Poisson traffic by its expected count).
+    pub max_flows: u64,
+    /// Queue-depth samples (switch ports × duration / sampling period).
+    pub max_queue_samples: u64,
+    /// Switch buffer, MB (the largest switch chips have 64–128 MB).
+    pub max_buffer_mb: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_nodes: 100_000,
+            max_links: 1_000_000,
+            max_duration_us: 10_000_000.0,
+            max_flows: 5_000_000,
+            max_queue_samples: 50_000_000,
+            max_buffer_mb: 1024.0,
+        }
+    }
+}
+
+/// Hosts, switches and links a topology has, from its spec alone (`None` for an HPCC file,
+/// known only once read; its reader checks its own counts).
+pub fn topology_size(topology: &TopologySpec) -> Option<(f64, f64, f64)> {
+    let f = |v: &u32| f64::from(*v);
+    Some(match topology {
+        TopologySpec::FatTree { k, .. } => {
+            let k = f(k);
+            let hosts = k * k * k / 4.0;
+            (hosts, 5.0 * k * k / 4.0, 3.0 * hosts)
+        }
+        TopologySpec::Clos {
+            pods,
+            tors_per_pod,
+            aggs_per_pod,
+            cores,
+            hosts_per_tor,
+            ..
+        } => {
+            let tors = f(pods) * f(tors_per_pod);
+            let aggs = f(pods) * f(aggs_per_pod);
+            let hosts = tors * f(hosts_per_tor);
+            let core_links = aggs * (f(cores) / f(aggs_per_pod).max(1.0));
+            (
+                hosts,
+                tors + aggs + f(cores),
+                hosts + tors * f(aggs_per_pod) + core_links,
+            )
+        }
+        TopologySpec::LeafSpine {
+            leaves,
+            spines,
+            hosts_per_leaf,
+            links_per_spine,
+            ..
+        } => {
+            let hosts = f(leaves) * f(hosts_per_leaf);
+            (
+                hosts,
+                f(leaves) + f(spines),
+                hosts + f(leaves) * f(spines) * f(links_per_spine),
+            )
+        }
+        TopologySpec::Rail {
+            groups,
+            hosts_per_group,
+            rails,
+            spines,
+            ..
+        } => {
+            let hosts = f(groups) * f(hosts_per_group);
+            let rail_switches = f(groups) * f(rails);
+            (
+                hosts,
+                rail_switches + f(spines),
+                hosts * f(rails) + rail_switches * f(spines),
+            )
+        }
+        TopologySpec::Ring {
+            switches,
+            hosts_per_switch,
+            ..
+        } => {
+            let hosts = f(switches) * f(hosts_per_switch);
+            (hosts, f(switches), hosts + f(switches))
+        }
+        TopologySpec::Graph {
+            switches,
+            hosts,
+            links,
+        } => (
+            hosts.len() as f64,
+            switches.len() as f64,
+            links.len() as f64,
+        ),
+        TopologySpec::HpccFile { .. } => return None,
+    })
 }
 
 fn default_name() -> String {
@@ -825,6 +940,7 @@ impl LoadedScenario {
             ));
         }
         positive(self, "duration_us", s.duration_us)?;
+        self.check_limits()?;
         match &s.topology {
             TopologySpec::FatTree {
                 k,
@@ -928,9 +1044,28 @@ impl LoadedScenario {
                 positive(self, "topology.host_gbps", *host_gbps)?;
                 positive(self, "topology.fabric_gbps", *fabric_gbps)?;
             }
-            TopologySpec::Graph { links, .. } => {
+            TopologySpec::Graph {
+                switches,
+                hosts,
+                links,
+            } => {
+                if switches.is_empty() || hosts.is_empty() || links.is_empty() {
+                    return Err(self.error(
+                        "topology",
+                        "a graph needs at least one switch, one host and one link",
+                    ));
+                }
                 for (index, link) in links.iter().enumerate() {
                     positive(self, &format!("topology.links[{index}].gbps"), link.gbps)?;
+                    if hosts.contains(&link.a) && hosts.contains(&link.b) {
+                        return Err(self.error(
+                            &format!("topology.links[{index}]"),
+                            format!(
+                                "links two hosts ({} and {}): hosts attach to switches",
+                                link.a, link.b
+                            ),
+                        ));
+                    }
                 }
             }
             TopologySpec::HpccFile { .. } => {}
@@ -1197,6 +1332,110 @@ impl LoadedScenario {
 }
 
 impl LoadedScenario {
+    /// The scenario's estimated cost against its [`Limits`] (module doc of [`Limits`]).
+    fn check_limits(&self) -> Result<(), ScenarioError> {
+        let s = &self.scenario;
+        let limits = &s.limits;
+        for (field, value) in [
+            ("limits.max_duration_us", limits.max_duration_us),
+            ("limits.max_buffer_mb", limits.max_buffer_mb),
+        ] {
+            positive(self, field, value)?;
+        }
+        let over = |field: &str, what: String, estimate: f64, limit: String, name: &str| {
+            self.error(
+                field,
+                format!(
+                    "{what} is {estimate:.0}, above the limit of {limit} (raise limits.{name} if the machine can hold it)"
+                ),
+            )
+        };
+        if s.duration_us > limits.max_duration_us {
+            return Err(over(
+                "duration_us",
+                "the simulated time in µs".into(),
+                s.duration_us,
+                limits.max_duration_us.to_string(),
+                "max_duration_us",
+            ));
+        }
+        if let Some((hosts, switches, links)) = topology_size(&s.topology) {
+            let nodes = hosts + switches;
+            if nodes > limits.max_nodes as f64 {
+                return Err(over(
+                    "topology",
+                    "the number of hosts and switches".into(),
+                    nodes,
+                    limits.max_nodes.to_string(),
+                    "max_nodes",
+                ));
+            }
+            if links > limits.max_links as f64 {
+                return Err(over(
+                    "topology",
+                    "the number of links".into(),
+                    links,
+                    limits.max_links.to_string(),
+                    "max_links",
+                ));
+            }
+            let interval = s.output.queue_sample_interval_us;
+            if interval > 0.0 {
+                // Every link has a switch port at one end or both.
+                let samples = 2.0 * links * (s.duration_us / interval);
+                if samples > limits.max_queue_samples as f64 {
+                    return Err(over(
+                        "output.queue_sample_interval_us",
+                        "the number of queue samples (switch ports × duration / period)".into(),
+                        samples,
+                        limits.max_queue_samples.to_string(),
+                        "max_queue_samples",
+                    ));
+                }
+            }
+        }
+        if s.switch.buffer_mb > limits.max_buffer_mb {
+            return Err(over(
+                "switch.buffer_mb",
+                "the switch buffer in MB".into(),
+                s.switch.buffer_mb,
+                limits.max_buffer_mb.to_string(),
+                "max_buffer_mb",
+            ));
+        }
+        for (index, workload) in s.workload.iter().enumerate() {
+            let window = match workload {
+                WorkloadSpec::Poisson {
+                    start_us,
+                    duration_us,
+                    ..
+                } => Some(("duration_us", start_us + duration_us)),
+                WorkloadSpec::Incast {
+                    start_us,
+                    repeat,
+                    interval_us,
+                    ..
+                } => Some((
+                    "interval_us",
+                    start_us + f64::from(repeat.saturating_sub(1)) * interval_us,
+                )),
+                _ => None,
+            };
+            if let Some((field, end)) = window {
+                if !(end.is_finite() && end <= limits.max_duration_us) {
+                    return Err(over(
+                        &format!("workload[{index}].{field}"),
+                        "the end of the workload's window in µs".into(),
+                        end,
+                        limits.max_duration_us.to_string(),
+                        "max_duration_us",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks a DCQCN or ECN knob against its range in hawkmesh-knobs; the error names
     /// `field` and the reason gives the range, e.g. `must be within [10, 11], got 12`.
     fn knob(&self, field: &str, knob: &Knob, value: f64) -> Result<(), ScenarioError> {
@@ -1445,5 +1684,51 @@ duration_us = 10
             (e.enabled, e.kmin_kb_per_gbps, e.kmax_kb_per_gbps, e.pmax),
             (true, 4.0, 16.0, 0.2)
         );
+    }
+
+    /// Parses `body` after a version and duration line; the error's field and reason.
+    fn refused(duration_us: &str, body: &str) -> (String, String) {
+        let text = format!("version = 1\nduration_us = {duration_us}\n{body}");
+        let error = Scenario::parse(&text, "t.toml", PathBuf::new()).expect_err(body);
+        (error.field, error.reason)
+    }
+
+    #[test]
+    fn oversized_scenarios_are_refused_before_anything_is_built() {
+        let fat = "[topology]\nkind = \"fat_tree\"\nk = 400\n";
+        let (field, reason) = refused("10", fat);
+        assert_eq!(field, "topology");
+        assert!(
+            reason.contains("16200000") && reason.contains("limits.max_nodes"),
+            "{reason}"
+        );
+        let ring = "[topology]\nkind = \"ring\"\nswitches = 10000000\nhosts_per_switch = 1\n";
+        assert!(refused("10", ring).1.contains("max_nodes"));
+        let small = "[topology]\nkind = \"fat_tree\"\nk = 4\n";
+        assert_eq!(refused("1e300", small).0, "duration_us");
+        let poisson = format!(
+            "{small}[[workload]]\nkind = \"poisson\"\nload = 0.5\ncdf = \"websearch\"\nduration_us = 1e12\n"
+        );
+        assert_eq!(refused("10", &poisson).0, "workload[0].duration_us");
+        let sampling = format!("{small}[output]\nqueue_sample_interval_us = 1e-6\n");
+        let (field, reason) = refused("1000", &sampling);
+        assert_eq!(field, "output.queue_sample_interval_us");
+        assert!(reason.contains("max_queue_samples"), "{reason}");
+        let buffer = format!("{small}[switch]\nbuffer_mb = 1e15\n");
+        assert_eq!(refused("10", &buffer).0, "switch.buffer_mb");
+        // The user may raise a limit for a bigger machine.
+        let raised = format!("{fat}[limits]\nmax_nodes = 20000000\nmax_links = 100000000\nmax_queue_samples = 1000000000\n");
+        let text = format!("version = 1\nduration_us = 10\n{raised}");
+        assert!(Scenario::parse(&text, "t.toml", PathBuf::new()).is_ok());
+    }
+
+    #[test]
+    fn graphs_without_switches_hosts_or_links_and_host_to_host_links_are_errors() {
+        let empty = "[topology]\nkind = \"graph\"\nswitches = []\nhosts = []\nlinks = []\n";
+        assert_eq!(refused("10", empty).0, "topology");
+        let direct = "[topology]\nkind = \"graph\"\nswitches = [\"s0\"]\nhosts = [\"a\", \"b\"]\nlinks = [{ a = \"a\", b = \"s0\" }, { a = \"a\", b = \"b\" }]\n";
+        let (field, reason) = refused("10", direct);
+        assert_eq!(field, "topology.links[1]");
+        assert!(reason.contains("two hosts"), "{reason}");
     }
 }

@@ -216,6 +216,22 @@ pub fn generate(
 ) -> Result<Vec<FlowDef>, ScenarioError> {
     let scenario = &loaded.scenario;
     let default_priority = scenario.nic.data_priority;
+    let max_flows = scenario.limits.max_flows;
+    // Refuses a workload whose flows (expected, for Poisson traffic) would take the
+    // scenario past `limits.max_flows`, before any of them is made.
+    let budget = |field: String, made: usize, more: f64| -> Result<(), ScenarioError> {
+        let total = made as f64 + more;
+        if total.is_finite() && total <= max_flows as f64 {
+            Ok(())
+        } else {
+            Err(loaded.error(
+                &field,
+                format!(
+                    "the workloads make {total:.0} flows (this one {more:.0}), above the limit of {max_flows} (raise limits.max_flows if the machine can hold it)"
+                ),
+            ))
+        }
+    };
     let mut flows = Vec::new();
     for (index, workload) in scenario.workload.iter().enumerate() {
         let at = |field: &str| format!("workload[{index}].{field}");
@@ -255,6 +271,15 @@ pub fn generate(
                 let start = from_us(*start_us);
                 let end = start + from_us(*duration_us);
                 let mean_bytes = cdf.mean();
+                let expected: f64 = members
+                    .iter()
+                    .map(|src| {
+                        duration_us * 1e-6 * load * nic_gbps[*src as usize] * 1e9
+                            / (8.0 * mean_bytes)
+                    })
+                    .sum();
+                // Twice the expectation covers the Poisson spread of any real run.
+                budget(at("load"), flows.len(), 2.0 * expected)?;
                 for (position, src) in members.iter().enumerate() {
                     // Per-host Poisson process: mean gap = mean size / (load × link rate).
                     let bits_per_ps = nic_gbps[*src as usize] * 1e-3;
@@ -294,6 +319,11 @@ pub fn generate(
             } => {
                 let dst = hosts.nic(loaded, &at("receiver"), receiver, *nic)?;
                 let srcs = hosts.hosts(loaded, &at("senders"), senders, *nic)?;
+                budget(
+                    at("repeat"),
+                    flows.len(),
+                    srcs.len() as f64 * f64::from(*repeat),
+                )?;
                 if srcs.contains(&dst) {
                     return Err(
                         loaded.error(&at("senders"), "the receiver cannot also be a sender")
@@ -330,6 +360,12 @@ pub fn generate(
                 if members.len() < 2 {
                     return Err(loaded.error(&at("hosts"), "all-to-all needs at least two hosts"));
                 }
+                let n = members.len() as f64;
+                budget(
+                    at("rounds"),
+                    flows.len(),
+                    n * (n - 1.0) * f64::from(*rounds),
+                )?;
                 for round in 0..*rounds {
                     for src in &members {
                         for dst in &members {
@@ -352,6 +388,7 @@ pub fn generate(
                 }
             }
             WorkloadSpec::Flows { flows: list } => {
+                budget(at("flows"), flows.len(), list.len() as f64)?;
                 for (i, flow) in list.iter().enumerate() {
                     let field = |f: &str| format!("workload[{index}].flows[{i}].{f}");
                     let src = hosts.nic(loaded, &field("src"), &flow.src, flow.src_nic)?;
@@ -386,6 +423,7 @@ pub fn generate(
                     hpcc_node_nic,
                     scenario.switch.control_priority,
                 )?);
+                budget(at("path"), flows.len(), 0.0)?;
             }
         }
     }

@@ -357,3 +357,19 @@ workload = 0
         .to_string();
     assert!(e.contains("workload[0]") && e.contains("NIC 2"), "{e}");
 }
+
+#[test]
+fn a_route_may_hand_packets_only_to_switches_or_to_their_own_destination() {
+    // On a K=4 fat-tree, tor0 holds h0 and h1: a route for h2 via h1 would take its
+    // packets out of the fabric to a host that does not want them.
+    let base = "version = 1\nduration_us = 10\n[topology]\nkind = \"fat_tree\"\nk = 4\n";
+    let text = format!("{base}[[route]]\nswitch = \"tor0\"\ndst = \"h2\"\nvia = [\"h1\"]\n");
+    let loaded = Scenario::parse(&text, "t.toml", std::path::PathBuf::new()).unwrap();
+    let error = hawkmesh_netsim::Simulation::new(&loaded).unwrap_err();
+    assert_eq!(error.field, "route[0].via[0]");
+    assert!(error.reason.contains("is a host"), "{}", error.reason);
+    // Its own destination is a valid last hop.
+    let text = format!("{base}[[route]]\nswitch = \"tor0\"\ndst = \"h1\"\nvia = [\"h1\"]\n");
+    let loaded = Scenario::parse(&text, "t.toml", std::path::PathBuf::new()).unwrap();
+    assert!(hawkmesh_netsim::Simulation::new(&loaded).is_ok());
+}

@@ -24,15 +24,18 @@
 //! ```text
 //! chunk header (32 bytes, big endian)
 //!   0..4   magic "HKTR"
-//!   4      format version (4; versions 2 and 3 are read too: version 2's port records
+//!   4      format version (5; versions 2 to 4 are read too: version 2's port records
 //!          have the XON count reserved, zero; before version 4 a report holds one
-//!          polling context)
+//!          polling context; before version 5 a chunk has no checksum)
 //!   5      chunk flags: bit 0 = last chunk of this report
 //!   6..8   chunk index within the report, from 0
 //!   8..12  switch node id
 //!  12..20  polling event id
 //!  20..28  epoch size in ns (power of two)
-//!  28..32  payload length: bytes of sections after this header
+//!  28..32  payload length: bytes of sections after this header (the checksum excluded)
+//! sections (payload length bytes)
+//! checksum (4 bytes, version 5 on): CRC-32 (IEEE 802.3 polynomial, as zlib) of the header
+//!          and the payload, big endian; a chunk whose checksum does not match is refused
 //! section header (16 bytes)
 //!   0      kind (1 polling, 2 polling egress, 3 epoch, 4 port, 5 meter, 6 flow,
 //!          7 paused port)
@@ -62,6 +65,7 @@
 //! Parsing never trusts a length: every read is checked and a failure names the byte offset
 //! (from the start of the parsed buffer) and the field ([`TelemetryWireError`]).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -70,7 +74,7 @@ use serde::{Deserialize, Serialize};
 use crate::topology::{NodeId, PortNo};
 
 /// The format version written by this build, in JSON (`version`) and in chunk headers.
-pub const TELEMETRY_FORMAT_VERSION: u8 = 4;
+pub const TELEMETRY_FORMAT_VERSION: u8 = 5;
 
 /// The oldest format version this build reads (version 2 lacks the XON count of port
 /// records, which reads as zero).
@@ -509,7 +513,7 @@ pub enum TelemetryWireError {
         found: [u8; 4],
     },
     /// A version this build does not read.
-    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads versions 2 to 4)")]
+    #[error("unsupported telemetry format version {version} at byte {offset} (this build reads versions {} to {})", TELEMETRY_MIN_FORMAT_VERSION, TELEMETRY_FORMAT_VERSION)]
     UnsupportedVersion {
         /// Byte offset of the version field.
         offset: usize,
@@ -525,6 +529,22 @@ pub enum TelemetryWireError {
         field: &'static str,
         /// What is wrong.
         reason: String,
+    },
+    /// A chunk's checksum does not match its bytes (damaged in transit or on disk).
+    #[error("chunk at byte {offset} (switch {switch}, event {event_id}, index {chunk_index}): checksum {found:#010x} does not match its bytes ({computed:#010x}); the chunk is damaged")]
+    Checksum {
+        /// Byte offset of the chunk.
+        offset: usize,
+        /// Switch the header names.
+        switch: NodeId,
+        /// Event id the header names.
+        event_id: u64,
+        /// Chunk index the header names.
+        chunk_index: u16,
+        /// The checksum carried.
+        found: u32,
+        /// The checksum of the bytes.
+        computed: u32,
     },
     /// The report cannot be encoded (a value does not fit its field, or the chunk size is
     /// too small for one record).
@@ -603,6 +623,64 @@ mod field {
 
 /// Chunk flag: this chunk is the last of its report.
 pub const CHUNK_FLAG_LAST: u8 = 0b1;
+
+/// Bytes of the checksum that ends a chunk (format version 5 on).
+pub const CHUNK_CHECKSUM_LEN: usize = 4;
+
+/// The checksum of a chunk's header and payload: CRC-32 with the IEEE 802.3 polynomial
+/// (reflected 0xEDB88320, as zlib and Ethernet's FCS compute it).
+pub fn chunk_checksum(header_and_payload: &[u8]) -> u32 {
+    crc32fast::hash(header_and_payload)
+}
+
+/// Checks one whole chunk as received on its own (a gRPC message, a stored record): its
+/// header, that its length is what the header announces, and its checksum (version 5 on).
+/// The sections are not parsed.
+pub fn check_chunk(bytes: &[u8]) -> Result<ChunkHeaderRepr, TelemetryWireError> {
+    let header = ChunkHeaderRepr::parse(&ChunkHeader::new_checked(bytes)?, 0)?;
+    let expected = header.chunk_len();
+    if bytes.len() != expected {
+        return Err(TelemetryWireError::InvalidField {
+            offset: 0,
+            field: "chunk length",
+            reason: format!(
+                "chunk of switch {} event {} index {} is {} bytes, its header announces {expected}",
+                header.switch,
+                header.event_id,
+                header.chunk_index,
+                bytes.len()
+            ),
+        });
+    }
+    verify_checksum(&header, bytes, 0)?;
+    Ok(header)
+}
+
+/// Checks the checksum of the chunk `bytes` (exactly [`ChunkHeaderRepr::chunk_len`] long)
+/// starting at `offset` of the enclosing buffer.
+fn verify_checksum(
+    header: &ChunkHeaderRepr,
+    bytes: &[u8],
+    offset: usize,
+) -> Result<(), TelemetryWireError> {
+    if header.checksum_len() == 0 {
+        return Ok(());
+    }
+    let body = field::CHUNK_HEADER_LEN + header.payload_len as usize;
+    let found = be_u32(&bytes[body..body + CHUNK_CHECKSUM_LEN]);
+    let computed = chunk_checksum(&bytes[..body]);
+    if found != computed {
+        return Err(TelemetryWireError::Checksum {
+            offset,
+            switch: header.switch,
+            event_id: header.event_id,
+            chunk_index: header.chunk_index,
+            found,
+            computed,
+        });
+    }
+    Ok(())
+}
 
 /// A typed view of a chunk header over a byte buffer (smoltcp style).
 #[derive(Debug, Clone)]
@@ -714,6 +792,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ChunkHeader<T> {
 /// The parsed form of a chunk header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkHeaderRepr {
+    /// Format version (written as [`TELEMETRY_FORMAT_VERSION`] by this build).
+    pub version: u8,
     /// Whether this chunk ends its report.
     pub last: bool,
     /// Index of the chunk within its report.
@@ -763,6 +843,7 @@ impl ChunkHeaderRepr {
             });
         }
         Ok(ChunkHeaderRepr {
+            version: header.version(),
             last: header.flags() & CHUNK_FLAG_LAST != 0,
             chunk_index: header.chunk_index(),
             switch: header.switch(),
@@ -777,10 +858,24 @@ impl ChunkHeaderRepr {
         field::CHUNK_HEADER_LEN
     }
 
+    /// Bytes of the checksum after the payload (none before version 5).
+    pub const fn checksum_len(&self) -> usize {
+        if self.version >= 5 {
+            CHUNK_CHECKSUM_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of the whole chunk: header, payload and checksum.
+    pub const fn chunk_len(&self) -> usize {
+        field::CHUNK_HEADER_LEN + self.payload_len as usize + self.checksum_len()
+    }
+
     /// Writes the header into `header`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, header: &mut ChunkHeader<T>) {
         header.set_magic();
-        header.set_version(TELEMETRY_FORMAT_VERSION);
+        header.set_version(self.version);
         header.set_flags(if self.last { CHUNK_FLAG_LAST } else { 0 });
         header.set_chunk_index(self.chunk_index);
         header.set_switch(self.switch);
@@ -977,8 +1072,10 @@ fn encode_records(report: &TelemetryReport) -> Vec<EncodedRecord> {
 impl TelemetryReport {
     /// Smallest chunk size [`TelemetryReport::to_chunks`] accepts: a header, a section
     /// header and the largest record.
-    pub const MIN_CHUNK_LEN: usize =
-        field::CHUNK_HEADER_LEN + field::SECTION_HEADER_LEN + SectionKind::Flow.record_len();
+    pub const MIN_CHUNK_LEN: usize = field::CHUNK_HEADER_LEN
+        + field::SECTION_HEADER_LEN
+        + SectionKind::Flow.record_len()
+        + CHUNK_CHECKSUM_LEN;
 
     /// Encodes the report as binary chunks of at most `max_chunk_len` bytes each (e.g. an
     /// MTU less the transport headers). Records are packed in report order; a section ends
@@ -998,6 +1095,8 @@ impl TelemetryReport {
             });
         }
         let records = encode_records(self);
+        // Header and sections; the checksum follows.
+        let max_chunk_len = max_chunk_len - CHUNK_CHECKSUM_LEN;
         let mut chunks: Vec<Vec<u8>> = Vec::new();
         let mut current: Vec<u8> = vec![0; field::CHUNK_HEADER_LEN];
         // (offset of the open section header in `current`, kind, epoch, count)
@@ -1051,6 +1150,7 @@ impl TelemetryReport {
         for (index, chunk) in chunks.iter_mut().enumerate() {
             let payload_len = chunk.len() - field::CHUNK_HEADER_LEN;
             let repr = ChunkHeaderRepr {
+                version: TELEMETRY_FORMAT_VERSION,
                 last: index + 1 == total,
                 chunk_index: index as u16,
                 switch: self.switch,
@@ -1060,6 +1160,8 @@ impl TelemetryReport {
             };
             let mut header = ChunkHeader::new_unchecked(&mut chunk[..field::CHUNK_HEADER_LEN]);
             repr.emit(&mut header);
+            let checksum = chunk_checksum(chunk);
+            chunk.extend_from_slice(&checksum.to_be_bytes());
         }
         Ok(chunks)
     }
@@ -1078,14 +1180,31 @@ struct PartialReport {
     more_polling: Vec<PollingContext>,
     paused_ports: Vec<PausedPort>,
     epochs: Vec<EpochTelemetry>,
-    epochs_with_meta: Vec<u64>,
+    /// Index into `epochs` by start (lookups stay logarithmic: decoding is O(n log n) in
+    /// the records, however many epochs a report holds).
+    epoch_index: BTreeMap<u64, usize>,
+    epochs_with_meta: BTreeSet<u64>,
 }
 
 impl PartialReport {
+    fn new(header: ChunkHeaderRepr) -> Self {
+        PartialReport {
+            header,
+            next_index: 0,
+            polling: None,
+            more_polling: Vec::new(),
+            paused_ports: Vec::new(),
+            epochs: Vec::new(),
+            epoch_index: BTreeMap::new(),
+            epochs_with_meta: BTreeSet::new(),
+        }
+    }
+
     fn epoch_mut(&mut self, start_ns: u64) -> &mut EpochTelemetry {
-        let position = match self.epochs.iter().position(|e| e.start_ns == start_ns) {
-            Some(position) => position,
+        let position = match self.epoch_index.get(&start_ns) {
+            Some(&position) => position,
             None => {
+                self.epoch_index.insert(start_ns, self.epochs.len());
                 self.epochs.push(EpochTelemetry {
                     epoch_id: 0,
                     start_ns,
@@ -1245,7 +1364,7 @@ fn parse_section(
                         reason: format!("epoch starting at {epoch_start_ns} ns appears twice"),
                     });
                 }
-                report.epochs_with_meta.push(epoch_start_ns);
+                report.epochs_with_meta.insert(epoch_start_ns);
                 let epoch = report.epoch_mut(epoch_start_ns);
                 epoch.epoch_id = epoch_id;
                 epoch.lost_evictions = lost_evictions;
@@ -1401,14 +1520,19 @@ pub fn decode_reports(bytes: &[u8]) -> Result<Vec<TelemetryReport>, TelemetryWir
         let payload_start = offset + field::CHUNK_HEADER_LEN;
         let payload_len = header.payload_len as usize;
         let available = bytes.len() - payload_start;
-        if available < payload_len {
+        if available < payload_len + header.checksum_len() {
             return Err(TelemetryWireError::Truncated {
                 offset: payload_start,
-                field: "chunk payload",
-                needed: payload_len,
+                field: if available < payload_len {
+                    "chunk payload"
+                } else {
+                    "chunk checksum"
+                },
+                needed: payload_len + header.checksum_len(),
                 available,
             });
         }
+        verify_checksum(&header, &bytes[offset..offset + header.chunk_len()], offset)?;
         let index_offset = offset + field::CHUNK_INDEX.start;
         match partial.as_mut() {
             Some(open) => {
@@ -1447,15 +1571,7 @@ pub fn decode_reports(bytes: &[u8]) -> Result<Vec<TelemetryReport>, TelemetryWir
                         ),
                     });
                 }
-                partial = Some(PartialReport {
-                    header,
-                    next_index: 0,
-                    polling: None,
-                    more_polling: Vec::new(),
-                    paused_ports: Vec::new(),
-                    epochs: Vec::new(),
-                    epochs_with_meta: Vec::new(),
-                });
+                partial = Some(PartialReport::new(header));
             }
         }
         let open = partial.as_mut().ok_or(TelemetryWireError::InvalidField {
@@ -1471,7 +1587,7 @@ pub fn decode_reports(bytes: &[u8]) -> Result<Vec<TelemetryReport>, TelemetryWir
             parse_section(open, &mut reader)?;
         }
         open.next_index = open.next_index.wrapping_add(1);
-        offset = payload_start + payload_len;
+        offset += header.chunk_len();
         if header.last {
             if let Some(done) = partial.take() {
                 reports.push(finish_report(done, offset)?);
@@ -1494,6 +1610,98 @@ pub fn decode_reports(bytes: &[u8]) -> Result<Vec<TelemetryReport>, TelemetryWir
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each chunk of `stream` with its checksum recomputed (a test that damages a field
+    /// checks what the parser says about that field, not the checksum).
+    fn resealed(stream: &[u8]) -> Vec<u8> {
+        let mut out = stream.to_vec();
+        let mut offset = 0;
+        while offset + field::CHUNK_HEADER_LEN <= out.len() {
+            let payload = be_u32(&out[offset + field::PAYLOAD_LEN.start..]) as usize;
+            let body = field::CHUNK_HEADER_LEN + payload;
+            if offset + body + CHUNK_CHECKSUM_LEN > out.len() {
+                break;
+            }
+            let checksum = chunk_checksum(&out[offset..offset + body]);
+            out[offset + body..offset + body + CHUNK_CHECKSUM_LEN]
+                .copy_from_slice(&checksum.to_be_bytes());
+            offset += body + CHUNK_CHECKSUM_LEN;
+        }
+        out
+    }
+
+    /// `stream` as an agent of format `version` (< 5, without checksums) wrote it.
+    fn as_version(stream: &[u8], version: u8) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut offset = 0;
+        while offset < stream.len() {
+            let payload = be_u32(&stream[offset + field::PAYLOAD_LEN.start..]) as usize;
+            let body = field::CHUNK_HEADER_LEN + payload;
+            let start = out.len();
+            out.extend_from_slice(&stream[offset..offset + body]);
+            out[start + field::VERSION] = version;
+            offset += body + CHUNK_CHECKSUM_LEN;
+        }
+        out
+    }
+
+    #[test]
+    fn every_flipped_bit_is_refused_by_the_checksum() {
+        let stream = sample_report(3).to_stream(256).unwrap();
+        assert!(decode_reports(&stream).is_ok());
+        let mut refused = 0;
+        for byte in 0..stream.len() {
+            for bit in 0..8 {
+                let mut bad = stream.clone();
+                bad[byte] ^= 1 << bit;
+                // Whatever else it breaks, a damaged chunk never decodes.
+                assert!(decode_reports(&bad).is_err(), "byte {byte} bit {bit}");
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, stream.len() * 8);
+        // A flipped payload bit is named as damage, with the chunk.
+        let mut bad = stream.clone();
+        bad[40] ^= 0x10;
+        let error = decode_reports(&bad).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                TelemetryWireError::Checksum {
+                    offset: 0,
+                    chunk_index: 0,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(check_chunk(&bad[..sample_report(3).to_chunks(256).unwrap()[0].len()]).is_err());
+        // Format 4 (no checksum) is still read.
+        let old = as_version(&stream, 4);
+        assert_eq!(
+            decode_reports(&old).unwrap(),
+            decode_reports(&stream).unwrap()
+        );
+    }
+
+    #[test]
+    fn decoding_is_not_quadratic_in_epochs() {
+        // 20,000 epochs of one report: each epoch is found by its start in a map, not by
+        // scanning the ones before it (16 MB reports took 41 s before).
+        let mut report = sample_report(0);
+        let template = report.epochs[0].clone();
+        report.epochs = (0..20_000u64)
+            .map(|i| EpochTelemetry {
+                epoch_id: i,
+                start_ns: i * report.epoch_ns,
+                ..template.clone()
+            })
+            .collect();
+        let stream = report.to_stream(9000).unwrap();
+        let decoded = decode_reports(&stream).unwrap();
+        assert_eq!(decoded[0].epochs.len(), 20_000);
+        assert_eq!(decoded[0].epochs[19_999].start_ns, 19_999 * report.epoch_ns);
+    }
 
     fn flow(n: u8) -> FiveTuple {
         FiveTuple::rocev2([10, 0, 0, n], 49152 + u16::from(n), [10, 0, 1, 1])
@@ -1670,8 +1878,7 @@ mod tests {
                 port.xon_count = 0;
             }
         }
-        let mut stream = old.to_stream(4096).unwrap();
-        stream[4] = 2;
+        let stream = as_version(&old.to_stream(4096).unwrap(), 2);
         let decoded = decode_reports(&stream).unwrap();
         assert!(decoded[0]
             .epochs
@@ -1689,13 +1896,13 @@ mod tests {
         let mut bad = stream.clone();
         bad[0] = b'X';
         assert!(matches!(
-            decode_reports(&bad),
+            decode_reports(&resealed(&bad)),
             Err(TelemetryWireError::BadMagic { offset: 0, .. })
         ));
         let mut bad = stream.clone();
         bad[4] = 9;
         assert!(matches!(
-            decode_reports(&bad),
+            decode_reports(&resealed(&bad)),
             Err(TelemetryWireError::UnsupportedVersion {
                 offset: 4,
                 version: 9
@@ -1704,7 +1911,7 @@ mod tests {
         let mut bad = stream.clone();
         bad[27] = 3; // epoch size no longer a power of two
         assert!(matches!(
-            decode_reports(&bad),
+            decode_reports(&resealed(&bad)),
             Err(TelemetryWireError::InvalidField {
                 field: "epoch size",
                 offset: 20,
@@ -1714,7 +1921,7 @@ mod tests {
         let mut bad = stream.clone();
         bad[32] = 99; // first section kind
         assert!(matches!(
-            decode_reports(&bad),
+            decode_reports(&resealed(&bad)),
             Err(TelemetryWireError::InvalidField {
                 field: "section kind",
                 offset: 32,
@@ -1724,7 +1931,7 @@ mod tests {
         let mut bad = stream.clone();
         bad[37] = 21; // record length of the polling section
         assert!(matches!(
-            decode_reports(&bad),
+            decode_reports(&resealed(&bad)),
             Err(TelemetryWireError::InvalidField {
                 field: "section record length",
                 offset: 36,
@@ -1737,7 +1944,7 @@ mod tests {
         assert_eq!(bad[92], SectionKind::PausedPort as u8);
         bad[110] = 0;
         assert!(matches!(
-            decode_reports(&bad),
+            decode_reports(&resealed(&bad)),
             Err(TelemetryWireError::InvalidField {
                 field: "paused port priorities",
                 offset: 110,
@@ -1747,7 +1954,7 @@ mod tests {
         let mut bad = stream;
         bad[6..8].copy_from_slice(&5u16.to_be_bytes());
         assert!(matches!(
-            decode_reports(&bad),
+            decode_reports(&resealed(&bad)),
             Err(TelemetryWireError::InvalidField {
                 field: "chunk index",
                 offset: 6,

@@ -100,6 +100,23 @@ impl FabricTopology {
             .find(|node| node.kind == NodeKind::Host && node.ipv4 == Some(ip))
     }
 
+    /// The host and NIC (its port) whose address is `ip`. A host's `ipv4` is its first
+    /// NIC's; NIC n of a multi-NIC host (port n, one per rail) has that address plus n in
+    /// its last octet (netsim's and the HPCC simulator's addressing).
+    pub fn host_by_nic_ipv4(&self, ip: [u8; 4]) -> Option<(&NodeDesc, PortNo)> {
+        self.nodes.iter().find_map(|node| {
+            let base = node.ipv4.filter(|_| node.kind == NodeKind::Host)?;
+            if base[..3] != ip[..3] || ip[3] < base[3] {
+                return None;
+            }
+            let nic = PortNo::from(ip[3] - base[3]);
+            let has_port = self.links.iter().any(|l| {
+                (l.a.node == node.id && l.a.port == nic) || (l.b.node == node.id && l.b.port == nic)
+            });
+            has_port.then_some((node, nic))
+        })
+    }
+
     /// Checks that node ids are dense and every link end names an existing node and is
     /// used by at most one link.
     pub fn validate(&self) -> Result<(), TopologyError> {
@@ -205,6 +222,20 @@ mod tests {
         let back: FabricTopology = serde_json::from_str(&json).unwrap();
         assert_eq!(back, topo);
         assert_eq!(topo.host_by_ipv4([10, 0, 0, 1]).unwrap().name, "h0");
+        let (host, nic) = topo.host_by_nic_ipv4([10, 0, 0, 1]).unwrap();
+        assert_eq!((host.name.as_str(), nic), ("h0", 0));
+        // h0 has one NIC: the next address is nobody's …
+        assert!(topo.host_by_nic_ipv4([10, 0, 0, 2]).is_none());
+        // … until it has a second (rail-optimised fabrics: one NIC per rail).
+        let mut two_nics = topo.clone();
+        two_nics.links.push(LinkDesc {
+            a: PortRef { node: 0, port: 1 },
+            b: PortRef { node: 1, port: 4 },
+            gbps: 100.0,
+            delay_ns: 2000,
+        });
+        let (host, nic) = two_nics.host_by_nic_ipv4([10, 0, 0, 2]).unwrap();
+        assert_eq!((host.name.as_str(), nic), ("h0", 1));
     }
 
     #[test]

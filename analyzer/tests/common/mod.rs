@@ -92,6 +92,23 @@ pub fn ring() -> FabricTopology {
         .expect("ring topology")
 }
 
+/// [`ring`] with h1 on a 400G link (same node and port numbers).
+pub fn ring_with_fast_h1() -> FabricTopology {
+    let mut topology = ring();
+    let h1 = topology
+        .nodes
+        .iter()
+        .find(|n| n.name == "h1")
+        .expect("h1")
+        .id;
+    for link in &mut topology.links {
+        if link.a.node == h1 || link.b.node == h1 {
+            link.gbps = 400.0;
+        }
+    }
+    topology
+}
+
 pub fn port(topology: &FabricTopology, from: &str, to: &str) -> PortRef {
     port_towards(topology, from, to).expect("linked")
 }
