@@ -14,6 +14,9 @@ pub enum Counter {
     ChunksDuplicate,
     /// Chunks refused (malformed, too large, from a node that is not a switch).
     ChunksRejected,
+    /// Chunks refused for now by an intake limit (rate, incidents collecting); the agent
+    /// resends them.
+    ChunksThrottled,
     /// Incidents diagnosed (complete or timed out), not counting those rebuilt on start.
     IncidentsConcluded,
     /// Store appends that failed (nothing was acknowledged for them).
@@ -24,6 +27,8 @@ pub enum Counter {
     ReplaySkipped,
     /// Incidents dropped by the retention policy (age or store size).
     IncidentsDropped,
+    /// Connections closed on accept because a connection cap was reached.
+    ConnectionsRefused,
     /// Internal failures: a poisoned incident set, a panicked task, a server that stopped
     /// with an error.
     InternalErrors,
@@ -35,11 +40,13 @@ pub struct Counters {
     chunks_accepted: AtomicU64,
     chunks_duplicate: AtomicU64,
     chunks_rejected: AtomicU64,
+    chunks_throttled: AtomicU64,
     incidents_concluded: AtomicU64,
     store_failures: AtomicU64,
     diagnosis_failures: AtomicU64,
     replay_skipped: AtomicU64,
     incidents_dropped: AtomicU64,
+    connections_refused: AtomicU64,
     internal_errors: AtomicU64,
 }
 
@@ -52,6 +59,8 @@ pub struct CounterSnapshot {
     pub chunks_duplicate: u64,
     /// See [`Counter::ChunksRejected`].
     pub chunks_rejected: u64,
+    /// See [`Counter::ChunksThrottled`].
+    pub chunks_throttled: u64,
     /// See [`Counter::IncidentsConcluded`].
     pub incidents_concluded: u64,
     /// See [`Counter::StoreFailures`].
@@ -62,6 +71,8 @@ pub struct CounterSnapshot {
     pub replay_skipped: u64,
     /// See [`Counter::IncidentsDropped`].
     pub incidents_dropped: u64,
+    /// See [`Counter::ConnectionsRefused`].
+    pub connections_refused: u64,
     /// See [`Counter::InternalErrors`].
     pub internal_errors: u64,
 }
@@ -72,11 +83,13 @@ impl Counters {
             Counter::ChunksAccepted => &self.chunks_accepted,
             Counter::ChunksDuplicate => &self.chunks_duplicate,
             Counter::ChunksRejected => &self.chunks_rejected,
+            Counter::ChunksThrottled => &self.chunks_throttled,
             Counter::IncidentsConcluded => &self.incidents_concluded,
             Counter::StoreFailures => &self.store_failures,
             Counter::DiagnosisFailures => &self.diagnosis_failures,
             Counter::ReplaySkipped => &self.replay_skipped,
             Counter::IncidentsDropped => &self.incidents_dropped,
+            Counter::ConnectionsRefused => &self.connections_refused,
             Counter::InternalErrors => &self.internal_errors,
         }
     }
@@ -97,11 +110,13 @@ impl Counters {
             chunks_accepted: self.get(Counter::ChunksAccepted),
             chunks_duplicate: self.get(Counter::ChunksDuplicate),
             chunks_rejected: self.get(Counter::ChunksRejected),
+            chunks_throttled: self.get(Counter::ChunksThrottled),
             incidents_concluded: self.get(Counter::IncidentsConcluded),
             store_failures: self.get(Counter::StoreFailures),
             diagnosis_failures: self.get(Counter::DiagnosisFailures),
             replay_skipped: self.get(Counter::ReplaySkipped),
             incidents_dropped: self.get(Counter::IncidentsDropped),
+            connections_refused: self.get(Counter::ConnectionsRefused),
             internal_errors: self.get(Counter::InternalErrors),
         }
     }

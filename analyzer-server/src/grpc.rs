@@ -11,6 +11,9 @@
 //!   condition may pass (a full disk freed), and resending the whole stream is safe because
 //!   stored chunks come back as duplicates; after a failed sync the store refuses writes
 //!   until the service restarts (see [`crate::store`]).
+//! - A chunk refused for now by an intake limit (a switch opening incidents faster than its
+//!   rate, too many incidents collecting) ends the stream with `RESOURCE_EXHAUSTED`: that
+//!   chunk and the rest are not acknowledged, the agent resends later.
 //! - `GetIncident` for an event id the analyzer has no chunk of answers `NOT_FOUND`.
 //! - A failure of the service itself (a panic poisoned the incident set) is `INTERNAL`.
 //! - A stream that breaks while being read (the agent went away) ends with `ABORTED`.
@@ -89,6 +92,14 @@ impl Collector for CollectorService {
                 Ok(Accepted::New) => summary.accepted += 1,
                 Ok(Accepted::Duplicate) => summary.duplicates += 1,
                 Err(IncidentError::BadChunk(reason)) => summary.rejected.push(reason),
+                Err(IncidentError::Busy(reason)) => {
+                    return Err(Status::resource_exhausted(format!(
+                        "{reason} (this chunk and the rest of the stream are not acknowledged; \
+                         the {} chunks before it were stored or already known, resending them \
+                         is safe)",
+                        summary.accepted + summary.duplicates
+                    )))
+                }
                 Err(error @ IncidentError::Store(_)) => {
                     return Err(Status::unavailable(format!(
                         "could not store a chunk durably: {error} (that chunk and the rest \

@@ -1,11 +1,15 @@
 //! The HTTP API: incidents as JSON and the self-contained HTML report.
 //!
-//! - `GET /api/incidents` — every incident (event id, state, switches, verdict)
+//! - `GET /api/incidents[?after=ID][&limit=N]` — incidents (event id, state, switches,
+//!   verdict) in event-id order, a page at a time: `{"incidents": [...], "total": n,
+//!   "next": "/api/incidents?after=…&limit=…" or null}`; `limit` defaults to
+//!   [`PAGE_DEFAULT`] and is at most [`PAGE_MAX`]
 //! - `GET /api/incidents/{event_id}` — one incident with its diagnosis JSON
 //! - `GET /incidents/{event_id}` — the HTML report (provenance graph drawn)
 //! - `GET /api/counters` — counters of chunks, incidents and failures
 //!   ([`crate::counters::CounterSnapshot`])
-//! - `GET /` — an HTML index of the incidents with links to their reports
+//! - `GET /[?after=ID]` — an HTML index of the incidents (a page at a time) with links to
+//!   their reports
 //! - `GET /healthz` — liveness
 //!
 //! An event id that is not a decimal `u64` is `400 Bad Request`; one the analyzer has no
@@ -17,12 +21,35 @@
 
 use crate::incidents::{IncidentSet, IncidentState};
 use crate::shared::{InternalError, Shared};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use std::sync::{Arc, Mutex};
+
+/// Incidents per page unless `limit` says otherwise.
+pub const PAGE_DEFAULT: usize = 100;
+/// The largest page served.
+pub const PAGE_MAX: usize = 1000;
+
+/// `?after=ID&limit=N` of the listings.
+#[derive(Debug, serde::Deserialize)]
+struct PageQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+impl PageQuery {
+    /// The page size, or why the request is refused (answered `400`).
+    fn limit(&self) -> Result<usize, String> {
+        match self.limit {
+            None => Ok(PAGE_DEFAULT),
+            Some(n) if (1..=PAGE_MAX).contains(&n) => Ok(n),
+            Some(n) => Err(format!("limit {n} is outside 1..={PAGE_MAX}")),
+        }
+    }
+}
 
 /// The router over the shared incident set.
 pub fn router(incidents: Arc<Mutex<IncidentSet>>) -> Router {
@@ -80,10 +107,22 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-async fn index(State(shared): State<Shared>) -> Response {
-    let list = match shared.read(IncidentSet::list).await {
-        Ok(list) => list,
+async fn index(State(shared): State<Shared>, Query(query): Query<PageQuery>) -> Response {
+    let limit = match query.limit() {
+        Ok(limit) => limit,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let after = query.after;
+    let (list, total) = match shared.read(move |set| set.page(after, limit)).await {
+        Ok(page) => page,
         Err(e) => return internal(e),
+    };
+    let more = match list.last() {
+        Some(last) if list.len() == limit => format!(
+            "<p><a href=\"/?after={}&amp;limit={limit}\">next {limit}</a></p>",
+            last.event_id
+        ),
+        _ => String::new(),
     };
     let mut rows = String::new();
     for incident in list {
@@ -100,20 +139,37 @@ async fn index(State(shared): State<Shared>) -> Response {
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>hawkmesh incidents</title>\
          <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 10px;text-align:left}}\
          tr:nth-child(even){{background:#f4f4f4}}</style></head><body><h1>hawkmesh incidents</h1>\
+         <p>{total} incident(s)</p>\
          <table><tr><th>event</th><th>state</th><th>reported</th><th>missing</th><th>verdict</th></tr>\n{rows}</table>\
-         <p>JSON: <a href=\"/api/incidents\">/api/incidents</a></p></body></html>\n"
+         {more}<p>JSON: <a href=\"/api/incidents\">/api/incidents</a></p></body></html>\n"
     );
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
 }
 
-async fn list(State(shared): State<Shared>) -> Response {
-    let list = match shared.read(IncidentSet::list).await {
-        Ok(list) => list,
+async fn list(State(shared): State<Shared>, Query(query): Query<PageQuery>) -> Response {
+    let limit = match query.limit() {
+        Ok(limit) => limit,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let after = query.after;
+    let (list, total) = match shared.read(move |set| set.page(after, limit)).await {
+        Ok(page) => page,
         Err(e) => return internal(e),
+    };
+    let next = match list.last() {
+        Some(last) if list.len() == limit => Some(format!(
+            "/api/incidents?after={}&limit={limit}",
+            last.event_id
+        )),
+        _ => None,
     };
     // Serialised outside the lock, still off the async workers.
     match shared
-        .compute(move || serde_json::to_string_pretty(&list))
+        .compute(move || {
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "incidents": list, "total": total, "next": next }),
+            )
+        })
         .await
     {
         Ok(Ok(body)) => json(body),

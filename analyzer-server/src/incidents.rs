@@ -79,6 +79,10 @@ struct Incident {
     state: Option<IncidentState>,
     /// Concluded under the lock, diagnosis running outside it: not concluded again.
     diagnosing: bool,
+    /// Switches whose complete report is being decoded outside the lock.
+    decoding: BTreeSet<NodeId>,
+    /// Bytes of its chunks (the per-report and collecting-memory limits).
+    chunk_bytes: BTreeMap<NodeId, usize>,
     last_activity: Option<Instant>,
     diagnosis_json: Option<String>,
     diagnosis_html: Option<String>,
@@ -111,6 +115,33 @@ impl Default for Retention {
     }
 }
 
+/// What one analyzer takes in, so that no client (a broken agent, a flood) can exhaust
+/// memory or starve the others: a report's size, how fast one switch opens incidents (a
+/// token bucket), how many incidents may wait for reports at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IntakeLimits {
+    /// Bytes of all chunks of one switch's report for one event (a K=4 report is ~2 KB,
+    /// a 64-port switch's with full flow tables a few MB).
+    pub max_report_bytes: usize,
+    /// New incidents one switch may open per second, sustained.
+    pub incidents_per_switch_per_s: f64,
+    /// … and in a burst.
+    pub incident_burst: f64,
+    /// Incidents collecting reports at once (each waits at most the incident timeout).
+    pub max_collecting: usize,
+}
+
+impl Default for IntakeLimits {
+    fn default() -> Self {
+        IntakeLimits {
+            max_report_bytes: 16 << 20,
+            incidents_per_switch_per_s: 200.0,
+            incident_burst: 2000.0,
+            max_collecting: 10_000,
+        }
+    }
+}
+
 /// What the store repaired when it was opened (see [`crate::store::Replay`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -139,9 +170,59 @@ pub enum IncidentError {
     /// The chunk is not a telemetry chunk.
     #[error("rejected chunk: {0}")]
     BadChunk(String),
+    /// The chunk is refused for now (a limit on open incidents or on a switch's rate):
+    /// not stored, not acknowledged; the agent resends later.
+    #[error("chunk refused for now: {0}")]
+    Busy(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A switch's complete chunk sequence, to be decoded (without the lock) and handed back
+/// with [`IncidentSet::deliver`].
+#[derive(Debug)]
+pub(crate) struct PendingDecode {
+    event_id: u64,
+    switch: NodeId,
+    bytes: Vec<u8>,
+}
+
+/// The outcome of a [`PendingDecode`].
+#[derive(Debug)]
+pub(crate) struct DecodedReport {
+    event_id: u64,
+    switch: NodeId,
+    report: Result<TelemetryReport, String>,
+}
+
+impl PendingDecode {
+    /// Decodes (linear in the bytes; CPU work, not on an async worker).
+    pub(crate) fn run(self) -> DecodedReport {
+        let switch = self.switch;
+        let report = match decode_reports(&self.bytes) {
+            Ok(mut reports) if reports.len() == 1 => Ok(reports.remove(0)),
+            Ok(reports) => Err(format!(
+                "switch {switch}: {} reports in one chunk sequence",
+                reports.len()
+            )),
+            Err(error) => Err(format!("switch {switch}: {error}")),
+        };
+        DecodedReport {
+            event_id: self.event_id,
+            switch,
+            report,
+        }
+    }
+}
+
+/// What filing a chunk left to do outside the lock.
+#[derive(Debug)]
+pub(crate) struct Filed {
+    /// New or duplicate.
+    pub(crate) accepted: Accepted,
+    /// The switch's report, complete with this chunk, to decode.
+    pub(crate) decode: Option<PendingDecode>,
 }
 
 /// An incident that was concluded under the lock, to be diagnosed (possibly without the
@@ -261,6 +342,9 @@ pub struct IncidentSet {
     /// What opening the store repaired.
     pub recovery: Recovery,
     retention: Retention,
+    limits: IntakeLimits,
+    /// Per switch: incident tokens left and when they were counted.
+    buckets: BTreeMap<NodeId, (f64, Instant)>,
     /// Tests pause diagnoses here.
     #[cfg(test)]
     pub(crate) diagnosis_gate: Option<crate::gate::Gate>,
@@ -298,6 +382,8 @@ impl IncidentSet {
                 skipped_chunks: 0,
             },
             retention: Retention::default(),
+            limits: IntakeLimits::default(),
+            buckets: BTreeMap::new(),
             #[cfg(test)]
             diagnosis_gate: None,
         };
@@ -315,7 +401,10 @@ impl IncidentSet {
                     let filed = from_hex(&hex)
                         .map_err(IncidentError::BadChunk)
                         .and_then(|bytes| set.insert_chunk(bytes, now, at_ms, bytes_in_log));
-                    if let Err(error) = filed {
+                    if let Ok(Some(decode)) = filed {
+                        // Concluded below, once every record is in.
+                        let _ = set.deliver_quietly(decode.run());
+                    } else if let Err(error) = filed {
                         set.counters.bump(Counter::ReplaySkipped);
                         set.recovery.skipped_chunks += 1;
                         tracing::warn!(record = index + 1, %error, "stored chunk skipped on replay");
@@ -358,29 +447,42 @@ impl IncidentSet {
     /// Validates, stores (durably) and files one chunk; diagnoses its incident if the chunk
     /// completes it.
     pub fn accept(&mut self, bytes: Vec<u8>, now: Instant) -> Result<Accepted, IncidentError> {
-        let (accepted, pending) = self.accept_deferred(bytes, now)?;
-        if let Some(pending) = pending {
-            let concluded = pending.run();
-            self.conclude(concluded);
+        let Filed { accepted, decode } = self.accept_deferred(bytes, now)?;
+        if let Some(decode) = decode {
+            if let Some(pending) = self.deliver(decode.run()) {
+                let concluded = pending.run();
+                self.conclude(concluded);
+            }
         }
         Ok(accepted)
     }
 
-    /// [`IncidentSet::accept`] without the diagnosis: when the chunk completes its incident,
-    /// the diagnosis to run (then [`IncidentSet::conclude`]) is returned. Counts and logs
-    /// accepted, duplicate and rejected chunks and store failures.
+    /// [`IncidentSet::accept`] without decoding or diagnosing: when the chunk completes its
+    /// switch's report, the decoding to run (then [`IncidentSet::deliver`], which returns the
+    /// diagnosis to run if the incident is complete, then [`IncidentSet::conclude`]) is
+    /// returned. Counts and logs accepted, duplicate and rejected chunks and store failures.
     pub(crate) fn accept_deferred(
         &mut self,
         bytes: Vec<u8>,
         now: Instant,
-    ) -> Result<(Accepted, Option<PendingDiagnosis>), IncidentError> {
+    ) -> Result<Filed, IncidentError> {
         let outcome = self.file_chunk(bytes, now);
         match &outcome {
-            Ok((Accepted::New, _)) => self.counters.bump(Counter::ChunksAccepted),
-            Ok((Accepted::Duplicate, _)) => self.counters.bump(Counter::ChunksDuplicate),
+            Ok(Filed {
+                accepted: Accepted::New,
+                ..
+            }) => self.counters.bump(Counter::ChunksAccepted),
+            Ok(Filed {
+                accepted: Accepted::Duplicate,
+                ..
+            }) => self.counters.bump(Counter::ChunksDuplicate),
             Err(IncidentError::BadChunk(reason)) => {
                 self.counters.bump(Counter::ChunksRejected);
                 tracing::warn!(%reason, "chunk rejected");
+            }
+            Err(IncidentError::Busy(reason)) => {
+                self.counters.bump(Counter::ChunksThrottled);
+                tracing::warn!(%reason, "chunk refused for now");
             }
             Err(IncidentError::Store(error)) => {
                 self.counters.bump(Counter::StoreFailures);
@@ -390,11 +492,7 @@ impl IncidentSet {
         outcome
     }
 
-    fn file_chunk(
-        &mut self,
-        bytes: Vec<u8>,
-        now: Instant,
-    ) -> Result<(Accepted, Option<PendingDiagnosis>), IncidentError> {
+    fn file_chunk(&mut self, bytes: Vec<u8>, now: Instant) -> Result<Filed, IncidentError> {
         let header = parse_header(&bytes)?;
         if let Some(node) = self.topology.nodes.get(header.switch as usize) {
             if node.kind != NodeKind::Switch {
@@ -419,7 +517,10 @@ impl IncidentSet {
             // conflict, refused loudly (the first copy stays: which one is true cannot be
             // told from here).
             if *stored == bytes {
-                return Ok((Accepted::Duplicate, None));
+                return Ok(Filed {
+                    accepted: Accepted::Duplicate,
+                    decode: None,
+                });
             }
             return Err(IncidentError::BadChunk(format!(
                 "chunk {} of switch {} for event {} conflicts with the copy already stored \
@@ -427,13 +528,16 @@ impl IncidentSet {
                 header.chunk_index, header.switch, header.event_id
             )));
         }
+        self.check_limits(&header, bytes.len(), now)?;
         let record = Record::Chunk {
             hex: to_hex(&bytes),
         };
         let at_ms = self.store.append(&record)?;
-        let event_id = header.event_id;
-        self.insert_chunk(bytes, now, at_ms, Store::framed_len(at_ms, &record))?;
-        Ok((Accepted::New, self.try_complete(event_id)))
+        let decode = self.insert_chunk(bytes, now, at_ms, Store::framed_len(at_ms, &record))?;
+        Ok(Filed {
+            accepted: Accepted::New,
+            decode,
+        })
     }
 
     fn insert_chunk(
@@ -442,7 +546,7 @@ impl IncidentSet {
         now: Instant,
         at_ms: u64,
         bytes_in_log: u64,
-    ) -> Result<(), IncidentError> {
+    ) -> Result<Option<PendingDecode>, IncidentError> {
         let header = parse_header(&bytes)?;
         let incident = self.incidents.entry(header.event_id).or_default();
         if incident.chunks.is_empty() && incident.state.is_none() {
@@ -458,37 +562,121 @@ impl IncidentSet {
                 .last_index
                 .insert(header.switch, header.chunk_index);
         }
+        *incident.chunk_bytes.entry(header.switch).or_default() += bytes.len();
         incident
             .chunks
             .insert((header.switch, header.chunk_index), bytes);
-        // Reassemble this switch's report once all its chunks are present.
+        // Once all this switch's chunks are present, its report is to be decoded (by the
+        // caller: the service decodes without holding the incident set's lock).
         if let Some(last) = incident.last_index.get(&header.switch).copied() {
             let all = (0..=last).all(|i| incident.chunks.contains_key(&(header.switch, i)));
-            if all && !incident.reports.contains_key(&header.switch) {
+            if all
+                && !incident.reports.contains_key(&header.switch)
+                && incident.decoding.insert(header.switch)
+            {
                 let mut joined = Vec::new();
                 for i in 0..=last {
                     joined.extend_from_slice(&incident.chunks[&(header.switch, i)]);
                 }
-                match decode_reports(&joined) {
-                    Ok(mut reports) if reports.len() == 1 => {
-                        incident.reports.insert(header.switch, reports.remove(0));
-                        incident.errors.remove(&header.switch);
-                    }
-                    Ok(reports) => {
-                        incident.errors.insert(
-                            header.switch,
-                            format!(
-                                "switch {}: {} reports in one chunk sequence",
-                                header.switch,
-                                reports.len()
-                            ),
-                        );
-                    }
-                    Err(error) => {
-                        incident
-                            .errors
-                            .insert(header.switch, format!("switch {}: {error}", header.switch));
-                    }
+                return Ok(Some(PendingDecode {
+                    event_id: header.event_id,
+                    switch: header.switch,
+                    bytes: joined,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Installs a decoded report (or why it could not be decoded) and returns the diagnosis
+    /// to run if the incident is now complete.
+    pub(crate) fn deliver(&mut self, decoded: DecodedReport) -> Option<PendingDiagnosis> {
+        let event_id = self.deliver_quietly(decoded)?;
+        self.try_complete(event_id)
+    }
+
+    /// [`IncidentSet::deliver`] without concluding the incident (replay concludes after
+    /// every record is in); returns its event id.
+    fn deliver_quietly(&mut self, decoded: DecodedReport) -> Option<u64> {
+        let DecodedReport {
+            event_id,
+            switch,
+            report,
+        } = decoded;
+        let incident = self.incidents.get_mut(&event_id)?;
+        incident.decoding.remove(&switch);
+        match report {
+            Ok(report) => {
+                incident.reports.insert(switch, report);
+                incident.errors.remove(&switch);
+            }
+            Err(error) => {
+                incident.errors.insert(switch, error);
+            }
+        }
+        Some(event_id)
+    }
+
+    /// Refuses a chunk beyond the intake limits ([`IntakeLimits`]) before it is stored.
+    fn check_limits(
+        &mut self,
+        header: &ChunkHeaderRepr,
+        len: usize,
+        now: Instant,
+    ) -> Result<(), IncidentError> {
+        let limits = self.limits;
+        match self.incidents.get(&header.event_id) {
+            Some(incident) => {
+                let sent = incident
+                    .chunk_bytes
+                    .get(&header.switch)
+                    .copied()
+                    .unwrap_or(0);
+                if sent + len > limits.max_report_bytes {
+                    return Err(IncidentError::BadChunk(format!(
+                        "the report of switch {} for event {} passes {} bytes (limit {}); refused",
+                        header.switch,
+                        header.event_id,
+                        sent + len,
+                        limits.max_report_bytes
+                    )));
+                }
+            }
+            None => {
+                // A new incident: the switch's rate, then the number collecting.
+                let bucket = self
+                    .buckets
+                    .entry(header.switch)
+                    .or_insert((limits.incident_burst, now));
+                let refill = now.saturating_duration_since(bucket.1).as_secs_f64()
+                    * limits.incidents_per_switch_per_s;
+                bucket.0 = (bucket.0 + refill).min(limits.incident_burst);
+                bucket.1 = now;
+                if bucket.0 < 1.0 {
+                    return Err(IncidentError::Busy(format!(
+                        "switch {} opens incidents faster than {} per second (burst {}); resend later",
+                        header.switch, limits.incidents_per_switch_per_s, limits.incident_burst
+                    )));
+                }
+                let collecting = self
+                    .incidents
+                    .values()
+                    .filter(|i| i.state == Some(IncidentState::Collecting))
+                    .count();
+                if collecting >= limits.max_collecting {
+                    return Err(IncidentError::Busy(format!(
+                        "{collecting} incidents are collecting reports (limit {}); resend later",
+                        limits.max_collecting
+                    )));
+                }
+                if len > limits.max_report_bytes {
+                    return Err(IncidentError::BadChunk(format!(
+                        "a chunk of {len} bytes passes the {}-byte report limit; refused",
+                        limits.max_report_bytes
+                    )));
+                }
+                if let Some(bucket) = self.buckets.get_mut(&header.switch) {
+                    bucket.0 -= 1.0;
                 }
             }
         }
@@ -636,6 +824,11 @@ impl IncidentSet {
         Ok(due)
     }
 
+    /// Sets the intake limits.
+    pub fn set_limits(&mut self, limits: IntakeLimits) {
+        self.limits = limits;
+    }
+
     /// Sets how long and how much the store keeps (applied by [`IncidentSet::retain`]).
     pub fn set_retention(&mut self, retention: Retention) {
         self.retention = retention;
@@ -736,6 +929,22 @@ impl IncidentSet {
             errors: incident.errors.values().cloned().collect(),
             verdict: incident.verdict.clone(),
         })
+    }
+
+    /// Up to `limit` incidents with event ids above `after` (all when `None`), ascending;
+    /// and the number of incidents.
+    pub fn page(&self, after: Option<u64>, limit: usize) -> (Vec<IncidentSummary>, usize) {
+        let start = match after {
+            Some(after) => std::ops::Bound::Excluded(after),
+            None => std::ops::Bound::Unbounded,
+        };
+        let page = self
+            .incidents
+            .range((start, std::ops::Bound::Unbounded))
+            .take(limit)
+            .filter_map(|(id, _)| self.summary(*id))
+            .collect();
+        (page, self.incidents.len())
     }
 
     /// Every incident, newest event id last.

@@ -10,6 +10,7 @@
 //! stops and concludes an incident, `warn` for rejected input, `error` for store and
 //! internal failures. Every handled failure is also counted ([`counters`]).
 
+pub mod conn;
 pub mod counters;
 #[cfg(test)]
 mod gate;
@@ -34,6 +35,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
+/// Concurrent gRPC streams one connection may hold (an agent needs one or two).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
+
 /// How to run the service.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -51,6 +55,11 @@ pub struct ServerConfig {
     pub options: DiagnoseOptions,
     /// How long and how much the store keeps (checked about once a second).
     pub retention: incidents::Retention,
+    /// What the service takes in (report size, incident rate per switch, incidents
+    /// collecting at once).
+    pub limits: incidents::IntakeLimits,
+    /// Connection caps and idle timeout, of each listener.
+    pub connections: conn::ConnectionLimits,
 }
 
 /// Why the service could not start.
@@ -126,6 +135,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     )?;
     let mut set = set;
     set.set_retention(config.retention);
+    set.set_limits(config.limits);
     let counters = set.counters().clone();
     let known = set.list().len();
     let incidents = Arc::new(Mutex::new(set));
@@ -154,11 +164,14 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 
     let (tx, rx) = oneshot::channel::<()>();
     shutdown.push(tx);
-    let service = CollectorServer::new(grpc::CollectorService::new(incidents.clone()));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+    // A gRPC message is one chunk: anything larger is refused before it is buffered.
+    let service = CollectorServer::new(grpc::CollectorService::new(incidents.clone()))
+        .max_decoding_message_size(grpc::MAX_CHUNK_BYTES + 1024);
+    let incoming = conn::LimitedListener::new(grpc_listener, config.connections, counters.clone());
     let failures = counters.clone();
     tasks.push(tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
+            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, stop_requested(rx))
             .await;
@@ -173,7 +186,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let app = http::router(incidents.clone());
     let failures = counters.clone();
     tasks.push(tokio::spawn(async move {
-        let served = axum::serve(http_listener, app)
+        let listener =
+            conn::LimitedListener::new(http_listener, config.connections, failures.clone());
+        let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop_requested(rx))
             .await;
         if let Err(error) = served {

@@ -7,7 +7,7 @@
 //! `tokio::task::spawn_blocking`, and no guard is ever held across an `.await`.
 
 use crate::counters::{Counter, Counters};
-use crate::incidents::{Accepted, IncidentError, IncidentSet};
+use crate::incidents::{Accepted, Filed, IncidentError, IncidentSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -85,8 +85,9 @@ impl Shared {
     }
 
     /// Files one chunk on the blocking pool: validation and the durable append under the
-    /// lock; if the chunk completes its incident, the diagnosis after releasing it, then
-    /// its result under the lock again. Returns once all of that is done, so a chunk is
+    /// lock; if the chunk completes its switch's report, the decoding after releasing it,
+    /// the report under the lock again; if that completes the incident, the diagnosis
+    /// without the lock, then its result under the lock. Returns once all of that is done, so a chunk is
     /// acknowledged only after it is on disk (and its incident, if complete, diagnosed).
     pub(crate) async fn accept(
         &self,
@@ -94,13 +95,18 @@ impl Shared {
     ) -> Result<Result<Accepted, IncidentError>, InternalError> {
         self.blocking(move |shared| {
             let filed = shared.lock()?.accept_deferred(chunk, Instant::now());
-            let (accepted, pending) = match filed {
+            let Filed { accepted, decode } = match filed {
                 Ok(filed) => filed,
                 Err(error) => return Ok(Err(error)),
             };
-            if let Some(pending) = pending {
-                let concluded = pending.run();
-                shared.lock()?.conclude(concluded);
+            if let Some(decode) = decode {
+                // Decoding (linear in the report) without the lock.
+                let decoded = decode.run();
+                let pending = shared.lock()?.deliver(decoded);
+                if let Some(pending) = pending {
+                    let concluded = pending.run();
+                    shared.lock()?.conclude(concluded);
+                }
             }
             Ok(Ok(accepted))
         })

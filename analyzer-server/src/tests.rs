@@ -60,6 +60,8 @@ async fn serve(dir: &Path, topology: &FabricTopology) -> RunningServer {
         incident_timeout: Duration::from_secs(60),
         options: DiagnoseOptions::default(),
         retention: crate::incidents::Retention::default(),
+        limits: crate::incidents::IntakeLimits::default(),
+        connections: crate::conn::ConnectionLimits::default(),
     })
     .await
     .unwrap()
@@ -592,4 +594,54 @@ fn a_full_disk_refuses_chunks_without_damaging_the_store_and_service_resumes_whe
     let stored: usize = set.list().iter().map(|i| i.chunks).sum();
     assert_eq!(stored, acknowledged.len());
     assert_eq!(set.summary(1000).unwrap().state, IncidentState::Complete);
+}
+
+#[test]
+fn intake_limits_bound_what_one_switch_and_all_together_can_open() {
+    let (topology, _) = storm(1);
+    let dir = data_dir("limits");
+    let mut set = open_set(&dir, &topology);
+    set.set_limits(crate::incidents::IntakeLimits {
+        max_report_bytes: 4096,
+        incidents_per_switch_per_s: 10.0,
+        incident_burst: 3.0,
+        max_collecting: 5,
+    });
+    // The first chunk of each new event opens an incident: one switch may open a burst
+    // of 3, then 10 per second.
+    let first_chunk = |event: u64| chunks(&storm(event).1).remove(0);
+    let t0 = Instant::now();
+    for event in 1..=3 {
+        set.accept(first_chunk(event), t0).unwrap();
+    }
+    let error = set.accept(first_chunk(4), t0).unwrap_err();
+    assert!(matches!(error, IncidentError::Busy(_)), "{error}");
+    assert!(error.to_string().contains("per second"), "{error}");
+    assert_eq!(set.counters().get(Counter::ChunksThrottled), 1);
+    // Chunks of incidents already open are never throttled.
+    let more = chunks(&storm(1).1);
+    set.accept(more[1].clone(), t0).unwrap();
+    // 100 ms later one more token; then the incidents collecting at once run out.
+    let t1 = t0 + Duration::from_millis(100);
+    set.accept(first_chunk(4), t1).unwrap();
+    let t2 = t0 + Duration::from_secs(10);
+    set.accept(first_chunk(5), t2).unwrap();
+    let error = set.accept(first_chunk(6), t2).unwrap_err();
+    assert!(error.to_string().contains("collecting"), "{error}");
+    // Nothing refused was stored.
+    drop(set);
+    let set = open_set(&dir, &topology);
+    assert_eq!(set.list().len(), 5);
+    // A report beyond its size limit is refused for good.
+    let mut set = set;
+    set.set_limits(crate::incidents::IntakeLimits {
+        max_report_bytes: 100,
+        ..crate::incidents::IntakeLimits::default()
+    });
+    let error = set.accept(more[2].clone(), t2).unwrap_err();
+    assert!(
+        matches!(error, IncidentError::BadChunk(ref reason) if reason.contains("limit")),
+        "{error}"
+    );
+    remove(&dir);
 }

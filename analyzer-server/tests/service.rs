@@ -48,6 +48,8 @@ async fn serve(dir: &Path, topology: &FabricTopology, timeout_ms: u64) -> Runnin
         incident_timeout: Duration::from_millis(timeout_ms),
         options: DiagnoseOptions::default(),
         retention: hawkmesh_analyzer_server::incidents::Retention::default(),
+        limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
+        connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
     })
     .await
     .unwrap()
@@ -137,6 +139,21 @@ async fn reports_streamed_over_grpc_become_a_diagnosed_incident_served_over_http
     let (status, list) = http_get(&server, "/api/incidents").await;
     assert_eq!(status, 200);
     assert!(list.contains("\"event_id\": 42"));
+    let page: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(page["total"], 1);
+    assert!(page["next"].is_null(), "one incident fits one page");
+    // A page of one names the next; the next page after the last incident is empty.
+    let (_, list) = http_get(&server, "/api/incidents?limit=1").await;
+    let page: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(page["next"], "/api/incidents?after=42&limit=1");
+    let (_, list) = http_get(&server, "/api/incidents?after=42&limit=1").await;
+    let page: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(page["incidents"].as_array().map(Vec::len), Some(0));
+    assert_eq!(
+        http_get(&server, "/api/incidents?limit=100000").await.0,
+        400
+    );
+    assert_eq!(http_get(&server, "/api/incidents?after=x").await.0, 400);
     let (status, index) = http_get(&server, "/").await;
     assert_eq!(status, 200);
     assert!(

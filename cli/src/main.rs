@@ -369,6 +369,8 @@ fn serve(
             incident_timeout: std::time::Duration::from_millis(timeout_ms),
             options: hawkmesh_analyzer::DiagnoseOptions::default(),
             retention,
+            limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
+            connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
         })
         .await?;
         println!(

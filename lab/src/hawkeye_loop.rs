@@ -621,6 +621,8 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 incident_timeout: config.analyzer_timeout,
                 options: DiagnoseOptions::default(),
                 retention: hawkmesh_analyzer_server::incidents::Retention::default(),
+                limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
+                connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
             }))
             .map_err(|e| LoopError::Analyzer(e.to_string()))?;
         let endpoint = format!("http://{}", server.grpc_addr);

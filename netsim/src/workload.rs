@@ -460,7 +460,8 @@ pub fn parse_hpcc_flows(
             format!("first line must be the flow count: {e}"),
         )
     })?;
-    let mut flows = Vec::with_capacity(count);
+    // The declared count is not trusted for memory: at most one flow per line follows.
+    let mut flows = Vec::with_capacity(count.min(text.lines().count()));
     let mut pair_ports = std::collections::HashMap::new();
     for (line_no, line) in lines {
         let f: Vec<&str> = line.split_whitespace().collect();
