@@ -35,14 +35,34 @@ pub const MAX_CHUNK_BYTES: usize = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct CollectorService {
     shared: Shared,
+    /// Clients are identified by their TLS certificate (mutual TLS); without TLS
+    /// (loopback plaintext) nobody is.
+    identified: bool,
 }
 
 impl CollectorService {
-    /// A service over `incidents`.
-    pub fn new(incidents: Arc<Mutex<IncidentSet>>) -> Self {
+    /// A service over `incidents`; `identified` when the listener is mutual TLS.
+    pub fn new(incidents: Arc<Mutex<IncidentSet>>, identified: bool) -> Self {
         CollectorService {
             shared: Shared::new(incidents),
+            identified,
         }
+    }
+
+    /// The node name the client's certificate gives, when clients are identified.
+    fn identity<T>(&self, request: &Request<T>) -> Result<Option<String>, Status> {
+        if !self.identified {
+            return Ok(None);
+        }
+        let certs = request
+            .peer_certs()
+            .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+        let first = certs
+            .first()
+            .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+        crate::tls::peer_identity(first)
+            .map(Some)
+            .map_err(|e| Status::unauthenticated(e.to_string()))
     }
 }
 
@@ -56,6 +76,7 @@ impl Collector for CollectorService {
         &self,
         request: Request<Streaming<ReportChunk>>,
     ) -> Result<Response<StreamSummary>, Status> {
+        let identity = self.identity(&request)?;
         let mut stream = request.into_inner();
         let mut summary = StreamSummary::default();
         // Chunks are stored as they arrive: a stream cut half-way keeps what was sent.
@@ -88,7 +109,12 @@ impl Collector for CollectorService {
                 continue;
             }
             // Counted and logged by the incident set.
-            match self.shared.accept(chunk).await.map_err(internal)? {
+            match self
+                .shared
+                .accept(chunk, identity.clone())
+                .await
+                .map_err(internal)?
+            {
                 Ok(Accepted::New) => summary.accepted += 1,
                 Ok(Accepted::Duplicate) => summary.duplicates += 1,
                 Err(IncidentError::BadChunk(reason)) => summary.rejected.push(reason),

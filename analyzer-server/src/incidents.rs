@@ -447,7 +447,7 @@ impl IncidentSet {
     /// Validates, stores (durably) and files one chunk; diagnoses its incident if the chunk
     /// completes it.
     pub fn accept(&mut self, bytes: Vec<u8>, now: Instant) -> Result<Accepted, IncidentError> {
-        let Filed { accepted, decode } = self.accept_deferred(bytes, now)?;
+        let Filed { accepted, decode } = self.accept_deferred(bytes, now, None)?;
         if let Some(decode) = decode {
             if let Some(pending) = self.deliver(decode.run()) {
                 let concluded = pending.run();
@@ -461,12 +461,15 @@ impl IncidentSet {
     /// switch's report, the decoding to run (then [`IncidentSet::deliver`], which returns the
     /// diagnosis to run if the incident is complete, then [`IncidentSet::conclude`]) is
     /// returned. Counts and logs accepted, duplicate and rejected chunks and store failures.
+    /// `from` is the node the client's certificate names (mutual TLS): a chunk is accepted
+    /// only from the switch it names.
     pub(crate) fn accept_deferred(
         &mut self,
         bytes: Vec<u8>,
         now: Instant,
+        from: Option<&str>,
     ) -> Result<Filed, IncidentError> {
-        let outcome = self.file_chunk(bytes, now);
+        let outcome = self.file_chunk(bytes, now, from);
         match &outcome {
             Ok(Filed {
                 accepted: Accepted::New,
@@ -492,12 +495,24 @@ impl IncidentSet {
         outcome
     }
 
-    fn file_chunk(&mut self, bytes: Vec<u8>, now: Instant) -> Result<Filed, IncidentError> {
+    fn file_chunk(
+        &mut self,
+        bytes: Vec<u8>,
+        now: Instant,
+        from: Option<&str>,
+    ) -> Result<Filed, IncidentError> {
         let header = parse_header(&bytes)?;
         if let Some(node) = self.topology.nodes.get(header.switch as usize) {
             if node.kind != NodeKind::Switch {
                 return Err(IncidentError::BadChunk(format!(
                     "chunk claims to come from {} which is not a switch",
+                    node.name
+                )));
+            }
+            if let Some(from) = from.filter(|from| *from != node.name) {
+                return Err(IncidentError::BadChunk(format!(
+                    "chunk of switch {} sent by {from} (its certificate's name): an agent \
+                     reports only for its own switch",
                     node.name
                 )));
             }

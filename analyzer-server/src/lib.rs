@@ -21,6 +21,7 @@ mod shared;
 pub mod store;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use counters::{CounterSnapshot, Counters};
 use hawkmesh_analyzer::DiagnoseOptions;
@@ -60,6 +61,8 @@ pub struct ServerConfig {
     pub limits: incidents::IntakeLimits,
     /// Connection caps and idle timeout, of each listener.
     pub connections: conn::ConnectionLimits,
+    /// Mutual TLS for the gRPC listener, or plaintext on loopback.
+    pub tls: tls::TlsMode,
 }
 
 /// Why the service could not start.
@@ -68,6 +71,12 @@ pub enum ServerError {
     /// The store could not be opened or replayed.
     #[error("opening the store: {0}")]
     Store(#[from] IncidentError),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The TLS configuration was refused by the server.
+    #[error("the gRPC server refused the TLS configuration: {0}")]
+    TlsConfig(String),
     /// A listen address could not be bound.
     #[error("binding {addr}: {source}")]
     Bind {
@@ -165,12 +174,23 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let (tx, rx) = oneshot::channel::<()>();
     shutdown.push(tx);
     // A gRPC message is one chunk: anything larger is refused before it is buffered.
-    let service = CollectorServer::new(grpc::CollectorService::new(incidents.clone()))
-        .max_decoding_message_size(grpc::MAX_CHUNK_BYTES + 1024);
+    let tls = config.tls.server_config(grpc_addr)?;
+    let tls_on = tls.is_some();
+    let service = CollectorServer::new(grpc::CollectorService::new(
+        incidents.clone(),
+        tls.is_some(),
+    ))
+    .max_decoding_message_size(grpc::MAX_CHUNK_BYTES + 1024);
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| ServerError::TlsConfig(e.to_string()))?;
+    }
     let incoming = conn::LimitedListener::new(grpc_listener, config.connections, counters.clone());
     let failures = counters.clone();
     tasks.push(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
+        let served = builder
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, stop_requested(rx))
@@ -232,6 +252,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     }));
 
     tracing::info!(
+        tls = tls_on,
         grpc = %grpc_addr,
         http = %http_addr,
         data_dir = %config.data_dir.display(),

@@ -92,9 +92,12 @@ impl Shared {
     pub(crate) async fn accept(
         &self,
         chunk: Vec<u8>,
+        from: Option<String>,
     ) -> Result<Result<Accepted, IncidentError>, InternalError> {
         self.blocking(move |shared| {
-            let filed = shared.lock()?.accept_deferred(chunk, Instant::now());
+            let filed = shared
+                .lock()?
+                .accept_deferred(chunk, Instant::now(), from.as_deref());
             let Filed { accepted, decode } = match filed {
                 Ok(filed) => filed,
                 Err(error) => return Ok(Err(error)),

@@ -62,6 +62,7 @@ async fn serve(dir: &Path, topology: &FabricTopology) -> RunningServer {
         retention: crate::incidents::Retention::default(),
         limits: crate::incidents::IntakeLimits::default(),
         connections: crate::conn::ConnectionLimits::default(),
+        tls: crate::tls::TlsMode::PlaintextLoopback,
     })
     .await
     .unwrap()

@@ -70,6 +70,7 @@ async fn a_flood_of_idle_connections_and_incidents_leaves_others_served_in_bound
             max_per_peer: 32,
             idle_timeout: Duration::from_millis(500),
         },
+        tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
     })
     .await
     .unwrap();

@@ -50,6 +50,7 @@ async fn serve(dir: &Path, topology: &FabricTopology, timeout_ms: u64) -> Runnin
         retention: hawkmesh_analyzer_server::incidents::Retention::default(),
         limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
         connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
+        tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
     })
     .await
     .unwrap()

@@ -50,6 +50,12 @@ enum Command {
         #[command(subcommand)]
         command: AnalyzerCommand,
     },
+    /// A small certificate authority for a lab: certificates for the analyzer and for
+    /// every agent (mutual TLS, the agent named by its certificate).
+    Pki {
+        #[command(subcommand)]
+        command: PkiCommand,
+    },
     /// Explain why a flow is slow from HAWKEYE telemetry reports (provenance graph and
     /// signature diagnosis).
     Diagnose {
@@ -100,6 +106,45 @@ enum AnalyzerCommand {
         /// incidents are dropped (to three quarters of it) and the log is compacted.
         #[arg(long, default_value_t = 1024)]
         max_store_mib: u64,
+        /// The analyzer's certificate (PEM): with --tls-key and --client-ca, agents connect
+        /// over mutual TLS and are identified by their certificates.
+        #[arg(long, requires_all = ["tls_key", "client_ca"], conflicts_with = "plaintext")]
+        tls_cert: Option<PathBuf>,
+        /// The analyzer's private key (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// The CA agents' certificates must chain to (PEM).
+        #[arg(long, requires = "tls_cert")]
+        client_ca: Option<PathBuf>,
+        /// Serve gRPC without TLS (loopback addresses only; nobody is identified).
+        #[arg(long)]
+        plaintext: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PkiCommand {
+    /// Make a CA in DIR (`ca.pem`, `ca-key.pem`); an existing CA is never overwritten.
+    Init {
+        /// Directory of the CA and the certificates it issues.
+        #[arg(long, default_value = "pki")]
+        dir: PathBuf,
+        /// The CA's common name.
+        #[arg(long, default_value = "hawkmesh lab CA")]
+        name: String,
+    },
+    /// Issue `NAME.pem` and `NAME-key.pem`: an agent's certificate (NAME = its node name,
+    /// e.g. tor3), or the analyzer's with `--server-name` (its DNS names or addresses).
+    Issue {
+        /// Directory of the CA.
+        #[arg(long, default_value = "pki")]
+        dir: PathBuf,
+        /// The node name (agents) or a name for the analyzer's files.
+        #[arg(long)]
+        name: String,
+        /// A DNS name or IP address the analyzer is reached by (repeatable).
+        #[arg(long = "server-name")]
+        server_names: Vec<String>,
     },
 }
 
@@ -168,8 +213,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     timeout_ms,
                     retention_days,
                     max_store_mib,
+                    tls_cert,
+                    tls_key,
+                    client_ca,
+                    plaintext,
                 },
         } => {
+            let tls = match (tls_cert, tls_key, client_ca) {
+                (Some(cert), Some(key), Some(client_ca)) => {
+                    hawkmesh_analyzer_server::tls::TlsMode::Mutual {
+                        cert,
+                        key,
+                        client_ca,
+                    }
+                }
+                _ if plaintext => hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
+                _ => anyhow::bail!(
+                    "give the analyzer its certificate (--tls-cert, --tls-key, --client-ca; \
+                     `hawkmesh pki` makes them for a lab), or ask for --plaintext on a loopback \
+                     address"
+                ),
+            };
             if !(retention_days.is_finite() && retention_days > 0.0 && retention_days <= 36_500.0) {
                 anyhow::bail!(
                     "--retention-days {retention_days}: must be a number of days in (0, 36500]"
@@ -182,8 +246,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 max_age: std::time::Duration::from_secs_f64(retention_days * 86_400.0),
                 max_bytes: max_store_mib << 20,
             };
-            serve(&topology, data, grpc, http, timeout_ms, retention)
+            serve(&topology, data, grpc, http, timeout_ms, retention, tls)
         }
+        Command::Pki { command } => match command {
+            PkiCommand::Init { dir, name } => {
+                hawkmesh_analyzer_server::tls::Pki::create(&dir, &name)?;
+                println!(
+                    "CA made in {}: ca.pem (give it to the analyzer as --client-ca and to every agent), ca-key.pem (keep it private)",
+                    dir.display()
+                );
+                Ok(())
+            }
+            PkiCommand::Issue {
+                dir,
+                name,
+                server_names,
+            } => {
+                let pki = hawkmesh_analyzer_server::tls::Pki::open(&dir)?;
+                pki.issue(&name, &server_names)?;
+                println!(
+                    "issued {} and {}",
+                    pki.cert_path(&name).display(),
+                    pki.key_path(&name).display()
+                );
+                Ok(())
+            }
+        },
         Command::Diagnose {
             reports,
             topology,
@@ -346,6 +434,7 @@ fn serve(
     http: std::net::SocketAddr,
     timeout_ms: u64,
     retention: hawkmesh_analyzer_server::incidents::Retention,
+    tls: hawkmesh_analyzer_server::tls::TlsMode,
 ) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(topology)
         .with_context(|| format!("reading {}", topology.display()))?;
@@ -359,6 +448,10 @@ fn serve(
         .with_max_level(tracing::Level::INFO)
         .try_init()
         .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
+    let secured = match &tls {
+        hawkmesh_analyzer_server::tls::TlsMode::Mutual { .. } => "mutual TLS",
+        hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback => "plaintext, loopback",
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let server = hawkmesh_analyzer_server::start(hawkmesh_analyzer_server::ServerConfig {
@@ -371,10 +464,11 @@ fn serve(
             retention,
             limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
             connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
+            tls,
         })
         .await?;
         println!(
-            "analyzer: gRPC on {}, HTTP on http://{}/api/incidents",
+            "analyzer: gRPC ({secured}) on {}, HTTP on http://{}/api/incidents",
             server.grpc_addr, server.http_addr
         );
         tokio::signal::ctrl_c().await?;

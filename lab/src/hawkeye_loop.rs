@@ -623,6 +623,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 retention: hawkmesh_analyzer_server::incidents::Retention::default(),
                 limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
                 connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
+                tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
             }))
             .map_err(|e| LoopError::Analyzer(e.to_string()))?;
         let endpoint = format!("http://{}", server.grpc_addr);
