@@ -51,6 +51,23 @@ impl PageQuery {
     }
 }
 
+/// One page of incidents as `query` asks: the incidents, how many there are, and the page
+/// size; or the answer to a malformed query or a failure.
+async fn page_of(
+    shared: &Shared,
+    query: &PageQuery,
+) -> Result<(Vec<crate::incidents::IncidentSummary>, usize, usize), Response> {
+    let limit = query
+        .limit()
+        .map_err(|message| error(StatusCode::BAD_REQUEST, message))?;
+    let after = query.after;
+    let (list, total) = shared
+        .read(move |set| set.page(after, limit))
+        .await
+        .map_err(internal)?;
+    Ok((list, total, limit))
+}
+
 /// The router over the shared incident set.
 pub fn router(incidents: Arc<Mutex<IncidentSet>>) -> Router {
     Router::new()
@@ -108,14 +125,9 @@ fn escape(text: &str) -> String {
 }
 
 async fn index(State(shared): State<Shared>, Query(query): Query<PageQuery>) -> Response {
-    let limit = match query.limit() {
-        Ok(limit) => limit,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
-    };
-    let after = query.after;
-    let (list, total) = match shared.read(move |set| set.page(after, limit)).await {
+    let (list, total, limit) = match page_of(&shared, &query).await {
         Ok(page) => page,
-        Err(e) => return internal(e),
+        Err(response) => return response,
     };
     let more = match list.last() {
         Some(last) if list.len() == limit => format!(
@@ -147,14 +159,9 @@ async fn index(State(shared): State<Shared>, Query(query): Query<PageQuery>) -> 
 }
 
 async fn list(State(shared): State<Shared>, Query(query): Query<PageQuery>) -> Response {
-    let limit = match query.limit() {
-        Ok(limit) => limit,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
-    };
-    let after = query.after;
-    let (list, total) = match shared.read(move |set| set.page(after, limit)).await {
+    let (list, total, limit) = match page_of(&shared, &query).await {
         Ok(page) => page,
-        Err(e) => return internal(e),
+        Err(response) => return response,
     };
     let next = match list.last() {
         Some(last) if list.len() == limit => Some(format!(

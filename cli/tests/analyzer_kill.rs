@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use tonic::transport::Channel;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hawkmesh-kill-{name}-{}", std::process::id()));
@@ -43,6 +44,20 @@ fn serve(topology: &Path, data: &Path) -> (Child, String) {
     (child, addr)
 }
 
+/// Every acknowledged incident is there, complete.
+async fn assert_complete(client: &mut CollectorClient<Channel>, acknowledged: &[u64], when: &str) {
+    for event_id in acknowledged {
+        let reply = client
+            .get_incident(IncidentRequest {
+                event_id: *event_id,
+            })
+            .await
+            .unwrap_or_else(|s| panic!("{when}: incident {event_id}: {s}"))
+            .into_inner();
+        assert_eq!(reply.state, "complete", "{when}: incident {event_id}");
+    }
+}
+
 #[test]
 fn an_analyzer_killed_mid_stream_restarts_with_every_acknowledged_incident() {
     let dir = scratch("mid-stream");
@@ -59,19 +74,7 @@ fn an_analyzer_killed_mid_stream_restarts_with_every_acknowledged_incident() {
                 .await
                 .unwrap();
             // Everything acknowledged before this start is there, complete.
-            for event_id in &acknowledged {
-                let reply = client
-                    .get_incident(IncidentRequest {
-                        event_id: *event_id,
-                    })
-                    .await
-                    .unwrap_or_else(|s| panic!("round {round}: incident {event_id}: {s}"))
-                    .into_inner();
-                assert_eq!(
-                    reply.state, "complete",
-                    "round {round}: incident {event_id}"
-                );
-            }
+            assert_complete(&mut client, &acknowledged, &format!("round {round}")).await;
             // Stream incidents until the kill; each whole stream answered is acknowledged.
             let killer = {
                 let pid = child.id();
@@ -111,16 +114,7 @@ fn an_analyzer_killed_mid_stream_restarts_with_every_acknowledged_incident() {
         let mut client = CollectorClient::connect(format!("http://{addr}"))
             .await
             .unwrap();
-        for event_id in &acknowledged {
-            let reply = client
-                .get_incident(IncidentRequest {
-                    event_id: *event_id,
-                })
-                .await
-                .unwrap_or_else(|s| panic!("after the last kill: incident {event_id}: {s}"))
-                .into_inner();
-            assert_eq!(reply.state, "complete", "incident {event_id}");
-        }
+        assert_complete(&mut client, &acknowledged, "after the last kill").await;
     });
     let _ = child.kill();
     let _ = child.wait();
