@@ -1000,7 +1000,6 @@ impl<'a> Emitter<'a> {
         self.line("hdr.bridge.setInvalid();");
         self.line("hdr.mirror.setInvalid();");
         self.line("meta.intr_egress_port = (bit<16>)eg_intr_md.egress_port;");
-        self.line("meta.intr_egress_queue = (bit<8>)eg_intr_md.egress_qid;");
         self.line("// Enqueue time: the 48-bit global timestamp minus the time spent queued.");
         self.line(
             "meta.intr_enq_tstamp = eg_prsr_md.global_tstamp - (bit<48>)eg_intr_md.deq_timedelta;",
@@ -1148,7 +1147,6 @@ impl<'a> Emitter<'a> {
         }
         self.line("meta.intr_eg_ingress_port = (bit<16>)standard_metadata.ingress_port;");
         self.line("meta.intr_egress_port = (bit<16>)standard_metadata.egress_port;");
-        self.line("meta.intr_egress_queue = (bit<8>)standard_metadata.qid;");
         self.line("meta.intr_enq_tstamp = ((bit<48>)standard_metadata.enq_timestamp) * 1000;");
         self.line("// BMv2 counts queue depth in packets.");
         self.line("meta.intr_enq_qdepth = (bit<32>)standard_metadata.enq_qdepth;");

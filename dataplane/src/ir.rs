@@ -74,8 +74,6 @@ pub enum Intrinsic {
     EgressIngressPort,
     /// Egress: port it leaves by (TNA `eg_intr_md.egress_port`).
     EgressPort,
-    /// Egress: queue (priority) it was enqueued in (TNA `eg_intr_md.egress_qid`).
-    EgressQueue,
     /// Egress: 48-bit enqueue time, ns (TNA `global_tstamp - deq_timedelta`).
     EnqTstamp,
     /// Egress: queue depth at enqueue in the target's unit (TNA: 80-byte cells;
@@ -99,7 +97,6 @@ impl Intrinsic {
     pub fn width(self) -> u8 {
         match self {
             Intrinsic::IngressTstamp | Intrinsic::EnqTstamp => 48,
-            Intrinsic::EgressQueue => 8,
             Intrinsic::EnqQdepth => 32,
             Intrinsic::CloneKind => 8,
             _ => 16,
@@ -119,7 +116,6 @@ impl Intrinsic {
             Intrinsic::IngressTstamp => "ingress_tstamp",
             Intrinsic::EgressIngressPort => "eg_ingress_port",
             Intrinsic::EgressPort => "egress_port",
-            Intrinsic::EgressQueue => "egress_queue",
             Intrinsic::EnqTstamp => "enq_tstamp",
             Intrinsic::EnqQdepth => "enq_qdepth",
             Intrinsic::PacketLength => "packet_length",
@@ -127,12 +123,11 @@ impl Intrinsic {
         }
     }
     /// Every intrinsic, in PHV order.
-    pub const ALL: [Intrinsic; 9] = [
+    pub const ALL: [Intrinsic; 8] = [
         Intrinsic::IngressPort,
         Intrinsic::IngressTstamp,
         Intrinsic::EgressIngressPort,
         Intrinsic::EgressPort,
-        Intrinsic::EgressQueue,
         Intrinsic::EnqTstamp,
         Intrinsic::EnqQdepth,
         Intrinsic::PacketLength,

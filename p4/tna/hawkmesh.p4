@@ -229,7 +229,6 @@ struct metadata_t {
     bit<48> intr_ingress_tstamp;
     bit<16> intr_eg_ingress_port;
     bit<16> intr_egress_port;
-    bit<8> intr_egress_queue;
     bit<48> intr_enq_tstamp;
     bit<32> intr_enq_qdepth;
     bit<16> intr_packet_length;
@@ -2378,7 +2377,6 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
         hdr.bridge.setInvalid();
         hdr.mirror.setInvalid();
         meta.intr_egress_port = (bit<16>)eg_intr_md.egress_port;
-        meta.intr_egress_queue = (bit<8>)eg_intr_md.egress_qid;
         // Enqueue time: the 48-bit global timestamp minus the time spent queued.
         meta.intr_enq_tstamp = eg_prsr_md.global_tstamp - (bit<48>)eg_intr_md.deq_timedelta;
         // Tofino counts queue depth in 80-byte cells (QDEPTH_UNIT_BYTES_TOFINO).

@@ -185,7 +185,6 @@ struct metadata_t {
     bit<48> intr_ingress_tstamp;
     bit<16> intr_eg_ingress_port;
     bit<16> intr_egress_port;
-    bit<8> intr_egress_queue;
     bit<48> intr_enq_tstamp;
     bit<32> intr_enq_qdepth;
     bit<16> intr_packet_length;
@@ -2394,7 +2393,6 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.new_flag = 0;
         meta.intr_eg_ingress_port = (bit<16>)standard_metadata.ingress_port;
         meta.intr_egress_port = (bit<16>)standard_metadata.egress_port;
-        meta.intr_egress_queue = (bit<8>)standard_metadata.qid;
         meta.intr_enq_tstamp = ((bit<48>)standard_metadata.enq_timestamp) * 1000;
         // BMv2 counts queue depth in packets.
         meta.intr_enq_qdepth = (bit<32>)standard_metadata.enq_qdepth;

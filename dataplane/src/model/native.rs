@@ -81,7 +81,7 @@ fn passes(code: &Code, prefix: &str, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "fn {prefix}_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {{\n{}{}{}{}{}{}{}{}\
+        "fn {prefix}_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {{\n{}{}{}{}{}{}{}\
          match carried {{\n\
          Ok(c) => st.restore_carried(code, c, phv),\n\
          Err(packed) => {{\n{unpack}}}\n\
@@ -90,7 +90,6 @@ fn passes(code: &Code, prefix: &str, out: &mut String) {
         clear(1),
         set(Intrinsic::EgressIngressPort, "input.ingress_port as u64"),
         set(Intrinsic::EgressPort, "input.egress_port as u64"),
-        set(Intrinsic::EgressQueue, "input.queue as u64"),
         set(Intrinsic::EnqTstamp, "input.enq_tstamp_ns"),
         set(Intrinsic::EnqQdepth, "input.enq_qdepth as u64"),
         set(Intrinsic::PacketLength, "input.packet_length as u64"),

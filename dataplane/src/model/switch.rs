@@ -328,7 +328,6 @@ impl Model {
                     let port = input.ingress_port as u64;
                     st.set_intrinsic(code, Intrinsic::EgressIngressPort, port, phv);
                     st.set_intrinsic(code, Intrinsic::EgressPort, input.egress_port as u64, phv);
-                    st.set_intrinsic(code, Intrinsic::EgressQueue, input.queue as u64, phv);
                     st.set_intrinsic(code, Intrinsic::EnqTstamp, input.enq_tstamp_ns, phv);
                     st.set_intrinsic(code, Intrinsic::EnqQdepth, input.enq_qdepth as u64, phv);
                     let len = input.packet_length as u64;
