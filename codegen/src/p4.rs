@@ -224,8 +224,9 @@ impl<'a> Emitter<'a> {
     }
 
     /// The body of a register action over `value` (TNA: the `apply` parameter; v1model:
-    /// local words), writing the output to `rv`.
-    fn salu_body(&mut self, ra: &RegisterAction, value: &str) {
+    /// local words), writing the output to `rv` unless `output` is false (v1model: nothing
+    /// reads it, so no `rv` is declared).
+    fn salu_body(&mut self, ra: &RegisterAction, value: &str, output: bool) {
         let reg = &self.p.registers[ra.register.0 as usize];
         let n = ra.conditions.len();
         let outcomes: Vec<u8> = (0..(1u8 << n)).collect();
@@ -239,7 +240,7 @@ impl<'a> Emitter<'a> {
             // The outcome index `o` has bits only for existing conditions; predicates are
             // symmetric in missing conditions (checked), so bit patterns above n are equal.
             let mut lines = Vec::new();
-            for out in &ra.outputs {
+            for out in ra.outputs.iter().filter(|_| output) {
                 if out.when.covers(o) {
                     if let SaluOutputValue::Old(w) = out.value {
                         lines.push(format!("rv = {};", self.word_ref(reg, value, w)));
@@ -271,7 +272,7 @@ impl<'a> Emitter<'a> {
                 };
                 lines.push(format!("{dst} = {rhs};"));
             }
-            for out in &ra.outputs {
+            for out in ra.outputs.iter().filter(|_| output) {
                 if out.when.covers(o) {
                     match out.value {
                         SaluOutputValue::New(w) => {
@@ -381,7 +382,7 @@ impl<'a> Emitter<'a> {
                     bits(reg.word_width())
                 ));
                 self.line(&format!("rv = {}w0;", reg.word_width()));
-                self.salu_body(ra, "value");
+                self.salu_body(ra, "value", true);
                 self.close();
                 self.indent -= 1;
                 self.line("};");
@@ -520,9 +521,11 @@ impl<'a> Emitter<'a> {
                         } else {
                             self.line(&format!("{} value = {}_cell;", bits(ww), reg.name));
                         }
-                        self.line(&format!("{} rv = {ww}w0;", bits(ww)));
+                        if output.is_some() {
+                            self.line(&format!("{} rv = {ww}w0;", bits(ww)));
+                        }
                         let ra = ra.clone();
-                        self.salu_body(&ra, &value);
+                        self.salu_body(&ra, &value, output.is_some());
                         if reg.is_pair() {
                             self.line(&format!(
                                 "{}.write({}_index, value_hi ++ value_lo);",

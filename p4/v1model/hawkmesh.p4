@@ -709,7 +709,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p0_cell;
                         pause_end_p0.read(pause_end_p0_cell, pause_end_p0_index);
                         bit<32> value = pause_end_p0_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_0;
                         pause_end_p0.write(pause_end_p0_index, value);
                     }
@@ -722,7 +721,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p1_cell;
                         pause_end_p1.read(pause_end_p1_cell, pause_end_p1_index);
                         bit<32> value = pause_end_p1_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_1;
                         pause_end_p1.write(pause_end_p1_index, value);
                     }
@@ -735,7 +733,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p2_cell;
                         pause_end_p2.read(pause_end_p2_cell, pause_end_p2_index);
                         bit<32> value = pause_end_p2_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_2;
                         pause_end_p2.write(pause_end_p2_index, value);
                     }
@@ -748,7 +745,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p3_cell;
                         pause_end_p3.read(pause_end_p3_cell, pause_end_p3_index);
                         bit<32> value = pause_end_p3_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_3;
                         pause_end_p3.write(pause_end_p3_index, value);
                     }
@@ -761,7 +757,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p4_cell;
                         pause_end_p4.read(pause_end_p4_cell, pause_end_p4_index);
                         bit<32> value = pause_end_p4_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_4;
                         pause_end_p4.write(pause_end_p4_index, value);
                     }
@@ -774,7 +769,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p5_cell;
                         pause_end_p5.read(pause_end_p5_cell, pause_end_p5_index);
                         bit<32> value = pause_end_p5_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_5;
                         pause_end_p5.write(pause_end_p5_index, value);
                     }
@@ -787,7 +781,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p6_cell;
                         pause_end_p6.read(pause_end_p6_cell, pause_end_p6_index);
                         bit<32> value = pause_end_p6_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_6;
                         pause_end_p6.write(pause_end_p6_index, value);
                     }
@@ -800,7 +793,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         bit<32> pause_end_p7_cell;
                         pause_end_p7.read(pause_end_p7_cell, pause_end_p7_index);
                         bit<32> value = pause_end_p7_cell;
-                        bit<32> rv = 32w0;
                         value = meta.pause_end_7;
                         pause_end_p7.write(pause_end_p7_index, value);
                     }
@@ -817,7 +809,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         pfc_paused_w0.read(pfc_paused_w0_cell, pfc_paused_w0_index);
                         bit<32> value_lo = pfc_paused_w0_cell[31:0];
                         bit<32> value_hi = pfc_paused_w0_cell[63:32];
-                        bit<32> rv = 32w0;
                         if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
                             value_lo = value_lo | meta.port_mask_w0;
                         } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
@@ -839,7 +830,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         pfc_paused_w1.read(pfc_paused_w1_cell, pfc_paused_w1_index);
                         bit<32> value_lo = pfc_paused_w1_cell[31:0];
                         bit<32> value_hi = pfc_paused_w1_cell[63:32];
-                        bit<32> rv = 32w0;
                         if (!((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
                             value_lo = value_lo | meta.port_mask_w1;
                         } else if (((int<32>)(value_hi - meta.pfc_xoff_end) < 0) && !((int<32>)(value_hi - meta.pfc_xoff_end) > 1344000)) {
@@ -862,7 +852,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e0_w0.read(pfc_xoff_e0_w0_cell, pfc_xoff_e0_w0_index);
                             bit<32> value_lo = pfc_xoff_e0_w0_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e0_w0_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w0;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -879,7 +868,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e0_w1.read(pfc_xoff_e0_w1_cell, pfc_xoff_e0_w1_index);
                             bit<32> value_lo = pfc_xoff_e0_w1_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e0_w1_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w1;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -898,7 +886,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e1_w0.read(pfc_xoff_e1_w0_cell, pfc_xoff_e1_w0_index);
                             bit<32> value_lo = pfc_xoff_e1_w0_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e1_w0_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w0;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -915,7 +902,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e1_w1.read(pfc_xoff_e1_w1_cell, pfc_xoff_e1_w1_index);
                             bit<32> value_lo = pfc_xoff_e1_w1_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e1_w1_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w1;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -934,7 +920,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e2_w0.read(pfc_xoff_e2_w0_cell, pfc_xoff_e2_w0_index);
                             bit<32> value_lo = pfc_xoff_e2_w0_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e2_w0_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w0;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -951,7 +936,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e2_w1.read(pfc_xoff_e2_w1_cell, pfc_xoff_e2_w1_index);
                             bit<32> value_lo = pfc_xoff_e2_w1_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e2_w1_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w1;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -970,7 +954,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e3_w0.read(pfc_xoff_e3_w0_cell, pfc_xoff_e3_w0_index);
                             bit<32> value_lo = pfc_xoff_e3_w0_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e3_w0_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w0;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -987,7 +970,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             pfc_xoff_e3_w1.read(pfc_xoff_e3_w1_cell, pfc_xoff_e3_w1_index);
                             bit<32> value_lo = pfc_xoff_e3_w1_cell[31:0];
                             bit<32> value_hi = pfc_xoff_e3_w1_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w1;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1006,7 +988,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         pfc_paused_w0.read(pfc_paused_w0_cell, pfc_paused_w0_index);
                         bit<32> value_lo = pfc_paused_w0_cell[31:0];
                         bit<32> value_hi = pfc_paused_w0_cell[63:32];
-                        bit<32> rv = 32w0;
                         value_lo = value_lo & meta.port_unmask_w0;
                         pfc_paused_w0.write(pfc_paused_w0_index, value_hi ++ value_lo);
                     }
@@ -1017,7 +998,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         pfc_paused_w1.read(pfc_paused_w1_cell, pfc_paused_w1_index);
                         bit<32> value_lo = pfc_paused_w1_cell[31:0];
                         bit<32> value_hi = pfc_paused_w1_cell[63:32];
-                        bit<32> rv = 32w0;
                         value_lo = value_lo & meta.port_unmask_w1;
                         pfc_paused_w1.write(pfc_paused_w1_index, value_hi ++ value_lo);
                     }
@@ -1030,7 +1010,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             port_xon.read(port_xon_cell, port_xon_index);
                             bit<32> value_lo = port_xon_cell[31:0];
                             bit<32> value_hi = port_xon_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = 32w0x1;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1569,7 +1548,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 bit<8> sketch_light_cell;
                                 sketch_light.read(sketch_light_cell, sketch_light_index);
                                 bit<8> value = sketch_light_cell;
-                                bit<8> rv = 8w0;
                                 value = value |+| meta.sketch_light_value;
                                 sketch_light.write(sketch_light_index, value);
                             }
@@ -1611,7 +1589,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                         bit<8> sketch_light_cell;
                                         sketch_light.read(sketch_light_cell, sketch_light_index);
                                         bit<8> value = sketch_light_cell;
-                                        bit<8> rv = 8w0;
                                         value = value |+| meta.sketch_light_value;
                                         sketch_light.write(sketch_light_index, value);
                                     }
@@ -1622,7 +1599,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                         bit<8> sketch_light_cell;
                                         sketch_light.read(sketch_light_cell, sketch_light_index);
                                         bit<8> value = sketch_light_cell;
-                                        bit<8> rv = 8w0;
                                         value = ((value > meta.sketch_light_value) ? value : meta.sketch_light_value);
                                         sketch_light.write(sketch_light_index, value);
                                     }
@@ -1789,7 +1765,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             bit<32> port_packets_cell;
                             port_packets.read(port_packets_cell, port_packets_index);
                             bit<32> value = port_packets_cell;
-                            bit<32> rv = 32w0;
                             if (!(((bit<32>)meta.enq_fresh) != 32w0x0)) {
                                 value = value |+| 32w0x1;
                             } else if ((((bit<32>)meta.enq_fresh) != 32w0x0)) {
@@ -1803,7 +1778,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             bit<32> port_paused_packets_cell;
                             port_paused_packets.read(port_paused_packets_cell, port_paused_packets_index);
                             bit<32> value = port_paused_packets_cell;
-                            bit<32> rv = 32w0;
                             if (!(((bit<32>)meta.enq_fresh) != 32w0x0)) {
                                 value = value |+| meta.paused;
                             } else if ((((bit<32>)meta.enq_fresh) != 32w0x0)) {
@@ -1834,7 +1808,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             bit<32> meter_bytes_cell;
                             meter_bytes.read(meter_bytes_cell, meter_bytes_index);
                             bit<32> value = meter_bytes_cell;
-                            bit<32> rv = 32w0;
                             if (!(((bit<32>)meta.meter_fresh) != 32w0x0)) {
                                 value = value |+| meta.packet_bytes;
                             } else if ((((bit<32>)meta.meter_fresh) != 32w0x0)) {
@@ -1854,7 +1827,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             bit<32> fanout_held_w0_cell;
                             fanout_held_w0.read(fanout_held_w0_cell, fanout_held_w0_index);
                             bit<32> value = fanout_held_w0_cell;
-                            bit<32> rv = 32w0;
                             if (!(meta.fanout_held_set_w0 != 32w0x0)) {
                                 value = value & meta.fanout_held_keep_w0;
                             } else if ((meta.fanout_held_set_w0 != 32w0x0)) {
@@ -1869,7 +1841,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             fanout_last_w0.read(fanout_last_w0_cell, fanout_last_w0_index);
                             bit<32> value_lo = fanout_last_w0_cell[31:0];
                             bit<32> value_hi = fanout_last_w0_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w0;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1891,7 +1862,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             bit<32> fanout_held_w1_cell;
                             fanout_held_w1.read(fanout_held_w1_cell, fanout_held_w1_index);
                             bit<32> value = fanout_held_w1_cell;
-                            bit<32> rv = 32w0;
                             if (!(meta.fanout_held_set_w1 != 32w0x0)) {
                                 value = value & meta.fanout_held_keep_w1;
                             } else if ((meta.fanout_held_set_w1 != 32w0x0)) {
@@ -1906,7 +1876,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                             fanout_last_w1.read(fanout_last_w1_cell, fanout_last_w1_index);
                             bit<32> value_lo = fanout_last_w1_cell[31:0];
                             bit<32> value_hi = fanout_last_w1_cell[63:32];
-                            bit<32> rv = 32w0;
                             if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                 value_hi = meta.port_mask_w1;
                                 value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1924,7 +1893,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e0_w0.read(fanout_e0_w0_cell, fanout_e0_w0_index);
                                 bit<32> value_lo = fanout_e0_w0_cell[31:0];
                                 bit<32> value_hi = fanout_e0_w0_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w0;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1941,7 +1909,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e0_w1.read(fanout_e0_w1_cell, fanout_e0_w1_index);
                                 bit<32> value_lo = fanout_e0_w1_cell[31:0];
                                 bit<32> value_hi = fanout_e0_w1_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w1;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1959,7 +1926,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e0_w0.read(paused_seen_e0_w0_cell, paused_seen_e0_w0_index);
                                     bit<32> value_lo = paused_seen_e0_w0_cell[31:0];
                                     bit<32> value_hi = paused_seen_e0_w0_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w0;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1976,7 +1942,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e0_w1.read(paused_seen_e0_w1_cell, paused_seen_e0_w1_index);
                                     bit<32> value_lo = paused_seen_e0_w1_cell[31:0];
                                     bit<32> value_hi = paused_seen_e0_w1_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w1;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -1996,7 +1961,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e1_w0.read(fanout_e1_w0_cell, fanout_e1_w0_index);
                                 bit<32> value_lo = fanout_e1_w0_cell[31:0];
                                 bit<32> value_hi = fanout_e1_w0_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w0;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2013,7 +1977,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e1_w1.read(fanout_e1_w1_cell, fanout_e1_w1_index);
                                 bit<32> value_lo = fanout_e1_w1_cell[31:0];
                                 bit<32> value_hi = fanout_e1_w1_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w1;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2031,7 +1994,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e1_w0.read(paused_seen_e1_w0_cell, paused_seen_e1_w0_index);
                                     bit<32> value_lo = paused_seen_e1_w0_cell[31:0];
                                     bit<32> value_hi = paused_seen_e1_w0_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w0;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2048,7 +2010,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e1_w1.read(paused_seen_e1_w1_cell, paused_seen_e1_w1_index);
                                     bit<32> value_lo = paused_seen_e1_w1_cell[31:0];
                                     bit<32> value_hi = paused_seen_e1_w1_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w1;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2068,7 +2029,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e2_w0.read(fanout_e2_w0_cell, fanout_e2_w0_index);
                                 bit<32> value_lo = fanout_e2_w0_cell[31:0];
                                 bit<32> value_hi = fanout_e2_w0_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w0;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2085,7 +2045,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e2_w1.read(fanout_e2_w1_cell, fanout_e2_w1_index);
                                 bit<32> value_lo = fanout_e2_w1_cell[31:0];
                                 bit<32> value_hi = fanout_e2_w1_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w1;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2103,7 +2062,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e2_w0.read(paused_seen_e2_w0_cell, paused_seen_e2_w0_index);
                                     bit<32> value_lo = paused_seen_e2_w0_cell[31:0];
                                     bit<32> value_hi = paused_seen_e2_w0_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w0;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2120,7 +2078,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e2_w1.read(paused_seen_e2_w1_cell, paused_seen_e2_w1_index);
                                     bit<32> value_lo = paused_seen_e2_w1_cell[31:0];
                                     bit<32> value_hi = paused_seen_e2_w1_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w1;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2140,7 +2097,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e3_w0.read(fanout_e3_w0_cell, fanout_e3_w0_index);
                                 bit<32> value_lo = fanout_e3_w0_cell[31:0];
                                 bit<32> value_hi = fanout_e3_w0_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w0;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2157,7 +2113,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                 fanout_e3_w1.read(fanout_e3_w1_cell, fanout_e3_w1_index);
                                 bit<32> value_lo = fanout_e3_w1_cell[31:0];
                                 bit<32> value_hi = fanout_e3_w1_cell[63:32];
-                                bit<32> rv = 32w0;
                                 if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                     value_hi = meta.port_mask_w1;
                                     value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2175,7 +2130,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e3_w0.read(paused_seen_e3_w0_cell, paused_seen_e3_w0_index);
                                     bit<32> value_lo = paused_seen_e3_w0_cell[31:0];
                                     bit<32> value_hi = paused_seen_e3_w0_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w0;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2192,7 +2146,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                                     paused_seen_e3_w1.read(paused_seen_e3_w1_cell, paused_seen_e3_w1_index);
                                     bit<32> value_lo = paused_seen_e3_w1_cell[31:0];
                                     bit<32> value_hi = paused_seen_e3_w1_cell[63:32];
-                                    bit<32> rv = 32w0;
                                     if (!(value_lo == ((bit<32>)meta.ig_epoch_id))) {
                                         value_hi = meta.port_mask_w1;
                                         value_lo = ((bit<32>)meta.ig_epoch_id);
@@ -2489,7 +2442,6 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                         bit<32> port_qdepth_sum_cell;
                         port_qdepth_sum.read(port_qdepth_sum_cell, port_qdepth_sum_index);
                         bit<32> value = port_qdepth_sum_cell;
-                        bit<32> rv = 32w0;
                         if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
                             value = value |+| meta.qdepth;
                         } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
@@ -2503,7 +2455,6 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                         bit<32> port_unpaused_qdepth_sum_cell;
                         port_unpaused_qdepth_sum.read(port_unpaused_qdepth_sum_cell, port_unpaused_qdepth_sum_index);
                         bit<32> value = port_unpaused_qdepth_sum_cell;
-                        bit<32> rv = 32w0;
                         if (!(((bit<32>)meta.port_fresh) != 32w0x0)) {
                             value = value |+| meta.unpaused_qdepth;
                         } else if ((((bit<32>)meta.port_fresh) != 32w0x0)) {
