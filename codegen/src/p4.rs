@@ -1219,6 +1219,44 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 }
 
 /// Emits the program for a target.
+/// Turns every top-level `const` the program never names into a comment that keeps its
+/// value: the description's constants serve the control plane (generated into Rust as
+/// well), and an unused `const` is a compiler warning.
+fn unused_constants_as_comments(text: &str) -> String {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let names_elsewhere = |name: &str, line_no: usize| {
+        text.lines().enumerate().any(|(i, line)| {
+            i != line_no
+                && !line.trim_start().starts_with("//")
+                && line.match_indices(name).any(|(at, _)| {
+                    let before = line[..at].chars().last();
+                    let after = line[at + name.len()..].chars().next();
+                    !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+                })
+        })
+    };
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.lines().enumerate() {
+        let declared = line
+            .strip_prefix("const ")
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .filter(|name| !names_elsewhere(name, i));
+        match declared {
+            Some(name) => {
+                let value = line
+                    .split_once('=')
+                    .map_or("", |(_, v)| v.trim().trim_end_matches(';'));
+                let _ = writeln!(out, "// {name} = {value} (not referenced by the program)");
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 pub fn emit(p: &Program, t: Target) -> String {
     let mut e = Emitter {
         p,
@@ -1233,7 +1271,7 @@ pub fn emit(p: &Program, t: Target) -> String {
         Target::Tna => e.tna(),
         Target::V1model => e.v1model(),
     }
-    let mut out = e.out;
+    let mut out = unused_constants_as_comments(&e.out);
     // Collapse runs of blank lines (deterministic formatting).
     while out.contains("\n\n\n") {
         out = out.replace("\n\n\n", "\n\n");

@@ -10,65 +10,65 @@
 #include <v1model.p4>
 
 // IEEE 802.3 clause 31 MAC control EtherType (PFC frames)
-const bit<16> ETHERTYPE_MAC_CONTROL = 34824;
+// ETHERTYPE_MAC_CONTROL = 34824 (not referenced by the program)
 // IEEE 802.1Qbb PFC opcode
-const bit<16> PFC_OPCODE = 257;
+// PFC_OPCODE = 257 (not referenced by the program)
 // IPv4 EtherType
-const bit<16> ETHERTYPE_IPV4 = 2048;
+// ETHERTYPE_IPV4 = 2048 (not referenced by the program)
 // UDP protocol number
-const bit<8> IP_PROTOCOL_UDP = 17;
+// IP_PROTOCOL_UDP = 17 (not referenced by the program)
 // RoCEv2 UDP destination port (IBTA Annex A17)
-const bit<16> ROCEV2_UDP_PORT = 4791;
+// ROCEV2_UDP_PORT = 4791 (not referenced by the program)
 // UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)
-const bit<16> POLLING_UDP_PORT = 26760;
+// POLLING_UDP_PORT = 26760 (not referenced by the program)
 // Version of the polling header layout
-const bit<8> POLLING_VERSION = 2;
+// POLLING_VERSION = 2 (not referenced by the program)
 // Bytes of the polling header after the UDP header
-const bit<16> POLLING_HEADER_BYTES = 40;
+// POLLING_HEADER_BYTES = 40 (not referenced by the program)
 // context_kind of a polling packet travelling between switches
-const bit<8> POLLING_CONTEXT_IN_FLIGHT = 0;
+// POLLING_CONTEXT_IN_FLIGHT = 0 (not referenced by the program)
 // context_kind of the copy a switch sends to its CPU port
-const bit<8> POLLING_CONTEXT_CPU_COPY = 1;
+// POLLING_CONTEXT_CPU_COPY = 1 (not referenced by the program)
 // HAWKEYE Table 1 flag 01: trace along the victim flow path
-const bit<2> TRACE_VICTIM_PATH = 1;
+// TRACE_VICTIM_PATH = 1 (not referenced by the program)
 // HAWKEYE Table 1 flag 10: trace along the PFC causality
-const bit<2> TRACE_PFC_CAUSALITY = 2;
+// TRACE_PFC_CAUSALITY = 2 (not referenced by the program)
 // context_flags bit of a CPU copy: the victim's egress port here is paused (the polling packet leaves it with the PFC bit)
-const bit<8> POLLING_CONTEXT_VICTIM_PAUSED = 1;
+// POLLING_CONTEXT_VICTIM_PAUSED = 1 (not referenced by the program)
 // Multicast group holding every front-panel port (polling PFC branch)
-const bit<16> MCAST_GROUP_ALL_PORTS = 1;
+// MCAST_GROUP_ALL_PORTS = 1 (not referenced by the program)
 // Port value meaning 'none'
-const bit<16> NO_PORT = 65535;
+// NO_PORT = 65535 (not referenced by the program)
 // The switch CPU port
-const bit<16> CPU_PORT = 192;
+// CPU_PORT = 192 (not referenced by the program)
 // Mirror session that sends clones to the CPU port
 const bit<16> CPU_MIRROR_SESSION = 1;
 // Front-panel ports covered by the telemetry registers
-const bit<16> PORTS = 64;
+// PORTS = 64 (not referenced by the program)
 // Epochs kept in the ring (HAWKEYE §3.3)
-const bit<16> EPOCHS = 4;
+// EPOCHS = 4 (not referenced by the program)
 // Epoch length is 2^EPOCH_LOG2_NS ns
-const bit<8> EPOCH_LOG2_NS = 20;
+// EPOCH_LOG2_NS = 20 (not referenced by the program)
 // Flow telemetry slots per epoch
-const bit<32> FLOW_SLOTS = 4096;
+// FLOW_SLOTS = 4096 (not referenced by the program)
 // Tofino enq_qdepth unit (cells of 80 bytes)
-const bit<8> QDEPTH_UNIT_BYTES_TOFINO = 80;
+// QDEPTH_UNIT_BYTES_TOFINO = 80 (not referenced by the program)
 // Bytes of the eviction report header at the front of an eviction CPU copy
-const bit<16> EVICTION_REPORT_BYTES = 37;
+// EVICTION_REPORT_BYTES = 37 (not referenced by the program)
 // Polling duplicate suppression interval in 1024-ns units
-const bit<32> DEDUPE_INTERVAL_UNITS = 2930;
+// DEDUPE_INTERVAL_UNITS = 2930 (not referenced by the program)
 // Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
-const bit<32> MAX_PAUSE_NS = 1344000;
+// MAX_PAUSE_NS = 1344000 (not referenced by the program)
 // Elastic Sketch heavy-part buckets
-const bit<32> SKETCH_HEAVY_BUCKETS = 4096;
+// SKETCH_HEAVY_BUCKETS = 4096 (not referenced by the program)
 // Elastic Sketch light-part 8-bit counters
-const bit<32> SKETCH_LIGHT_COUNTERS = 65536;
+// SKETCH_LIGHT_COUNTERS = 65536 (not referenced by the program)
 // Elastic Sketch eviction threshold λ (vote- >= λ vote+)
-const bit<32> SKETCH_LAMBDA = 8;
+// SKETCH_LAMBDA = 8 (not referenced by the program)
 // DSCP bit marking a packet already inserted into a sketch on its path (PARALEON Keypoint 1)
-const bit<6> SKETCH_MARK_DSCP_BIT = 1;
+// SKETCH_MARK_DSCP_BIT = 1 (not referenced by the program)
 // Flag bit in sketch_votes: the flow may have earlier packets in the light part
-const bit<32> SKETCH_FLAG_BIT = 2147483648;
+// SKETCH_FLAG_BIT = 2147483648 (not referenced by the program)
 
 struct pair_t {
     bit<32> lo;
