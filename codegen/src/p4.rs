@@ -223,6 +223,17 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// `action(args)` of a table's default action.
+    fn default_call(&self, table: &hawkmesh_dataplane::ir::Table) -> String {
+        let (da, args) = &table.default_action;
+        let args: Vec<String> = args.iter().map(|v| v.to_string()).collect();
+        format!(
+            "{}({})",
+            self.p.actions[da.0 as usize].name,
+            args.join(", ")
+        )
+    }
+
     /// The body of a register action over `value` (TNA: the `apply` parameter; v1model:
     /// local words), writing the output to `rv` unless `output` is false (v1model: nothing
     /// reads it, so no `rv` is declared).
@@ -476,8 +487,17 @@ impl<'a> Emitter<'a> {
                 }
             }
             Stmt::Apply(t) => {
-                let l = format!("{}.apply();", self.p.tables[t.0 as usize].name);
-                self.line(&l);
+                let table = &self.p.tables[t.0 as usize];
+                if table.forwarding && self.t == Target::V1model {
+                    let open = format!("if (!{}.apply().hit)", table.name);
+                    let call = format!("{};", self.default_call(table));
+                    self.open(&open);
+                    self.line(&call);
+                    self.close();
+                } else {
+                    let l = format!("{}.apply();", table.name);
+                    self.line(&l);
+                }
             }
             Stmt::Execute {
                 action,
@@ -888,13 +908,12 @@ impl<'a> Emitter<'a> {
                 self.line(&l);
             }
             self.close();
-            let (da, args) = &table.default_action;
-            let args: Vec<String> = args.iter().map(|v| v.to_string()).collect();
-            self.line(&format!(
-                "default_action = {}({});",
-                self.p.actions[da.0 as usize].name,
-                args.join(", ")
-            ));
+            // BMv2 does not take a default action on a table with an action profile: its
+            // miss runs the default action explicitly where the table is applied.
+            if !(table.forwarding && self.t == Target::V1model) {
+                let l = format!("default_action = {};", self.default_call(table));
+                self.line(&l);
+            }
             if table.forwarding {
                 self.line(&format!("implementation = {}_selector;", table.name));
             }

@@ -576,7 +576,6 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
             set_route;
             no_route;
         }
-        default_action = no_route();
         implementation = forward_selector;
         size = 4096;
     }
@@ -672,7 +671,9 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     meta.lookup_src_port = hdr.udp.src_port;
                     meta.lookup_dst_port = hdr.udp.dst_port;
                 }
-                forward.apply();
+                if (!forward.apply().hit) {
+                    no_route();
+                }
                 if (meta.route_found == 1w1) {
                     meta.mask_port = meta.routed_port;
                 }
