@@ -951,12 +951,31 @@ impl<'a> Emitter<'a> {
         self.open("apply");
     }
 
+    /// Every user metadata field set to zero: Tofino does not zero metadata its parser
+    /// leaves alone, and every pass of the program starts from zero (the model's semantics;
+    /// p4test: "out parameter 'meta' may be uninitialized"). Bridged and mirrored fields are
+    /// set again by the states that read them.
+    fn zero_metadata(&mut self) {
+        self.line("// Metadata starts at zero in every pass (Tofino does not zero it by itself).");
+        let names: Vec<String> = self
+            .p
+            .fields
+            .iter()
+            .filter(|f| matches!(f.owner, FieldOwner::Metadata { .. }))
+            .map(|f| f.name.clone())
+            .collect();
+        for name in names {
+            self.line(&format!("meta.{name} = 0;"));
+        }
+    }
+
     fn tna(&mut self) {
         // Ingress parser.
         self.open("parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out ingress_intrinsic_metadata_t ig_intr_md)");
         self.open("state start");
         self.line("pkt.extract(ig_intr_md);");
         self.line("pkt.advance(PORT_METADATA_SIZE);");
+        self.zero_metadata();
         self.line("transition parse_start;");
         self.close();
         self.line("");
@@ -985,6 +1004,7 @@ impl<'a> Emitter<'a> {
         self.open("parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out egress_intrinsic_metadata_t eg_intr_md)");
         self.open("state start");
         self.line("pkt.extract(eg_intr_md);");
+        self.zero_metadata();
         self.open("transition select(pkt.lookahead<bit<8>>())");
         self.line("PKT_TYPE_MIRROR_I2E: parse_mirror;");
         self.line("PKT_TYPE_MIRROR_E2E: parse_mirror;");
