@@ -957,16 +957,22 @@ impl<'a> Emitter<'a> {
     /// set again by the states that read them.
     fn zero_metadata(&mut self) {
         self.line("// Metadata starts at zero in every pass (Tofino does not zero it by itself).");
-        let names: Vec<String> = self
-            .p
-            .fields
+        // Every member of metadata_t, in its order.
+        let mut names: Vec<String> = Intrinsic::ALL
             .iter()
-            .filter(|f| matches!(f.owner, FieldOwner::Metadata { .. }))
-            .map(|f| f.name.clone())
+            .map(|i| format!("intr_{}", i.name()))
             .collect();
+        names.extend(
+            self.p
+                .fields
+                .iter()
+                .filter(|f| matches!(f.owner, FieldOwner::Metadata { .. }))
+                .map(|f| f.name.clone()),
+        );
         for name in names {
             self.line(&format!("meta.{name} = 0;"));
         }
+        self.line("meta.mirror_session = 0;");
     }
 
     fn tna(&mut self) {

@@ -377,6 +377,14 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         // Metadata starts at zero in every pass (Tofino does not zero it by itself).
+        meta.intr_ingress_port = 0;
+        meta.intr_ingress_tstamp = 0;
+        meta.intr_eg_ingress_port = 0;
+        meta.intr_egress_port = 0;
+        meta.intr_enq_tstamp = 0;
+        meta.intr_enq_qdepth = 0;
+        meta.intr_packet_length = 0;
+        meta.intr_clone_kind = 0;
         meta.victim_port = 0;
         meta.paused_at_enqueue = 0;
         meta.victim_paused = 0;
@@ -513,6 +521,7 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
         meta.reason_victim = 0;
         meta.reason_pfc = 0;
         meta.new_flag = 0;
+        meta.mirror_session = 0;
         transition parse_start;
     }
 
@@ -2227,6 +2236,14 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
     state start {
         pkt.extract(eg_intr_md);
         // Metadata starts at zero in every pass (Tofino does not zero it by itself).
+        meta.intr_ingress_port = 0;
+        meta.intr_ingress_tstamp = 0;
+        meta.intr_eg_ingress_port = 0;
+        meta.intr_egress_port = 0;
+        meta.intr_enq_tstamp = 0;
+        meta.intr_enq_qdepth = 0;
+        meta.intr_packet_length = 0;
+        meta.intr_clone_kind = 0;
         meta.victim_port = 0;
         meta.paused_at_enqueue = 0;
         meta.victim_paused = 0;
@@ -2363,6 +2380,7 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         meta.reason_victim = 0;
         meta.reason_pfc = 0;
         meta.new_flag = 0;
+        meta.mirror_session = 0;
         transition select(pkt.lookahead<bit<8>>()) {
             PKT_TYPE_MIRROR_I2E: parse_mirror;
             PKT_TYPE_MIRROR_E2E: parse_mirror;
