@@ -575,6 +575,31 @@ mod tests {
     }
 
     #[test]
+    fn the_cost_estimate_counts_what_the_builders_build() {
+        // `scenario::topology_size` refuses scenarios before they are built: it must agree
+        // with the builders, shape by shape.
+        for topology in [
+            "kind = \"fat_tree\"\nk = 6",
+            "kind = \"clos\"\npods = 3\ntors_per_pod = 2\naggs_per_pod = 2\ncores = 4\nhosts_per_tor = 5",
+            "kind = \"leaf_spine\"\nleaves = 4\nspines = 3\nhosts_per_leaf = 6\nlinks_per_spine = 2",
+            "kind = \"rail\"\ngroups = 3\nhosts_per_group = 4\nrails = 4\nspines = 2",
+            "kind = \"ring\"\nswitches = 5\nhosts_per_switch = 3",
+        ] {
+            let text = format!("version = 1\nduration_us = 1\n[topology]\n{topology}\n");
+            let loaded = Scenario::parse(&text, "t.toml", Default::default()).unwrap();
+            let (hosts, switches, links) =
+                crate::scenario::topology_size(&loaded.scenario.topology).unwrap();
+            let built = build(&loaded).unwrap();
+            let count = |kind| built.nodes.iter().filter(|n| n.kind == kind).count() as f64;
+            assert_eq!(
+                (count(NodeKind::Host), count(NodeKind::Switch), built.links.len() as f64),
+                (hosts, switches, links),
+                "{topology}"
+            );
+        }
+    }
+
+    #[test]
     fn fat_tree_k4_has_20_switches_and_16_hosts() {
         let t = topo("version = 1\nduration_us = 1\n[topology]\nkind = \"fat_tree\"\nk = 4\n");
         t.validate().unwrap();
