@@ -169,6 +169,14 @@ pub enum TraceError {
         /// The model's error.
         source: ModelError,
     },
+    /// Step times that are not one non-decreasing time per step.
+    #[error("{times} step times for {steps} steps, or not in order")]
+    Times {
+        /// Steps in the trace.
+        steps: usize,
+        /// Times given.
+        times: usize,
+    },
     /// The program lacks a constant the lab switch is configured from.
     #[error("the program has no constant `{0}`")]
     MissingConstant(&'static str),
@@ -289,13 +297,34 @@ pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Mode
 
 /// Replays `trace` on a fresh [`lab_model`]; step times are `(BASE_US + t_us) × 1000` ns.
 pub fn run_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<TraceRun, TraceError> {
+    let times: Vec<u64> = trace
+        .steps
+        .iter()
+        .map(|s| (BASE_US + s.t_us) * 1000)
+        .collect();
+    run_model_times(program, trace, &times)
+}
+
+/// [`run_model`] with step `i` reaching the switch at `times_ns[i]` (non-decreasing): the
+/// trace as a target that lags behind it saw it.
+pub fn run_model_times(
+    program: std::sync::Arc<Program>,
+    trace: &Trace,
+    times_ns: &[u64],
+) -> Result<TraceRun, TraceError> {
+    if times_ns.len() != trace.steps.len() || times_ns.windows(2).any(|w| w[1] < w[0]) {
+        return Err(TraceError::Times {
+            steps: trace.steps.len(),
+            times: times_ns.len(),
+        });
+    }
     let packets = trace.packets(&program)?;
     let mut model = lab_model(program.clone(), trace)?;
     let mut outputs = Vec::with_capacity(packets.len());
-    for (i, (step, bytes)) in trace.steps.iter().zip(&packets).enumerate() {
+    for (i, ((step, bytes), t_ns)) in trace.steps.iter().zip(&packets).zip(times_ns).enumerate() {
         let input = IngressInput {
             ingress_port: step.port,
-            tstamp_ns: (BASE_US + step.t_us) * 1000,
+            tstamp_ns: *t_ns,
             routed_egress_port: None,
         };
         let out = model

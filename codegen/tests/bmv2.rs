@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hawkmesh_codegen::trace::{run_model, Trace, TraceRun, LAB_PORTS};
+use hawkmesh_codegen::trace::{run_model, run_model_times, Trace, TraceRun, BASE_US, LAB_PORTS};
 use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
 use hawkmesh_dataplane::ir::Program;
 
@@ -69,92 +69,341 @@ fn constant(program: &Program, name: &str) -> u64 {
 struct View {
     ports: BTreeMap<u16, Vec<Vec<u8>>>,
     registers: BTreeMap<String, Vec<u64>>,
+    /// Queue-depth sums and the counter register of the packets they sum over.
+    depths: Depths,
 }
+
+/// Queue-depth sums by register: the counter register of their packets, the folded sums.
+type Depths = BTreeMap<String, (String, Vec<u64>)>;
 
 /// The model leaves the IPv4 header checksum at 0; the v1model program recomputes it in
 /// `MainComputeChecksum` (v1model.p4 `update_checksum`, csum16 = RFC 1071). Recompute it on
-/// both sides so only a real header difference shows.
-fn normalise_packet(mut bytes: Vec<u8>) -> Vec<u8> {
-    if bytes.len() >= 34 && bytes[12..14] == [0x08, 0x00] && bytes[14] >> 4 == 4 {
-        let ihl = (bytes[14] & 0x0F) as usize * 4;
-        if ihl >= 20 && bytes.len() >= 14 + ihl {
-            bytes[24] = 0;
-            bytes[25] = 0;
+/// both sides so only a real header difference shows. `report` (CPU port only) is where an
+/// eviction report's clock-valued bytes lie ([`Report`]).
+fn normalise_packet(mut bytes: Vec<u8>, report: Option<&Report>) -> Vec<u8> {
+    let mut frame = 0;
+    if let Some(r) = report.filter(|r| r.is_report(&bytes)) {
+        for range in &r.clock {
+            bytes[range.clone()].fill(0);
+        }
+        frame = r.bytes;
+    }
+    let eth = &mut bytes[frame..];
+    if eth.len() >= 34 && eth[12..14] == [0x08, 0x00] && eth[14] >> 4 == 4 {
+        let ihl = (eth[14] & 0x0F) as usize * 4;
+        if ihl >= 20 && eth.len() >= 14 + ihl {
+            eth[24] = 0;
+            eth[25] = 0;
             let mut sum: u32 = 0;
-            for pair in bytes[14..14 + ihl].chunks(2) {
+            for pair in eth[14..14 + ihl].chunks(2) {
                 sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
             }
             while sum > 0xFFFF {
                 sum = (sum & 0xFFFF) + (sum >> 16);
             }
             let c = !(sum as u16);
-            bytes[24..26].copy_from_slice(&c.to_be_bytes());
+            eth[24..26].copy_from_slice(&c.to_be_bytes());
         }
     }
     bytes
 }
 
-/// How a register is compared. BMv2's clock is wall-clock µs since `simple_switch` started,
-/// not the trace's time, so (1) registers holding times cannot match and are left out,
-/// (2) the epoch ring slot a packet lands in differs, so ring registers are folded over the
-/// epochs (counters summed, identities kept as the maximum), and (3) the polling dedupe
-/// pair keeps only its event-id word. Queue-depth sums are compared as they are: BMv2's
-/// `enq_qdepth` counts packets (Tofino counts 80-byte cells), the model's `process` has zero
-/// queueing, and with [`MIN_GAP_US`] spacing BMv2's queues are empty too, so both are 0 and a
-/// non-zero BMv2 value means the replay queued packets.
-fn normalise_register(program: &Program, name: &str, cells: &[u64]) -> Option<Vec<u64>> {
-    let def = program.registers.iter().find(|r| r.name == name)?;
-    let time_valued = name.starts_with("pause_end_")
-        || name.ends_with("_epoch")
-        || name == "flow_first_offset"
-        || name == "flow_last_offset";
-    if time_valued {
-        return None;
+/// The eviction report an egress clone carries in front of the evicting packet (HAWKEYE
+/// §3.3; the `eviction` header of the program). Its epoch id and ring slot are the switch
+/// clock's, its queue-depth sum the target's queues, its first and last offsets clock
+/// times: those bytes are zeroed on both sides; the evicted flow's key, egress port and
+/// packet counts are compared.
+struct Report {
+    /// Header length in bytes.
+    bytes: usize,
+    /// Byte ranges of the clock- and queue-valued fields.
+    clock: Vec<std::ops::Range<usize>>,
+}
+
+impl Report {
+    fn of(program: &Program) -> Report {
+        let header = program
+            .headers
+            .iter()
+            .find(|h| h.name == "eviction")
+            .expect("the program has an eviction header");
+        let mut clock = Vec::new();
+        let mut bit = 0usize;
+        for f in &header.fields {
+            let field = &program.fields[f.0 as usize];
+            let width = field.width as usize;
+            assert!(
+                bit % 8 == 0 && width % 8 == 0,
+                "eviction.{} is not byte-aligned",
+                field.name
+            );
+            if matches!(
+                field.name.as_str(),
+                "epoch_id"
+                    | "epoch_index"
+                    | "unpaused_qdepth_sum"
+                    | "first_offset_ns"
+                    | "last_offset_ns"
+            ) {
+                clock.push(bit / 8..(bit + width) / 8);
+            }
+            bit += width;
+        }
+        assert_eq!(clock.len(), 5, "the eviction header's clock fields");
+        Report {
+            bytes: bit / 8,
+            clock,
+        }
     }
-    if name == "polling_dedupe" {
-        return Some(cells.iter().map(|c| c & 0xFFFF_FFFF).collect());
+
+    /// A CPU packet is an eviction report when it is not itself an IPv4 frame (every other
+    /// CPU copy is a polling packet) and an IPv4 frame follows the report.
+    fn is_report(&self, bytes: &[u8]) -> bool {
+        let ipv4 = |b: &[u8]| b.len() >= 15 && b[12..14] == [0x08, 0x00] && b[14] >> 4 == 4;
+        !ipv4(bytes) && bytes.len() > self.bytes && ipv4(&bytes[self.bytes..])
     }
-    let ring = matches!(
-        def.module.as_str(),
-        "port telemetry" | "causality meter" | "flow telemetry"
-    );
-    if !ring {
-        return Some(cells.to_vec());
-    }
+}
+
+/// How one register is compared between the model and BMv2.
+///
+/// BMv2's clock is wall-clock µs since `simple_switch` started, not the trace's time, so
+/// (1) words holding times or epoch ids (the clock's bits above the ring index) cannot match
+/// and are left out, and (2) the epoch ring slot a packet lands in differs, so ring
+/// registers are folded over the slots: counters summed, identities kept as the maximum,
+/// per-slot bitmaps OR-ed. Where the epoch boundaries fall between the steps is handled by
+/// [`phase_candidates`]. Queue-depth sums are the target's queues and are checked, not
+/// compared ([`Rule::QueueDepth`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Rule {
+    /// Time-valued or an epoch id: not comparable across clocks.
+    Skip,
+    /// Compared cell by cell.
+    Exact,
+    /// A ring of `EPOCHS` slots × stride: counters summed over the slots.
+    RingSum,
+    /// A ring: identities (flow keys, ports), kept as the maximum over the slots.
+    RingMax,
+    /// A ring of pairs `lo = epoch id, hi = counter`: the counters summed over the slots.
+    RingHiSum,
+    /// One register per ring slot, pairs `lo = epoch id, hi = bitmap`: the bitmaps of
+    /// every slot OR-ed into the view entry named here.
+    SlotBitmap(String),
+    /// Pairs whose hi word is time-valued: the lo word only.
+    LoOnly,
+    /// Pairs whose lo word is an epoch id: the hi word only.
+    HiOnly,
+    /// A ring of queue-depth sums (target unit) whose packets are counted in the named
+    /// register: zero where that counter is zero, bounded elsewhere.
+    QueueDepth(&'static str),
+}
+
+/// `name` with the `_w<digits>` word suffix split off.
+fn word_suffix(name: &str) -> Option<(&str, &str)> {
+    let at = name.rfind("_w")?;
+    let digits = &name[at + 2..];
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| (&name[..at], digits))
+}
+
+/// The rule of every register of the v1model program; `None` for a register this harness
+/// does not know, so a new register must be given a rule before BMv2 can be compared.
+fn rule(name: &str) -> Option<Rule> {
+    let r = match name {
+        "port_enq_epoch" | "port_epoch" | "meter_epoch" | "flow_epoch" => Rule::Skip,
+        "flow_first_offset" | "flow_last_offset" => Rule::Skip,
+        "polling_dedupe" => Rule::LoOnly,
+        "port_packets"
+        | "port_paused_packets"
+        | "meter_bytes"
+        | "flow_packets"
+        | "flow_paused_packets" => Rule::RingSum,
+        "flow_key_src" | "flow_key_dst" | "flow_key_ports" | "flow_egress_port" => Rule::RingMax,
+        "port_xon" => Rule::RingHiSum,
+        "port_qdepth_sum" | "port_unpaused_qdepth_sum" => Rule::QueueDepth("port_packets"),
+        "flow_unpaused_qdepth_sum" => Rule::QueueDepth("flow_packets"),
+        "sketch_total" | "sketch_key" | "sketch_votes" | "sketch_light" => Rule::Exact,
+        _ => {
+            if let Some(q) = name.strip_prefix("pause_end_p") {
+                return q.parse::<u8>().is_ok().then_some(Rule::Skip);
+            }
+            let (stem, w) = word_suffix(name)?;
+            match stem {
+                "pfc_paused" => Rule::LoOnly,
+                "fanout_last" => Rule::HiOnly,
+                "fanout_held" => Rule::Exact,
+                _ => {
+                    let (base, slot) = stem.rsplit_once("_e")?;
+                    if !slot.bytes().all(|b| b.is_ascii_digit()) || slot.is_empty() {
+                        return None;
+                    }
+                    match base {
+                        "fanout" | "paused_seen" | "pfc_xoff" => {
+                            Rule::SlotBitmap(format!("{base}_w{w} (all ring slots)"))
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+        }
+    };
+    Some(r)
+}
+
+/// Normalised registers: compared entries, and queue-depth sums kept aside with the counter
+/// register their packets are counted in.
+fn normalise_registers(
+    program: &Program,
+    registers: &[(String, Vec<u64>)],
+) -> (BTreeMap<String, Vec<u64>>, Depths) {
     let epochs = constant(program, "EPOCHS") as usize;
-    let stride = cells.len() / epochs;
-    let identity = name.starts_with("flow_key_") || name == "flow_egress_port";
-    let mut folded = vec![0u64; stride];
-    for (i, c) in cells.iter().enumerate() {
-        let f = &mut folded[i % stride];
-        *f = if identity { (*f).max(*c) } else { *f + c };
+    let fold = |cells: &[u64], f: &dyn Fn(u64, u64) -> u64| {
+        let stride = cells.len() / epochs;
+        let mut folded = vec![0u64; stride];
+        for (i, c) in cells.iter().enumerate() {
+            folded[i % stride] = f(folded[i % stride], *c);
+        }
+        folded
+    };
+    let mut compared = BTreeMap::new();
+    let mut depths = BTreeMap::new();
+    for (name, cells) in registers {
+        let rule = rule(name).unwrap_or_else(|| panic!("register {name} has no comparison rule"));
+        let hi = |c: &u64| c >> 32;
+        let lo = |c: &u64| c & 0xFFFF_FFFF;
+        match rule {
+            Rule::Skip => {}
+            Rule::Exact => {
+                compared.insert(name.clone(), cells.clone());
+            }
+            Rule::RingSum => {
+                compared.insert(name.clone(), fold(cells, &|a, b| a.saturating_add(b)));
+            }
+            Rule::RingMax => {
+                compared.insert(name.clone(), fold(cells, &|a, b| a.max(b)));
+            }
+            Rule::RingHiSum => {
+                let his: Vec<u64> = cells.iter().map(hi).collect();
+                compared.insert(name.clone(), fold(&his, &|a, b| a + b));
+            }
+            Rule::SlotBitmap(group) => {
+                let entry = compared
+                    .entry(group)
+                    .or_insert_with(|| vec![0u64; cells.len()]);
+                for (e, c) in entry.iter_mut().zip(cells) {
+                    *e |= hi(c);
+                }
+            }
+            Rule::LoOnly => {
+                compared.insert(name.clone(), cells.iter().map(lo).collect());
+            }
+            Rule::HiOnly => {
+                compared.insert(name.clone(), cells.iter().map(hi).collect());
+            }
+            Rule::QueueDepth(counter) => {
+                depths.insert(
+                    name.clone(),
+                    (
+                        counter.to_string(),
+                        fold(cells, &|a, b| a.saturating_add(b)),
+                    ),
+                );
+            }
+        }
     }
-    Some(folded)
+    (compared, depths)
 }
 
 fn model_view(program: &Program, run: &TraceRun) -> View {
     let cpu = constant(program, "CPU_PORT") as u16;
+    let report = Report::of(program);
     let mut view = View::default();
     for out in &run.outputs {
         for (port, bytes) in &out.ports {
             view.ports
                 .entry(*port)
                 .or_default()
-                .push(normalise_packet(bytes.clone()));
+                .push(normalise_packet(bytes.clone(), None));
         }
         for bytes in &out.cpu {
             view.ports
                 .entry(cpu)
                 .or_default()
-                .push(normalise_packet(bytes.clone()));
+                .push(normalise_packet(bytes.clone(), Some(&report)));
         }
     }
-    for (name, cells) in &run.registers {
-        if let Some(n) = normalise_register(program, name, cells) {
-            view.registers.insert(name.clone(), n);
-        }
-    }
+    (view.registers, view.depths) = normalise_registers(program, &run.registers);
     view
+}
+
+/// Most epoch boundaries the clock search puts between a trace's steps.
+const MAX_LAG_EPOCHS: u32 = 5;
+
+/// One clock the model is run under: per step, the epoch boundaries since the previous step
+/// and the time it reaches the switch.
+struct Clock {
+    boundaries: Vec<u32>,
+    times_ns: Vec<u64>,
+}
+
+/// The clocks under which the model may explain BMv2's run, fewest epoch boundaries first.
+///
+/// BMv2 is not in step with the trace: it runs this program at a few thousand packets per
+/// second (≈ 0.3–0.4 ms per packet through both pipelines on the 2-core lab machine; BMv2
+/// keeps fields and registers as arbitrary-precision numbers), so packets wait in its input
+/// and egress queues and its clock, which the harness cannot set, lags behind the trace.
+/// What the model computes depends on the clock through the epoch (2^EPOCH_LOG2_NS ns) each
+/// step falls in — ring slots, a flow's record continuing or being evicted — and through
+/// the time since an XOFF or a polling duplicate. Each clock here assigns the steps to
+/// epochs: a step in the previous step's epoch keeps the trace's spacing, a step in a later
+/// epoch arrives 1 µs after that epoch starts. Every assignment with at most
+/// [`MAX_LAG_EPOCHS`] boundaries is listed (more than the ring's slots: a lagging run can
+/// wrap the ring).
+fn clocks(program: &Program, trace: &Trace) -> Vec<Clock> {
+    let epoch_ns = 1u64 << constant(program, "EPOCH_LOG2_NS");
+    let first_epoch = (BASE_US * 1000).div_ceil(epoch_ns);
+    let n = trace.steps.len();
+    let mut out = Vec::new();
+    for total in 0..=MAX_LAG_EPOCHS {
+        let mut boundaries = vec![0u32; n];
+        compositions(&mut boundaries, 1, total, &mut |b| {
+            let mut times = Vec::with_capacity(n);
+            let mut epoch = first_epoch;
+            for (i, step) in trace.steps.iter().enumerate() {
+                let t = if i == 0 || b[i] > 0 {
+                    epoch += u64::from(b[i]);
+                    epoch * epoch_ns + 1000
+                } else {
+                    let gap = step.t_us - trace.steps[i - 1].t_us;
+                    let t: u64 = times[i - 1] + gap * 1000;
+                    if t >= (epoch + 1) * epoch_ns {
+                        return; // the trace's spacing crosses a boundary this clock has not
+                    }
+                    t
+                };
+                times.push(t);
+            }
+            out.push(Clock {
+                boundaries: b.to_vec(),
+                times_ns: times,
+            });
+        });
+    }
+    out
+}
+
+/// Calls `f` with every way of writing `left` as a sum over `slots[at..]`.
+fn compositions(slots: &mut [u32], at: usize, left: u32, f: &mut dyn FnMut(&[u32])) {
+    if at >= slots.len() {
+        if left == 0 {
+            f(slots);
+        }
+        return;
+    }
+    for k in (0..=left).rev() {
+        slots[at] = k;
+        compositions(slots, at + 1, left - k, f);
+    }
+    slots[at] = 0;
 }
 
 /// Human-readable differences, at most `limit` lines.
@@ -209,6 +458,41 @@ fn differences(model: &View, bmv2: &View, limit: usize) -> Vec<String> {
         }
         for (i, (x, y)) in m.iter().zip(b).enumerate().filter(|(_, (x, y))| x != y) {
             out.push(format!("register {name}[{i}]: model {x}, BMv2 {y}"));
+        }
+    }
+    // Queue depths: the model's `process` has zero queueing, so its sums are 0; BMv2's depend
+    // on its threads' scheduling, so they are checked rather than compared: zero in every
+    // cell whose packets counter is zero (the sum is kept at the right index), and at most
+    // (packets emitted − 1) per counted packet (a queue holds only packets of the trace).
+    let emitted: u64 = model.ports.values().map(|p| p.len() as u64).sum();
+    for (name, (counter, m)) in &model.depths {
+        if let Some(i) = m.iter().position(|c| *c != 0) {
+            out.push(format!("register {name}[{i}]: the model queued ({})", m[i]));
+        }
+        let Some((_, b)) = bmv2.depths.get(name) else {
+            out.push(format!("register {name}: missing from the BMv2 dump"));
+            continue;
+        };
+        let counts = model
+            .registers
+            .get(counter)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        if counts.len() != b.len() {
+            out.push(format!(
+                "register {name}: {} cells, its counter {counter} {}",
+                b.len(),
+                counts.len()
+            ));
+            continue;
+        }
+        for (i, (depth, packets)) in b.iter().zip(counts).enumerate() {
+            let bound = packets * emitted.saturating_sub(1);
+            if *depth > bound {
+                out.push(format!(
+                    "register {name}[{i}]: BMv2 {depth}, more than {bound} for {packets} packets counted in {counter}[{i}]"
+                ));
+            }
         }
     }
     if out.len() > limit {
@@ -389,22 +673,75 @@ fn normalisation_and_comparison_report_real_differences_only() {
     for out in &mut shifted.outputs {
         for (_, bytes) in &mut out.ports {
             // BMv2 fills the checksum in; normalising again must be idempotent.
-            *bytes = normalise_packet(bytes.clone());
+            *bytes = normalise_packet(bytes.clone(), None);
         }
     }
+    let epochs = constant(&program, "EPOCHS") as usize;
+    let packets_at: Vec<u64> = run
+        .registers
+        .iter()
+        .find(|(n, _)| n == "port_packets")
+        .map(|(_, c)| c.clone())
+        .expect("port_packets");
     for (name, cells) in &mut shifted.registers {
         let def = program.registers.iter().find(|r| &r.name == name).unwrap();
-        if matches!(def.module.as_str(), "port telemetry" | "flow telemetry") {
-            let stride = cells.len() / constant(&program, "EPOCHS") as usize;
+        if matches!(
+            def.module.as_str(),
+            "port telemetry" | "flow telemetry" | "causality meter"
+        ) {
+            let stride = cells.len() / epochs;
             cells.rotate_right(stride);
         }
-        if name == "polling_dedupe" || name.starts_with("pause_end_") {
-            cells
-                .iter_mut()
-                .filter(|c| **c != 0)
-                .for_each(|c| *c += 1 << 32);
+        // Other clock: times and epoch ids differ.
+        let time_hi = name == "polling_dedupe" || name.starts_with("pfc_paused_w");
+        let epoch_lo = name == "port_xon"
+            || name.starts_with("fanout_e")
+            || name.starts_with("fanout_last_w")
+            || name.starts_with("paused_seen_e")
+            || name.starts_with("pfc_xoff_e");
+        let skipped =
+            name.starts_with("pause_end_") || name.ends_with("_epoch") || name.ends_with("_offset");
+        for c in cells.iter_mut().filter(|c| **c != 0) {
+            if time_hi {
+                *c += 1 << 32;
+            } else if epoch_lo {
+                *c += 7;
+            } else if skipped {
+                *c += 12_345;
+            }
+        }
+        // BMv2 queued: one packet waited behind another where packets were counted.
+        if name == "port_qdepth_sum" {
+            let stride = cells.len() / epochs;
+            let at = (0..packets_at.len())
+                .find(|i| packets_at[*i] != 0)
+                .expect("a counted port");
+            let len = cells.len();
+            cells[(at + stride) % len] += 1;
         }
     }
+    // The pair's data in another ring slot's register.
+    let mut slot_moved = shifted.clone();
+    let words = (constant(&program, "PORTS") as usize).div_ceil(32);
+    for w in 0..words {
+        let a = slot_moved
+            .registers
+            .iter()
+            .position(|(n, _)| *n == format!("fanout_e0_w{w}"))
+            .expect("fanout_e0");
+        let b = slot_moved
+            .registers
+            .iter()
+            .position(|(n, _)| *n == format!("fanout_e1_w{w}"))
+            .expect("fanout_e1");
+        let cells = slot_moved.registers[a].1.clone();
+        slot_moved.registers[a].1 = slot_moved.registers[b].1.clone();
+        slot_moved.registers[b].1 = cells;
+    }
+    assert_eq!(
+        differences(&model, &model_view(&program, &slot_moved), 50),
+        Vec::<String>::new()
+    );
     let bmv2 = model_view(&program, &shifted);
     assert_eq!(differences(&model, &bmv2, 50), Vec::<String>::new());
 
@@ -414,7 +751,21 @@ fn normalisation_and_comparison_report_real_differences_only() {
     p2[0][40] ^= 0xFF;
     bad.ports.get_mut(&cpu).unwrap().pop();
     bad.registers.get_mut("port_packets").unwrap()[2] += 1;
+    // A queue-depth sum where no packet was counted (a wrong index), and an impossible one.
+    let depths = &mut bad.depths.get_mut("port_qdepth_sum").unwrap().1;
+    depths[9] = 1;
+    depths[2] = 1_000;
     let d = differences(&model, &bad, 50);
+    assert!(
+        d.iter()
+            .any(|l| l.starts_with("register port_qdepth_sum[9]: BMv2 1, more than 0")),
+        "{d:?}"
+    );
+    assert!(
+        d.iter()
+            .any(|l| l.starts_with("register port_qdepth_sum[2]: BMv2 1000")),
+        "{d:?}"
+    );
     assert!(
         d.iter()
             .any(|l| l.starts_with("port 2 packet 0: first difference at byte 40")),
@@ -648,14 +999,16 @@ fn run_bmv2(program: &Program, json: &Path, p4: &str, trace: &Trace, tag: &str) 
         commands += &format!("register_read {}.{}\n", controls[&r.name], r.name);
     }
     let dump = sw.cli(&commands);
+    // Kept beside the pcaps and the switch log for a failed comparison.
+    std::fs::write(dir.join("registers.txt"), &dump).expect("write the register dump");
+    let mut registers = Vec::new();
     for r in &program.registers {
         let full = format!("{}.{}", controls[&r.name], r.name);
         let cells = parse_register_dump(&dump, &full)
             .unwrap_or_else(|| panic!("no dump of {full} in simple_switch_CLI output"));
-        if let Some(n) = normalise_register(program, &r.name, &cells) {
-            view.registers.insert(r.name.clone(), n);
-        }
+        registers.push((r.name.clone(), cells));
     }
+    (view.registers, view.depths) = normalise_registers(program, &registers);
     drop(sw);
     for &port in &all_ports {
         let path = dir.join(format!("{}_out.pcap", iface(port)));
@@ -664,9 +1017,14 @@ fn run_bmv2(program: &Program, json: &Path, p4: &str, trace: &Trace, tag: &str) 
             continue;
         }
         let pkts = pcap_packets(&data).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let report = (port == cpu).then(|| Report::of(program));
         if !pkts.is_empty() {
-            view.ports
-                .insert(port, pkts.into_iter().map(normalise_packet).collect());
+            view.ports.insert(
+                port,
+                pkts.into_iter()
+                    .map(|p| normalise_packet(p, report.as_ref()))
+                    .collect(),
+            );
         }
     }
     view
@@ -704,15 +1062,66 @@ fn bmv2_matches_the_model_when_selected() {
     );
 
     let mut failures = Vec::new();
-    for (i, (path, trace)) in traces().iter().enumerate() {
-        let run = run_model(program.clone(), trace).expect("model");
-        let model = model_view(&program, &run);
+    let mut passed = 0;
+    // HAWKMESH_BMV2_TRACES=name,name runs only those traces (to look at one difference).
+    let only: Option<Vec<String>> = std::env::var("HAWKMESH_BMV2_TRACES")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let traces: Vec<(String, Trace)> = traces()
+        .into_iter()
+        .filter(|(_, t)| only.as_ref().is_none_or(|o| o.contains(&t.name)))
+        .collect();
+    assert!(!traces.is_empty(), "HAWKMESH_BMV2_TRACES selects no trace");
+    for (i, (path, trace)) in traces.iter().enumerate() {
         let bmv2 = run_bmv2(&program, &json, &p4, trace, &i.to_string());
-        let d = differences(&model, &bmv2, 30);
-        if d.is_empty() {
-            eprintln!("{path}: BMv2 matches the model");
+        // The model replayed with each way the epoch boundaries can fall between the steps;
+        // BMv2's clock decided one of them.
+        let clocks = clocks(&program, trace);
+        let mut closest: Option<(usize, Vec<String>)> = None;
+        for (c, clock) in clocks.iter().enumerate() {
+            let run = run_model_times(program.clone(), trace, &clock.times_ns).expect("model");
+            let d = differences(&model_view(&program, &run), &bmv2, 30);
+            let done = d.is_empty();
+            if closest
+                .as_ref()
+                .is_none_or(|(_, best)| d.len() < best.len())
+            {
+                closest = Some((c, d));
+            }
+            if done {
+                break;
+            }
+        }
+        let packets: usize = bmv2.ports.values().map(Vec::len).sum();
+        let cells: usize = bmv2.registers.values().map(Vec::len).sum();
+        let (c, d) = closest.expect("at least one clock");
+        let at: Vec<String> = clocks[c]
+            .boundaries
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b > 0)
+            .map(|(i, b)| format!("{b} before step {i}"))
+            .collect();
+        let at = if at.is_empty() {
+            "none".to_string()
         } else {
-            failures.push(format!("{path} ({}):\n  {}", trace.name, d.join("\n  ")));
+            at.join(", ")
+        };
+        if d.is_empty() {
+            eprintln!(
+                "{path}: BMv2 matches the model ({} steps, {packets} packets emitted, {cells} register cells compared; explained with epoch boundaries: {at}; clock {} of {})",
+                trace.steps.len(),
+                c + 1,
+                clocks.len()
+            );
+            passed += 1;
+        } else {
+            failures.push(format!(
+                "{path} ({}), closest of {} clocks (epoch boundaries: {at}):\n  {}",
+                trace.name,
+                clocks.len(),
+                d.join("\n  ")
+            ));
         }
     }
     assert!(
@@ -720,4 +1129,222 @@ fn bmv2_matches_the_model_when_selected() {
         "BMv2 differs from the model:\n{}",
         failures.join("\n")
     );
+    eprintln!(
+        "{passed} of {} traces: BMv2 matches the model",
+        traces.len()
+    );
+}
+
+#[test]
+fn every_register_has_a_comparison_rule() {
+    let program = lab_program();
+    for r in &program.registers {
+        let rule = rule(&r.name).unwrap_or_else(|| panic!("register {} has no rule", r.name));
+        // A pair rule only on pair registers, a ring rule only on ring-sized registers.
+        match &rule {
+            Rule::RingHiSum | Rule::SlotBitmap(_) | Rule::LoOnly | Rule::HiOnly => {
+                assert!(
+                    r.is_pair(),
+                    "{}: {rule:?} on a {}-bit register",
+                    r.name,
+                    r.width
+                )
+            }
+            Rule::RingSum | Rule::RingMax | Rule::QueueDepth(_) => {
+                let epochs = constant(&program, "EPOCHS") as u32;
+                assert_eq!(r.size % epochs, 0, "{}: {rule:?}", r.name);
+                assert!(!r.is_pair(), "{}: {rule:?} on a pair register", r.name);
+            }
+            Rule::Skip | Rule::Exact => {}
+        }
+        if let Rule::QueueDepth(counter) = rule {
+            let c = program
+                .registers
+                .iter()
+                .find(|c| c.name == counter)
+                .unwrap_or_else(|| panic!("{}: no counter {counter}", r.name));
+            assert_eq!(c.size, r.size, "{}: counted in {counter}", r.name);
+        }
+    }
+    // Names the harness does not know get no rule: a new register needs one.
+    assert_eq!(rule("flow_new_thing"), None);
+    assert_eq!(rule("fanout_e0_wx"), None);
+    assert_eq!(rule("pause_end_px"), None);
+}
+
+/// The trace named `name`.
+fn trace(name: &str) -> Trace {
+    traces()
+        .into_iter()
+        .find(|(_, t)| t.name == name)
+        .unwrap_or_else(|| panic!("trace {name}"))
+        .1
+}
+
+/// CRC-32 of a RoCEv2 5-tuple as the program hashes it (`{src, dst, sport, dport}`).
+fn five_tuple_crc(src: [u8; 4], dst: [u8; 4], sport: u16) -> u32 {
+    let mut bytes = Vec::new();
+    bytes.extend(src);
+    bytes.extend(dst);
+    bytes.extend(sport.to_be_bytes());
+    bytes.extend(4791u16.to_be_bytes());
+    hawkmesh_dataplane::hash::crc32(&bytes)
+}
+
+fn register<'a>(run: &'a TraceRun, name: &str) -> &'a [u64] {
+    &run.registers
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("register {name}"))
+        .1
+}
+
+#[test]
+fn the_eviction_and_branch_traces_do_what_they_describe() {
+    let program = lab_program();
+
+    // Flow slots: A and B share slot 1130; B evicts A, then A evicts B.
+    let a = five_tuple_crc([10, 0, 0, 1], [10, 0, 1, 1], 49152);
+    let b = five_tuple_crc([10, 0, 0, 2], [10, 0, 1, 1], 55511);
+    assert_eq!((a & 0xFFF, b & 0xFFF), (1130, 1130));
+    let run = run_model(program.clone(), &trace("flow-eviction")).expect("model");
+    let reports: Vec<usize> = (0..run.outputs.len())
+        .filter(|i| !run.outputs[*i].cpu.is_empty())
+        .collect();
+    assert_eq!(
+        reports,
+        vec![2, 4],
+        "an eviction report when B and when A comes back"
+    );
+    // The report carries the evicted flow's key and its packets: A's two, then B's one.
+    let carries = |bytes: &[u8], key: &[u8]| bytes.windows(key.len()).any(|w| w == key);
+    let key_a = [10, 0, 0, 1, 10, 0, 1, 1, 0xC0, 0x00, 0x12, 0xB7, 0, 0, 0, 2];
+    let key_b = [10, 0, 0, 2, 10, 0, 1, 1, 0xD8, 0xD7, 0x12, 0xB7, 0, 0, 0, 1];
+    assert!(carries(&run.outputs[2].cpu[0], &key_a));
+    assert!(carries(&run.outputs[4].cpu[0], &key_b));
+
+    // Heavy bucket 2989: B's eighth losing vote evicts A; B holds it flagged.
+    let a = five_tuple_crc([10, 0, 0, 1], [10, 0, 1, 1], 49152);
+    let b = five_tuple_crc([10, 0, 0, 2], [10, 0, 1, 1], 49185);
+    assert_eq!((a >> 20, b >> 20), (2989, 2989));
+    let run = run_model(program.clone(), &trace("sketch-eviction")).expect("model");
+    let bucket = 2989;
+    assert_eq!(
+        register(&run, "sketch_key")[bucket] & 0xFFFF_FFFF,
+        u64::from(b)
+    );
+    let votes = register(&run, "sketch_votes")[bucket];
+    assert_eq!(
+        votes, 0x8000_0002,
+        "flagged, B's eviction packet and its last"
+    );
+    assert_eq!(register(&run, "sketch_total")[bucket], 11);
+    let light = register(&run, "sketch_light");
+    let light_len = light.len() as u32;
+    assert_eq!(
+        light[(a % light_len) as usize],
+        2,
+        "A's evicted vote and its lost one"
+    );
+    assert_eq!(light[(b % light_len) as usize], 7, "B's seven lost votes");
+
+    // The PFC branch: the polling packet from port 0 leaves by port 2 only; the one from
+    // port 1 (no traffic from it) and the unroutable one reach only the CPU.
+    let run = run_model(program, &trace("polling-pfc")).expect("model");
+    let ports = |i: usize| -> Vec<u16> { run.outputs[i].ports.iter().map(|(p, _)| *p).collect() };
+    assert_eq!(ports(3), vec![2]);
+    assert!(ports(4).is_empty() && ports(5).is_empty());
+    assert!((3..6).all(|i| run.outputs[i].cpu.len() == 1));
+    assert_eq!(register(&run, "pfc_paused_w0")[0] & 0xFFFF_FFFF, 1 << 2);
+}
+
+#[test]
+fn eviction_reports_are_compared_without_their_clock_fields() {
+    let program = lab_program();
+    let run = run_model(program.clone(), &trace("flow-eviction")).expect("model");
+    let model = model_view(&program, &run);
+    let cpu = constant(&program, "CPU_PORT") as u16;
+    let report = Report::of(&program);
+    assert_eq!(
+        report.bytes as u64,
+        constant(&program, "EVICTION_REPORT_BYTES")
+    );
+    let mut other_clock = run.clone();
+    for out in &mut other_clock.outputs {
+        for bytes in &mut out.cpu {
+            assert!(report.is_report(bytes));
+            bytes[0] ^= 0x17; // epoch id
+            bytes[2] ^= 0x01; // ring slot
+            bytes[report.bytes - 1] ^= 0x40; // last offset
+        }
+    }
+    assert_eq!(
+        differences(&model, &model_view(&program, &other_clock), 10),
+        Vec::<String>::new()
+    );
+    // The evicted flow's identity and counts are compared.
+    let mut wrong = other_clock;
+    wrong.outputs[2].cpu[0][8] ^= 0x01; // last byte of the evicted source address
+    wrong.outputs[4].cpu[0][20] ^= 0x01; // last byte of the packet count
+    let d = differences(&model, &model_view(&program, &wrong), 10);
+    assert_eq!(
+        d,
+        vec![
+            format!("port {cpu} packet 0: first difference at byte 8 (model 0x01, BMv2 0x00); lengths 337 / 337"),
+            format!("port {cpu} packet 1: first difference at byte 20 (model 0x01, BMv2 0x00); lengths 637 / 637"),
+        ]
+    );
+    // A polling CPU copy is not a report.
+    let polling = run_model(program.clone(), &trace("polling")).expect("model");
+    assert!(polling
+        .outputs
+        .iter()
+        .flat_map(|o| &o.cpu)
+        .all(|b| !report.is_report(b)));
+}
+
+#[test]
+fn the_clock_search_explains_a_lagging_run_and_only_with_its_boundaries() {
+    let program = lab_program();
+    let trace = trace("flow-eviction");
+    let epoch_ns = 1u64 << constant(&program, "EPOCH_LOG2_NS");
+    let clocks = clocks(&program, &trace);
+    // The first clock keeps the whole trace in one epoch with the trace's spacing.
+    assert!(clocks[0].boundaries.iter().all(|b| *b == 0));
+    for (c, s) in clocks[0].times_ns.iter().zip(&trace.steps) {
+        assert_eq!(c - clocks[0].times_ns[0], s.t_us * 1000);
+    }
+    // Every clock is in order and puts its steps in the epochs it says.
+    for clock in &clocks {
+        assert!(clock.times_ns.windows(2).all(|w| w[0] <= w[1]));
+        for i in 1..clock.times_ns.len() {
+            let crossed = clock.times_ns[i] / epoch_ns - clock.times_ns[i - 1] / epoch_ns;
+            assert_eq!(crossed, u64::from(clock.boundaries[i]));
+        }
+        assert!(clock.boundaries.iter().sum::<u32>() <= MAX_LAG_EPOCHS);
+    }
+    // 5 steps: every way of placing up to 5 boundaries in 4 gaps, C(9, 4).
+    assert_eq!(clocks.len(), 126);
+
+    // A run that lagged by an epoch between A's packets and B's: B does not evict A; the
+    // trace's own clock does not explain it, the search does and names the boundary.
+    let lagged = clocks
+        .iter()
+        .find(|c| c.boundaries == [0, 0, 1, 0, 0])
+        .expect("a boundary before step 2");
+    let run = run_model_times(program.clone(), &trace, &lagged.times_ns).expect("model");
+    let bmv2 = model_view(&program, &run);
+    let nominal = model_view(
+        &program,
+        &run_model(program.clone(), &trace).expect("model"),
+    );
+    assert!(!differences(&nominal, &bmv2, 5).is_empty());
+    let first = clocks
+        .iter()
+        .position(|c| {
+            let run = run_model_times(program.clone(), &trace, &c.times_ns).expect("model");
+            differences(&model_view(&program, &run), &bmv2, 1).is_empty()
+        })
+        .expect("a clock explains it");
+    assert_eq!(clocks[first].boundaries, [0, 0, 1, 0, 0]);
 }

@@ -21,7 +21,8 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Runs a compiler; its warnings (lines with "warning") not in [`KEPT`], or the failure.
+/// Runs a compiler and prints its whole output; its warnings (lines with "warning") not in
+/// [`KEPT`], or the failure.
 fn compile(tool: &str, args: &[String]) -> Result<Vec<String>, String> {
     let output = Command::new(tool)
         .args(args)
@@ -31,6 +32,15 @@ fn compile(tool: &str, args: &[String]) -> Result<Vec<String>, String> {
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!(
+        "$ {tool} {}\n{}(exit {})",
+        args.join(" "),
+        text,
+        output
+            .status
+            .code()
+            .map_or("by signal".to_string(), |c| c.to_string())
     );
     if !output.status.success() {
         return Err(format!(
