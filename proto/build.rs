@@ -2,8 +2,17 @@
 //! tonic client and server.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/collector.proto");
-    let descriptors = protox::compile(["proto/collector.proto"], ["proto"])?;
+    for file in [
+        "proto/collector.proto",
+        "proto/bfruntime.proto",
+        "proto/google/rpc/status.proto",
+    ] {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let descriptors = protox::compile(
+        ["proto/collector.proto", "proto/bfruntime.proto"],
+        ["proto"],
+    )?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -33,6 +33,7 @@ fn outputs() -> Result<Vec<(&'static str, String)>, String> {
     let p = program(&HawkeyeParams::default()).map_err(|e| e.to_string())?;
     Ok(vec![
         ("p4/tna/hawkmesh.p4", emit(&p, Target::Tna)),
+        ("p4/tna/bfrt.json", hawkmesh_codegen::bfrt::emit(&p)),
         ("p4/v1model/hawkmesh.p4", emit(&p, Target::V1model)),
         ("wire/src/dataplane.rs", rust_consts::emit(&p)),
         ("dataplane/src/model/generated.rs", native_source()?),

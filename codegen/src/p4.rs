@@ -9,7 +9,7 @@
 //! | hash unit | `Hash<bit<W>>(HashAlgorithm_t.CRC32)` | `hash(.., HashAlgorithm.crc32, ..)` |
 //! | bridged metadata | `bridge_h` header emitted by the ingress deparser | user metadata (kept) |
 //! | clone to CPU | `Mirror` + `mirror_h` (I2E / E2E) | `clone_preserving_field_list` + `@field_list(1)` |
-//! | forwarding table | exact table + `ActionSelector` | exact table + `action_selector` |
+//! | forwarding table | exact table on (destination, ECMP bucket) | the same |
 //! | digest | `Digest` in the ingress deparser | `digest` |
 //! | intrinsic inputs | `meta.intr_*` copied from `ig_intr_md` / `eg_intr_md` | from `standard_metadata` (µs × 1000) |
 
@@ -488,16 +488,8 @@ impl<'a> Emitter<'a> {
             }
             Stmt::Apply(t) => {
                 let table = &self.p.tables[t.0 as usize];
-                if table.forwarding && self.t == Target::V1model {
-                    let open = format!("if (!{}.apply().hit)", table.name);
-                    let call = format!("{};", self.default_call(table));
-                    self.open(&open);
-                    self.line(&call);
-                    self.close();
-                } else {
-                    let l = format!("{}.apply();", table.name);
-                    self.line(&l);
-                }
+                let l = format!("{}.apply();", table.name);
+                self.line(&l);
             }
             Stmt::Execute {
                 action,
@@ -854,30 +846,6 @@ impl<'a> Emitter<'a> {
         }
         for t in tables {
             let table = &self.p.tables[t.0 as usize];
-            if table.forwarding {
-                match self.t {
-                    Target::Tna => {
-                        self.line(&format!(
-                            "Hash<bit<16>>(HashAlgorithm_t.CRC16) {}_ecmp_hash;",
-                            table.name
-                        ));
-                        self.line(&format!(
-                            "ActionProfile({}) {}_profile;",
-                            table.size, table.name
-                        ));
-                        self.line(&format!(
-                            "ActionSelector({}_profile, {}_ecmp_hash, SelectorMode_t.FAIR, 64, {}) {}_selector;",
-                            table.name, table.name, table.size / 4, table.name
-                        ));
-                    }
-                    Target::V1model => {
-                        self.line(&format!(
-                            "action_selector(HashAlgorithm.crc16, 32w{}, 32w14) {}_selector;",
-                            table.size, table.name
-                        ));
-                    }
-                }
-            }
             for chunk in wrap(&table.doc, 88) {
                 self.line(&format!("// {chunk}"));
             }
@@ -895,12 +863,6 @@ impl<'a> Emitter<'a> {
                 );
                 self.line(&l);
             }
-            for f in &table.selector {
-                if table.forwarding {
-                    let l = format!("{}: selector;", self.field(*f));
-                    self.line(&l);
-                }
-            }
             self.close();
             self.open("actions =");
             for a in &table.actions {
@@ -908,15 +870,8 @@ impl<'a> Emitter<'a> {
                 self.line(&l);
             }
             self.close();
-            // BMv2 does not take a default action on a table with an action profile: its
-            // miss runs the default action explicitly where the table is applied.
-            if !(table.forwarding && self.t == Target::V1model) {
-                let l = format!("default_action = {};", self.default_call(table));
-                self.line(&l);
-            }
-            if table.forwarding {
-                self.line(&format!("implementation = {}_selector;", table.name));
-            }
+            let l = format!("default_action = {};", self.default_call(table));
+            self.line(&l);
             self.line(&format!("size = {};", table.size));
             self.close();
             self.line("");
@@ -1323,4 +1278,39 @@ pub fn emit(p: &Program, t: Target) -> String {
     }
     let _ = write!(out, "");
     out
+}
+
+/// The registers (indices into `p.registers`) the TNA control of `gress` declares, in
+/// declaration order.
+pub fn registers_in(p: &Program, gress: Gress) -> Vec<u16> {
+    emitter(p, gress).registers_in(gress)
+}
+
+/// The tables the TNA control of `gress` applies, in declaration order.
+pub fn tables_in(p: &Program, gress: Gress) -> Vec<TableId> {
+    emitter(p, gress).tables_in(gress)
+}
+
+/// How the P4 program names field `f` (`hdr.ipv4.dst_addr`, `meta.lookup_dst_addr`, an
+/// action parameter's own name).
+pub fn field_ref(p: &Program, f: FieldId) -> String {
+    emitter(p, Gress::Ingress).field(f)
+}
+
+/// The TNA control that holds `gress`'s tables and registers.
+pub fn tna_control(gress: Gress) -> &'static str {
+    match gress {
+        Gress::Ingress => "Ingress",
+        Gress::Egress => "Egress",
+    }
+}
+
+fn emitter(p: &Program, gress: Gress) -> Emitter<'_> {
+    Emitter {
+        p,
+        t: Target::Tna,
+        out: String::new(),
+        indent: 0,
+        gress,
+    }
 }

@@ -278,19 +278,22 @@ pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Mode
             })?;
     }
     for r in &trace.routes {
-        let entry = TableEntry {
-            key: vec![u32::from(r.dst) as u64],
-            mask: vec![],
-            priority: 0,
-            action: "set_route".into(),
-            params: vec![r.port as u64],
-        };
-        model
-            .table_add("forward", entry)
-            .map_err(|source| TraceError::Model {
-                context: format!("route {} → {}", r.dst, r.port),
-                source,
-            })?;
+        for (key, action, params) in hawkmesh_dataplane::hawkeye::forward_entries(r.dst, &[r.port])
+        {
+            let entry = TableEntry {
+                key,
+                mask: vec![],
+                priority: 0,
+                action: action.into(),
+                params,
+            };
+            model
+                .table_add("forward", entry)
+                .map_err(|source| TraceError::Model {
+                    context: format!("route {} → {}", r.dst, r.port),
+                    source,
+                })?;
+        }
     }
     Ok(model)
 }

@@ -65,6 +65,7 @@ mod enqueue;
 mod epoch_ring;
 mod fields;
 mod forwarding;
+pub use forwarding::{ECMP_BUCKETS, FORWARD_DESTINATIONS};
 mod headers;
 mod ingress;
 mod pfc_branch;
@@ -141,6 +142,44 @@ impl Default for HawkeyeParams {
             }),
         }
     }
+}
+
+/// The `forward` entries of one destination whose ECMP next hops are `ports` (in order):
+/// one `set_route` entry per ECMP bucket, bucket `b` to `ports[b % ports.len()]`, as
+/// `(key = [destination, bucket], action, params)`. No entries for no ports.
+pub fn forward_entries(
+    dst: std::net::Ipv4Addr,
+    ports: &[u16],
+) -> Vec<(Vec<u64>, &'static str, Vec<u64>)> {
+    if ports.is_empty() {
+        return Vec::new();
+    }
+    (0..u64::from(ECMP_BUCKETS))
+        .map(|b| {
+            let port = ports[b as usize % ports.len()];
+            (
+                vec![u64::from(u32::from(dst)), b],
+                "set_route",
+                vec![u64::from(port)],
+            )
+        })
+        .collect()
+}
+
+/// The ECMP bucket of a 5-tuple, as the data plane computes it (`ecmp_hash`: CRC-32 of
+/// source, destination, source port, destination port, big-endian, low bits).
+pub fn ecmp_bucket(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    sport: u16,
+    dport: u16,
+) -> u64 {
+    let mut bytes = [0u8; 12];
+    bytes[0..4].copy_from_slice(&src.octets());
+    bytes[4..8].copy_from_slice(&dst.octets());
+    bytes[8..10].copy_from_slice(&sport.to_be_bytes());
+    bytes[10..12].copy_from_slice(&dport.to_be_bytes());
+    u64::from(crate::hash::crc32(&bytes) % ECMP_BUCKETS)
 }
 
 /// Table entries the control plane installs at start-up besides routes (BF Runtime

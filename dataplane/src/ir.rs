@@ -687,13 +687,10 @@ pub struct Table {
     pub size: u32,
     /// Comment.
     pub doc: String,
-    /// The switch's L3/ECMP forwarding table. Emitted with an action selector over
-    /// `selector` (TNA `ActionSelector`, v1model `action_selector`); in the model with
+    /// The switch's L3/ECMP forwarding table: in the model with
     /// [`crate::model::Routing::FromInput`] its hit action is its first action with the
     /// externally computed egress port as the only parameter.
     pub forwarding: bool,
-    /// ECMP selector fields of a forwarding table.
-    pub selector: Vec<FieldId>,
 }
 
 /// A digest (learning) message.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams, SketchParams};
+use hawkmesh_dataplane::hawkeye::{self, program, HawkeyeParams, SketchParams};
 use hawkmesh_dataplane::ir::Program;
 use hawkmesh_dataplane::model::{
     Carried, DataPlane, EgressInput, Forward, IngressInput, Model, PassOutput, Routing,
@@ -913,7 +913,7 @@ fn control_plane_errors_are_reported_not_panics() {
     assert!(sw.model.register_write("port_epoch", 1, 5).is_ok());
     assert_eq!(sw.reg("port_epoch", 1), 5);
     let entry = |action: &str, params: Vec<u64>| hawkmesh_dataplane::model::TableEntry {
-        key: vec![3],
+        key: vec![3, 0],
         mask: vec![],
         priority: 0,
         action: action.into(),
@@ -939,6 +939,10 @@ fn control_plane_errors_are_reported_not_panics() {
         .model
         .table_add("nope", entry("set_route", vec![2]))
         .is_err());
+    // The destination alone is not a key: the ECMP bucket is part of it.
+    let mut short = entry("set_route", vec![2]);
+    short.key = vec![3];
+    assert!(sw.model.table_add("forward", short).is_err());
     // Garbage packets are processed without panicking.
     for len in [0usize, 1, 13, 14, 20, 40, 60, 100] {
         let junk: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
@@ -972,18 +976,21 @@ fn table_routing_mode_uses_installed_entries() {
         )
         .expect("ingress");
     assert!(out.dropped, "no route installed");
-    model
-        .table_add(
-            "forward",
-            hawkmesh_dataplane::model::TableEntry {
-                key: vec![u32::from_be_bytes(t.dst_ip) as u64],
-                mask: vec![],
-                priority: 0,
-                action: "set_route".into(),
-                params: vec![5],
-            },
-        )
-        .expect("add");
+    let dst = std::net::Ipv4Addr::from(t.dst_ip);
+    for (key, action, params) in hawkeye::forward_entries(dst, &[5]) {
+        model
+            .table_add(
+                "forward",
+                hawkmesh_dataplane::model::TableEntry {
+                    key,
+                    mask: vec![],
+                    priority: 0,
+                    action: action.into(),
+                    params,
+                },
+            )
+            .expect("add");
+    }
     model
         .ingress(
             &bytes,
@@ -1023,18 +1030,20 @@ fn exact_entries_match_with_small_and_large_keys() {
         (!out.dropped).then_some(out.forward)
     };
     for (dst, port) in [([0, 0, 2, 1], 7), ([0, 0, 0, 0], 9), ([10, 0, 1, 1], 5)] {
-        model
-            .table_add(
-                "forward",
-                hawkmesh_dataplane::model::TableEntry {
-                    key: vec![u32::from_be_bytes(dst) as u64],
-                    mask: vec![],
-                    priority: 0,
-                    action: "set_route".into(),
-                    params: vec![port],
-                },
-            )
-            .expect("add");
+        for (key, action, params) in hawkeye::forward_entries(dst.into(), &[port]) {
+            model
+                .table_add(
+                    "forward",
+                    hawkmesh_dataplane::model::TableEntry {
+                        key,
+                        mask: vec![],
+                        priority: 0,
+                        action: action.into(),
+                        params,
+                    },
+                )
+                .expect("add");
+        }
     }
     assert_eq!(route(&mut model, [0, 0, 2, 1]), Some(Forward::Unicast(7)));
     assert_eq!(route(&mut model, [0, 0, 0, 0]), Some(Forward::Unicast(9)));
@@ -1049,5 +1058,42 @@ fn exact_entries_match_with_small_and_large_keys() {
         None,
         "large key not installed"
     );
-    assert_eq!(model.table_len("forward").expect("table"), 3);
+    let buckets = hawkeye::ECMP_BUCKETS as usize;
+    assert_eq!(model.table_len("forward").expect("table"), 3 * buckets);
+}
+
+#[test]
+fn ecmp_spreads_flows_over_next_hops_by_the_5_tuple_hash_as_the_control_plane_computes_it() {
+    let program = Arc::new(program(&params()).expect("program"));
+    let mut model = Model::new(program.clone(), Routing::FromTable, 100).expect("model");
+    let dst = std::net::Ipv4Addr::new(10, 0, 1, 1);
+    let hops = [4u16, 6, 7];
+    for (key, action, params) in hawkeye::forward_entries(dst, &hops) {
+        model
+            .table_add(
+                "forward",
+                hawkmesh_dataplane::model::TableEntry {
+                    key,
+                    mask: vec![],
+                    priority: 0,
+                    action: action.into(),
+                    params,
+                },
+            )
+            .expect("add");
+    }
+    let mut used = std::collections::BTreeSet::new();
+    for sport in 49152..49152 + 64u16 {
+        let t = FiveTuple::rocev2([10, 0, 0, 1], sport, dst.octets());
+        let bytes = packets::rocev2_data(&program, &t, 0, 2, 64, 1, 100);
+        let mut out = PassOutput::default();
+        model
+            .ingress(&bytes, &IngressInput::default(), &mut out)
+            .expect("ingress");
+        let bucket = hawkeye::ecmp_bucket([10, 0, 0, 1].into(), dst, sport, 4791);
+        let expected = hops[bucket as usize % hops.len()];
+        assert_eq!(out.forward, Forward::Unicast(expected), "sport {sport}");
+        used.insert(expected);
+    }
+    assert_eq!(used.len(), hops.len(), "64 flows use every next hop");
 }

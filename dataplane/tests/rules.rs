@@ -255,7 +255,6 @@ fn table_key_too_wide() {
         size: 16,
         doc: String::new(),
         forwarding: false,
-        selector: vec![],
     });
     check(
         b.build(),

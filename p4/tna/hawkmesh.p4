@@ -59,6 +59,8 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // DEDUPE_INTERVAL_UNITS = 2930 (not referenced by the program)
 // Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
 // MAX_PAUSE_NS = 1344000 (not referenced by the program)
+// ECMP hash buckets per destination in the forward table (bucket = CRC-32 of the lookup 5-tuple, low bits)
+// ECMP_BUCKETS = 16 (not referenced by the program)
 // Elastic Sketch heavy-part buckets
 // SKETCH_HEAVY_BUCKETS = 4096 (not referenced by the program)
 // Elastic Sketch light-part 8-bit counters
@@ -251,6 +253,7 @@ struct metadata_t {
     bit<32> now_coarse;
     bit<10> dedupe_index;
     bit<32> polling_duplicate;
+    bit<4> ecmp_bucket;
     bit<32> sketch_fp;
     bit<12> sketch_bucket;
     bit<32> sketch_total;
@@ -403,6 +406,7 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
         meta.now_coarse = 0;
         meta.dedupe_index = 0;
         meta.polling_duplicate = 0;
+        meta.ecmp_bucket = 0;
         meta.sketch_fp = 0;
         meta.sketch_bucket = 0;
         meta.sketch_total = 0;
@@ -1694,6 +1698,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
 
     Hash<bit<32>>(HashAlgorithm_t.CRC32) dedupe_fingerprint;
     Hash<bit<10>>(HashAlgorithm_t.CRC32) dedupe_hash;
+    Hash<bit<4>>(HashAlgorithm_t.CRC32) ecmp_hash;
     Hash<bit<32>>(HashAlgorithm_t.CRC32) sketch_fp_hash;
 
     // L3/ECMP result: the egress port of the next hop
@@ -1779,29 +1784,22 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
     }
 
-    Hash<bit<16>>(HashAlgorithm_t.CRC16) forward_ecmp_hash;
-    ActionProfile(4096) forward_profile;
-    ActionSelector(forward_profile, forward_ecmp_hash, SelectorMode_t.FAIR, 64, 1024) forward_selector;
-    // The switch's L3/ECMP forwarding: exact match on the destination IPv4 address, ECMP
-    // member chosen by an action selector over the 5-tuple; installed by the control plane.
-    // For polling packets the lookup uses the victim's 5-tuple so the polling packet follows
-    // the victim's own ECMP choice (HAWKEYE §3.4). The executable model takes this table's
-    // result as an input from the simulator's routing.
+    // The switch's L3/ECMP forwarding: exact match on the destination IPv4 address and the
+    // ECMP bucket (CRC-32 of the lookup 5-tuple, low bits); the control plane installs one
+    // entry per (destination, bucket). For polling packets the lookup uses the victim's
+    // 5-tuple so the polling packet follows the victim's own ECMP choice (HAWKEYE §3.4). The
+    // executable model takes this table's result as an input from the simulator's routing.
     table forward {
         key = {
             meta.lookup_dst_addr: exact;
-            meta.lookup_src_addr: selector;
-            meta.lookup_dst_addr: selector;
-            meta.lookup_src_port: selector;
-            meta.lookup_dst_port: selector;
+            meta.ecmp_bucket: exact;
         }
         actions = {
             set_route;
             no_route;
         }
         default_action = no_route();
-        implementation = forward_selector;
-        size = 4096;
+        size = 65536;
     }
 
     // Port → one-hot mask (ingress): the egress port of a data or polling packet, the port a
@@ -1873,6 +1871,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     meta.lookup_src_port = hdr.udp.src_port;
                     meta.lookup_dst_port = hdr.udp.dst_port;
                 }
+                meta.ecmp_bucket = ecmp_hash.get({meta.lookup_src_addr, meta.lookup_dst_addr, meta.lookup_src_port, meta.lookup_dst_port});
                 forward.apply();
                 if (meta.route_found == 1w1) {
                     meta.mask_port = meta.routed_port;
@@ -2262,6 +2261,7 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         meta.now_coarse = 0;
         meta.dedupe_index = 0;
         meta.polling_duplicate = 0;
+        meta.ecmp_bucket = 0;
         meta.sketch_fp = 0;
         meta.sketch_bucket = 0;
         meta.sketch_total = 0;

@@ -59,6 +59,8 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // DEDUPE_INTERVAL_UNITS = 2930 (not referenced by the program)
 // Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
 // MAX_PAUSE_NS = 1344000 (not referenced by the program)
+// ECMP hash buckets per destination in the forward table (bucket = CRC-32 of the lookup 5-tuple, low bits)
+// ECMP_BUCKETS = 16 (not referenced by the program)
 // Elastic Sketch heavy-part buckets
 // SKETCH_HEAVY_BUCKETS = 4096 (not referenced by the program)
 // Elastic Sketch light-part 8-bit counters
@@ -207,6 +209,7 @@ struct metadata_t {
     bit<32> now_coarse;
     bit<10> dedupe_index;
     bit<32> polling_duplicate;
+    bit<4> ecmp_bucket;
     bit<32> sketch_fp;
     bit<12> sketch_bucket;
     bit<32> sketch_total;
@@ -558,26 +561,22 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
         meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
     }
 
-    action_selector(HashAlgorithm.crc16, 32w4096, 32w14) forward_selector;
-    // The switch's L3/ECMP forwarding: exact match on the destination IPv4 address, ECMP
-    // member chosen by an action selector over the 5-tuple; installed by the control plane.
-    // For polling packets the lookup uses the victim's 5-tuple so the polling packet follows
-    // the victim's own ECMP choice (HAWKEYE §3.4). The executable model takes this table's
-    // result as an input from the simulator's routing.
+    // The switch's L3/ECMP forwarding: exact match on the destination IPv4 address and the
+    // ECMP bucket (CRC-32 of the lookup 5-tuple, low bits); the control plane installs one
+    // entry per (destination, bucket). For polling packets the lookup uses the victim's
+    // 5-tuple so the polling packet follows the victim's own ECMP choice (HAWKEYE §3.4). The
+    // executable model takes this table's result as an input from the simulator's routing.
     table forward {
         key = {
             meta.lookup_dst_addr: exact;
-            meta.lookup_src_addr: selector;
-            meta.lookup_dst_addr: selector;
-            meta.lookup_src_port: selector;
-            meta.lookup_dst_port: selector;
+            meta.ecmp_bucket: exact;
         }
         actions = {
             set_route;
             no_route;
         }
-        implementation = forward_selector;
-        size = 4096;
+        default_action = no_route();
+        size = 65536;
     }
 
     // Port → one-hot mask (ingress): the egress port of a data or polling packet, the port a
@@ -671,9 +670,8 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     meta.lookup_src_port = hdr.udp.src_port;
                     meta.lookup_dst_port = hdr.udp.dst_port;
                 }
-                if (!forward.apply().hit) {
-                    no_route();
-                }
+                hash(meta.ecmp_bucket, HashAlgorithm.crc32, 4w0, {meta.lookup_src_addr, meta.lookup_dst_addr, meta.lookup_src_port, meta.lookup_dst_port}, 64w16);
+                forward.apply();
                 if (meta.route_found == 1w1) {
                     meta.mask_port = meta.routed_port;
                 }
@@ -2239,6 +2237,7 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.now_coarse = 0;
         meta.dedupe_index = 0;
         meta.polling_duplicate = 0;
+        meta.ecmp_bucket = 0;
         meta.sketch_fp = 0;
         meta.sketch_bucket = 0;
         meta.sketch_total = 0;

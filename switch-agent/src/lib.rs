@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod backend;
+pub mod bfrt_info;
 pub mod collect;
 pub mod transport;
 

@@ -54,6 +54,8 @@ pub const EVICTION_REPORT_BYTES: u16 = 0x25;
 pub const DEDUPE_INTERVAL_UNITS: u32 = 0xb72;
 /// Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
 pub const MAX_PAUSE_NS: u32 = 0x148200;
+/// ECMP hash buckets per destination in the forward table (bucket = CRC-32 of the lookup 5-tuple, low bits)
+pub const ECMP_BUCKETS: u32 = 0x10;
 /// Elastic Sketch heavy-part buckets
 pub const SKETCH_HEAVY_BUCKETS: u32 = 0x1000;
 /// Elastic Sketch light-part 8-bit counters

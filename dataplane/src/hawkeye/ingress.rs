@@ -13,8 +13,8 @@ use crate::ir::*;
 
 /// What the ingress modules hand to the ingress control.
 pub(super) struct Parts {
-    /// The forwarding table.
-    pub(super) forward: TableId,
+    /// The forwarding table and its ECMP bucket hash.
+    pub(super) forward: super::forwarding::Forwarding,
     pub(super) dedupe: Dedupe,
     /// Elastic Sketch insertion (empty without a sketch).
     pub(super) sketch: Vec<Stmt>,
@@ -244,7 +244,12 @@ fn polling_decide(
 
 /// Every packet: the port to mask (a PFC frame's port, a routed packet's egress port), the
 /// polling checks, the forwarding lookup, the port mask.
-fn classify(cx: &Ctx, polling_front: Vec<Stmt>, forward: TableId, mask: &PortMask) -> Vec<Stmt> {
+fn classify(
+    cx: &Ctx,
+    polling_front: Vec<Stmt>,
+    forward: &super::forwarding::Forwarding,
+    mask: &PortMask,
+) -> Vec<Stmt> {
     let no_port = cx.k.no_port;
     let pfc_opcode = cx.k.pfc_opcode;
     let ig_port = cx.intr.ig_port;
@@ -284,7 +289,8 @@ fn classify(cx: &Ctx, polling_front: Vec<Stmt>, forward: TableId, mask: &PortMas
                             Stmt::Assign(lookup_dport, f(udp_dport)),
                         ],
                     ),
-                    Stmt::Apply(forward),
+                    forward.bucket_hash.clone(),
+                    Stmt::Apply(forward.table),
                     Stmt::If(
                         eq(f(route_found), c(1, 1)),
                         vec![Stmt::Assign(mask_port, f(routed_port))],
@@ -336,7 +342,7 @@ pub(super) fn ingress_control(b: &mut ProgramBuilder, cx: &Ctx, parts: Parts) ->
         ));
         v
     })];
-    let mut ingress = classify(cx, polling_front, forward, &mask);
+    let mut ingress = classify(cx, polling_front, &forward, &mask);
     ingress.push(Stmt::If(
         valid(pfc),
         vec![Stmt::If(

@@ -127,7 +127,6 @@ pub(super) fn port_speed_table(b: &mut ProgramBuilder, cx: &Ctx, pause: &PauseEn
         size: 512,
         doc: "Port speed for converting PFC quanta to time (installed by the control plane; default 100G)".into(),
         forwarding: false,
-        selector: vec![],
     })
 }
 

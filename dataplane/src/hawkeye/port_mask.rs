@@ -85,6 +85,5 @@ pub(super) fn mask_table(
         size: cx.params.ports,
         doc: table_doc.into(),
         forwarding: false,
-        selector: vec![],
     })
 }

@@ -93,9 +93,6 @@ pub(super) fn exposed_reads(
                         for (f, _) in &table.keys {
                             self.read(*f, w);
                         }
-                        for f in &table.selector {
-                            self.read(*f, w);
-                        }
                         // One of the actions runs, its parameters written first (from
                         // the entry or the default action's data).
                         let mut all: Option<Vec<bool>> = None;

@@ -9,73 +9,73 @@ use super::*;
 
 #[inline(always)]
 fn tor_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+'l457: {
 'l456: {
-'l455: {
-'l444: {
-'l434: {
-'l424: {
-'l410: {
-'l401: {
-'l378: {
-'l376: {
-'l372: {
-'l368: {
-'l364: {
-'l360: {
-'l356: {
-'l352: {
-'l341: {
-'l339: {
-'l329: {
-'l321: {
+'l445: {
+'l435: {
+'l425: {
+'l411: {
+'l402: {
+'l379: {
+'l377: {
+'l373: {
+'l369: {
+'l365: {
+'l361: {
+'l357: {
+'l353: {
+'l342: {
+'l340: {
+'l330: {
+'l322: {
+'l313: {
 'l312: {
-'l311: {
+'l304: {
 'l303: {
-'l302: {
-'l299: {
-'l297: {
-'l294: {
-'l290: {
+'l300: {
+'l298: {
+'l295: {
+'l291: {
+'l287: {
 'l286: {
-'l285: {
-'l191: {
+'l192: {
+'l188: {
 'l187: {
-'l186: {
+'l184: {
 'l183: {
-'l182: {
+'l180: {
 'l179: {
-'l178: {
+'l176: {
 'l175: {
-'l174: {
-'l165: {
-'l163: {
-'l161: {
-'l152: {
-'l146: {
-'l141: {
-'l136: {
-'l123: {
-'l118: {
-'l113: {
-'l108: {
-'l103: {
-'l98: {
-'l93: {
-'l88: {
-'l35: {
+'l166: {
+'l164: {
+'l162: {
+'l153: {
+'l147: {
+'l142: {
+'l137: {
+'l124: {
+'l119: {
+'l114: {
+'l109: {
+'l104: {
+'l99: {
+'l94: {
+'l89: {
+'l36: {
 'l32: {
 'l28: {
 'l20: {
 'l11: {
 'l9: {
 'l5: {
-phv[123] = 0xFFFF;
+phv[124] = 0xFFFF;
 if st.valid & 0x4 == 0 { break 'l5; }
-if phv[23] != 0x101 { break 'l35; }
-phv[123] = phv[0] & 0xFFFF;
-break 'l35;
+if phv[23] != 0x101 { break 'l36; }
+phv[124] = phv[0] & 0xFFFF;
+break 'l36;
 }
-if st.valid & 0x8 == 0 { break 'l35; }
+if st.valid & 0x8 == 0 { break 'l36; }
 if st.valid & 0x40 == 0 { break 'l28; }
 if phv[61] == 0x0 { break 'l9; }
 if phv[58] == 0x2 { break 'l11; }
@@ -85,8 +85,8 @@ break 'l32;
 }
 phv[89] = phv[0] & 0xFFFF;
 phv[88] = hash_inputs(phv, &[(63, 8), (89, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-phv[216] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-phv[90] = bin(BinOp::Add, phv[216], 0xB72, 0xFFFFFFFF);
+phv[217] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[90] = bin(BinOp::Add, phv[217], 0xB72, 0xFFFFFFFF);
 phv[91] = hash_inputs(phv, &[(63, 8), (89, 2)], 0x3FF) & 0x3FF;
 { let w = 315440 + ((phv[91] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(88))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(90), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(88), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(88), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(88), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[92] = out & 0xFFFFFFFF; }
 if phv[92] == 0x0 { break 'l20; }
@@ -107,479 +107,480 @@ phv[83] = phv[45] & 0xFFFFFFFF;
 phv[84] = phv[46] & 0xFFFF;
 phv[85] = phv[47] & 0xFFFF;
 }
-match st.routed_from_input() { Some(Some(port)) => { phv[93] = port as u64 & 0xFFFF; tor_a0(st, phv, code, ctx); } Some(None) => { tor_a1(st, phv, code, ctx); } None => { tor_action(st.select(code, 0, phv), st, phv, code, ctx); } }
-if phv[87] != 0x1 { break 'l35; }
-phv[123] = phv[86] & 0xFFFF;
+phv[93] = hash_inputs(phv, &[(82, 4), (83, 4), (84, 2), (85, 2)], 0xF) & 0xF;
+match st.routed_from_input() { Some(Some(port)) => { phv[94] = port as u64 & 0xFFFF; tor_a0(st, phv, code, ctx); } Some(None) => { tor_a1(st, phv, code, ctx); } None => { tor_action(st.select(code, 0, phv), st, phv, code, ctx); } }
+if phv[87] != 0x1 { break 'l36; }
+phv[124] = phv[86] & 0xFFFF;
 }
-match st.direct_entry(2, phv[123]) { Some(d) if d.action == 7 => { phv[126] = d.params[0] & 0xFFFFFFFF; phv[127] = d.params[1] & 0xFFFFFFFF; tor_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a8(st, phv, code, ctx); } _ => { tor_action(st.select(code, 2, phv), st, phv, code, ctx); } }
-if st.valid & 0x4 == 0 { break 'l165; }
-if phv[23] != 0x101 { break 'l163; }
-phv[104] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[140] = phv[1].wrapping_shr(20) & 0x3;
-phv[141] = phv[1].wrapping_shr(22) & 0xFFFF;
+match st.direct_entry(2, phv[124]) { Some(d) if d.action == 7 => { phv[127] = d.params[0] & 0xFFFFFFFF; phv[128] = d.params[1] & 0xFFFFFFFF; tor_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a8(st, phv, code, ctx); } _ => { tor_action(st.select(code, 2, phv), st, phv, code, ctx); } }
+if st.valid & 0x4 == 0 { break 'l166; }
+if phv[23] != 0x101 { break 'l164; }
+phv[105] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[141] = phv[1].wrapping_shr(20) & 0x3;
+phv[142] = phv[1].wrapping_shr(22) & 0xFFFF;
 match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { tor_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { tor_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { tor_a4(st, phv, code, ctx); } Some(d) if d.action == 5 => { tor_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { tor_a6(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a4(st, phv, code, ctx); } _ => { tor_action(st.select(code, 1, phv), st, phv, code, ctx); } }
-phv[216] = phv[107].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[107], phv[216], 0xFFFFFFFF);
-phv[218] = phv[107].wrapping_shr(5);
-phv[107] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[108] = bin(BinOp::Add, phv[104], phv[107], 0xFFFFFFFF);
-phv[216] = phv[109].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[109], phv[216], 0xFFFFFFFF);
-phv[218] = phv[109].wrapping_shr(5);
-phv[109] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[110] = bin(BinOp::Add, phv[104], phv[109], 0xFFFFFFFF);
-phv[216] = phv[111].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[111], phv[216], 0xFFFFFFFF);
-phv[218] = phv[111].wrapping_shr(5);
-phv[111] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[112] = bin(BinOp::Add, phv[104], phv[111], 0xFFFFFFFF);
-phv[216] = phv[113].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[113], phv[216], 0xFFFFFFFF);
-phv[218] = phv[113].wrapping_shr(5);
-phv[113] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[114] = bin(BinOp::Add, phv[104], phv[113], 0xFFFFFFFF);
-phv[216] = phv[115].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[115], phv[216], 0xFFFFFFFF);
-phv[218] = phv[115].wrapping_shr(5);
-phv[115] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[116] = bin(BinOp::Add, phv[104], phv[115], 0xFFFFFFFF);
-phv[216] = phv[117].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[117], phv[216], 0xFFFFFFFF);
-phv[218] = phv[117].wrapping_shr(5);
-phv[117] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[118] = bin(BinOp::Add, phv[104], phv[117], 0xFFFFFFFF);
-phv[216] = phv[119].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[119], phv[216], 0xFFFFFFFF);
-phv[218] = phv[119].wrapping_shr(5);
-phv[119] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[120] = bin(BinOp::Add, phv[104], phv[119], 0xFFFFFFFF);
-phv[216] = phv[121].wrapping_shr(2);
-phv[217] = bin(BinOp::Add, phv[121], phv[216], 0xFFFFFFFF);
-phv[218] = phv[121].wrapping_shr(5);
-phv[121] = bin(BinOp::Add, phv[217], phv[218], 0xFFFFFFFF);
-phv[122] = bin(BinOp::Add, phv[104], phv[121], 0xFFFFFFFF);
-phv[142] = 0x0;
-phv[216] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l88; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[107], 0xFFFFFFFF);
+phv[217] = phv[108].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[108], phv[217], 0xFFFFFFFF);
+phv[219] = phv[108].wrapping_shr(5);
+phv[108] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[109] = bin(BinOp::Add, phv[105], phv[108], 0xFFFFFFFF);
+phv[217] = phv[110].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[110], phv[217], 0xFFFFFFFF);
+phv[219] = phv[110].wrapping_shr(5);
+phv[110] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[111] = bin(BinOp::Add, phv[105], phv[110], 0xFFFFFFFF);
+phv[217] = phv[112].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[112], phv[217], 0xFFFFFFFF);
+phv[219] = phv[112].wrapping_shr(5);
+phv[112] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[113] = bin(BinOp::Add, phv[105], phv[112], 0xFFFFFFFF);
+phv[217] = phv[114].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[114], phv[217], 0xFFFFFFFF);
+phv[219] = phv[114].wrapping_shr(5);
+phv[114] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[115] = bin(BinOp::Add, phv[105], phv[114], 0xFFFFFFFF);
+phv[217] = phv[116].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[116], phv[217], 0xFFFFFFFF);
+phv[219] = phv[116].wrapping_shr(5);
+phv[116] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[117] = bin(BinOp::Add, phv[105], phv[116], 0xFFFFFFFF);
+phv[217] = phv[118].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[118], phv[217], 0xFFFFFFFF);
+phv[219] = phv[118].wrapping_shr(5);
+phv[118] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[119] = bin(BinOp::Add, phv[105], phv[118], 0xFFFFFFFF);
+phv[217] = phv[120].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[120], phv[217], 0xFFFFFFFF);
+phv[219] = phv[120].wrapping_shr(5);
+phv[120] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[121] = bin(BinOp::Add, phv[105], phv[120], 0xFFFFFFFF);
+phv[217] = phv[122].wrapping_shr(2);
+phv[218] = bin(BinOp::Add, phv[122], phv[217], 0xFFFFFFFF);
+phv[219] = phv[122].wrapping_shr(5);
+phv[122] = bin(BinOp::Add, phv[218], phv[219], 0xFFFFFFFF);
+phv[123] = bin(BinOp::Add, phv[105], phv[122], 0xFFFFFFFF);
+phv[143] = 0x0;
+phv[217] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l89; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[108], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l93; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[109], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l94; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[110], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l98; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[111], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l99; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[112], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l103; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[113], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l104; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[114], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l108; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[115], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l109; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[116], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l113; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[117], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l114; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[118], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l118; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[119], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l119; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[120], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l123; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[142] = bin(BinOp::Max, phv[142], phv[121], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l124; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[143] = bin(BinOp::Max, phv[143], phv[122], 0xFFFFFFFF);
 }
-phv[143] = bin(BinOp::Add, phv[104], phv[142], 0xFFFFFFFF);
-phv[144] = bin(BinOp::Xor, phv[124], 0xFFFFFFFF, 0xFFFFFFFF);
+phv[144] = bin(BinOp::Add, phv[105], phv[143], 0xFFFFFFFF);
 phv[145] = bin(BinOp::Xor, phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[142] == 0x0 { break 'l152; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(143))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(143))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(143), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(143), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(143), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(143))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(143))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(143), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(143), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(143), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[140] != 0x0 { break 'l136; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[146] = bin(BinOp::Xor, phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[143] == 0x0 { break 'l153; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x0 { break 'l137; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[140] != 0x1 { break 'l141; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x1 { break 'l142; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[140] != 0x2 { break 'l146; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x2 { break 'l147; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[140] != 0x3 { break 'l161; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-break 'l161;
+if phv[141] != 0x3 { break 'l162; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+break 'l162;
 }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(144) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(145) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l161; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-phv[146] = (phv[140].wrapping_shl(6) | phv[216]) & 0xFF;
-{ let w = 318000 + ((phv[146] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-}
-ctx.dropped = true;
-return;
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(145) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(146) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l162; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+phv[147] = (phv[141].wrapping_shl(6) | phv[217]) & 0xFF;
+{ let w = 318000 + ((phv[147] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
 return;
 }
-if st.valid & 0x8 == 0 { break 'l455; }
-if st.valid & 0x40 == 0 { break 'l299; }
+ctx.dropped = true;
+return;
+}
+if st.valid & 0x8 == 0 { break 'l456; }
+if st.valid & 0x40 == 0 { break 'l300; }
 phv[75] = 0xFFFF;
-phv[104] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[140] = phv[1].wrapping_shr(20) & 0x3;
-phv[141] = phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(phv[140], 0x0) { break 'l174; }
-phv[128] = bin(BinOp::Sub, phv[141], 0x1, 0xFFFF);
-break 'l175;
+phv[105] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[141] = phv[1].wrapping_shr(20) & 0x3;
+phv[142] = phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(phv[141], 0x0) { break 'l175; }
+phv[129] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
+break 'l176;
 }
-phv[128] = phv[141] & 0xFFFF;
+phv[129] = phv[142] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[140], 0x1) { break 'l178; }
-phv[129] = bin(BinOp::Sub, phv[141], 0x1, 0xFFFF);
-break 'l179;
+if Cmp::raw(6, 0, false).test(phv[141], 0x1) { break 'l179; }
+phv[130] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
+break 'l180;
 }
-phv[129] = phv[141] & 0xFFFF;
+phv[130] = phv[142] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[140], 0x2) { break 'l182; }
-phv[130] = bin(BinOp::Sub, phv[141], 0x1, 0xFFFF);
-break 'l183;
+if Cmp::raw(6, 0, false).test(phv[141], 0x2) { break 'l183; }
+phv[131] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
+break 'l184;
 }
-phv[130] = phv[141] & 0xFFFF;
+phv[131] = phv[142] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[140], 0x3) { break 'l186; }
-phv[131] = bin(BinOp::Sub, phv[141], 0x1, 0xFFFF);
-break 'l187;
+if Cmp::raw(6, 0, false).test(phv[141], 0x3) { break 'l187; }
+phv[132] = bin(BinOp::Sub, phv[142], 0x1, 0xFFFF);
+break 'l188;
 }
-phv[131] = phv[141] & 0xFFFF;
+phv[132] = phv[142] & 0xFFFF;
 }
-phv[216] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l191; }
-if phv[87] != 0x1 { break 'l191; }
+phv[217] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l192; }
+if phv[87] != 0x1 { break 'l192; }
 phv[75] = phv[86] & 0xFFFF;
 }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[136] = v & 0xFFFFFFFF; } }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[138] = out & 0xFFFFFFFF; }
-phv[216] = bin(BinOp::Or, phv[160], phv[163], 0xFFFFFFFFFFFFFFFF);
-phv[217] = bin(BinOp::Or, phv[216], phv[166], 0xFFFFFFFFFFFFFFFF);
-phv[218] = bin(BinOp::Or, phv[217], phv[169], 0xFFFFFFFFFFFFFFFF);
-phv[219] = bin(BinOp::Or, phv[218], phv[138], 0xFFFFFFFFFFFFFFFF);
-phv[154] = bin(BinOp::Or, phv[219], phv[136], 0xFFFFFFFF);
-phv[216] = bin(BinOp::Or, phv[161], phv[162], 0xFFFFFFFFFFFFFFFF);
-phv[217] = bin(BinOp::Or, phv[164], phv[165], 0xFFFFFFFFFFFFFFFF);
-phv[218] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFFFFFFFFFF);
-phv[219] = bin(BinOp::Or, phv[167], phv[168], 0xFFFFFFFFFFFFFFFF);
-phv[220] = bin(BinOp::Or, phv[218], phv[219], 0xFFFFFFFFFFFFFFFF);
-phv[221] = bin(BinOp::Or, phv[170], phv[171], 0xFFFFFFFFFFFFFFFF);
-phv[156] = bin(BinOp::Or, phv[220], phv[221], 0xFFFFFFFF);
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
-phv[156] = bin(BinOp::Or, phv[156], phv[158], 0xFFFFFFFF);
-phv[78] = 0x0;
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(128))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[180] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[181] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[182] = out & 0xFFFFFFFF; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[183] = out & 0xFFFFFFFF; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[137] = v & 0xFFFFFFFF; } }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[139] = out & 0xFFFFFFFF; }
-phv[216] = bin(BinOp::Or, phv[172], phv[175], 0xFFFFFFFFFFFFFFFF);
-phv[217] = bin(BinOp::Or, phv[216], phv[178], 0xFFFFFFFFFFFFFFFF);
-phv[218] = bin(BinOp::Or, phv[217], phv[181], 0xFFFFFFFFFFFFFFFF);
-phv[219] = bin(BinOp::Or, phv[218], phv[139], 0xFFFFFFFFFFFFFFFF);
-phv[155] = bin(BinOp::Or, phv[219], phv[137], 0xFFFFFFFF);
-phv[216] = bin(BinOp::Or, phv[173], phv[174], 0xFFFFFFFFFFFFFFFF);
-phv[217] = bin(BinOp::Or, phv[176], phv[177], 0xFFFFFFFFFFFFFFFF);
-phv[218] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFFFFFFFFFF);
-phv[219] = bin(BinOp::Or, phv[179], phv[180], 0xFFFFFFFFFFFFFFFF);
-phv[220] = bin(BinOp::Or, phv[218], phv[219], 0xFFFFFFFFFFFFFFFF);
-phv[221] = bin(BinOp::Or, phv[182], phv[183], 0xFFFFFFFFFFFFFFFF);
-phv[157] = bin(BinOp::Or, phv[220], phv[221], 0xFFFFFFFF);
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[137] = v & 0xFFFFFFFF; } }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[139] = out & 0xFFFFFFFF; }
+phv[217] = bin(BinOp::Or, phv[161], phv[164], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[217], phv[167], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[218], phv[170], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[219], phv[139], 0xFFFFFFFFFFFFFFFF);
+phv[155] = bin(BinOp::Or, phv[220], phv[137], 0xFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[162], phv[163], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[165], phv[166], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[217], phv[218], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[168], phv[169], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[219], phv[220], 0xFFFFFFFFFFFFFFFF);
+phv[222] = bin(BinOp::Or, phv[171], phv[172], 0xFFFFFFFFFFFFFFFF);
+phv[157] = bin(BinOp::Or, phv[221], phv[222], 0xFFFFFFFF);
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
 phv[157] = bin(BinOp::Or, phv[157], phv[159], 0xFFFFFFFF);
+phv[78] = 0x0;
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(129))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(130))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[180] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[181] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[182] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[183] = out & 0xFFFFFFFF; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[184] = out & 0xFFFFFFFF; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[138] = v & 0xFFFFFFFF; } }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[140] = out & 0xFFFFFFFF; }
+phv[217] = bin(BinOp::Or, phv[173], phv[176], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[217], phv[179], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[218], phv[182], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[219], phv[140], 0xFFFFFFFFFFFFFFFF);
+phv[156] = bin(BinOp::Or, phv[220], phv[138], 0xFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[174], phv[175], 0xFFFFFFFFFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[177], phv[178], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[217], phv[218], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[180], phv[181], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[219], phv[220], 0xFFFFFFFFFFFFFFFF);
+phv[222] = bin(BinOp::Or, phv[183], phv[184], 0xFFFFFFFFFFFFFFFF);
+phv[158] = bin(BinOp::Or, phv[221], phv[222], 0xFFFFFFFF);
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
+phv[158] = bin(BinOp::Or, phv[158], phv[160], 0xFFFFFFFF);
 phv[79] = 0x0;
 phv[77] = 0x0;
-if phv[75] == 0xFFFF { break 'l286; }
-phv[216] = bin(BinOp::And, phv[156], phv[124], 0xFFFFFFFFFFFFFFFF);
-if phv[216] != 0x0 { break 'l285; }
+if phv[75] == 0xFFFF { break 'l287; }
 phv[217] = bin(BinOp::And, phv[157], phv[125], 0xFFFFFFFFFFFFFFFF);
-if phv[217] == 0x0 { break 'l286; }
+if phv[217] != 0x0 { break 'l286; }
+phv[218] = bin(BinOp::And, phv[158], phv[126], 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l287; }
 }
 phv[77] = 0x1;
 }
-phv[216] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l290; }
-phv[78] = bin(BinOp::And, phv[154], phv[156], 0xFFFFFFFF);
-phv[79] = bin(BinOp::And, phv[155], phv[157], 0xFFFFFFFF);
+phv[217] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l291; }
+phv[78] = bin(BinOp::And, phv[155], phv[157], 0xFFFFFFFF);
+phv[79] = bin(BinOp::And, phv[156], phv[158], 0xFFFFFFFF);
 }
-phv[216] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l294; }
+phv[217] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l295; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if phv[75] == 0xFFFF { break 'l297; }
+if phv[75] == 0xFFFF { break 'l298; }
 ctx.forward = Forward::Unicast(phv[75] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if phv[87] != 0x1 { break 'l302; }
+if phv[87] != 0x1 { break 'l303; }
 ctx.forward = Forward::Unicast(phv[86] as u16);
-break 'l303;
+break 'l304;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l341; }
-phv[216] = bin(BinOp::And, phv[35], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[216] != 0x0 { break 'l341; }
+if st.valid & 0x20 == 0 { break 'l342; }
+phv[217] = bin(BinOp::And, phv[35], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[217] != 0x0 { break 'l342; }
 phv[35] = bin(BinOp::Or, phv[35], 0x1, 0x3F);
 st.dirty |= 0x8;
-phv[94] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-if phv[94] == 0x0 { break 'l311; }
-if phv[94] != 0xFFFFFFFF { break 'l312; }
+phv[95] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
+if phv[95] == 0x0 { break 'l312; }
+if phv[95] != 0xFFFFFFFF { break 'l313; }
 }
-phv[94] = 0x1;
+phv[95] = 0x1;
 }
-phv[95] = phv[94].wrapping_shr(20) & 0xFFF;
-{ let base = (((phv[95] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[96] = v & 0xFFFFFFFF; } }
-{ let w = 0 + ((phv[95] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(96), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(94), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(96), b: COperand::Const(0x8) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[97] = out & 0xFFFFFFFF; }
-if phv[97] != 0xFFFFFFFF { break 'l321; }
-phv[102] = phv[94] & 0xFFFFFFFF;
-phv[103] = 0x1;
-phv[216] = phv[102].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(103) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l341;
+phv[96] = phv[95].wrapping_shr(20) & 0xFFF;
+{ let base = (((phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[97] = v & 0xFFFFFFFF; } }
+{ let w = 0 + ((phv[96] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(97), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(95), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(97), b: COperand::Const(0x8) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[98] = out & 0xFFFFFFFF; }
+if phv[98] != 0xFFFFFFFF { break 'l322; }
+phv[103] = phv[95] & 0xFFFFFFFF;
+phv[104] = 0x1;
+phv[217] = phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[217] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+break 'l342;
 }
-phv[98] = 0x0;
 phv[99] = 0x0;
+phv[100] = 0x0;
+phv[101] = 0x1;
+if phv[98] != Cmp::raw(5, 0, false).norm(phv[95]) { phv[99] = 0x1; }
+if phv[98] == Cmp::raw(2, 0, false).norm(phv[95]) { break 'l330; }
+if phv[98] == 0x0 { break 'l330; }
 phv[100] = 0x1;
-if phv[97] != Cmp::raw(5, 0, false).norm(phv[94]) { phv[98] = 0x1; }
-if phv[97] == Cmp::raw(2, 0, false).norm(phv[94]) { break 'l329; }
-if phv[97] == 0x0 { break 'l329; }
-phv[99] = 0x1;
-phv[100] = 0x80000001;
+phv[101] = 0x80000001;
 }
-{ let base = (((phv[95] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 98, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[101] = v & 0xFFFFFFFF; } }
-if phv[99] != 0x1 { break 'l341; }
-phv[102] = phv[97] & 0xFFFFFFFF;
-phv[216] = bin(BinOp::And, phv[101], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
-phv[103] = bin(BinOp::Min, phv[216], 0xFF, 0xFF);
-phv[216] = bin(BinOp::And, phv[101], 0x80000000, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l339; }
-phv[216] = phv[102].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(103) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l341;
+{ let base = (((phv[96] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 99, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[102] = v & 0xFFFFFFFF; } }
+if phv[100] != 0x1 { break 'l342; }
+phv[103] = phv[98] & 0xFFFFFFFF;
+phv[217] = bin(BinOp::And, phv[102], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
+phv[104] = bin(BinOp::Min, phv[217], 0xFF, 0xFF);
+phv[217] = bin(BinOp::And, phv[102], 0x80000000, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l340; }
+phv[217] = phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[217] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(104) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+break 'l342;
 }
-phv[216] = phv[102].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[216] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(103) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+phv[217] = phv[103].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[217] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(104) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 }
-if st.valid & 0x20 == 0 { break 'l456; }
-if phv[87] != 0x1 { break 'l456; }
-phv[104] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[140] = phv[1].wrapping_shr(20) & 0x3;
-phv[141] = phv[1].wrapping_shr(22) & 0xFFFF;
-phv[105] = phv[35].wrapping_shr(3) & 0x7;
-phv[106] = 0x0;
-if phv[105] != 0x0 { break 'l352; }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317488 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
-break 'l378;
+if st.valid & 0x20 == 0 { break 'l457; }
+if phv[87] != 0x1 { break 'l457; }
+phv[105] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[141] = phv[1].wrapping_shr(20) & 0x3;
+phv[142] = phv[1].wrapping_shr(22) & 0xFFFF;
+phv[106] = phv[35].wrapping_shr(3) & 0x7;
+phv[107] = 0x0;
+if phv[106] != 0x0 { break 'l353; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317488 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
+break 'l379;
 }
-if phv[105] != 0x1 { break 'l356; }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317552 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
-break 'l378;
+if phv[106] != 0x1 { break 'l357; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317552 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
+break 'l379;
 }
-if phv[105] != 0x2 { break 'l360; }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317616 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
-break 'l378;
+if phv[106] != 0x2 { break 'l361; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317616 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
+break 'l379;
 }
-if phv[105] != 0x3 { break 'l364; }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317680 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
-break 'l378;
+if phv[106] != 0x3 { break 'l365; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317680 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
+break 'l379;
 }
-if phv[105] != 0x4 { break 'l368; }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317744 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
-break 'l378;
+if phv[106] != 0x4 { break 'l369; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317744 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
+break 'l379;
 }
-if phv[105] != 0x5 { break 'l372; }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317808 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
-break 'l378;
+if phv[106] != 0x5 { break 'l373; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317808 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
+break 'l379;
 }
-if phv[105] != 0x6 { break 'l376; }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317872 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
-break 'l378;
+if phv[106] != 0x6 { break 'l377; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317872 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
+break 'l379;
 }
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 317936 + ((phv[216] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(104))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[106] = out & 0xFFFFFFFF; }
+phv[217] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 317936 + ((phv[217] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(105))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[107] = out & 0xFFFFFFFF; }
 }
 phv[76] = 0x0;
-if phv[106] != 0x0 { phv[76] = 0x1; }
-phv[153] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
-phv[216] = phv[86].wrapping_shr(0) & 0x3F;
-phv[147] = (phv[140].wrapping_shl(6) | phv[216]) & 0xFF;
-{ let base = (((phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 141, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 141, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[149] = v & 0xFFFF; } }
-phv[150] = 0x0;
-if phv[149] != Cmp::raw(5, 0, false).norm(phv[141]) { phv[150] = 0x1; }
-{ let base = (((phv[147] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 150, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
+if phv[107] != 0x0 { phv[76] = 0x1; }
+phv[154] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
 phv[217] = phv[86].wrapping_shr(0) & 0x3F;
-phv[218] = (phv[216].wrapping_shl(6) | phv[217]) & 0xFFF;
-phv[148] = (phv[140].wrapping_shl(12) | phv[218]) & 0x3FFF;
-{ let base = (((phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 141, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 141, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[151] = v & 0xFFFF; } }
-phv[152] = 0x0;
-if phv[151] != Cmp::raw(5, 0, false).norm(phv[141]) { phv[152] = 0x1; }
-{ let base = (((phv[148] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 152, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 153, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
-phv[132] = 0x0;
-phv[134] = bin(BinOp::Xor, phv[124], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[76] != 0x1 { break 'l401; }
-phv[132] = phv[124] & 0xFFFFFFFF;
-phv[134] = 0xFFFFFFFF;
-}
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 132, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 132, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[148] = (phv[141].wrapping_shl(6) | phv[217]) & 0xFF;
+{ let base = (((phv[148] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[150] = v & 0xFFFF; } }
+phv[151] = 0x0;
+if phv[150] != Cmp::raw(5, 0, false).norm(phv[142]) { phv[151] = 0x1; }
+{ let base = (((phv[148] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 151, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 151, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+phv[218] = phv[86].wrapping_shr(0) & 0x3F;
+phv[219] = (phv[217].wrapping_shl(6) | phv[218]) & 0xFFF;
+phv[149] = (phv[141].wrapping_shl(12) | phv[219]) & 0x3FFF;
+{ let base = (((phv[149] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 142, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[152] = v & 0xFFFF; } }
+phv[153] = 0x0;
+if phv[152] != Cmp::raw(5, 0, false).norm(phv[142]) { phv[153] = 0x1; }
+{ let base = (((phv[149] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 153, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 154, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 154, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
 phv[133] = 0x0;
 phv[135] = bin(BinOp::Xor, phv[125], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[76] != 0x1 { break 'l410; }
+if phv[76] != 0x1 { break 'l402; }
 phv[133] = phv[125] & 0xFFFFFFFF;
 phv[135] = 0xFFFFFFFF;
 }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[216] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 133, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 135, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 133, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[140] != 0x0 { break 'l424; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l424; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 133, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 135, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 133, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[134] = 0x0;
+phv[136] = bin(BinOp::Xor, phv[126], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[76] != 0x1 { break 'l411; }
+phv[134] = phv[126] & 0xFFFFFFFF;
+phv[136] = 0xFFFFFFFF;
 }
-if phv[140] != 0x1 { break 'l434; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l434; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[217] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 134, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 136, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 134, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x0 { break 'l425; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l425; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[140] != 0x2 { break 'l444; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l444; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x1 { break 'l435; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l435; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[140] != 0x3 { break 'l456; }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[216] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l456; }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(124), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(124) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[216] = 0x0;
-{ let w = 18432 + ((phv[216] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(141))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(141), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[141] != 0x2 { break 'l445; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l445; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+}
+if phv[141] != 0x3 { break 'l457; }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 16384 + ((phv[217] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l457; }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(125), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(125) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[217] = 0x0;
+{ let w = 18432 + ((phv[217] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(142))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(126), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(142), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(126) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -619,64 +620,64 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0, phv);
-phv[8] = phv[185] & 0xFFFF;
+phv[8] = phv[186] & 0xFFFF;
 st.dirty |= 0x1;
-phv[9] = phv[208] & 0xFF;
+phv[9] = phv[209] & 0xFF;
 st.dirty |= 0x1;
-phv[10] = phv[207] & 0xFFFF;
+phv[10] = phv[208] & 0xFFFF;
 st.dirty |= 0x1;
-phv[11] = phv[199] & 0xFFFFFFFF;
+phv[11] = phv[200] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[12] = phv[200] & 0xFFFFFFFF;
+phv[12] = phv[201] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[13] = phv[201].wrapping_shr(16) & 0xFFFF;
+phv[13] = phv[202].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-phv[14] = phv[201].wrapping_shr(0) & 0xFFFF;
+phv[14] = phv[202].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-phv[15] = phv[202] & 0xFFFFFFFF;
+phv[15] = phv[203] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[16] = phv[203] & 0xFFFFFFFF;
+phv[16] = phv[204] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[17] = phv[204] & 0xFFFFFFFF;
+phv[17] = phv[205] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[18] = phv[205] & 0xFFFFFFFF;
+phv[18] = phv[206] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[19] = phv[206] & 0xFFFFFFFF;
+phv[19] = phv[207] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[211] = d.params[0] & 0xFFFFFFFF; phv[212] = d.params[1] & 0xFFFFFFFF; tor_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { tor_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a10(st, phv, code, ctx); } _ => { tor_action(st.select(code, 3, phv), st, phv, code, ctx); } }
-phv[213] = 0x0;
-phv[216] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l49; }
-if phv[3] != Cmp::raw(5, 0, false).norm(phv[75]) { break 'l49; }
-phv[213] = 0x1;
-}
+match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[212] = d.params[0] & 0xFFFFFFFF; phv[213] = d.params[1] & 0xFFFFFFFF; tor_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { tor_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a10(st, phv, code, ctx); } _ => { tor_action(st.select(code, 3, phv), st, phv, code, ctx); } }
 phv[214] = 0x0;
-phv[216] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[216] == 0x0 { break 'l57; }
-phv[217] = bin(BinOp::And, phv[78], phv[209], 0xFFFFFFFFFFFFFFFF);
-if phv[217] != 0x0 { break 'l56; }
-phv[218] = bin(BinOp::And, phv[79], phv[210], 0xFFFFFFFFFFFFFFFF);
-if phv[218] == 0x0 { break 'l57; }
-}
+phv[217] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l49; }
+if phv[3] != Cmp::raw(5, 0, false).norm(phv[75]) { break 'l49; }
 phv[214] = 0x1;
 }
-if phv[213] != 0x0 { break 'l61; }
+phv[215] = 0x0;
+phv[217] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[217] == 0x0 { break 'l57; }
+phv[218] = bin(BinOp::And, phv[78], phv[210], 0xFFFFFFFFFFFFFFFF);
+if phv[218] != 0x0 { break 'l56; }
+phv[219] = bin(BinOp::And, phv[79], phv[211], 0xFFFFFFFFFFFFFFFF);
+if phv[219] == 0x0 { break 'l57; }
+}
+phv[215] = 0x1;
+}
 if phv[214] != 0x0 { break 'l61; }
+if phv[215] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
-phv[215] = 0x0;
-if phv[213] != 0x1 { break 'l65; }
-phv[215] = 0x1;
-if phv[77] == 0x1 { phv[215] = 0x3; }
+phv[216] = 0x0;
+if phv[214] != 0x1 { break 'l65; }
+phv[216] = 0x1;
+if phv[77] == 0x1 { phv[216] = 0x3; }
 }
-if phv[214] != 0x1 { break 'l67; }
-phv[215] = bin(BinOp::Or, phv[215], 0x2, 0x3);
+if phv[215] != 0x1 { break 'l67; }
+phv[216] = bin(BinOp::Or, phv[216], 0x2, 0x3);
 }
-phv[60] = phv[215] & 0x3;
+phv[60] = phv[216] & 0x3;
 st.dirty |= 0x40;
 phv[61] = bin(BinOp::Sub, phv[61], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -695,46 +696,46 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l126; }
-phv[184] = phv[4].wrapping_shr(20) & 0x3;
-phv[185] = phv[4].wrapping_shr(22) & 0xFFFF;
-phv[186] = phv[4].wrapping_shr(0) & 0xFFFFF;
-phv[216] = phv[3].wrapping_shr(0) & 0x3F;
-phv[190] = (phv[184].wrapping_shl(6) | phv[216]) & 0xFF;
-phv[189] = phv[76] & 0xFFFFFFFF;
-phv[187] = phv[5] & 0xFFFFFFFF;
-phv[188] = phv[187] & 0xFFFFFFFF;
-if phv[189] != 0x0 { phv[188] = 0x0; }
-{ let base = (((phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[193] = v & 0xFFFF; } }
-phv[194] = 0x0;
-if phv[193] != Cmp::raw(5, 0, false).norm(phv[185]) { phv[194] = 0x1; }
-{ let base = (((phv[190] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 187, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 194, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[191] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
-phv[192] = (phv[184].wrapping_shl(12) | phv[191]) & 0x3FFF;
-phv[195] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
-{ let base = (((phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[198] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[199] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[200] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[201] = v & 0xFFFFFFFF; } }
-phv[196] = 0x0;
-if phv[198] != Cmp::raw(5, 0, false).norm(phv[185]) { break 'l112; }
-if phv[199] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l112; }
-if phv[200] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l112; }
-if phv[201] != Cmp::raw(5, 0, false).norm(phv[195]) { break 'l112; }
-phv[196] = 0x1;
-}
+phv[185] = phv[4].wrapping_shr(20) & 0x3;
+phv[186] = phv[4].wrapping_shr(22) & 0xFFFF;
+phv[187] = phv[4].wrapping_shr(0) & 0xFFFFF;
+phv[217] = phv[3].wrapping_shr(0) & 0x3F;
+phv[191] = (phv[185].wrapping_shl(6) | phv[217]) & 0xFF;
+phv[190] = phv[76] & 0xFFFFFFFF;
+phv[188] = phv[5] & 0xFFFFFFFF;
+phv[189] = phv[188] & 0xFFFFFFFF;
+if phv[190] != 0x0 { phv[189] = 0x0; }
+{ let base = (((phv[191] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[194] = v & 0xFFFF; } }
+phv[195] = 0x0;
+if phv[194] != Cmp::raw(5, 0, false).norm(phv[186]) { phv[195] = 0x1; }
+{ let base = (((phv[191] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 195, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 195, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 189, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[192] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
+phv[193] = (phv[185].wrapping_shl(12) | phv[192]) & 0x3FFF;
+phv[196] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
+{ let base = (((phv[193] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[199] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[200] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[201] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 196, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 196, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[202] = v & 0xFFFFFFFF; } }
 phv[197] = 0x0;
-if phv[196] != 0x0 { break 'l117; }
-if phv[198] != Cmp::raw(5, 0, false).norm(phv[185]) { break 'l117; }
-if phv[199] == 0x0 { break 'l117; }
+if phv[199] != Cmp::raw(5, 0, false).norm(phv[186]) { break 'l112; }
+if phv[200] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l112; }
+if phv[201] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l112; }
+if phv[202] != Cmp::raw(5, 0, false).norm(phv[196]) { break 'l112; }
 phv[197] = 0x1;
 }
-{ let base = (((phv[192] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[202] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[203] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[204] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 196, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[207] = v & 0xFFFF; } }
-phv[208] = phv[184] & 0xFF;
-if phv[197] != 0x1 { break 'l126; }
+phv[198] = 0x0;
+if phv[197] != 0x0 { break 'l117; }
+if phv[199] != Cmp::raw(5, 0, false).norm(phv[186]) { break 'l117; }
+if phv[200] == 0x0 { break 'l117; }
+phv[198] = 0x1;
+}
+{ let base = (((phv[193] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 197, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[203] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 197, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 190, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 190, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[204] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 197, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 197, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 187, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 187, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 187, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[207] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[208] = v & 0xFFFF; } }
+phv[209] = phv[185] & 0xFF;
+if phv[198] != 0x1 { break 'l126; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
 }
 
 fn tor_a0(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[86] = phv[93] & 0xFFFF;
+phv[86] = phv[94] & 0xFFFF;
 phv[87] = 0x1;
 return;
 }
@@ -745,86 +746,86 @@ return;
 }
 
 fn tor_a2(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[107] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
-phv[109] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
-phv[111] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
-phv[113] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
-phv[115] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
-phv[117] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
-phv[119] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
-phv[121] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
+phv[108] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
+phv[110] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
+phv[112] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
+phv[114] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
+phv[116] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
+phv[118] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
+phv[120] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
+phv[122] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a3(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[107] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
-phv[109] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
-phv[111] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
-phv[113] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
-phv[115] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
-phv[117] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
-phv[119] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
-phv[121] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
+phv[108] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
+phv[110] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
+phv[112] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
+phv[114] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
+phv[116] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
+phv[118] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
+phv[120] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
+phv[122] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a4(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[107] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
-phv[109] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
-phv[111] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
-phv[113] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
-phv[115] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
-phv[117] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
-phv[119] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
-phv[121] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
+phv[108] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
+phv[110] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
+phv[112] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
+phv[114] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
+phv[116] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
+phv[118] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
+phv[120] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
+phv[122] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a5(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[107] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
-phv[109] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
-phv[111] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
-phv[113] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
-phv[115] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
-phv[117] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
-phv[119] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
-phv[121] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
+phv[108] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
+phv[110] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
+phv[112] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
+phv[114] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
+phv[116] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
+phv[118] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
+phv[120] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
+phv[122] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a6(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[107] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
-phv[109] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
-phv[111] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
-phv[113] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
-phv[115] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
-phv[117] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
-phv[119] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
-phv[121] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
+phv[108] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
+phv[110] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
+phv[112] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
+phv[114] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
+phv[116] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
+phv[118] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
+phv[120] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
+phv[122] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a7(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[124] = phv[126] & 0xFFFFFFFF;
 phv[125] = phv[127] & 0xFFFFFFFF;
+phv[126] = phv[128] & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a8(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[124] = 0x0;
 phv[125] = 0x0;
+phv[126] = 0x0;
 return;
 }
 
 fn tor_a9(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[209] = phv[211] & 0xFFFFFFFF;
 phv[210] = phv[212] & 0xFFFFFFFF;
+phv[211] = phv[213] & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a10(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[209] = 0x0;
 phv[210] = 0x0;
+phv[211] = 0x0;
 return;
 }
 
@@ -956,8 +957,8 @@ st.parse_done(code, 14, phv);
 fn tor_pass_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &IngressInput) {
 if st.meta != META_CLEAN {
 phv[75..88].fill(0);
-phv[185..186].fill(0);
-phv[198..209].fill(0);
+phv[186..187].fill(0);
+phv[199..210].fill(0);
 }
 st.meta = META_ANY;
 phv[0] = (input.ingress_port as u64) & 0xFFFF;
@@ -969,8 +970,8 @@ tor_ingress(st, phv, code, ctx);
 fn tor_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {
 if st.meta != META_CLEAN {
 phv[75..82].fill(0);
-phv[185..186].fill(0);
-phv[198..209].fill(0);
+phv[186..187].fill(0);
+phv[199..210].fill(0);
 }
 st.meta = META_ANY;
 phv[2] = (input.ingress_port as u64) & 0xFFFF;
@@ -1025,67 +1026,67 @@ _ => st.run(code, code.action_start[a as usize], ctx, phv),
 
 #[inline(always)]
 fn fabric_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+'l419: {
 'l418: {
-'l417: {
-'l406: {
-'l396: {
-'l386: {
-'l372: {
-'l363: {
-'l340: {
-'l338: {
-'l334: {
-'l330: {
-'l326: {
-'l322: {
-'l318: {
-'l314: {
+'l407: {
+'l397: {
+'l387: {
+'l373: {
+'l364: {
+'l341: {
+'l339: {
+'l335: {
+'l331: {
+'l327: {
+'l323: {
+'l319: {
+'l315: {
+'l304: {
 'l303: {
-'l302: {
-'l299: {
-'l297: {
-'l294: {
-'l290: {
+'l300: {
+'l298: {
+'l295: {
+'l291: {
+'l287: {
 'l286: {
-'l285: {
-'l191: {
+'l192: {
+'l188: {
 'l187: {
-'l186: {
+'l184: {
 'l183: {
-'l182: {
+'l180: {
 'l179: {
-'l178: {
+'l176: {
 'l175: {
-'l174: {
-'l165: {
-'l163: {
-'l161: {
-'l152: {
-'l146: {
-'l141: {
-'l136: {
-'l123: {
-'l118: {
-'l113: {
-'l108: {
-'l103: {
-'l98: {
-'l93: {
-'l88: {
-'l35: {
+'l166: {
+'l164: {
+'l162: {
+'l153: {
+'l147: {
+'l142: {
+'l137: {
+'l124: {
+'l119: {
+'l114: {
+'l109: {
+'l104: {
+'l99: {
+'l94: {
+'l89: {
+'l36: {
 'l32: {
 'l28: {
 'l20: {
 'l11: {
 'l9: {
 'l5: {
-phv[113] = 0xFFFF;
+phv[114] = 0xFFFF;
 if st.valid & 0x4 == 0 { break 'l5; }
-if phv[23] != 0x101 { break 'l35; }
-phv[113] = phv[0] & 0xFFFF;
-break 'l35;
+if phv[23] != 0x101 { break 'l36; }
+phv[114] = phv[0] & 0xFFFF;
+break 'l36;
 }
-if st.valid & 0x8 == 0 { break 'l35; }
+if st.valid & 0x8 == 0 { break 'l36; }
 if st.valid & 0x40 == 0 { break 'l28; }
 if phv[61] == 0x0 { break 'l9; }
 if phv[58] == 0x2 { break 'l11; }
@@ -1095,8 +1096,8 @@ break 'l32;
 }
 phv[89] = phv[0] & 0xFFFF;
 phv[88] = hash_inputs(phv, &[(63, 8), (89, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-phv[206] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-phv[90] = bin(BinOp::Add, phv[206], 0xB72, 0xFFFFFFFF);
+phv[207] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[90] = bin(BinOp::Add, phv[207], 0xB72, 0xFFFFFFFF);
 phv[91] = hash_inputs(phv, &[(63, 8), (89, 2)], 0x3FF) & 0x3FF;
 { let w = 299056 + ((phv[91] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(88))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(90), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(88), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(88), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(88), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[92] = out & 0xFFFFFFFF; }
 if phv[92] == 0x0 { break 'l20; }
@@ -1117,435 +1118,436 @@ phv[83] = phv[45] & 0xFFFFFFFF;
 phv[84] = phv[46] & 0xFFFF;
 phv[85] = phv[47] & 0xFFFF;
 }
-match st.routed_from_input() { Some(Some(port)) => { phv[93] = port as u64 & 0xFFFF; fabric_a0(st, phv, code, ctx); } Some(None) => { fabric_a1(st, phv, code, ctx); } None => { fabric_action(st.select(code, 0, phv), st, phv, code, ctx); } }
-if phv[87] != 0x1 { break 'l35; }
-phv[113] = phv[86] & 0xFFFF;
+phv[93] = hash_inputs(phv, &[(82, 4), (83, 4), (84, 2), (85, 2)], 0xF) & 0xF;
+match st.routed_from_input() { Some(Some(port)) => { phv[94] = port as u64 & 0xFFFF; fabric_a0(st, phv, code, ctx); } Some(None) => { fabric_a1(st, phv, code, ctx); } None => { fabric_action(st.select(code, 0, phv), st, phv, code, ctx); } }
+if phv[87] != 0x1 { break 'l36; }
+phv[114] = phv[86] & 0xFFFF;
 }
-match st.direct_entry(2, phv[113]) { Some(d) if d.action == 7 => { phv[116] = d.params[0] & 0xFFFFFFFF; phv[117] = d.params[1] & 0xFFFFFFFF; fabric_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a8(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 2, phv), st, phv, code, ctx); } }
-if st.valid & 0x4 == 0 { break 'l165; }
-if phv[23] != 0x101 { break 'l163; }
-phv[94] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[130] = phv[1].wrapping_shr(20) & 0x3;
-phv[131] = phv[1].wrapping_shr(22) & 0xFFFF;
+match st.direct_entry(2, phv[114]) { Some(d) if d.action == 7 => { phv[117] = d.params[0] & 0xFFFFFFFF; phv[118] = d.params[1] & 0xFFFFFFFF; fabric_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a8(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 2, phv), st, phv, code, ctx); } }
+if st.valid & 0x4 == 0 { break 'l166; }
+if phv[23] != 0x101 { break 'l164; }
+phv[95] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[131] = phv[1].wrapping_shr(20) & 0x3;
+phv[132] = phv[1].wrapping_shr(22) & 0xFFFF;
 match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { fabric_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { fabric_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { fabric_a4(st, phv, code, ctx); } Some(d) if d.action == 5 => { fabric_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { fabric_a6(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a4(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 1, phv), st, phv, code, ctx); } }
-phv[206] = phv[97].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[97], phv[206], 0xFFFFFFFF);
-phv[208] = phv[97].wrapping_shr(5);
-phv[97] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[98] = bin(BinOp::Add, phv[94], phv[97], 0xFFFFFFFF);
-phv[206] = phv[99].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[99], phv[206], 0xFFFFFFFF);
-phv[208] = phv[99].wrapping_shr(5);
-phv[99] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[100] = bin(BinOp::Add, phv[94], phv[99], 0xFFFFFFFF);
-phv[206] = phv[101].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[101], phv[206], 0xFFFFFFFF);
-phv[208] = phv[101].wrapping_shr(5);
-phv[101] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[102] = bin(BinOp::Add, phv[94], phv[101], 0xFFFFFFFF);
-phv[206] = phv[103].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[103], phv[206], 0xFFFFFFFF);
-phv[208] = phv[103].wrapping_shr(5);
-phv[103] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[104] = bin(BinOp::Add, phv[94], phv[103], 0xFFFFFFFF);
-phv[206] = phv[105].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[105], phv[206], 0xFFFFFFFF);
-phv[208] = phv[105].wrapping_shr(5);
-phv[105] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[106] = bin(BinOp::Add, phv[94], phv[105], 0xFFFFFFFF);
-phv[206] = phv[107].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[107], phv[206], 0xFFFFFFFF);
-phv[208] = phv[107].wrapping_shr(5);
-phv[107] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[108] = bin(BinOp::Add, phv[94], phv[107], 0xFFFFFFFF);
-phv[206] = phv[109].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[109], phv[206], 0xFFFFFFFF);
-phv[208] = phv[109].wrapping_shr(5);
-phv[109] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[110] = bin(BinOp::Add, phv[94], phv[109], 0xFFFFFFFF);
-phv[206] = phv[111].wrapping_shr(2);
-phv[207] = bin(BinOp::Add, phv[111], phv[206], 0xFFFFFFFF);
-phv[208] = phv[111].wrapping_shr(5);
-phv[111] = bin(BinOp::Add, phv[207], phv[208], 0xFFFFFFFF);
-phv[112] = bin(BinOp::Add, phv[94], phv[111], 0xFFFFFFFF);
-phv[132] = 0x0;
-phv[206] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l88; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 98, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 98, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[97], 0xFFFFFFFF);
+phv[207] = phv[98].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[98], phv[207], 0xFFFFFFFF);
+phv[209] = phv[98].wrapping_shr(5);
+phv[98] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[99] = bin(BinOp::Add, phv[95], phv[98], 0xFFFFFFFF);
+phv[207] = phv[100].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[100], phv[207], 0xFFFFFFFF);
+phv[209] = phv[100].wrapping_shr(5);
+phv[100] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[101] = bin(BinOp::Add, phv[95], phv[100], 0xFFFFFFFF);
+phv[207] = phv[102].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[102], phv[207], 0xFFFFFFFF);
+phv[209] = phv[102].wrapping_shr(5);
+phv[102] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[103] = bin(BinOp::Add, phv[95], phv[102], 0xFFFFFFFF);
+phv[207] = phv[104].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[104], phv[207], 0xFFFFFFFF);
+phv[209] = phv[104].wrapping_shr(5);
+phv[104] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[105] = bin(BinOp::Add, phv[95], phv[104], 0xFFFFFFFF);
+phv[207] = phv[106].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[106], phv[207], 0xFFFFFFFF);
+phv[209] = phv[106].wrapping_shr(5);
+phv[106] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[107] = bin(BinOp::Add, phv[95], phv[106], 0xFFFFFFFF);
+phv[207] = phv[108].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[108], phv[207], 0xFFFFFFFF);
+phv[209] = phv[108].wrapping_shr(5);
+phv[108] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[109] = bin(BinOp::Add, phv[95], phv[108], 0xFFFFFFFF);
+phv[207] = phv[110].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[110], phv[207], 0xFFFFFFFF);
+phv[209] = phv[110].wrapping_shr(5);
+phv[110] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[111] = bin(BinOp::Add, phv[95], phv[110], 0xFFFFFFFF);
+phv[207] = phv[112].wrapping_shr(2);
+phv[208] = bin(BinOp::Add, phv[112], phv[207], 0xFFFFFFFF);
+phv[209] = phv[112].wrapping_shr(5);
+phv[112] = bin(BinOp::Add, phv[208], phv[209], 0xFFFFFFFF);
+phv[113] = bin(BinOp::Add, phv[95], phv[112], 0xFFFFFFFF);
+phv[133] = 0x0;
+phv[207] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l89; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[98], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l93; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 100, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[99], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l94; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[100], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l98; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[101], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l99; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[102], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l103; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[103], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l104; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[104], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l108; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[105], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l109; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[106], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l113; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[107], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l114; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[108], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l118; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[109], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l119; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[110], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l123; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[132] = bin(BinOp::Max, phv[132], phv[111], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l124; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[133] = bin(BinOp::Max, phv[133], phv[112], 0xFFFFFFFF);
 }
-phv[133] = bin(BinOp::Add, phv[94], phv[132], 0xFFFFFFFF);
-phv[134] = bin(BinOp::Xor, phv[114], 0xFFFFFFFF, 0xFFFFFFFF);
+phv[134] = bin(BinOp::Add, phv[95], phv[133], 0xFFFFFFFF);
 phv[135] = bin(BinOp::Xor, phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[132] == 0x0 { break 'l152; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(133), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[130] != 0x0 { break 'l136; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[136] = bin(BinOp::Xor, phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[133] == 0x0 { break 'l153; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x0 { break 'l137; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[130] != 0x1 { break 'l141; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x1 { break 'l142; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[130] != 0x2 { break 'l146; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x2 { break 'l147; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[130] != 0x3 { break 'l161; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-break 'l161;
+if phv[131] != 0x3 { break 'l162; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+break 'l162;
 }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(134) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(135) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l161; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-phv[136] = (phv[130].wrapping_shl(6) | phv[206]) & 0xFF;
-{ let w = 301616 + ((phv[136] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-}
-ctx.dropped = true;
-return;
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(135) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(136) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l162; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+phv[137] = (phv[131].wrapping_shl(6) | phv[207]) & 0xFF;
+{ let w = 301616 + ((phv[137] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
 return;
 }
-if st.valid & 0x8 == 0 { break 'l417; }
-if st.valid & 0x40 == 0 { break 'l299; }
+ctx.dropped = true;
+return;
+}
+if st.valid & 0x8 == 0 { break 'l418; }
+if st.valid & 0x40 == 0 { break 'l300; }
 phv[75] = 0xFFFF;
-phv[94] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[130] = phv[1].wrapping_shr(20) & 0x3;
-phv[131] = phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(phv[130], 0x0) { break 'l174; }
-phv[118] = bin(BinOp::Sub, phv[131], 0x1, 0xFFFF);
-break 'l175;
+phv[95] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[131] = phv[1].wrapping_shr(20) & 0x3;
+phv[132] = phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(phv[131], 0x0) { break 'l175; }
+phv[119] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
+break 'l176;
 }
-phv[118] = phv[131] & 0xFFFF;
+phv[119] = phv[132] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[130], 0x1) { break 'l178; }
-phv[119] = bin(BinOp::Sub, phv[131], 0x1, 0xFFFF);
-break 'l179;
+if Cmp::raw(6, 0, false).test(phv[131], 0x1) { break 'l179; }
+phv[120] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
+break 'l180;
 }
-phv[119] = phv[131] & 0xFFFF;
+phv[120] = phv[132] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[130], 0x2) { break 'l182; }
-phv[120] = bin(BinOp::Sub, phv[131], 0x1, 0xFFFF);
-break 'l183;
+if Cmp::raw(6, 0, false).test(phv[131], 0x2) { break 'l183; }
+phv[121] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
+break 'l184;
 }
-phv[120] = phv[131] & 0xFFFF;
+phv[121] = phv[132] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[130], 0x3) { break 'l186; }
-phv[121] = bin(BinOp::Sub, phv[131], 0x1, 0xFFFF);
-break 'l187;
+if Cmp::raw(6, 0, false).test(phv[131], 0x3) { break 'l187; }
+phv[122] = bin(BinOp::Sub, phv[132], 0x1, 0xFFFF);
+break 'l188;
 }
-phv[121] = phv[131] & 0xFFFF;
+phv[122] = phv[132] & 0xFFFF;
 }
-phv[206] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l191; }
-if phv[87] != 0x1 { break 'l191; }
+phv[207] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l192; }
+if phv[87] != 0x1 { break 'l192; }
 phv[75] = phv[86] & 0xFFFF;
 }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[150] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[151] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[152] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[153] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[154] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[155] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[156] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[157] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[126] = v & 0xFFFFFFFF; } }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[128] = out & 0xFFFFFFFF; }
-phv[206] = bin(BinOp::Or, phv[150], phv[153], 0xFFFFFFFFFFFFFFFF);
-phv[207] = bin(BinOp::Or, phv[206], phv[156], 0xFFFFFFFFFFFFFFFF);
-phv[208] = bin(BinOp::Or, phv[207], phv[159], 0xFFFFFFFFFFFFFFFF);
-phv[209] = bin(BinOp::Or, phv[208], phv[128], 0xFFFFFFFFFFFFFFFF);
-phv[144] = bin(BinOp::Or, phv[209], phv[126], 0xFFFFFFFF);
-phv[206] = bin(BinOp::Or, phv[151], phv[152], 0xFFFFFFFFFFFFFFFF);
-phv[207] = bin(BinOp::Or, phv[154], phv[155], 0xFFFFFFFFFFFFFFFF);
-phv[208] = bin(BinOp::Or, phv[206], phv[207], 0xFFFFFFFFFFFFFFFF);
-phv[209] = bin(BinOp::Or, phv[157], phv[158], 0xFFFFFFFFFFFFFFFF);
-phv[210] = bin(BinOp::Or, phv[208], phv[209], 0xFFFFFFFFFFFFFFFF);
-phv[211] = bin(BinOp::Or, phv[160], phv[161], 0xFFFFFFFFFFFFFFFF);
-phv[146] = bin(BinOp::Or, phv[210], phv[211], 0xFFFFFFFF);
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[148] = out & 0xFFFFFFFF; }
-phv[146] = bin(BinOp::Or, phv[146], phv[148], 0xFFFFFFFF);
-phv[78] = 0x0;
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(118))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[127] = v & 0xFFFFFFFF; } }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[129] = out & 0xFFFFFFFF; }
-phv[206] = bin(BinOp::Or, phv[162], phv[165], 0xFFFFFFFFFFFFFFFF);
-phv[207] = bin(BinOp::Or, phv[206], phv[168], 0xFFFFFFFFFFFFFFFF);
-phv[208] = bin(BinOp::Or, phv[207], phv[171], 0xFFFFFFFFFFFFFFFF);
-phv[209] = bin(BinOp::Or, phv[208], phv[129], 0xFFFFFFFFFFFFFFFF);
-phv[145] = bin(BinOp::Or, phv[209], phv[127], 0xFFFFFFFF);
-phv[206] = bin(BinOp::Or, phv[163], phv[164], 0xFFFFFFFFFFFFFFFF);
-phv[207] = bin(BinOp::Or, phv[166], phv[167], 0xFFFFFFFFFFFFFFFF);
-phv[208] = bin(BinOp::Or, phv[206], phv[207], 0xFFFFFFFFFFFFFFFF);
-phv[209] = bin(BinOp::Or, phv[169], phv[170], 0xFFFFFFFFFFFFFFFF);
-phv[210] = bin(BinOp::Or, phv[208], phv[209], 0xFFFFFFFFFFFFFFFF);
-phv[211] = bin(BinOp::Or, phv[172], phv[173], 0xFFFFFFFFFFFFFFFF);
-phv[147] = bin(BinOp::Or, phv[210], phv[211], 0xFFFFFFFF);
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[149] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[151] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[152] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[153] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[154] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[155] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[156] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[157] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[127] = v & 0xFFFFFFFF; } }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[129] = out & 0xFFFFFFFF; }
+phv[207] = bin(BinOp::Or, phv[151], phv[154], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[207], phv[157], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[208], phv[160], 0xFFFFFFFFFFFFFFFF);
+phv[210] = bin(BinOp::Or, phv[209], phv[129], 0xFFFFFFFFFFFFFFFF);
+phv[145] = bin(BinOp::Or, phv[210], phv[127], 0xFFFFFFFF);
+phv[207] = bin(BinOp::Or, phv[152], phv[153], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[155], phv[156], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[207], phv[208], 0xFFFFFFFFFFFFFFFF);
+phv[210] = bin(BinOp::Or, phv[158], phv[159], 0xFFFFFFFFFFFFFFFF);
+phv[211] = bin(BinOp::Or, phv[209], phv[210], 0xFFFFFFFFFFFFFFFF);
+phv[212] = bin(BinOp::Or, phv[161], phv[162], 0xFFFFFFFFFFFFFFFF);
+phv[147] = bin(BinOp::Or, phv[211], phv[212], 0xFFFFFFFF);
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[149] = out & 0xFFFFFFFF; }
 phv[147] = bin(BinOp::Or, phv[147], phv[149], 0xFFFFFFFF);
+phv[78] = 0x0;
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(119))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(120))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[128] = v & 0xFFFFFFFF; } }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[130] = out & 0xFFFFFFFF; }
+phv[207] = bin(BinOp::Or, phv[163], phv[166], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[207], phv[169], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[208], phv[172], 0xFFFFFFFFFFFFFFFF);
+phv[210] = bin(BinOp::Or, phv[209], phv[130], 0xFFFFFFFFFFFFFFFF);
+phv[146] = bin(BinOp::Or, phv[210], phv[128], 0xFFFFFFFF);
+phv[207] = bin(BinOp::Or, phv[164], phv[165], 0xFFFFFFFFFFFFFFFF);
+phv[208] = bin(BinOp::Or, phv[167], phv[168], 0xFFFFFFFFFFFFFFFF);
+phv[209] = bin(BinOp::Or, phv[207], phv[208], 0xFFFFFFFFFFFFFFFF);
+phv[210] = bin(BinOp::Or, phv[170], phv[171], 0xFFFFFFFFFFFFFFFF);
+phv[211] = bin(BinOp::Or, phv[209], phv[210], 0xFFFFFFFFFFFFFFFF);
+phv[212] = bin(BinOp::Or, phv[173], phv[174], 0xFFFFFFFFFFFFFFFF);
+phv[148] = bin(BinOp::Or, phv[211], phv[212], 0xFFFFFFFF);
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[150] = out & 0xFFFFFFFF; }
+phv[148] = bin(BinOp::Or, phv[148], phv[150], 0xFFFFFFFF);
 phv[79] = 0x0;
 phv[77] = 0x0;
-if phv[75] == 0xFFFF { break 'l286; }
-phv[206] = bin(BinOp::And, phv[146], phv[114], 0xFFFFFFFFFFFFFFFF);
-if phv[206] != 0x0 { break 'l285; }
+if phv[75] == 0xFFFF { break 'l287; }
 phv[207] = bin(BinOp::And, phv[147], phv[115], 0xFFFFFFFFFFFFFFFF);
-if phv[207] == 0x0 { break 'l286; }
+if phv[207] != 0x0 { break 'l286; }
+phv[208] = bin(BinOp::And, phv[148], phv[116], 0xFFFFFFFFFFFFFFFF);
+if phv[208] == 0x0 { break 'l287; }
 }
 phv[77] = 0x1;
 }
-phv[206] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l290; }
-phv[78] = bin(BinOp::And, phv[144], phv[146], 0xFFFFFFFF);
-phv[79] = bin(BinOp::And, phv[145], phv[147], 0xFFFFFFFF);
+phv[207] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l291; }
+phv[78] = bin(BinOp::And, phv[145], phv[147], 0xFFFFFFFF);
+phv[79] = bin(BinOp::And, phv[146], phv[148], 0xFFFFFFFF);
 }
-phv[206] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l294; }
+phv[207] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l295; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if phv[75] == 0xFFFF { break 'l297; }
+if phv[75] == 0xFFFF { break 'l298; }
 ctx.forward = Forward::Unicast(phv[75] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if phv[87] != 0x1 { break 'l302; }
+if phv[87] != 0x1 { break 'l303; }
 ctx.forward = Forward::Unicast(phv[86] as u16);
-break 'l303;
+break 'l304;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l418; }
-if phv[87] != 0x1 { break 'l418; }
-phv[94] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[130] = phv[1].wrapping_shr(20) & 0x3;
-phv[131] = phv[1].wrapping_shr(22) & 0xFFFF;
-phv[95] = phv[35].wrapping_shr(3) & 0x7;
-phv[96] = 0x0;
-if phv[95] != 0x0 { break 'l314; }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301104 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
-break 'l340;
+if st.valid & 0x20 == 0 { break 'l419; }
+if phv[87] != 0x1 { break 'l419; }
+phv[95] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[131] = phv[1].wrapping_shr(20) & 0x3;
+phv[132] = phv[1].wrapping_shr(22) & 0xFFFF;
+phv[96] = phv[35].wrapping_shr(3) & 0x7;
+phv[97] = 0x0;
+if phv[96] != 0x0 { break 'l315; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301104 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
+break 'l341;
 }
-if phv[95] != 0x1 { break 'l318; }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301168 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
-break 'l340;
+if phv[96] != 0x1 { break 'l319; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301168 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
+break 'l341;
 }
-if phv[95] != 0x2 { break 'l322; }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301232 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
-break 'l340;
+if phv[96] != 0x2 { break 'l323; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301232 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
+break 'l341;
 }
-if phv[95] != 0x3 { break 'l326; }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301296 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
-break 'l340;
+if phv[96] != 0x3 { break 'l327; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301296 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
+break 'l341;
 }
-if phv[95] != 0x4 { break 'l330; }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301360 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
-break 'l340;
+if phv[96] != 0x4 { break 'l331; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301360 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
+break 'l341;
 }
-if phv[95] != 0x5 { break 'l334; }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301424 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
-break 'l340;
+if phv[96] != 0x5 { break 'l335; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301424 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
+break 'l341;
 }
-if phv[95] != 0x6 { break 'l338; }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301488 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
-break 'l340;
+if phv[96] != 0x6 { break 'l339; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301488 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
+break 'l341;
 }
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-{ let w = 301552 + ((phv[206] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(94))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[96] = out & 0xFFFFFFFF; }
+phv[207] = phv[86].wrapping_shr(0) & 0x3F;
+{ let w = 301552 + ((phv[207] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(95))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[97] = out & 0xFFFFFFFF; }
 }
 phv[76] = 0x0;
-if phv[96] != 0x0 { phv[76] = 0x1; }
-phv[143] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
-phv[206] = phv[86].wrapping_shr(0) & 0x3F;
-phv[137] = (phv[130].wrapping_shl(6) | phv[206]) & 0xFF;
-{ let base = (((phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 131, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 131, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[139] = v & 0xFFFF; } }
-phv[140] = 0x0;
-if phv[139] != Cmp::raw(5, 0, false).norm(phv[131]) { phv[140] = 0x1; }
-{ let base = (((phv[137] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 140, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 96, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 96, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
+if phv[97] != 0x0 { phv[76] = 0x1; }
+phv[144] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
 phv[207] = phv[86].wrapping_shr(0) & 0x3F;
-phv[208] = (phv[206].wrapping_shl(6) | phv[207]) & 0xFFF;
-phv[138] = (phv[130].wrapping_shl(12) | phv[208]) & 0x3FFF;
-{ let base = (((phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 131, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 131, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[141] = v & 0xFFFF; } }
-phv[142] = 0x0;
-if phv[141] != Cmp::raw(5, 0, false).norm(phv[131]) { phv[142] = 0x1; }
-{ let base = (((phv[138] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 142, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 143, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
-phv[122] = 0x0;
-phv[124] = bin(BinOp::Xor, phv[114], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[76] != 0x1 { break 'l363; }
-phv[122] = phv[114] & 0xFFFFFFFF;
-phv[124] = 0xFFFFFFFF;
-}
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 122, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[138] = (phv[131].wrapping_shl(6) | phv[207]) & 0xFF;
+{ let base = (((phv[138] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[140] = v & 0xFFFF; } }
+phv[141] = 0x0;
+if phv[140] != Cmp::raw(5, 0, false).norm(phv[132]) { phv[141] = 0x1; }
+{ let base = (((phv[138] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 141, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 141, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 97, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+phv[208] = phv[86].wrapping_shr(0) & 0x3F;
+phv[209] = (phv[207].wrapping_shl(6) | phv[208]) & 0xFFF;
+phv[139] = (phv[131].wrapping_shl(12) | phv[209]) & 0x3FFF;
+{ let base = (((phv[139] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 132, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[142] = v & 0xFFFF; } }
+phv[143] = 0x0;
+if phv[142] != Cmp::raw(5, 0, false).norm(phv[132]) { phv[143] = 0x1; }
+{ let base = (((phv[139] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 143, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 144, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 144, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
 phv[123] = 0x0;
 phv[125] = bin(BinOp::Xor, phv[115], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[76] != 0x1 { break 'l372; }
+if phv[76] != 0x1 { break 'l364; }
 phv[123] = phv[115] & 0xFFFFFFFF;
 phv[125] = 0xFFFFFFFF;
 }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[206] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 123, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[130] != 0x0 { break 'l386; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l386; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 123, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[124] = 0x0;
+phv[126] = bin(BinOp::Xor, phv[116], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[76] != 0x1 { break 'l373; }
+phv[124] = phv[116] & 0xFFFFFFFF;
+phv[126] = 0xFFFFFFFF;
 }
-if phv[130] != 0x1 { break 'l396; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l396; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[207] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 124, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x0 { break 'l387; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l387; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[130] != 0x2 { break 'l406; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l406; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x1 { break 'l397; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l397; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[130] != 0x3 { break 'l418; }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[206] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[76] != 0x1 { break 'l418; }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(114), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(114) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[206] = 0x0;
-{ let w = 2048 + ((phv[206] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[131] != 0x2 { break 'l407; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l407; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+}
+if phv[131] != 0x3 { break 'l419; }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[207] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[76] != 0x1 { break 'l419; }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(115), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(115) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[207] = 0x0;
+{ let w = 2048 + ((phv[207] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(116), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(132), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(116) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -1585,64 +1587,64 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0, phv);
-phv[8] = phv[175] & 0xFFFF;
+phv[8] = phv[176] & 0xFFFF;
 st.dirty |= 0x1;
-phv[9] = phv[198] & 0xFF;
+phv[9] = phv[199] & 0xFF;
 st.dirty |= 0x1;
-phv[10] = phv[197] & 0xFFFF;
+phv[10] = phv[198] & 0xFFFF;
 st.dirty |= 0x1;
-phv[11] = phv[189] & 0xFFFFFFFF;
+phv[11] = phv[190] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[12] = phv[190] & 0xFFFFFFFF;
+phv[12] = phv[191] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[13] = phv[191].wrapping_shr(16) & 0xFFFF;
+phv[13] = phv[192].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-phv[14] = phv[191].wrapping_shr(0) & 0xFFFF;
+phv[14] = phv[192].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-phv[15] = phv[192] & 0xFFFFFFFF;
+phv[15] = phv[193] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[16] = phv[193] & 0xFFFFFFFF;
+phv[16] = phv[194] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[17] = phv[194] & 0xFFFFFFFF;
+phv[17] = phv[195] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[18] = phv[195] & 0xFFFFFFFF;
+phv[18] = phv[196] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[19] = phv[196] & 0xFFFFFFFF;
+phv[19] = phv[197] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l84; }
-match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[201] = d.params[0] & 0xFFFFFFFF; phv[202] = d.params[1] & 0xFFFFFFFF; fabric_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { fabric_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a10(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 3, phv), st, phv, code, ctx); } }
-phv[203] = 0x0;
-phv[206] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l49; }
-if phv[3] != Cmp::raw(5, 0, false).norm(phv[75]) { break 'l49; }
-phv[203] = 0x1;
-}
+match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[202] = d.params[0] & 0xFFFFFFFF; phv[203] = d.params[1] & 0xFFFFFFFF; fabric_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { fabric_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a10(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 3, phv), st, phv, code, ctx); } }
 phv[204] = 0x0;
-phv[206] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[206] == 0x0 { break 'l57; }
-phv[207] = bin(BinOp::And, phv[78], phv[199], 0xFFFFFFFFFFFFFFFF);
-if phv[207] != 0x0 { break 'l56; }
-phv[208] = bin(BinOp::And, phv[79], phv[200], 0xFFFFFFFFFFFFFFFF);
-if phv[208] == 0x0 { break 'l57; }
-}
+phv[207] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l49; }
+if phv[3] != Cmp::raw(5, 0, false).norm(phv[75]) { break 'l49; }
 phv[204] = 0x1;
 }
-if phv[203] != 0x0 { break 'l61; }
+phv[205] = 0x0;
+phv[207] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[207] == 0x0 { break 'l57; }
+phv[208] = bin(BinOp::And, phv[78], phv[200], 0xFFFFFFFFFFFFFFFF);
+if phv[208] != 0x0 { break 'l56; }
+phv[209] = bin(BinOp::And, phv[79], phv[201], 0xFFFFFFFFFFFFFFFF);
+if phv[209] == 0x0 { break 'l57; }
+}
+phv[205] = 0x1;
+}
 if phv[204] != 0x0 { break 'l61; }
+if phv[205] != 0x0 { break 'l61; }
 ctx.dropped = true;
 return;
 }
-phv[205] = 0x0;
-if phv[203] != 0x1 { break 'l65; }
-phv[205] = 0x1;
-if phv[77] == 0x1 { phv[205] = 0x3; }
+phv[206] = 0x0;
+if phv[204] != 0x1 { break 'l65; }
+phv[206] = 0x1;
+if phv[77] == 0x1 { phv[206] = 0x3; }
 }
-if phv[204] != 0x1 { break 'l67; }
-phv[205] = bin(BinOp::Or, phv[205], 0x2, 0x3);
+if phv[205] != 0x1 { break 'l67; }
+phv[206] = bin(BinOp::Or, phv[206], 0x2, 0x3);
 }
-phv[60] = phv[205] & 0x3;
+phv[60] = phv[206] & 0x3;
 st.dirty |= 0x40;
 phv[61] = bin(BinOp::Sub, phv[61], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -1661,46 +1663,46 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l126; }
-phv[174] = phv[4].wrapping_shr(20) & 0x3;
-phv[175] = phv[4].wrapping_shr(22) & 0xFFFF;
-phv[176] = phv[4].wrapping_shr(0) & 0xFFFFF;
-phv[206] = phv[3].wrapping_shr(0) & 0x3F;
-phv[180] = (phv[174].wrapping_shl(6) | phv[206]) & 0xFF;
-phv[179] = phv[76] & 0xFFFFFFFF;
-phv[177] = phv[5] & 0xFFFFFFFF;
-phv[178] = phv[177] & 0xFFFFFFFF;
-if phv[179] != 0x0 { phv[178] = 0x0; }
-{ let base = (((phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[183] = v & 0xFFFF; } }
-phv[184] = 0x0;
-if phv[183] != Cmp::raw(5, 0, false).norm(phv[175]) { phv[184] = 0x1; }
-{ let base = (((phv[180] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 184, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[181] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
-phv[182] = (phv[174].wrapping_shl(12) | phv[181]) & 0x3FFF;
-phv[185] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
-{ let base = (((phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 175, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[188] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[189] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[190] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[191] = v & 0xFFFFFFFF; } }
-phv[186] = 0x0;
-if phv[188] != Cmp::raw(5, 0, false).norm(phv[175]) { break 'l112; }
-if phv[189] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l112; }
-if phv[190] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l112; }
-if phv[191] != Cmp::raw(5, 0, false).norm(phv[185]) { break 'l112; }
-phv[186] = 0x1;
-}
+phv[175] = phv[4].wrapping_shr(20) & 0x3;
+phv[176] = phv[4].wrapping_shr(22) & 0xFFFF;
+phv[177] = phv[4].wrapping_shr(0) & 0xFFFFF;
+phv[207] = phv[3].wrapping_shr(0) & 0x3F;
+phv[181] = (phv[175].wrapping_shl(6) | phv[207]) & 0xFF;
+phv[180] = phv[76] & 0xFFFFFFFF;
+phv[178] = phv[5] & 0xFFFFFFFF;
+phv[179] = phv[178] & 0xFFFFFFFF;
+if phv[180] != 0x0 { phv[179] = 0x0; }
+{ let base = (((phv[181] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[184] = v & 0xFFFF; } }
+phv[185] = 0x0;
+if phv[184] != Cmp::raw(5, 0, false).norm(phv[176]) { phv[185] = 0x1; }
+{ let base = (((phv[181] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 185, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 185, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[182] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
+phv[183] = (phv[175].wrapping_shl(12) | phv[182]) & 0x3FFF;
+phv[186] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
+{ let base = (((phv[183] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[189] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[190] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[191] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 186, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[192] = v & 0xFFFFFFFF; } }
 phv[187] = 0x0;
-if phv[186] != 0x0 { break 'l117; }
-if phv[188] != Cmp::raw(5, 0, false).norm(phv[175]) { break 'l117; }
-if phv[189] == 0x0 { break 'l117; }
+if phv[189] != Cmp::raw(5, 0, false).norm(phv[176]) { break 'l112; }
+if phv[190] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l112; }
+if phv[191] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l112; }
+if phv[192] != Cmp::raw(5, 0, false).norm(phv[186]) { break 'l112; }
 phv[187] = 0x1;
 }
-{ let base = (((phv[182] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[192] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[194] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 186, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 176, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[197] = v & 0xFFFF; } }
-phv[198] = phv[174] & 0xFF;
-if phv[187] != 0x1 { break 'l126; }
+phv[188] = 0x0;
+if phv[187] != 0x0 { break 'l117; }
+if phv[189] != Cmp::raw(5, 0, false).norm(phv[176]) { break 'l117; }
+if phv[190] == 0x0 { break 'l117; }
+phv[188] = 0x1;
+}
+{ let base = (((phv[183] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 187, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 187, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 180, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 180, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[194] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 187, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 187, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 177, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[197] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[198] = v & 0xFFFF; } }
+phv[199] = phv[175] & 0xFF;
+if phv[188] != 0x1 { break 'l126; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
 }
 
 fn fabric_a0(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[86] = phv[93] & 0xFFFF;
+phv[86] = phv[94] & 0xFFFF;
 phv[87] = 0x1;
 return;
 }
@@ -1711,86 +1713,86 @@ return;
 }
 
 fn fabric_a2(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[97] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
-phv[99] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
-phv[101] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
-phv[103] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
-phv[105] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
-phv[107] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
-phv[109] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
-phv[111] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
+phv[98] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
+phv[100] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
+phv[102] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
+phv[104] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
+phv[106] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
+phv[108] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
+phv[110] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
+phv[112] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a3(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[97] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
-phv[99] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
-phv[101] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
-phv[103] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
-phv[105] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
-phv[107] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
-phv[109] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
-phv[111] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
+phv[98] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
+phv[100] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
+phv[102] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
+phv[104] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
+phv[106] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
+phv[108] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
+phv[110] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
+phv[112] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a4(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[97] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
-phv[99] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
-phv[101] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
-phv[103] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
-phv[105] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
-phv[107] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
-phv[109] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
-phv[111] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
+phv[98] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
+phv[100] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
+phv[102] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
+phv[104] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
+phv[106] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
+phv[108] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
+phv[110] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
+phv[112] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a5(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[97] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
-phv[99] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
-phv[101] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
-phv[103] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
-phv[105] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
-phv[107] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
-phv[109] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
-phv[111] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
+phv[98] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
+phv[100] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
+phv[102] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
+phv[104] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
+phv[106] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
+phv[108] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
+phv[110] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
+phv[112] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a6(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[97] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
-phv[99] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
-phv[101] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
-phv[103] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
-phv[105] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
-phv[107] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
-phv[109] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
-phv[111] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
+phv[98] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
+phv[100] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
+phv[102] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
+phv[104] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
+phv[106] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
+phv[108] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
+phv[110] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
+phv[112] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a7(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[114] = phv[116] & 0xFFFFFFFF;
 phv[115] = phv[117] & 0xFFFFFFFF;
+phv[116] = phv[118] & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a8(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[114] = 0x0;
 phv[115] = 0x0;
+phv[116] = 0x0;
 return;
 }
 
 fn fabric_a9(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[199] = phv[201] & 0xFFFFFFFF;
 phv[200] = phv[202] & 0xFFFFFFFF;
+phv[201] = phv[203] & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a10(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[199] = 0x0;
 phv[200] = 0x0;
+phv[201] = 0x0;
 return;
 }
 
@@ -1922,8 +1924,8 @@ st.parse_done(code, 14, phv);
 fn fabric_pass_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &IngressInput) {
 if st.meta != META_CLEAN {
 phv[75..88].fill(0);
-phv[175..176].fill(0);
-phv[188..199].fill(0);
+phv[176..177].fill(0);
+phv[189..200].fill(0);
 }
 st.meta = META_ANY;
 phv[0] = (input.ingress_port as u64) & 0xFFFF;
@@ -1935,8 +1937,8 @@ fabric_ingress(st, phv, code, ctx);
 fn fabric_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {
 if st.meta != META_CLEAN {
 phv[75..82].fill(0);
-phv[175..176].fill(0);
-phv[188..199].fill(0);
+phv[176..177].fill(0);
+phv[189..200].fill(0);
 }
 st.meta = META_ANY;
 phv[2] = (input.ingress_port as u64) & 0xFFFF;
@@ -1988,6 +1990,6 @@ _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0xBABF3A20A00287B, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
-Native { fingerprint: 0xBFBBC5C76B5DF489, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
+Native { fingerprint: 0x2DCA92DE25865BB6, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
+Native { fingerprint: 0xAAC96A232B8EF75F, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
 ];
