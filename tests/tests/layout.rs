@@ -10,8 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-/// Crates that run on switches, hosts or the analyzer server, and the code generator.
+/// Crates that run on switches, hosts or the analyzer server, the code generator, and the
+/// BF Runtime model server (a lab tool that runs beside real agents).
 const DEPLOYABLE: &[&str] = &[
+    "hawkmesh-bfrt-model",
     "hawkmesh-wire",
     "hawkmesh-knobs",
     "hawkmesh-dataplane",

@@ -119,6 +119,105 @@ impl Model {
     }
 
     /// Number of entries in a table.
+    /// Packs an entry's key (and ternary masks) as the table stores it: `(key, mask, exact)`.
+    fn pack_key(
+        &self,
+        table: &str,
+        values: &[u64],
+        masks: &[u64],
+    ) -> Result<(u128, u128, bool), ModelError> {
+        let t = self
+            .program
+            .table_by_name(table)
+            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let def = &self.program.tables[t.0 as usize];
+        let bad = |message: String| ModelError::TableEntry {
+            table: table.to_string(),
+            message,
+        };
+        if values.len() != def.keys.len() {
+            return Err(bad(format!(
+                "{} key values for {} key fields",
+                values.len(),
+                def.keys.len()
+            )));
+        }
+        let exact = def.keys.iter().all(|(_, k)| *k == MatchKind::Exact);
+        if !exact && masks.len() != def.keys.len() {
+            return Err(bad("ternary entries need one mask per key field".into()));
+        }
+        let mut key: u128 = 0;
+        let mut m: u128 = 0;
+        for (i, (f, kind)) in def.keys.iter().enumerate() {
+            let w = self.program.field(*f).width;
+            let v = values[i];
+            if w < 64 && v >> w != 0 {
+                return Err(bad(format!("key value {v:#x} does not fit {w} bits")));
+            }
+            let km = if *kind == MatchKind::Exact || exact {
+                mask(w)
+            } else {
+                masks[i] & mask(w)
+            };
+            key = (key << w) | v as u128;
+            m = (m << w) | km as u128;
+        }
+        Ok((key, m, exact))
+    }
+
+    /// Removes the entry with this key (ternary: key, masks and priority); whether there
+    /// was one (BF Runtime `DELETE`).
+    pub fn table_delete(
+        &mut self,
+        table: &str,
+        values: &[u64],
+        masks: &[u64],
+        priority: u32,
+    ) -> Result<bool, ModelError> {
+        let (key, m, exact) = self.pack_key(table, values, masks)?;
+        let t = self
+            .program
+            .table_by_name(table)
+            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let mut tables = self.st.tables.to_vec();
+        let state = Arc::make_mut(&mut tables[t.0 as usize]);
+        let removed = if exact {
+            if key < state.direct.len() as u128 {
+                state.direct[key as usize] = NO_DIRECT;
+            }
+            state.exact.remove(&key).is_some()
+        } else {
+            let before = state.ternary.len();
+            state
+                .ternary
+                .retain(|e| !(e.0 == key && e.1 == m && e.2 == priority));
+            state.ternary.len() != before
+        };
+        if removed {
+            state.entries -= 1;
+            self.st.tables = tables.into();
+            self.st.tables_changed = true;
+        }
+        Ok(removed)
+    }
+
+    /// Removes every entry of `table` (BF Runtime `DELETE` without a key).
+    pub fn table_clear(&mut self, table: &str) -> Result<(), ModelError> {
+        let t = self
+            .program
+            .table_by_name(table)
+            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let mut tables = self.st.tables.to_vec();
+        let state = Arc::make_mut(&mut tables[t.0 as usize]);
+        state.direct.iter_mut().for_each(|d| *d = NO_DIRECT);
+        state.exact.clear();
+        state.ternary.clear();
+        state.entries = 0;
+        self.st.tables = tables.into();
+        self.st.tables_changed = true;
+        Ok(())
+    }
+
     pub fn table_len(&self, table: &str) -> Result<usize, ModelError> {
         let t = self
             .program
@@ -570,33 +669,7 @@ impl DataPlane for Model {
                 return Err(bad(format!("parameter value {v:#x} does not fit {w} bits")));
             }
         }
-        if entry.key.len() != def.keys.len() {
-            return Err(bad(format!(
-                "{} key values for {} key fields",
-                entry.key.len(),
-                def.keys.len()
-            )));
-        }
-        let exact = def.keys.iter().all(|(_, k)| *k == MatchKind::Exact);
-        if !exact && entry.mask.len() != def.keys.len() {
-            return Err(bad("ternary entries need one mask per key field".into()));
-        }
-        let mut key: u128 = 0;
-        let mut m: u128 = 0;
-        for (i, (f, kind)) in def.keys.iter().enumerate() {
-            let w = self.program.field(*f).width;
-            let v = entry.key[i];
-            if w < 64 && v >> w != 0 {
-                return Err(bad(format!("key value {v:#x} does not fit {w} bits")));
-            }
-            let km = if *kind == MatchKind::Exact || exact {
-                mask(w)
-            } else {
-                entry.mask[i] & mask(w)
-            };
-            key = (key << w) | v as u128;
-            m = (m << w) | km as u128;
-        }
+        let (key, m, exact) = self.pack_key(table, &entry.key, &entry.mask)?;
         self.st.tables_changed = true;
         let mut tables = self.st.tables.to_vec();
         let state = Arc::make_mut(&mut tables[t.0 as usize]);
