@@ -49,6 +49,20 @@ async fn start() -> Switch {
     }
 }
 
+impl Switch {
+    /// The ports a data packet from 10.0.0.1 to `dst` leaves by.
+    fn egress_ports(&self, dst: Ipv4Addr, sport: u16) -> Vec<u16> {
+        let bytes = data_packet(&self.program, [10, 0, 0, 1], dst.octets(), sport);
+        let out = self
+            .device
+            .lock()
+            .unwrap()
+            .process(&bytes, &IngressInput::default(), 0, CPU_MIRROR_SESSION)
+            .expect("process");
+        out.ports.iter().map(|(p, _)| *p).collect()
+    }
+}
+
 async fn connect(port: u16) -> SwitchConnection {
     SwitchConnection::builder("127.0.0.1", port)
         .device_id(0)
@@ -95,15 +109,11 @@ async fn rbfrt_programs_routes_and_the_model_forwards_by_them() {
         .all(|e| e.get_action_name() == "Ingress.set_route"));
     for sport in [49152u16, 49153, 49154, 49155] {
         let bucket = hawkeye::ecmp_bucket([10, 0, 0, 1].into(), dst, sport, 4791);
-        let bytes = data_packet(&sw.program, [10, 0, 0, 1], dst.octets(), sport);
-        let out = sw
-            .device
-            .lock()
-            .unwrap()
-            .process(&bytes, &IngressInput::default(), 0, CPU_MIRROR_SESSION)
-            .expect("process");
-        let ports: Vec<u16> = out.ports.iter().map(|(p, _)| *p).collect();
-        assert_eq!(ports, [hops[bucket as usize % 2]], "sport {sport}");
+        assert_eq!(
+            sw.egress_ports(dst, sport),
+            [hops[bucket as usize % 2]],
+            "sport {sport}"
+        );
     }
 
     // INSERT of an existing key is refused; MODIFY changes the next hop; DELETE removes.
@@ -115,14 +125,10 @@ async fn rbfrt_programs_routes_and_the_model_forwards_by_them() {
     conn.clear_table("pipe.Ingress.forward")
         .await
         .expect("clear");
-    let bytes = data_packet(&sw.program, [10, 0, 0, 1], dst.octets(), 49152);
-    let out = sw
-        .device
-        .lock()
-        .unwrap()
-        .process(&bytes, &IngressInput::default(), 0, CPU_MIRROR_SESSION)
-        .expect("process");
-    assert!(out.ports.is_empty(), "no route after the table was cleared");
+    assert!(
+        sw.egress_ports(dst, 49152).is_empty(),
+        "no route after the table was cleared"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

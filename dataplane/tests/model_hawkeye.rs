@@ -957,6 +957,24 @@ fn control_plane_errors_are_reported_not_panics() {
     }
 }
 
+/// Installs the `forward` entries of `dst` with ECMP next hops `hops`.
+fn install_routes(model: &mut Model, dst: std::net::Ipv4Addr, hops: &[u16]) {
+    for (key, action, params) in hawkeye::forward_entries(dst, hops) {
+        model
+            .table_add(
+                "forward",
+                hawkmesh_dataplane::model::TableEntry {
+                    key,
+                    mask: vec![],
+                    priority: 0,
+                    action: action.into(),
+                    params,
+                },
+            )
+            .expect("add");
+    }
+}
+
 #[test]
 fn table_routing_mode_uses_installed_entries() {
     let program = Arc::new(program(&params()).expect("program"));
@@ -976,21 +994,7 @@ fn table_routing_mode_uses_installed_entries() {
         )
         .expect("ingress");
     assert!(out.dropped, "no route installed");
-    let dst = std::net::Ipv4Addr::from(t.dst_ip);
-    for (key, action, params) in hawkeye::forward_entries(dst, &[5]) {
-        model
-            .table_add(
-                "forward",
-                hawkmesh_dataplane::model::TableEntry {
-                    key,
-                    mask: vec![],
-                    priority: 0,
-                    action: action.into(),
-                    params,
-                },
-            )
-            .expect("add");
-    }
+    install_routes(&mut model, std::net::Ipv4Addr::from(t.dst_ip), &[5]);
     model
         .ingress(
             &bytes,
@@ -1030,20 +1034,7 @@ fn exact_entries_match_with_small_and_large_keys() {
         (!out.dropped).then_some(out.forward)
     };
     for (dst, port) in [([0, 0, 2, 1], 7), ([0, 0, 0, 0], 9), ([10, 0, 1, 1], 5)] {
-        for (key, action, params) in hawkeye::forward_entries(dst.into(), &[port]) {
-            model
-                .table_add(
-                    "forward",
-                    hawkmesh_dataplane::model::TableEntry {
-                        key,
-                        mask: vec![],
-                        priority: 0,
-                        action: action.into(),
-                        params,
-                    },
-                )
-                .expect("add");
-        }
+        install_routes(&mut model, dst.into(), &[port]);
     }
     assert_eq!(route(&mut model, [0, 0, 2, 1]), Some(Forward::Unicast(7)));
     assert_eq!(route(&mut model, [0, 0, 0, 0]), Some(Forward::Unicast(9)));
@@ -1068,20 +1059,7 @@ fn ecmp_spreads_flows_over_next_hops_by_the_5_tuple_hash_as_the_control_plane_co
     let mut model = Model::new(program.clone(), Routing::FromTable, 100).expect("model");
     let dst = std::net::Ipv4Addr::new(10, 0, 1, 1);
     let hops = [4u16, 6, 7];
-    for (key, action, params) in hawkeye::forward_entries(dst, &hops) {
-        model
-            .table_add(
-                "forward",
-                hawkmesh_dataplane::model::TableEntry {
-                    key,
-                    mask: vec![],
-                    priority: 0,
-                    action: action.into(),
-                    params,
-                },
-            )
-            .expect("add");
-    }
+    install_routes(&mut model, dst, &hops);
     let mut used = std::collections::BTreeSet::new();
     for sport in 49152..49152 + 64u16 {
         let t = FiveTuple::rocev2([10, 0, 0, 1], sport, dst.octets());

@@ -37,6 +37,10 @@ pub enum BackendError {
     /// The switch could not be reached.
     #[error("switch unreachable: {0}")]
     Unreachable(String),
+    /// The switch runs another program, or a version whose description differs from the
+    /// agent's program.
+    #[error("switch program: {0}")]
+    Program(String),
 }
 
 /// What kind of packet reached the CPU port (Tofino: told by the mirror session or CPU

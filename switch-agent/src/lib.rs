@@ -3,13 +3,19 @@
 //! (dropping empty and stale slots, adding flows the data plane evicted), cuts it into
 //! MTU-sized chunks and streams them to the analyzer over gRPC.
 //!
-//! The switch is behind [`backend::SwitchBackend`]: the executable model today
-//! (`backend::ModelBackend`, cargo feature `model`), BF Runtime on Tofino next.
+//! The switch is behind [`backend::SwitchBackend`]: the executable model in process
+//! (`backend::ModelBackend`, cargo feature `model`) or a Tofino over BF Runtime
+//! (`bfrt_backend::BfrtBackend`, cargo feature `bfrt`; [`bfrt_info`] checks the switch's
+//! program against the agent's).
 
 pub mod agent;
 pub mod backend;
+#[cfg(feature = "bfrt")]
+pub mod bfrt_backend;
 pub mod bfrt_info;
 pub mod collect;
+#[cfg(feature = "cpu-port")]
+pub mod cpu_port;
 pub mod transport;
 
 pub use agent::{AgentConfig, AgentError, AgentStats, Collection, SwitchAgent, DEFAULT_GUARD_NS};

@@ -119,6 +119,12 @@ impl Model {
     }
 
     /// Number of entries in a table.
+    fn table_id(&self, table: &str) -> Result<TableId, ModelError> {
+        self.program
+            .table_by_name(table)
+            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))
+    }
+
     /// Packs an entry's key (and ternary masks) as the table stores it: `(key, mask, exact)`.
     fn pack_key(
         &self,
@@ -126,10 +132,7 @@ impl Model {
         values: &[u64],
         masks: &[u64],
     ) -> Result<(u128, u128, bool), ModelError> {
-        let t = self
-            .program
-            .table_by_name(table)
-            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let t = self.table_id(table)?;
         let def = &self.program.tables[t.0 as usize];
         let bad = |message: String| ModelError::TableEntry {
             table: table.to_string(),
@@ -175,10 +178,7 @@ impl Model {
         priority: u32,
     ) -> Result<bool, ModelError> {
         let (key, m, exact) = self.pack_key(table, values, masks)?;
-        let t = self
-            .program
-            .table_by_name(table)
-            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let t = self.table_id(table)?;
         let mut tables = self.st.tables.to_vec();
         let state = Arc::make_mut(&mut tables[t.0 as usize]);
         let removed = if exact {
@@ -203,10 +203,7 @@ impl Model {
 
     /// Removes every entry of `table` (BF Runtime `DELETE` without a key).
     pub fn table_clear(&mut self, table: &str) -> Result<(), ModelError> {
-        let t = self
-            .program
-            .table_by_name(table)
-            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let t = self.table_id(table)?;
         let mut tables = self.st.tables.to_vec();
         let state = Arc::make_mut(&mut tables[t.0 as usize]);
         state.direct.iter_mut().for_each(|d| *d = NO_DIRECT);
@@ -219,10 +216,7 @@ impl Model {
     }
 
     pub fn table_len(&self, table: &str) -> Result<usize, ModelError> {
-        let t = self
-            .program
-            .table_by_name(table)
-            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let t = self.table_id(table)?;
         Ok(self.st.tables[t.0 as usize].entries)
     }
 }
@@ -636,10 +630,7 @@ impl DataPlane for Model {
     }
 
     fn table_add(&mut self, table: &str, entry: TableEntry) -> Result<(), ModelError> {
-        let t = self
-            .program
-            .table_by_name(table)
-            .ok_or_else(|| ModelError::UnknownTable(table.to_string()))?;
+        let t = self.table_id(table)?;
         let def = &self.program.tables[t.0 as usize];
         let bad = |message: String| ModelError::TableEntry {
             table: table.to_string(),

@@ -1,0 +1,266 @@
+//! The switch agent's BF Runtime backend against the model-backed BF Runtime server: the
+//! agent reading a switch over BF Runtime (gRPC over TCP, rbfrt) reports exactly what the
+//! agent reading the same switch in process reports.
+
+use std::cell::RefCell;
+use std::net::Ipv4Addr;
+use std::rc::Rc;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex};
+
+use hawkmesh_bfrt_model::{BfrtServer, Device};
+use hawkmesh_dataplane::hawkeye::{self, program, HawkeyeParams};
+use hawkmesh_dataplane::ir::Program;
+use hawkmesh_dataplane::model::{DataPlane, IngressInput, Model, Routing};
+use hawkmesh_dataplane::packets::{self, Polling};
+use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
+use hawkmesh_switch_agent::{
+    AgentConfig, BackendError, CpuFrame, CpuFrameKind, ModelBackend, SwitchAgent, SwitchBackend,
+};
+use hawkmesh_wire::control::TableEntry;
+use hawkmesh_wire::dataplane::{
+    Register, Table, CPU_MIRROR_SESSION, CPU_PORT, MCAST_GROUP_ALL_PORTS,
+};
+use hawkmesh_wire::telemetry::FiveTuple;
+
+fn bfrt_json() -> Vec<u8> {
+    std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../p4/tna/bfrt.json"))
+        .expect("p4/tna/bfrt.json")
+}
+
+/// A model-backed BF Runtime server on a fresh runtime; the backend runs on this thread.
+struct Remote {
+    runtime: tokio::runtime::Runtime,
+    device: Arc<Mutex<Device>>,
+    port: u16,
+}
+
+fn serve(program: &Arc<Program>, p4_name: &str) -> Remote {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let model = Model::new(program.clone(), Routing::FromTable, CPU_PORT).expect("model");
+    let device = Arc::new(Mutex::new(Device::new(model)));
+    let server = BfrtServer::new(device.clone(), p4_name, bfrt_json()).expect("server");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    runtime.spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(server.into_service())
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await
+    });
+    Remote {
+        runtime,
+        device,
+        port,
+    }
+}
+
+/// What the control plane installs at start-up, through the backend: port masks, the
+/// all-ports group, routes to two destinations.
+fn configure(backend: &mut dyn SwitchBackend, program: &Program) -> Result<(), BackendError> {
+    for (table, port, action, params) in hawkeye::port_mask_entries(program) {
+        let table = Table::from_name(table).expect("mask table");
+        backend.add_table_entry(
+            table,
+            TableEntry {
+                key: vec![port],
+                mask: vec![],
+                priority: 0,
+                action: action.to_string(),
+                params,
+            },
+        )?;
+    }
+    backend.set_multicast_group(MCAST_GROUP_ALL_PORTS, (0..8).collect())?;
+    for (dst, hops) in [
+        (Ipv4Addr::new(10, 0, 1, 1), vec![2u16]),
+        (Ipv4Addr::new(10, 0, 1, 2), vec![3, 4]),
+    ] {
+        for (key, action, params) in hawkeye::forward_entries(dst, &hops) {
+            backend.add_table_entry(
+                Table::FORWARD,
+                TableEntry {
+                    key,
+                    mask: vec![],
+                    priority: 0,
+                    action: action.to_string(),
+                    params,
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn kind(copy: &[u8]) -> CpuFrameKind {
+    if Polling::parse_packet(copy).is_ok() && copy.get(12..14) == Some(&[0x08, 0x00]) {
+        CpuFrameKind::Polling
+    } else {
+        CpuFrameKind::Eviction
+    }
+}
+
+/// The traffic of the test: flows from ports 0 and 1, a PFC pause on port 2, more flows,
+/// then a polling packet for a victim towards 10.0.1.1. Returns (packet, ingress port, time).
+fn traffic(program: &Program) -> Vec<(Vec<u8>, u16, u64)> {
+    let mut out = Vec::new();
+    let t0 = 5_000_000_000u64;
+    for i in 0..40u64 {
+        let flow = FiveTuple::rocev2(
+            [10, 0, 0, (i % 4) as u8 + 1],
+            49152 + (i % 6) as u16,
+            [10, 0, 1, 1 + (i % 2) as u8],
+        );
+        out.push((
+            packets::rocev2_data(program, &flow, 0, 2, 64, i as u32, 1062),
+            (i % 2) as u16,
+            t0 + i * 2_000,
+        ));
+        if i == 10 {
+            out.push((
+                packets::pfc_frame(1, [0xFFFF, 0, 0, 0, 0, 0, 0, 0]),
+                2,
+                t0 + i * 2_000 + 500,
+            ));
+        }
+    }
+    let victim = FiveTuple::rocev2([10, 0, 0, 1], 49152, [10, 0, 1, 1]);
+    let polling = Polling::new(77, victim, 8);
+    out.push((packets::polling_packet(program, &polling), 5, t0 + 100_000));
+    out
+}
+
+fn deliver(to: &SyncSender<CpuFrame>, copies: &[Vec<u8>], t: u64) {
+    for c in copies {
+        to.send(CpuFrame {
+            time_ns: t,
+            kind: kind(c),
+            bytes: c.clone(),
+        })
+        .expect("cpu channel");
+    }
+}
+
+#[test]
+fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
+    let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
+
+    // In process.
+    let local = Rc::new(RefCell::new(
+        Model::new(program.clone(), Routing::FromTable, CPU_PORT).expect("model"),
+    ));
+    let mut local_agent = SwitchAgent::new(AgentConfig::new(7), ModelBackend::new(local.clone()));
+    configure(local_agent.backend_mut(), &program).expect("configure in process");
+
+    // Over BF Runtime.
+    let remote = serve(&program, "hawkmesh");
+    let (cpu_tx, cpu_rx) = sync_channel(1024);
+    let endpoint = BfrtEndpoint::new("127.0.0.1", remote.port);
+    let mut backend =
+        BfrtBackend::connect(remote.runtime.handle().clone(), &endpoint, cpu_rx).expect("connect");
+    backend
+        .set_mirror_session(CPU_MIRROR_SESSION, CPU_PORT)
+        .expect("mirror session");
+    let mut remote_agent = SwitchAgent::new(AgentConfig::new(7), backend);
+    configure(remote_agent.backend_mut(), &program).expect("configure over BF Runtime");
+
+    let mut reports = 0;
+    let mut collected = Vec::new();
+    for (bytes, port, t) in traffic(&program) {
+        let input = IngressInput {
+            ingress_port: port,
+            tstamp_ns: t,
+            routed_egress_port: None,
+        };
+        let a = local
+            .borrow_mut()
+            .process(&bytes, &input, 0)
+            .expect("local");
+        let b = remote
+            .device
+            .lock()
+            .unwrap()
+            .process(&bytes, &input, 0, CPU_MIRROR_SESSION)
+            .expect("remote");
+        assert_eq!(a, b, "both switches forward alike");
+        for c in &a.cpu {
+            local_agent.backend_mut().deliver_cpu(CpuFrame {
+                time_ns: t,
+                kind: kind(c),
+                bytes: c.clone(),
+            });
+        }
+        deliver(&cpu_tx, &b.cpu, t);
+        let done_local = local_agent.poll(t + 200_000).expect("local agent");
+        let done_remote = remote_agent.poll(t + 200_000).expect("remote agent");
+        assert_eq!(done_local.len(), done_remote.len());
+        for (x, y) in done_local.iter().zip(&done_remote) {
+            assert_eq!(x.event_id, y.event_id);
+            assert_eq!(x.chunks, y.chunks, "event {}: reports differ", x.event_id);
+            reports += 1;
+        }
+        collected.extend(done_remote);
+    }
+    let flushed_local = local_agent.flush(u64::MAX / 2).expect("flush");
+    let flushed_remote = remote_agent.flush(u64::MAX / 2).expect("flush");
+    for (x, y) in flushed_local.iter().zip(&flushed_remote) {
+        assert_eq!(x.chunks, y.chunks, "event {}: reports differ", x.event_id);
+        reports += 1;
+    }
+    assert_eq!(flushed_local.len(), flushed_remote.len());
+    collected.extend(flushed_remote);
+    assert_eq!(reports, 1, "the polling event was reported");
+    let report = collected.first().map(|c| &c.report).expect("the report");
+    assert!(
+        report.epochs.iter().any(|e| !e.flows.is_empty()),
+        "the report carries flow telemetry read over BF Runtime"
+    );
+    assert_eq!(remote_agent.backend_mut().multi_pipe_cells(), 0, "one pipe");
+
+    // Registers reset over BF Runtime are zero.
+    remote_agent
+        .backend_mut()
+        .reset_register(Register::PORT_PACKETS)
+        .expect("reset");
+    let cells = remote_agent
+        .backend_mut()
+        .read_register(Register::PORT_PACKETS)
+        .expect("read");
+    assert!(cells.iter().all(|c| *c == 0));
+}
+
+#[test]
+fn a_switch_running_another_program_is_refused_by_name() {
+    let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
+    let remote = serve(&program, "switch_p4");
+    let (_tx, rx) = sync_channel(1);
+    let e = BfrtBackend::connect(
+        remote.runtime.handle().clone(),
+        &BfrtEndpoint::new("127.0.0.1", remote.port),
+        rx,
+    )
+    .expect_err("no hawkmesh program");
+    assert_eq!(
+        e.to_string(),
+        "switch program: the switch runs no program `hawkmesh` (it runs: switch_p4)"
+    );
+
+    let (_tx, rx) = sync_channel(1);
+    let e = BfrtBackend::connect(
+        remote.runtime.handle().clone(),
+        &BfrtEndpoint::new("127.0.0.1", 1),
+        rx,
+    )
+    .expect_err("nothing listens on port 1");
+    assert!(
+        e.to_string()
+            .starts_with("switch unreachable: BF Runtime at 127.0.0.1:1"),
+        "{e}"
+    );
+}
