@@ -9,18 +9,16 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex};
 
 use hawkmesh_bfrt_model::{BfrtServer, Device};
-use hawkmesh_dataplane::hawkeye::{self, program, HawkeyeParams};
+use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
 use hawkmesh_dataplane::ir::Program;
 use hawkmesh_dataplane::model::{DataPlane, IngressInput, Model, Routing};
 use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
+use hawkmesh_switch_agent::setup::SwitchSetup;
 use hawkmesh_switch_agent::{
     AgentConfig, BackendError, CpuFrame, CpuFrameKind, ModelBackend, SwitchAgent, SwitchBackend,
 };
-use hawkmesh_wire::control::TableEntry;
-use hawkmesh_wire::dataplane::{
-    Register, Table, CPU_MIRROR_SESSION, CPU_PORT, MCAST_GROUP_ALL_PORTS,
-};
+use hawkmesh_wire::dataplane::{Register, CPU_MIRROR_SESSION, CPU_PORT};
 use hawkmesh_wire::telemetry::FiveTuple;
 
 fn bfrt_json() -> Vec<u8> {
@@ -61,41 +59,19 @@ fn serve(program: &Arc<Program>, p4_name: &str) -> Remote {
     }
 }
 
-/// What the control plane installs at start-up, through the backend: port masks, the
-/// all-ports group, routes to two destinations.
-fn configure(backend: &mut dyn SwitchBackend, program: &Program) -> Result<(), BackendError> {
-    for (table, port, action, params) in hawkeye::port_mask_entries(program) {
-        let table = Table::from_name(table).expect("mask table");
-        backend.add_table_entry(
-            table,
-            TableEntry {
-                key: vec![port],
-                mask: vec![],
-                priority: 0,
-                action: action.to_string(),
-                params,
-            },
-        )?;
-    }
-    backend.set_multicast_group(MCAST_GROUP_ALL_PORTS, (0..8).collect())?;
-    for (dst, hops) in [
-        (Ipv4Addr::new(10, 0, 1, 1), vec![2u16]),
-        (Ipv4Addr::new(10, 0, 1, 2), vec![3, 4]),
-    ] {
-        for (key, action, params) in hawkeye::forward_entries(dst, &hops) {
-            backend.add_table_entry(
-                Table::FORWARD,
-                TableEntry {
-                    key,
-                    mask: vec![],
-                    priority: 0,
-                    action: action.to_string(),
-                    params,
-                },
-            )?;
-        }
-    }
-    Ok(())
+/// What the control plane installs at start-up, through the backend (the same code for
+/// both): port masks, PFC speeds, the all-ports group, routes to two destinations.
+fn configure(backend: &mut dyn SwitchBackend) -> Result<(), BackendError> {
+    let setup = SwitchSetup {
+        switch: "s".into(),
+        routes: [
+            (Ipv4Addr::new(10, 0, 1, 1), vec![2u16]),
+            (Ipv4Addr::new(10, 0, 1, 2), vec![3, 4]),
+        ]
+        .into(),
+        port_gbps: (0..8u16).map(|p| (p, 100.0)).collect(),
+    };
+    setup.apply(backend)
 }
 
 fn kind(copy: &[u8]) -> CpuFrameKind {
@@ -156,7 +132,7 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
         Model::new(program.clone(), Routing::FromTable, CPU_PORT).expect("model"),
     ));
     let mut local_agent = SwitchAgent::new(AgentConfig::new(7), ModelBackend::new(local.clone()));
-    configure(local_agent.backend_mut(), &program).expect("configure in process");
+    configure(local_agent.backend_mut()).expect("configure in process");
 
     // Over BF Runtime.
     let remote = serve(&program, "hawkmesh");
@@ -168,7 +144,7 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
         .set_mirror_session(CPU_MIRROR_SESSION, CPU_PORT)
         .expect("mirror session");
     let mut remote_agent = SwitchAgent::new(AgentConfig::new(7), backend);
-    configure(remote_agent.backend_mut(), &program).expect("configure over BF Runtime");
+    configure(remote_agent.backend_mut()).expect("configure over BF Runtime");
 
     let mut reports = 0;
     let mut collected = Vec::new();

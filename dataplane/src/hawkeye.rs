@@ -144,69 +144,45 @@ impl Default for HawkeyeParams {
     }
 }
 
-/// The `forward` entries of one destination whose ECMP next hops are `ports` (in order):
-/// one `set_route` entry per ECMP bucket, bucket `b` to `ports[b % ports.len()]`, as
-/// `(key = [destination, bucket], action, params)`. No entries for no ports.
+/// The `forward` entries of one destination whose ECMP next hops are `ports`, as
+/// `(key = [destination, bucket], action, params)` ([`hawkmesh_wire::control::forward_entries`]).
 pub fn forward_entries(
     dst: std::net::Ipv4Addr,
     ports: &[u16],
 ) -> Vec<(Vec<u64>, &'static str, Vec<u64>)> {
-    if ports.is_empty() {
-        return Vec::new();
-    }
-    (0..u64::from(ECMP_BUCKETS))
-        .map(|b| {
-            let port = ports[b as usize % ports.len()];
-            (
-                vec![u64::from(u32::from(dst)), b],
-                "set_route",
-                vec![u64::from(port)],
-            )
-        })
+    hawkmesh_wire::control::forward_entries(dst, ports)
+        .into_iter()
+        .map(|e| (e.key, "set_route", e.params))
         .collect()
 }
 
-/// The ECMP bucket of a 5-tuple, as the data plane computes it (`ecmp_hash`: CRC-32 of
-/// source, destination, source port, destination port, big-endian, low bits).
+/// The ECMP bucket of a 5-tuple, as the data plane computes it
+/// ([`hawkmesh_wire::control::ecmp_bucket`]).
 pub fn ecmp_bucket(
     src: std::net::Ipv4Addr,
     dst: std::net::Ipv4Addr,
     sport: u16,
     dport: u16,
 ) -> u64 {
-    let mut bytes = [0u8; 12];
-    bytes[0..4].copy_from_slice(&src.octets());
-    bytes[4..8].copy_from_slice(&dst.octets());
-    bytes[8..10].copy_from_slice(&sport.to_be_bytes());
-    bytes[10..12].copy_from_slice(&dport.to_be_bytes());
-    u64::from(crate::hash::crc32(&bytes) % ECMP_BUCKETS)
+    hawkmesh_wire::control::ecmp_bucket(src, dst, sport, dport)
 }
 
 /// Table entries the control plane installs at start-up besides routes (BF Runtime
 /// `table_add`): the one-hot masks of every port, in ingress (`port_mask`) and egress
 /// (`egress_port_mask`). Tofino's ALUs shift by immediates only, so `1 << port` is a table.
 pub fn port_mask_entries(program: &Program) -> Vec<(&'static str, u64, &'static str, Vec<u64>)> {
-    let ports = program.constant("PORTS").unwrap_or(0);
-    let mut out = Vec::new();
-    for (table, action) in [
-        ("port_mask", "port_mask_set"),
-        ("egress_port_mask", "egress_port_mask_set"),
-    ] {
-        for port in 0..ports {
-            let words = ports.div_ceil(32);
-            let params = (0..words)
-                .map(|w| {
-                    if port / 32 == w {
-                        1u64 << (port % 32)
-                    } else {
-                        0
-                    }
-                })
-                .collect();
-            out.push((table, port, action, params));
-        }
-    }
-    out
+    let ports = program.constant("PORTS").unwrap_or(0) as u16;
+    hawkmesh_wire::control::port_mask_entries(ports)
+        .into_iter()
+        .map(|(table, e)| {
+            let action = if table.name() == "port_mask" {
+                "port_mask_set"
+            } else {
+                "egress_port_mask_set"
+            };
+            (table.name(), e.key[0], action, e.params)
+        })
+        .collect()
 }
 
 /// Bit widths derived from [`HawkeyeParams`] (validated).

@@ -16,6 +16,7 @@ pub mod bfrt_info;
 pub mod collect;
 #[cfg(feature = "cpu-port")]
 pub mod cpu_port;
+pub mod setup;
 pub mod transport;
 
 pub use agent::{AgentConfig, AgentError, AgentStats, Collection, SwitchAgent, DEFAULT_GUARD_NS};

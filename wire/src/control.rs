@@ -16,3 +16,100 @@ pub struct TableEntry {
     /// Action parameters.
     pub params: Vec<u64>,
 }
+
+use crate::dataplane::{Table, ECMP_BUCKETS};
+use std::net::Ipv4Addr;
+
+impl TableEntry {
+    /// An exact-match entry.
+    pub fn exact(key: Vec<u64>, action: &str, params: Vec<u64>) -> Self {
+        TableEntry {
+            key,
+            mask: vec![],
+            priority: 0,
+            action: action.to_string(),
+            params,
+        }
+    }
+}
+
+/// The ECMP bucket of a 5-tuple as the data plane computes it (`ecmp_hash`): the CRC-32
+/// (IEEE 802.3) of source address, destination address, source port and destination port,
+/// big-endian, modulo [`ECMP_BUCKETS`].
+pub fn ecmp_bucket(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> u64 {
+    let mut bytes = [0u8; 12];
+    bytes[0..4].copy_from_slice(&src.octets());
+    bytes[4..8].copy_from_slice(&dst.octets());
+    bytes[8..10].copy_from_slice(&sport.to_be_bytes());
+    bytes[10..12].copy_from_slice(&dport.to_be_bytes());
+    u64::from(crc32fast::hash(&bytes) % ECMP_BUCKETS)
+}
+
+/// The `forward` entries of destination `dst` whose ECMP next hops are `ports` (in order):
+/// one `set_route` entry per ECMP bucket, bucket `b` to `ports[b % ports.len()]`; none for
+/// no ports.
+pub fn forward_entries(dst: Ipv4Addr, ports: &[u16]) -> Vec<TableEntry> {
+    if ports.is_empty() {
+        return Vec::new();
+    }
+    (0..u64::from(ECMP_BUCKETS))
+        .map(|b| {
+            let port = ports[b as usize % ports.len()];
+            TableEntry::exact(
+                vec![u64::from(u32::from(dst)), b],
+                "set_route",
+                vec![u64::from(port)],
+            )
+        })
+        .collect()
+}
+
+/// The one-hot port masks the control plane installs at start-up for a program with `ports`
+/// front-panel ports, in ingress (`port_mask`) and egress (`egress_port_mask`): Tofino's ALUs
+/// shift by immediates only, so `1 << port` is a table (one 32-bit parameter per 32 ports).
+pub fn port_mask_entries(ports: u16) -> Vec<(Table, TableEntry)> {
+    let words = u64::from(ports).div_ceil(32);
+    let mut out = Vec::new();
+    for (table, action) in [
+        (Table::PORT_MASK, "port_mask_set"),
+        (Table::EGRESS_PORT_MASK, "egress_port_mask_set"),
+    ] {
+        for port in 0..u64::from(ports) {
+            let params = (0..words)
+                .map(|w| {
+                    if port / 32 == w {
+                        1u64 << (port % 32)
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            out.push((table, TableEntry::exact(vec![port], action, params)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_spread_next_hops_in_order() {
+        let e = forward_entries(Ipv4Addr::new(10, 0, 1, 1), &[3, 5, 9]);
+        assert_eq!(e.len(), ECMP_BUCKETS as usize);
+        let ports: Vec<u64> = e.iter().map(|x| x.params[0]).collect();
+        assert_eq!(&ports[..4], &[3, 5, 9, 3]);
+        assert_eq!(e[5].key, vec![0x0A00_0101, 5]);
+        assert!(forward_entries(Ipv4Addr::new(10, 0, 1, 1), &[]).is_empty());
+    }
+
+    #[test]
+    fn masks_are_one_hot_per_word() {
+        let m = port_mask_entries(40);
+        assert_eq!(m.len(), 80);
+        assert_eq!(m[33].1.params, vec![0, 1 << 1]);
+        assert_eq!(m[40].0, Table::EGRESS_PORT_MASK);
+        assert_eq!(m[40].1.params, vec![1, 0]);
+    }
+}
