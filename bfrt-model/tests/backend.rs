@@ -74,14 +74,6 @@ fn configure(backend: &mut dyn SwitchBackend) -> Result<(), BackendError> {
     setup.apply(backend)
 }
 
-fn kind(copy: &[u8]) -> CpuFrameKind {
-    if Polling::parse_packet(copy).is_ok() && copy.get(12..14) == Some(&[0x08, 0x00]) {
-        CpuFrameKind::Polling
-    } else {
-        CpuFrameKind::Eviction
-    }
-}
-
 /// The traffic of the test: flows from ports 0 and 1, a PFC pause on port 2, more flows,
 /// then a polling packet for a victim towards 10.0.1.1. Returns (packet, ingress port, time).
 fn traffic(program: &Program) -> Vec<(Vec<u8>, u16, u64)> {
@@ -116,7 +108,7 @@ fn deliver(to: &SyncSender<CpuFrame>, copies: &[Vec<u8>], t: u64) {
     for c in copies {
         to.send(CpuFrame {
             time_ns: t,
-            kind: kind(c),
+            kind: CpuFrameKind::of(c),
             bytes: c.clone(),
         })
         .expect("cpu channel");
@@ -168,7 +160,7 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
         for c in &a.cpu {
             local_agent.backend_mut().deliver_cpu(CpuFrame {
                 time_ns: t,
-                kind: kind(c),
+                kind: CpuFrameKind::of(c),
                 bytes: c.clone(),
             });
         }

@@ -15,7 +15,7 @@ use hawkmesh_bfrt_model::Device;
 use hawkmesh_dataplane::hawkeye::{self, program, HawkeyeParams};
 use hawkmesh_dataplane::model::{DataPlane, IngressInput, Model, Routing, TableEntry};
 use hawkmesh_dataplane::packets::{self, Polling};
-use hawkmesh_switch_agent::cpu_port::{classify, spawn_reader, CpuPort, CpuPortError};
+use hawkmesh_switch_agent::cpu_port::{spawn_reader, CpuPort, CpuPortError};
 use hawkmesh_switch_agent::CpuFrameKind;
 use hawkmesh_wire::dataplane::CPU_PORT;
 use hawkmesh_wire::telemetry::FiveTuple;
@@ -172,8 +172,8 @@ fn polling_copies_and_eviction_reports_reach_the_agent_through_a_kernel_interfac
         .expect("process");
     sent.extend(out.cpu);
     assert_eq!(sent.len(), 2, "one eviction report, one polling copy");
-    assert_eq!(classify(&sent[0]), CpuFrameKind::Eviction);
-    assert_eq!(classify(&sent[1]), CpuFrameKind::Polling);
+    assert_eq!(CpuFrameKind::of(&sent[0]), CpuFrameKind::Eviction);
+    assert_eq!(CpuFrameKind::of(&sent[1]), CpuFrameKind::Polling);
     for frame in &sent {
         switch_side.send(frame).expect("send");
     }

@@ -282,6 +282,36 @@ fn typed_ids(p: &Program, o: &mut String) {
     let _ = writeln!(o, "    pub const fn name(self) -> &'static str {{");
     let _ = writeln!(o, "        Table::NAMES[self.0 as usize]");
     let _ = writeln!(o, "    }}");
+    let _ = writeln!(
+        o,
+        "    /// The actions an entry of the table may name, in program order."
+    );
+    let _ = writeln!(
+        o,
+        "    pub const fn actions(self) -> &'static [&'static str] {{"
+    );
+    let _ = writeln!(o, "        match self.0 {{");
+    for (i, t) in p.tables.iter().enumerate() {
+        let actions: Vec<String> = t
+            .actions
+            .iter()
+            .map(|a| format!("{:?}", p.actions[a.0 as usize].name))
+            .collect();
+        // rustfmt's layout (max width 100): one line if it fits, else one action per line.
+        let line = format!("            {i} => &[{}],", actions.join(", "));
+        if line.len() <= 100 {
+            let _ = writeln!(o, "{line}");
+        } else {
+            let _ = writeln!(o, "            {i} => &[");
+            for a in &actions {
+                let _ = writeln!(o, "                {a},");
+            }
+            let _ = writeln!(o, "            ],");
+        }
+    }
+    let _ = writeln!(o, "            _ => &[],");
+    let _ = writeln!(o, "        }}");
+    let _ = writeln!(o, "    }}");
     let _ = writeln!(o, "    /// The table of this name, if the program has one.");
     let _ = writeln!(o, "    pub fn from_name(name: &str) -> Option<Table> {{");
     let _ = writeln!(

@@ -156,15 +156,21 @@ pub fn forward_entries(
         .collect()
 }
 
-/// The ECMP bucket of a 5-tuple, as the data plane computes it
-/// ([`hawkmesh_wire::control::ecmp_bucket`]).
+/// The ECMP bucket of a 5-tuple, as the program's `ecmp_hash` computes it: the CRC-32 of
+/// source, destination, source port and destination port, big-endian, low bits (checked
+/// against the model by `ecmp_spreads_flows_over_next_hops_by_the_5_tuple_hash_...`).
 pub fn ecmp_bucket(
     src: std::net::Ipv4Addr,
     dst: std::net::Ipv4Addr,
     sport: u16,
     dport: u16,
 ) -> u64 {
-    hawkmesh_wire::control::ecmp_bucket(src, dst, sport, dport)
+    let mut bytes = [0u8; 12];
+    bytes[0..4].copy_from_slice(&src.octets());
+    bytes[4..8].copy_from_slice(&dst.octets());
+    bytes[8..10].copy_from_slice(&sport.to_be_bytes());
+    bytes[10..12].copy_from_slice(&dport.to_be_bytes());
+    u64::from(crate::hash::crc32(&bytes) % ECMP_BUCKETS)
 }
 
 /// Table entries the control plane installs at start-up besides routes (BF Runtime

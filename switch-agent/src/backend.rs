@@ -7,7 +7,11 @@
 //! from the CPU port.
 
 use hawkmesh_wire::control::TableEntry;
-use hawkmesh_wire::dataplane::{Register, Table};
+use hawkmesh_wire::dataplane::{
+    Register, Table, ETHERTYPE_IPV4, EVICTION_REPORT_BYTES, POLLING_UDP_PORT,
+};
+use hawkmesh_wire::eviction::EvictionHeader;
+use hawkmesh_wire::polling::{Polling, POLLING_PACKET_OFFSET};
 
 /// Why a backend operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +57,29 @@ pub enum CpuFrameKind {
     Eviction,
     /// Anything else.
     Other,
+}
+
+impl CpuFrameKind {
+    /// What a frame the program sends its CPU port is, from its bytes (a switch whose CPU
+    /// port shows no mirror metadata, e.g. Tofino's `bf_pci0`): a polling packet's copy is
+    /// an IPv4/UDP frame to the polling port with a polling header of this version
+    /// ([`Polling::parse_packet`]); an eviction report is the report header
+    /// ([`EvictionHeader`]) with the evicting packet behind it.
+    pub fn of(frame: &[u8]) -> CpuFrameKind {
+        let dport = POLLING_PACKET_OFFSET - 6;
+        let polling = frame.get(12..14) == Some(&ETHERTYPE_IPV4.to_be_bytes()[..])
+            && frame.get(dport..dport + 2) == Some(&POLLING_UDP_PORT.to_be_bytes()[..])
+            && Polling::parse_packet(frame).is_ok();
+        if polling {
+            CpuFrameKind::Polling
+        } else if frame.len() > usize::from(EVICTION_REPORT_BYTES)
+            && EvictionHeader::new_checked(frame).is_some()
+        {
+            CpuFrameKind::Eviction
+        } else {
+            CpuFrameKind::Other
+        }
+    }
 }
 
 /// A packet from the CPU port.

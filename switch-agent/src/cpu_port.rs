@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hawkmesh_wire::dataplane::{ETHERTYPE_IPV4, IP_PROTOCOL_UDP, POLLING_UDP_PORT};
 use nix::sys::socket::{
     bind, recvfrom, send, setsockopt, socket, sockopt, AddressFamily, LinkAddr, MsgFlags, SockFlag,
     SockProtocol, SockType,
@@ -144,24 +143,6 @@ impl CpuPort {
     }
 }
 
-/// What a CPU-port frame is: a polling packet's copy is an IPv4/UDP frame to the polling
-/// port (`wire::dataplane`); anything else the program sends the CPU is an eviction report.
-pub fn classify(frame: &[u8]) -> CpuFrameKind {
-    let ipv4 = frame.get(12..14) == Some(&ETHERTYPE_IPV4.to_be_bytes());
-    let ihl = frame.get(14).map_or(0, |b| usize::from(b & 0x0F) * 4);
-    let udp = frame.get(23) == Some(&IP_PROTOCOL_UDP);
-    let dport = frame
-        .get(14 + ihl + 2..14 + ihl + 4)
-        .map(|b| u16::from_be_bytes([b[0], b[1]]));
-    if ipv4 && ihl >= 20 && udp && dport == Some(POLLING_UDP_PORT) {
-        CpuFrameKind::Polling
-    } else if frame.len() > 14 {
-        CpuFrameKind::Eviction
-    } else {
-        CpuFrameKind::Other
-    }
-}
-
 /// A reader thread: it ends with the error that stopped it, if one did.
 pub type Reader = JoinHandle<Result<(), CpuPortError>>;
 
@@ -196,7 +177,7 @@ pub fn spawn_reader(
                 };
                 let frame = CpuFrame {
                     time_ns: clock(),
-                    kind: classify(&buf[..n]),
+                    kind: CpuFrameKind::of(&buf[..n]),
                     bytes: buf[..n].to_vec(),
                 };
                 match to.try_send(frame) {

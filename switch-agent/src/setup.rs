@@ -30,7 +30,9 @@ pub enum SetupError {
         limit: u16,
     },
     /// A link speed the program's PFC quanta conversion has no action for.
-    #[error("switch `{switch}` port {port}: {gbps} Gbit/s has no PFC quanta conversion (25, 50, 100, 200, 400)")]
+    #[error(
+        "switch `{switch}` port {port}: {gbps} Gbit/s has no PFC quanta conversion in the program"
+    )]
     Speed {
         /// The switch.
         switch: String,
@@ -53,18 +55,15 @@ pub struct SwitchSetup {
 }
 
 /// The PFC quanta conversion action of a port speed (`pfc_port_speed`, IEEE 802.1Qbb: one
-/// quantum is 512 bit times).
+/// quantum is 512 bit times): the program names them `pfc_quanta_<Gbit/s>g`, read from its
+/// generated table description as `dataplane::setup` reads them from the program.
 fn speed_action(gbps: f64) -> Option<&'static str> {
-    [
-        (25.0, "pfc_quanta_25g"),
-        (50.0, "pfc_quanta_50g"),
-        (100.0, "pfc_quanta_100g"),
-        (200.0, "pfc_quanta_200g"),
-        (400.0, "pfc_quanta_400g"),
-    ]
-    .into_iter()
-    .find(|(g, _)| (g - gbps).abs() < 1e-9)
-    .map(|(_, a)| a)
+    Table::PFC_PORT_SPEED.actions().iter().copied().find(|a| {
+        a.strip_prefix("pfc_quanta_")
+            .and_then(|s| s.strip_suffix('g'))
+            .and_then(|s| s.parse::<f64>().ok())
+            .is_some_and(|g| (g - gbps).abs() < 1e-9)
+    })
 }
 
 impl SwitchSetup {

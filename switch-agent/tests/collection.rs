@@ -85,13 +85,7 @@ impl Bench {
             )
             .unwrap();
         for copy in &out.cpu {
-            let kind = if packets::Polling::parse_packet(copy).is_ok()
-                && copy.get(12..14) == Some(&[0x08, 0x00])
-            {
-                CpuFrameKind::Polling
-            } else {
-                CpuFrameKind::Eviction
-            };
+            let kind = CpuFrameKind::of(copy);
             self.agent.backend_mut().deliver_cpu(CpuFrame {
                 time_ns: t,
                 kind,

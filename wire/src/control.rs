@@ -33,18 +33,6 @@ impl TableEntry {
     }
 }
 
-/// The ECMP bucket of a 5-tuple as the data plane computes it (`ecmp_hash`): the CRC-32
-/// (IEEE 802.3) of source address, destination address, source port and destination port,
-/// big-endian, modulo [`ECMP_BUCKETS`].
-pub fn ecmp_bucket(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> u64 {
-    let mut bytes = [0u8; 12];
-    bytes[0..4].copy_from_slice(&src.octets());
-    bytes[4..8].copy_from_slice(&dst.octets());
-    bytes[8..10].copy_from_slice(&sport.to_be_bytes());
-    bytes[10..12].copy_from_slice(&dport.to_be_bytes());
-    u64::from(crc32fast::hash(&bytes) % ECMP_BUCKETS)
-}
-
 /// The `forward` entries of destination `dst` whose ECMP next hops are `ports` (in order):
 /// one `set_route` entry per ECMP bucket, bucket `b` to `ports[b % ports.len()]`; none for
 /// no ports.

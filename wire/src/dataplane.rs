@@ -765,6 +765,22 @@ impl Table {
     pub const fn name(self) -> &'static str {
         Table::NAMES[self.0 as usize]
     }
+    /// The actions an entry of the table may name, in program order.
+    pub const fn actions(self) -> &'static [&'static str] {
+        match self.0 {
+            0 => &["set_route", "no_route"],
+            1 => &[
+                "pfc_quanta_400g",
+                "pfc_quanta_200g",
+                "pfc_quanta_100g",
+                "pfc_quanta_50g",
+                "pfc_quanta_25g",
+            ],
+            2 => &["port_mask_set", "port_mask_none"],
+            3 => &["egress_port_mask_set", "egress_port_mask_none"],
+            _ => &[],
+        }
+    }
     /// The table of this name, if the program has one.
     pub fn from_name(name: &str) -> Option<Table> {
         Table::ALL.into_iter().find(|t| t.name() == name)
