@@ -98,17 +98,18 @@ impl TlsMode {
 }
 
 /// An agent's TLS configuration: the CA the analyzer's certificate chains to, the agent's
-/// own certificate and key, and the analyzer's name as its certificate gives it.
+/// own certificate and key, and the analyzer's name as its certificate gives it (the
+/// agents' own function, `hawkmesh_proto::tls::client_config`).
 pub fn client_config(
     ca: &Path,
     cert: &Path,
     key: &Path,
     analyzer_name: &str,
 ) -> Result<ClientTlsConfig, TlsError> {
-    Ok(ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read(ca)?))
-        .identity(Identity::from_pem(read(cert)?, read(key)?))
-        .domain_name(analyzer_name))
+    hawkmesh_proto::tls::client_config(ca, cert, key, analyzer_name).map_err(|e| TlsError::Io {
+        path: e.path,
+        source: e.source,
+    })
 }
 
 /// The node name a client certificate (DER) identifies: its subject's common name.

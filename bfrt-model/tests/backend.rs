@@ -5,7 +5,6 @@
 use std::cell::RefCell;
 use std::net::Ipv4Addr;
 use std::rc::Rc;
-use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex};
 
 use hawkmesh_bfrt_model::{BfrtServer, Device};
@@ -104,14 +103,13 @@ fn traffic(program: &Program) -> Vec<(Vec<u8>, u16, u64)> {
     out
 }
 
-fn deliver(to: &SyncSender<CpuFrame>, copies: &[Vec<u8>], t: u64) {
+fn deliver(to: &mut BfrtBackend, copies: &[Vec<u8>], t: u64) {
     for c in copies {
-        to.send(CpuFrame {
+        to.deliver_cpu(CpuFrame {
             time_ns: t,
             kind: CpuFrameKind::of(c),
             bytes: c.clone(),
-        })
-        .expect("cpu channel");
+        });
     }
 }
 
@@ -128,10 +126,9 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
 
     // Over BF Runtime.
     let remote = serve(&program, "hawkmesh");
-    let (cpu_tx, cpu_rx) = sync_channel(1024);
     let endpoint = BfrtEndpoint::new("127.0.0.1", remote.port);
     let mut backend =
-        BfrtBackend::connect(remote.runtime.handle().clone(), &endpoint, cpu_rx).expect("connect");
+        BfrtBackend::connect(remote.runtime.handle().clone(), &endpoint).expect("connect");
     backend
         .set_mirror_session(CPU_MIRROR_SESSION, CPU_PORT)
         .expect("mirror session");
@@ -164,7 +161,7 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
                 bytes: c.clone(),
             });
         }
-        deliver(&cpu_tx, &b.cpu, t);
+        deliver(remote_agent.backend_mut(), &b.cpu, t);
         let done_local = local_agent.poll(t + 200_000).expect("local agent");
         let done_remote = remote_agent.poll(t + 200_000).expect("remote agent");
         assert_eq!(done_local.len(), done_remote.len());
@@ -207,11 +204,9 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
 fn a_switch_running_another_program_is_refused_by_name() {
     let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
     let remote = serve(&program, "switch_p4");
-    let (_tx, rx) = sync_channel(1);
     let e = BfrtBackend::connect(
         remote.runtime.handle().clone(),
         &BfrtEndpoint::new("127.0.0.1", remote.port),
-        rx,
     )
     .expect_err("no hawkmesh program");
     assert_eq!(
@@ -219,11 +214,9 @@ fn a_switch_running_another_program_is_refused_by_name() {
         "switch program: the switch runs no program `hawkmesh` (it runs: switch_p4)"
     );
 
-    let (_tx, rx) = sync_channel(1);
     let e = BfrtBackend::connect(
         remote.runtime.handle().clone(),
         &BfrtEndpoint::new("127.0.0.1", 1),
-        rx,
     )
     .expect_err("nothing listens on port 1");
     assert!(

@@ -5,7 +5,6 @@
 //! Needs root (network namespaces, `CAP_NET_RAW`) and `ip` (iproute2); `HAWKMESH_NO_NETNS=1`
 //! skips it, saying so.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
@@ -20,82 +19,8 @@ use hawkmesh_switch_agent::CpuFrameKind;
 use hawkmesh_wire::dataplane::CPU_PORT;
 use hawkmesh_wire::telemetry::FiveTuple;
 
-/// A network namespace with a veth pair `cpu-sw` (the switch's side) ↔ `cpu-host`,
-/// removed on drop.
-struct Netns {
-    name: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("run ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("hm-cpu-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        ip(&["netns", "add", &name]);
-        let ns = Netns { name };
-        // No IPv6: the kernel would send neighbour discovery out of the interfaces.
-        ip(&[
-            "netns",
-            "exec",
-            &ns.name,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.all.disable_ipv6=1",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ]);
-        ip(&[
-            "-n", &ns.name, "link", "add", "cpu-sw", "type", "veth", "peer", "name", "cpu-host",
-        ]);
-        ip(&["-n", &ns.name, "link", "set", "cpu-sw", "up"]);
-        ip(&["-n", &ns.name, "link", "set", "cpu-host", "up"]);
-        ns
-    }
-
-    /// Opens the interfaces from inside the namespace (a socket stays in the namespace it
-    /// was made in).
-    fn open(&self, names: [&'static str; 2]) -> [CpuPort; 2] {
-        let path = format!("/var/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).expect("netns file");
-            nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            names.map(|n| CpuPort::open(n, Duration::from_millis(20)).expect("open"))
-        })
-        .join()
-        .expect("netns thread")
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
-    }
-}
-
-fn skip() -> bool {
-    if std::env::var_os("HAWKMESH_NO_NETNS").is_some() {
-        eprintln!("HAWKMESH_NO_NETNS is set: skipping the CPU-port test over veth");
-        return true;
-    }
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the CPU-port test needs root for a network namespace (set HAWKMESH_NO_NETNS=1 to skip it)"
-    );
-    false
-}
+mod common;
+use common::{skip, Netns};
 
 #[test]
 fn polling_copies_and_eviction_reports_reach_the_agent_through_a_kernel_interface() {

@@ -56,6 +56,15 @@ enum Command {
         #[command(subcommand)]
         command: PkiCommand,
     },
+    /// The switch agent daemon on a Tofino switch's CPU: programs the switch over BF
+    /// Runtime (bf_switchd), reads polling copies and eviction reports from the CPU port
+    /// (bf_pci0), collects telemetry and streams reports to the analyzer (hw-lab/tofino.md).
+    /// Runs until SIGINT or SIGTERM.
+    SwitchAgent {
+        /// The configuration (TOML; hw-lab/switch-agent.toml is an example).
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Explain why a flow is slow from HAWKEYE telemetry reports (provenance graph and
     /// signature diagnosis).
     Diagnose {
@@ -203,6 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         },
+        Command::SwitchAgent { config } => switch_agent(&config),
         Command::Analyzer {
             command:
                 AnalyzerCommand::Serve {
@@ -475,6 +485,73 @@ fn serve(
         server.stop().await;
         anyhow::Ok(())
     })
+}
+
+fn switch_agent(config: &Path) -> anyhow::Result<()> {
+    use hawkmesh_switch_agent::cpu_port::CpuPort;
+    use hawkmesh_switch_agent::daemon::{self, DaemonConfig};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let config = DaemonConfig::load(config)?;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
+    let cpu = CpuPort::open(
+        &config.cpu_port.interface,
+        std::time::Duration::from_millis(50),
+    )?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        runtime.spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut term) = signal(SignalKind::terminate()) else {
+                tracing::error!("cannot watch SIGTERM; stop with Ctrl-C");
+                let _ = tokio::signal::ctrl_c().await;
+                stop.store(true, Ordering::Release);
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            tracing::info!("stopping: serving the polling events accepted, draining reports");
+            stop.store(true, Ordering::Release);
+        });
+    }
+    tracing::info!(
+        "switch agent `{}`: BF Runtime {}, CPU port {}, analyzer {}",
+        config.switch,
+        config.bfrt.address,
+        config.cpu_port.interface,
+        config.analyzer.endpoint
+    );
+    let summary = daemon::run(
+        &config,
+        cpu,
+        daemon::system_clock(),
+        runtime.handle().clone(),
+        stop,
+    )?;
+    println!(
+        "switch agent `{}` stopped: {} polling copies, {} reports ({} delivered, {} undelivered, {} dropped while the analyzer was away), {} events unreported, {} switch reconnections",
+        config.switch,
+        summary.polling_copies,
+        summary.reports,
+        summary.reports_sent,
+        summary.reports_unsent,
+        summary.reports_dropped,
+        summary.events_unreported,
+        summary.switch_reconnects
+    );
+    if summary.reports_unsent + summary.reports_dropped + summary.events_unreported > 0 {
+        anyhow::bail!("some polling events were not delivered to the analyzer");
+    }
+    Ok(())
 }
 
 fn diagnose(

@@ -17,7 +17,7 @@
 //! when several pipes hold one (counters and bitmaps of distinct ports add up); such cells
 //! are counted in [`BfrtBackend::multi_pipe_cells`].
 
-use std::sync::mpsc::Receiver;
+use std::collections::VecDeque;
 
 use hawkmesh_proto::bfrt_proto as pb;
 use hawkmesh_proto::bfrt_proto::bf_runtime_client::BfRuntimeClient;
@@ -63,7 +63,7 @@ pub struct BfrtBackend {
     runtime: Handle,
     conn: SwitchConnection,
     ids: ProgramIds,
-    cpu: Receiver<CpuFrame>,
+    cpu: VecDeque<CpuFrame>,
     multi_pipe_cells: u64,
 }
 
@@ -131,12 +131,9 @@ fn be(bytes: &[u8]) -> u64 {
 
 impl BfrtBackend {
     /// Connects to the switch, checks that it runs the agent's program, binds to it. CPU
-    /// frames are taken from `cpu` (fed by the CPU-port reader).
-    pub fn connect(
-        runtime: Handle,
-        endpoint: &BfrtEndpoint,
-        cpu: Receiver<CpuFrame>,
-    ) -> Result<BfrtBackend, BackendError> {
+    /// frames are handed over with [`BfrtBackend::deliver_cpu`] (by whoever reads the CPU
+    /// port: the switch's BF Runtime server does not carry them).
+    pub fn connect(runtime: Handle, endpoint: &BfrtEndpoint) -> Result<BfrtBackend, BackendError> {
         let (ids, conn) = runtime.block_on(async {
             let info = fetch_description(endpoint).await?;
             let ids =
@@ -154,7 +151,7 @@ impl BfrtBackend {
             runtime,
             conn,
             ids,
-            cpu,
+            cpu: VecDeque::new(),
             multi_pipe_cells: 0,
         })
     }
@@ -162,6 +159,16 @@ impl BfrtBackend {
     /// The resolved ids of the running program.
     pub fn ids(&self) -> &ProgramIds {
         &self.ids
+    }
+
+    /// Queues a frame from the CPU port for the agent's next poll.
+    pub fn deliver_cpu(&mut self, frame: CpuFrame) {
+        self.cpu.push_back(frame);
+    }
+
+    /// Takes the frames not polled yet (to hand them to a new connection's backend).
+    pub fn take_cpu(&mut self) -> VecDeque<CpuFrame> {
+        std::mem::take(&mut self.cpu)
     }
 
     /// Cells read so far that held values in more than one pipe (summed).
@@ -314,11 +321,37 @@ impl SwitchBackend for BfrtBackend {
     }
 
     fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
-        Ok(self.cpu.try_iter().collect())
+        Ok(self.cpu.drain(..).collect())
     }
 }
 
 impl BfrtBackend {
+    /// Whether mirror session `session` still sends to `port`, read back from the switch:
+    /// the daemon's liveness check. A cut connection, and a switch that restarted and lost
+    /// the session with the rest of the control plane's state, are errors.
+    pub fn mirror_session_sends_to(
+        &mut self,
+        session: u16,
+        port: u16,
+    ) -> Result<bool, BackendError> {
+        let read = self.runtime.block_on(self.conn.get_table_entries(
+            Request::new("$mirror.cfg").match_key("$sid", MatchValue::exact(session)),
+        ));
+        match read {
+            Ok(entries) => Ok(entries.iter().any(|e| {
+                let field = |name: &str| e.get_action_data(name).map(|d| be(d.get_data()));
+                field("$session_enable").is_ok_and(|v| v != 0)
+                    && field("$ucast_egress_port_valid").is_ok_and(|v| v != 0)
+                    && field("$ucast_egress_port").is_ok_and(|v| v == u64::from(port))
+            })),
+            // bf_switchd answers a read of a missing entry with NOT_FOUND, which rbfrt
+            // does not keep apart from a cut connection: both mean "install again".
+            Err(e) => Err(BackendError::Unreachable(format!(
+                "reading mirror session {session}: {e}"
+            ))),
+        }
+    }
+
     /// Points mirror session `session` at `port` (the CPU port): clones of the program's
     /// polling packets and eviction reports reach the CPU only through it.
     pub fn set_mirror_session(&mut self, session: u16, port: u16) -> Result<(), BackendError> {

@@ -16,6 +16,8 @@ pub mod bfrt_info;
 pub mod collect;
 #[cfg(feature = "cpu-port")]
 pub mod cpu_port;
+#[cfg(feature = "daemon")]
+pub mod daemon;
 pub mod setup;
 pub mod transport;
 

@@ -1,0 +1,956 @@
+//! `hawkmesh switch-agent`: the switch agent as the daemon an operator runs on a Tofino
+//! switch's CPU (cargo feature `daemon`).
+//!
+//! What it does, in order:
+//! 1. reads its configuration ([`DaemonConfig`], TOML) and, when given, the fabric
+//!    description, from which it derives this switch's control-plane state
+//!    ([`SwitchSetup`]: routes, port masks, PFC speeds, the polling multicast group);
+//! 2. connects to the switch's BF Runtime server (bf_switchd; retrying while it is not up),
+//!    checks that it runs the agent's program, installs the set-up and points the CPU
+//!    mirror session at the CPU port;
+//! 3. reads the CPU port (`bf_pci0`) on a thread ([`crate::cpu_port`]) and runs the agent's
+//!    loop ([`SwitchAgent`]) on the calling thread: polling copies in, register reads,
+//!    reports out;
+//! 4. queues every report's chunks in a bounded outbox that a task streams to the analyzer
+//!    (`hawkmesh.v1.Collector/StreamReports`, mutual TLS). A report leaves the outbox only
+//!    when the analyzer has acknowledged its stream; a failed stream is sent again after a
+//!    back-off (the analyzer stores each chunk once, so a resend is harmless), so an
+//!    analyzer restart or a cut connection loses nothing; when the analyzer stays away
+//!    longer than the outbox holds, the oldest reports are dropped and counted;
+//! 5. when a switch operation fails (bf_switchd restarted, the gRPC connection cut), it
+//!    reconnects, installs its state again and serves the polling events that were waiting
+//!    — none is dropped for it; what the switch lost in a restart is absent from their
+//!    reports;
+//! 6. on stop, serves every polling event it accepted, gives the outbox a bounded time to
+//!    drain, and returns what it did ([`DaemonSummary`]), including anything it could not
+//!    deliver.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hawkmesh_proto::v1::collector_client::CollectorClient;
+use hawkmesh_proto::v1::ReportChunk;
+use hawkmesh_wire::dataplane::{CPU_MIRROR_SESSION, CPU_PORT};
+use hawkmesh_wire::topology::{FabricTopology, NodeId};
+use serde::Deserialize;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::agent::{AgentConfig, SwitchAgent};
+use crate::backend::BackendError;
+use crate::bfrt_backend::{BfrtBackend, BfrtEndpoint};
+use crate::cpu_port::{spawn_reader, CpuPort};
+use crate::setup::SwitchSetup;
+
+/// The switch time the agent works in, ns (the data plane's clock).
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The host's real-time clock in ns: the switch time when the switch's timestamps are
+/// synchronised to the host (PTP on the switch CPU and the ASIC).
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    })
+}
+
+/// The daemon's configuration file.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// This switch's node name in the fabric (and its certificate's common name).
+    pub switch: String,
+    /// Its node id in reports; taken from the fabric description when not given.
+    #[serde(default)]
+    pub node_id: Option<NodeId>,
+    /// The fabric description (`topology.json`): when given, the daemon installs the
+    /// switch's routes, port masks, PFC speeds and multicast group from it.
+    #[serde(default)]
+    pub topology: Option<PathBuf>,
+    /// The switch's BF Runtime server.
+    pub bfrt: BfrtSection,
+    /// The CPU port.
+    #[serde(default)]
+    pub cpu_port: CpuPortSection,
+    /// The analyzer.
+    pub analyzer: AnalyzerSection,
+    /// Agent settings.
+    #[serde(default)]
+    pub agent: AgentSection,
+}
+
+/// `[bfrt]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BfrtSection {
+    /// `host:port` of bf_switchd's gRPC server (default port 50052).
+    pub address: String,
+    /// Device id.
+    #[serde(default)]
+    pub device_id: u32,
+    /// This agent's client id (unique among the switch's BF Runtime clients).
+    #[serde(default = "default_client_id")]
+    pub client_id: u32,
+    /// The P4 name the switch runs the hawkmesh program under.
+    #[serde(default = "default_p4_name")]
+    pub p4_name: String,
+}
+
+fn default_client_id() -> u32 {
+    1
+}
+
+fn default_p4_name() -> String {
+    "hawkmesh".to_string()
+}
+
+/// `[cpu_port]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CpuPortSection {
+    /// The Linux interface of the CPU port (`bf_pci0` with the SDE's `bf_kpkt`).
+    #[serde(default = "default_interface")]
+    pub interface: String,
+    /// The CPU port's device port (Tofino 1 PCIe CPU port: 192 on 2-pipe, 320 on 4-pipe
+    /// parts; the program's `CPU_PORT` by default).
+    #[serde(default = "default_dev_port")]
+    pub dev_port: u16,
+    /// The mirror session the program clones CPU copies to.
+    #[serde(default = "default_mirror_session")]
+    pub mirror_session: u16,
+}
+
+fn default_interface() -> String {
+    "bf_pci0".to_string()
+}
+
+fn default_dev_port() -> u16 {
+    CPU_PORT
+}
+
+fn default_mirror_session() -> u16 {
+    CPU_MIRROR_SESSION
+}
+
+impl Default for CpuPortSection {
+    fn default() -> Self {
+        CpuPortSection {
+            interface: default_interface(),
+            dev_port: default_dev_port(),
+            mirror_session: default_mirror_session(),
+        }
+    }
+}
+
+/// `[analyzer]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnalyzerSection {
+    /// `https://host:port` (mutual TLS), or `http://` on a loopback address only.
+    pub endpoint: String,
+    /// The CA the analyzer's certificate chains to (PEM).
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// This agent's certificate (PEM; its common name is `switch`).
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+    /// The analyzer's name as its certificate gives it (default: the endpoint's host).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `[agent]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSection {
+    /// At most one register read per this many µs.
+    pub guard_us: u64,
+    /// Wait after a polling event's first copy before its read, µs.
+    pub gather_us: u64,
+    /// How far back intact ring slots older than the window are still reported, µs.
+    pub aged_lookback_us: u64,
+    /// Largest report chunk, bytes.
+    pub chunk_bytes: usize,
+    /// Eviction reports kept between collections.
+    pub max_pending_evictions: usize,
+    /// CPU frames queued between the CPU-port reader and the agent (more are dropped and
+    /// counted).
+    pub cpu_queue: usize,
+    /// Report bytes kept for the analyzer while it is away (the oldest reports beyond are
+    /// dropped and counted).
+    pub outbox_bytes: usize,
+    /// How long a stop waits for the outbox to drain, ms.
+    pub drain_ms: u64,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        let agent = AgentConfig::new(0);
+        AgentSection {
+            guard_us: agent.guard_ns / 1000,
+            gather_us: agent.gather_ns / 1000,
+            aged_lookback_us: agent.aged_lookback_ns / 1000,
+            chunk_bytes: agent.chunk_bytes,
+            max_pending_evictions: agent.max_pending_evictions,
+            cpu_queue: 4096,
+            outbox_bytes: 64 << 20,
+            drain_ms: 10_000,
+        }
+    }
+}
+
+/// Why the daemon cannot start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The configuration is wrong.
+    #[error("{path}: {reason}")]
+    Config {
+        /// The file (or `flags`).
+        path: String,
+        /// What is wrong, with the key or line.
+        reason: String,
+    },
+    /// The switch refused the agent (another program, a refused entry).
+    #[error("switch `{switch}`: {source}")]
+    Switch {
+        /// The switch.
+        switch: String,
+        /// Why.
+        #[source]
+        source: BackendError,
+    },
+    /// The CPU port failed.
+    #[error("{0}")]
+    CpuPort(String),
+    /// The analyzer channel could not be set up.
+    #[error("analyzer: {0}")]
+    Analyzer(String),
+}
+
+impl DaemonConfig {
+    /// Parses a configuration; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<DaemonConfig, DaemonError> {
+        let config: DaemonConfig = toml::from_str(text).map_err(|e| DaemonError::Config {
+            path: origin.to_string(),
+            reason: e.to_string().trim_end().to_string(),
+        })?;
+        config.check(origin)?;
+        Ok(config)
+    }
+
+    /// Reads and parses a configuration file.
+    pub fn load(path: &Path) -> Result<DaemonConfig, DaemonError> {
+        let text = std::fs::read_to_string(path).map_err(|e| DaemonError::Config {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        DaemonConfig::parse(&text, &path.display().to_string())
+    }
+
+    fn check(&self, origin: &str) -> Result<(), DaemonError> {
+        let bad = |reason: String| DaemonError::Config {
+            path: origin.to_string(),
+            reason,
+        };
+        if self.topology.is_none() && self.node_id.is_none() {
+            return Err(bad(
+                "give `node_id` or `topology` (the switch's node id in reports comes from one of them)"
+                    .into(),
+            ));
+        }
+        split_address(&self.bfrt.address).map_err(|e| bad(format!("bfrt.address: {e}")))?;
+        let (scheme, host) = endpoint_host(&self.analyzer.endpoint)
+            .map_err(|e| bad(format!("analyzer.endpoint: {e}")))?;
+        let tls = [&self.analyzer.ca, &self.analyzer.cert, &self.analyzer.key];
+        match scheme {
+            "https" if tls.iter().any(|f| f.is_none()) => Err(bad(
+                "analyzer: an https endpoint needs `ca`, `cert` and `key` (mutual TLS)".into(),
+            )),
+            "http" if !is_loopback(host) => Err(bad(format!(
+                "analyzer.endpoint: plaintext is for a loopback analyzer only, not `{host}`; use https with `ca`, `cert` and `key`"
+            ))),
+            "http" | "https" => Ok(()),
+            other => Err(bad(format!(
+                "analyzer.endpoint: scheme `{other}`, expected https (or http on loopback)"
+            ))),
+        }?;
+        let a = &self.agent;
+        if a.chunk_bytes < 256 || a.cpu_queue == 0 || a.outbox_bytes == 0 {
+            return Err(bad(
+                "agent: chunk_bytes must be at least 256, cpu_queue and outbox_bytes above 0"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The agent's settings for `node`.
+    pub fn agent_config(&self, node: NodeId) -> AgentConfig {
+        let mut agent = AgentConfig::new(node);
+        agent.guard_ns = self.agent.guard_us.saturating_mul(1000);
+        agent.gather_ns = self.agent.gather_us.saturating_mul(1000);
+        agent.aged_lookback_ns = self.agent.aged_lookback_us.saturating_mul(1000);
+        agent.chunk_bytes = self.agent.chunk_bytes;
+        agent.max_pending_evictions = self.agent.max_pending_evictions;
+        agent
+    }
+
+    /// The BF Runtime endpoint.
+    pub fn bfrt_endpoint(&self) -> BfrtEndpoint {
+        // Checked in `parse`.
+        let (host, port) = split_address(&self.bfrt.address).unwrap_or_default();
+        BfrtEndpoint {
+            host,
+            port,
+            device_id: self.bfrt.device_id,
+            client_id: self.bfrt.client_id,
+            p4_name: self.bfrt.p4_name.clone(),
+        }
+    }
+
+    /// The node id and, with a fabric description, the switch's set-up (reads the file).
+    pub fn resolve(&self) -> Result<(NodeId, Option<SwitchSetup>), DaemonError> {
+        let Some(path) = &self.topology else {
+            // `check` makes one of them present.
+            return Ok((self.node_id.unwrap_or_default(), None));
+        };
+        let bad = |reason: String| DaemonError::Config {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let fabric: FabricTopology = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("not a fabric description: {e}")))?;
+        fabric.validate().map_err(|e| bad(e.to_string()))?;
+        let node = fabric
+            .node_by_name(&self.switch)
+            .map(|n| n.id)
+            .ok_or_else(|| bad(format!("no node `{}`", self.switch)))?;
+        if let Some(id) = self.node_id.filter(|id| *id != node) {
+            return Err(bad(format!(
+                "`{}` is node {node} here, the configuration says node_id = {id}",
+                self.switch
+            )));
+        }
+        let setup =
+            SwitchSetup::from_fabric(&fabric, &self.switch).map_err(|e| bad(e.to_string()))?;
+        Ok((node, Some(setup)))
+    }
+}
+
+fn split_address(address: &str) -> Result<(String, u16), String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{address}` is not host:port"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("`{address}`: port `{port}` is not a number"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("`{address}` has no host"));
+    }
+    Ok((host.to_string(), port))
+}
+
+fn endpoint_host(endpoint: &str) -> Result<(&str, &str), String> {
+    let (scheme, rest) = endpoint
+        .split_once("://")
+        .ok_or_else(|| format!("`{endpoint}` is not a URL (https://host:port)"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.is_empty() {
+        return Err(format!("`{endpoint}` has no host"));
+    }
+    Ok((scheme, host))
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// What the daemon did (also logged every minute while it runs).
+#[derive(Debug, Default)]
+pub struct DaemonStats {
+    /// CPU frames read from the CPU port.
+    pub cpu_frames: AtomicU64,
+    /// CPU frames dropped because the agent's queue was full.
+    pub cpu_dropped: AtomicU64,
+    /// Reports produced.
+    pub reports: AtomicU64,
+    /// Reports the analyzer acknowledged.
+    pub reports_sent: AtomicU64,
+    /// Chunks the analyzer stored for the first time.
+    pub chunks_accepted: AtomicU64,
+    /// Chunks the analyzer already had (resent after a failed stream).
+    pub chunks_duplicate: AtomicU64,
+    /// Chunks the analyzer refused (logged with its reason).
+    pub chunks_rejected: AtomicU64,
+    /// Streams to the analyzer that failed (sent again).
+    pub send_failures: AtomicU64,
+    /// Reports dropped from a full outbox (analyzer away too long).
+    pub reports_dropped: AtomicU64,
+    /// Reconnections to the switch.
+    pub switch_reconnects: AtomicU64,
+}
+
+/// What a daemon run did, at its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonSummary {
+    /// Polling copies the agent received.
+    pub polling_copies: u64,
+    /// Reports produced.
+    pub reports: u64,
+    /// Reports the analyzer acknowledged.
+    pub reports_sent: u64,
+    /// Reports still in the outbox when the drain time ran out.
+    pub reports_unsent: u64,
+    /// Reports dropped from a full outbox.
+    pub reports_dropped: u64,
+    /// Polling events accepted and never reported (the switch unreachable at the stop).
+    pub events_unreported: u64,
+    /// Reconnections to the switch.
+    pub switch_reconnects: u64,
+    /// Failed streams to the analyzer (each sent again).
+    pub send_failures: u64,
+    /// CPU frames dropped at the agent's queue.
+    pub cpu_dropped: u64,
+}
+
+/// A report waiting for the analyzer's acknowledgement.
+#[derive(Debug)]
+struct Pending {
+    seq: u64,
+    event_id: u64,
+    bytes: usize,
+    chunks: Vec<Vec<u8>>,
+}
+
+/// Reports waiting for the analyzer, bounded in bytes.
+#[derive(Debug)]
+struct Outbox {
+    queue: VecDeque<Pending>,
+    bytes: usize,
+    limit: usize,
+    next_seq: u64,
+}
+
+impl Outbox {
+    /// Queues a report; drops the oldest beyond the limit, returning how many.
+    fn push(&mut self, event_id: u64, chunks: Vec<Vec<u8>>) -> u64 {
+        let bytes = chunks.iter().map(Vec::len).sum();
+        self.queue.push_back(Pending {
+            seq: self.next_seq,
+            event_id,
+            bytes,
+            chunks,
+        });
+        self.next_seq += 1;
+        self.bytes += bytes;
+        let mut dropped = 0;
+        while self.bytes > self.limit && self.queue.len() > 1 {
+            if let Some(old) = self.queue.pop_front() {
+                self.bytes -= old.bytes;
+                dropped += 1;
+                tracing::warn!(
+                    event = old.event_id,
+                    "outbox full: dropped the report of polling event {} (the analyzer has been away too long)",
+                    old.event_id
+                );
+            }
+        }
+        dropped
+    }
+
+    /// Removes the reports up to `seq` (acknowledged).
+    fn acknowledge(&mut self, seq: u64) -> u64 {
+        let mut n = 0;
+        while self.queue.front().is_some_and(|p| p.seq <= seq) {
+            if let Some(p) = self.queue.pop_front() {
+                self.bytes -= p.bytes;
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// Reports per stream.
+const BATCH_REPORTS: usize = 64;
+/// Longest wait between retries of a failed stream or connection.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often an idle daemon checks that the switch still holds its state.
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+/// A stream that takes longer than this is given up and sent again.
+const STREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn analyzer_channel(config: &AnalyzerSection, runtime: &Handle) -> Result<Channel, DaemonError> {
+    let bad = |e: String| DaemonError::Analyzer(format!("{}: {e}", config.endpoint));
+    let mut endpoint = Endpoint::from_shared(config.endpoint.clone())
+        .map_err(|e| bad(e.to_string()))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_keepalive(Some(Duration::from_secs(30)))
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
+    if config.endpoint.starts_with("https://") {
+        let (_, host) = endpoint_host(&config.endpoint).map_err(bad)?;
+        let name = config.name.clone().unwrap_or_else(|| host.to_string());
+        let (Some(ca), Some(cert), Some(key)) = (&config.ca, &config.cert, &config.key) else {
+            return Err(bad("mutual TLS needs ca, cert and key".into()));
+        };
+        let tls = hawkmesh_proto::tls::client_config(ca, cert, key, &name)
+            .map_err(|e| bad(e.to_string()))?;
+        endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
+    }
+    let _entered = runtime.enter();
+    Ok(endpoint.connect_lazy())
+}
+
+/// Streams the outbox to the analyzer until `closing` is set and the outbox is empty.
+async fn deliver(
+    channel: Channel,
+    outbox: Arc<Mutex<Outbox>>,
+    wake: Arc<Notify>,
+    closing: Arc<AtomicBool>,
+    stats: Arc<DaemonStats>,
+) {
+    let mut client = CollectorClient::new(channel);
+    let mut backoff = Duration::from_millis(100);
+    let mut failing = false;
+    loop {
+        let batch: Vec<(u64, Vec<Vec<u8>>)> = match outbox.lock() {
+            Ok(o) => o
+                .queue
+                .iter()
+                .take(BATCH_REPORTS)
+                .map(|p| (p.seq, p.chunks.clone()))
+                .collect(),
+            Err(_) => return,
+        };
+        let Some(last) = batch.last().map(|(seq, _)| *seq) else {
+            if closing.load(Ordering::Acquire) {
+                return;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), wake.notified()).await;
+            continue;
+        };
+        let chunks: Vec<ReportChunk> = batch
+            .into_iter()
+            .flat_map(|(_, chunks)| chunks)
+            .map(|chunk| ReportChunk { chunk })
+            .collect();
+        let sent = tokio::time::timeout(
+            STREAM_TIMEOUT,
+            client.stream_reports(tokio_stream::iter(chunks)),
+        )
+        .await;
+        match sent {
+            Ok(Ok(summary)) => {
+                let summary = summary.into_inner();
+                let acknowledged = outbox.lock().map(|mut o| o.acknowledge(last)).unwrap_or(0);
+                stats
+                    .reports_sent
+                    .fetch_add(acknowledged, Ordering::Relaxed);
+                stats
+                    .chunks_accepted
+                    .fetch_add(summary.accepted, Ordering::Relaxed);
+                stats
+                    .chunks_duplicate
+                    .fetch_add(summary.duplicates, Ordering::Relaxed);
+                stats
+                    .chunks_rejected
+                    .fetch_add(summary.rejected.len() as u64, Ordering::Relaxed);
+                for reason in &summary.rejected {
+                    tracing::error!("the analyzer refused a report chunk: {reason}");
+                }
+                if failing {
+                    tracing::info!("the analyzer is reachable again; reports are flowing");
+                }
+                failing = false;
+                backoff = Duration::from_millis(100);
+            }
+            failed => {
+                let why = match failed {
+                    Ok(Err(status)) => format!("{}: {}", status.code(), status.message()),
+                    _ => format!("no answer within {} s", STREAM_TIMEOUT.as_secs()),
+                };
+                stats.send_failures.fetch_add(1, Ordering::Relaxed);
+                if !failing {
+                    tracing::warn!("streaming reports to the analyzer failed ({why}); they stay queued and are sent again");
+                }
+                failing = true;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Connects to the switch and installs the agent's state, retrying while the switch is
+/// unreachable (bf_switchd starting or restarting) until `stop`. A switch that runs
+/// another program is an error at the first connection (a configuration mistake) and
+/// retried later (the program may be being reloaded).
+fn connect_switch(
+    runtime: &Handle,
+    config: &DaemonConfig,
+    setup: Option<&SwitchSetup>,
+    stop: &AtomicBool,
+    first: bool,
+) -> Result<Option<BfrtBackend>, DaemonError> {
+    let endpoint = config.bfrt_endpoint();
+    let mut backoff = Duration::from_millis(50);
+    let mut logged = false;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let attempt = BfrtBackend::connect(runtime.clone(), &endpoint).and_then(|mut backend| {
+            if let Some(setup) = setup {
+                setup.apply(&mut backend)?;
+            }
+            backend.set_mirror_session(config.cpu_port.mirror_session, config.cpu_port.dev_port)?;
+            Ok(backend)
+        });
+        match attempt {
+            Ok(backend) => {
+                tracing::info!(
+                    "switch `{}`: connected to BF Runtime at {}:{}, program `{}` checked, state installed",
+                    config.switch,
+                    endpoint.host,
+                    endpoint.port,
+                    endpoint.p4_name
+                );
+                return Ok(Some(backend));
+            }
+            Err(e @ (BackendError::Program(_) | BackendError::EntryRefused { .. })) if first => {
+                return Err(DaemonError::Switch {
+                    switch: config.switch.clone(),
+                    source: e,
+                })
+            }
+            Err(e) => {
+                if !logged {
+                    tracing::warn!(
+                        "switch `{}`: {e}; retrying every {} s at most",
+                        config.switch,
+                        MAX_BACKOFF.as_secs()
+                    );
+                    logged = true;
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Runs the daemon until `stop` is set: `cpu` is the opened CPU port, `clock` the switch
+/// time, `runtime` a Tokio runtime for the gRPC clients. Blocks; call it outside the
+/// runtime's worker threads.
+pub fn run(
+    config: &DaemonConfig,
+    cpu: CpuPort,
+    clock: Clock,
+    runtime: Handle,
+    stop: Arc<AtomicBool>,
+) -> Result<DaemonSummary, DaemonError> {
+    let (node, setup) = config.resolve()?;
+    let stats = Arc::new(DaemonStats::default());
+    let channel = analyzer_channel(&config.analyzer, &runtime)?;
+    let Some(backend) = connect_switch(&runtime, config, setup.as_ref(), &stop, true)? else {
+        return Ok(summary(&stats, 0, 0, 0));
+    };
+
+    let outbox = Arc::new(Mutex::new(Outbox {
+        queue: VecDeque::new(),
+        bytes: 0,
+        limit: config.agent.outbox_bytes,
+        next_seq: 0,
+    }));
+    let wake = Arc::new(Notify::new());
+    let closing = Arc::new(AtomicBool::new(false));
+    let sender = runtime.spawn(deliver(
+        channel,
+        outbox.clone(),
+        wake.clone(),
+        closing.clone(),
+        stats.clone(),
+    ));
+
+    let reader_stop = Arc::new(AtomicBool::new(false));
+    let (cpu_tx, cpu_rx) = sync_channel(config.agent.cpu_queue);
+    let reader_clock = clock.clone();
+    let (reader, reader_stats) = spawn_reader(
+        cpu,
+        cpu_tx,
+        Box::new(move || reader_clock()),
+        reader_stop.clone(),
+    )
+    .map_err(|e| DaemonError::CpuPort(format!("starting the reader thread: {e}")))?;
+
+    let mut agent = SwitchAgent::new(config.agent_config(node), backend);
+    let mut last_log = Instant::now();
+    let mut last_check = Instant::now();
+    let mut reader_error = None;
+    let mut events_unreported = 0;
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        // Short waits while polling events wait for their read, long ones when idle.
+        let wait = if agent.waiting() > 0 {
+            Duration::from_micros(20)
+        } else {
+            Duration::from_millis(2)
+        };
+        match cpu_rx.recv_timeout(wait) {
+            Ok(frame) => {
+                agent.backend_mut().deliver_cpu(frame);
+                for frame in cpu_rx.try_iter().take(config.agent.cpu_queue) {
+                    agent.backend_mut().deliver_cpu(frame);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                reader_error = Some("the CPU-port reader stopped".to_string());
+            }
+        }
+        let now = clock();
+        let made = if stopping || reader_error.is_some() {
+            agent.flush(now)
+        } else {
+            agent.poll(now)
+        };
+        let failure = match made {
+            Ok(collections) => {
+                for c in collections {
+                    stats.reports.fetch_add(1, Ordering::Relaxed);
+                    let dropped = outbox
+                        .lock()
+                        .map(|mut o| o.push(c.event_id, c.chunks))
+                        .unwrap_or(0);
+                    stats.reports_dropped.fetch_add(dropped, Ordering::Relaxed);
+                    wake.notify_one();
+                }
+                // Once a second while idle: is the switch still there with our state?
+                // (bf_switchd restarted with a fresh state: install it again.)
+                if agent.waiting() == 0 && !stopping && last_check.elapsed() >= LIVENESS_CHECK {
+                    last_check = Instant::now();
+                    let (session, port) =
+                        (config.cpu_port.mirror_session, config.cpu_port.dev_port);
+                    match agent.backend_mut().mirror_session_sends_to(session, port) {
+                        Ok(true) => None,
+                        Ok(false) => Some(format!(
+                            "mirror session {session} no longer sends to port {port}"
+                        )),
+                        Err(e) => Some(e.to_string()),
+                    }
+                } else {
+                    None
+                }
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(failure) = failure {
+            tracing::warn!(
+                "switch `{}`: {failure}; reconnecting ({} polling events wait for their read)",
+                config.switch,
+                agent.waiting()
+            );
+            let frames = agent.backend_mut().take_cpu();
+            match connect_switch(&runtime, config, setup.as_ref(), &stop, false)? {
+                Some(mut backend) => {
+                    for frame in frames {
+                        backend.deliver_cpu(frame);
+                    }
+                    *agent.backend_mut() = backend;
+                    stats.switch_reconnects.fetch_add(1, Ordering::Relaxed);
+                }
+                None => {
+                    events_unreported = agent.waiting() as u64;
+                    if events_unreported > 0 {
+                        tracing::error!(
+                            "stopping with the switch unreachable: {events_unreported} polling events are not reported"
+                        );
+                    }
+                    break;
+                }
+            }
+        }
+        if (stopping || reader_error.is_some()) && agent.waiting() == 0 {
+            break;
+        }
+        if last_log.elapsed() >= Duration::from_secs(60) {
+            last_log = Instant::now();
+            let a = agent.stats();
+            tracing::info!(
+                "polling copies {}, reports {}, sent {}, queued {}, register reads {}, evictions {} (lost {}), CPU frames dropped {}",
+                a.polling_copies,
+                a.reports,
+                stats.reports_sent.load(Ordering::Relaxed),
+                outbox.lock().map(|o| o.queue.len()).unwrap_or(0),
+                a.register_reads,
+                a.evictions,
+                a.lost_evictions,
+                reader_stats.dropped.load(Ordering::Relaxed)
+            );
+        }
+    }
+
+    reader_stop.store(true, Ordering::Release);
+    let reader_result = reader.join();
+    stats.cpu_frames.store(
+        reader_stats.delivered.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
+    stats.cpu_dropped.store(
+        reader_stats.dropped.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
+
+    // Let the outbox drain, for a bounded time.
+    closing.store(true, Ordering::Release);
+    wake.notify_one();
+    let deadline = Instant::now() + Duration::from_millis(config.agent.drain_ms);
+    while !sender.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sender.abort();
+    let unsent = outbox.lock().map(|o| o.queue.len() as u64).unwrap_or(0);
+    if unsent > 0 {
+        tracing::error!("{unsent} reports could not be delivered to the analyzer before the stop");
+    }
+    let polling_copies = agent.stats().polling_copies;
+    if let Some(reason) = reader_error {
+        let detail = match reader_result {
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(())) => reason,
+            Err(_) => "the CPU-port reader panicked".to_string(),
+        };
+        return Err(DaemonError::CpuPort(detail));
+    }
+    Ok(summary(&stats, polling_copies, unsent, events_unreported))
+}
+
+fn summary(
+    stats: &DaemonStats,
+    polling_copies: u64,
+    reports_unsent: u64,
+    events_unreported: u64,
+) -> DaemonSummary {
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    DaemonSummary {
+        polling_copies,
+        reports: get(&stats.reports),
+        reports_sent: get(&stats.reports_sent),
+        reports_unsent,
+        reports_dropped: get(&stats.reports_dropped),
+        events_unreported,
+        switch_reconnects: get(&stats.switch_reconnects),
+        send_failures: get(&stats.send_failures),
+        cpu_dropped: get(&stats.cpu_dropped),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+switch = "tor1"
+node_id = 3
+[bfrt]
+address = "127.0.0.1:50052"
+[analyzer]
+endpoint = "http://127.0.0.1:50051"
+"#;
+
+    #[test]
+    fn a_minimal_configuration_takes_the_defaults() {
+        let config = DaemonConfig::parse(MINIMAL, "agent.toml").expect("parses");
+        assert_eq!(config.cpu_port.interface, "bf_pci0");
+        assert_eq!(config.cpu_port.dev_port, CPU_PORT);
+        let endpoint = config.bfrt_endpoint();
+        assert_eq!(
+            (endpoint.host.as_str(), endpoint.port),
+            ("127.0.0.1", 50052)
+        );
+        assert_eq!(endpoint.p4_name, "hawkmesh");
+        assert_eq!(config.agent_config(3).guard_ns, crate::DEFAULT_GUARD_NS);
+        assert_eq!(config.resolve().expect("node").0, 3);
+    }
+
+    #[test]
+    fn the_lab_example_configuration_parses() {
+        let text = include_str!("../../hw-lab/switch-agent.toml");
+        let config = DaemonConfig::parse(text, "hw-lab/switch-agent.toml").expect("parses");
+        assert_eq!(config.analyzer.name.as_deref(), Some("analyzer.lab"));
+        assert_eq!(config.agent, AgentSection::default());
+        assert_eq!(config.cpu_port, CpuPortSection::default());
+    }
+
+    #[test]
+    fn configuration_errors_name_the_file_and_the_key() {
+        let cases = [
+            (
+                MINIMAL.replace("node_id = 3\n", ""),
+                "agent.toml: give `node_id` or `topology`",
+            ),
+            (
+                MINIMAL.replace("127.0.0.1:50052", "switch1"),
+                "agent.toml: bfrt.address: `switch1` is not host:port",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1", "http://10.1.1.1"),
+                "agent.toml: analyzer.endpoint: plaintext is for a loopback analyzer only",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1", "https://analyzer"),
+                "agent.toml: analyzer: an https endpoint needs `ca`, `cert` and `key`",
+            ),
+            (
+                MINIMAL.replace("[bfrt]", "[bfrt]\nport = 1"),
+                "agent.toml: TOML parse error at line",
+            ),
+        ];
+        for (text, expected) in cases {
+            let e = DaemonConfig::parse(&text, "agent.toml").expect_err(expected);
+            assert!(e.to_string().starts_with(expected), "{e}");
+        }
+        let e = DaemonConfig::parse(&MINIMAL.replace("[bfrt]", "[bfrt]\nport = 1"), "agent.toml")
+            .expect_err("unknown key");
+        assert!(e.to_string().contains("unknown field `port`"), "{e}");
+    }
+
+    #[test]
+    fn the_outbox_keeps_its_bound_and_drops_the_oldest_report_first() {
+        let mut outbox = Outbox {
+            queue: VecDeque::new(),
+            bytes: 0,
+            limit: 250,
+            next_seq: 0,
+        };
+        for event in 0..5u64 {
+            outbox.push(event, vec![vec![0u8; 100]]);
+        }
+        let kept: Vec<u64> = outbox.queue.iter().map(|p| p.event_id).collect();
+        assert_eq!(kept, [3, 4]);
+        assert_eq!(outbox.bytes, 200);
+        assert_eq!(outbox.acknowledge(3), 1);
+        assert_eq!(outbox.queue.front().map(|p| p.event_id), Some(4));
+        // A report larger than the bound is still kept (alone) rather than lost.
+        outbox.push(9, vec![vec![0u8; 400]]);
+        assert_eq!(outbox.queue.back().map(|p| p.event_id), Some(9));
+    }
+}
