@@ -22,7 +22,7 @@ use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_proto::v1::collector_client::CollectorClient;
 use hawkmesh_proto::v1::IncidentRequest;
 use hawkmesh_switch_agent::cpu_port::CpuPort;
-use hawkmesh_switch_agent::daemon::{run, Clock, DaemonConfig, DaemonSummary};
+use hawkmesh_switch_agent::daemon::{run, DaemonConfig, DaemonSummary};
 use hawkmesh_wire::dataplane::{CPU_MIRROR_SESSION, CPU_PORT};
 use hawkmesh_wire::telemetry::FiveTuple;
 use hawkmesh_wire::topology::FabricTopology;
@@ -107,7 +107,8 @@ struct Switch {
     program: Arc<Program>,
     device: Arc<Mutex<Device>>,
     cpu: CpuPort,
-    clock: Clock,
+    /// The switch's own clock (the ASIC's timestamps, unrelated to the host's).
+    clock: Box<dyn Fn() -> u64>,
 }
 
 impl Switch {
@@ -182,6 +183,23 @@ fn reported(runtime: &tokio::runtime::Runtime, grpc: SocketAddr, event: u64) -> 
     })
 }
 
+/// Flow records in l0's report of `event` at the analyzer (the epochs of the event read
+/// in the switch's time).
+fn flows(server: &RunningServer, event: u64) -> usize {
+    let reports = server
+        .incidents
+        .lock()
+        .unwrap()
+        .reports(event)
+        .unwrap_or_default();
+    reports
+        .iter()
+        .filter(|r| r.switch == 0)
+        .flat_map(|r| &r.epochs)
+        .map(|e| e.flows.len())
+        .sum()
+}
+
 #[test]
 fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outage() {
     if skip() {
@@ -195,13 +213,14 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
     let [switch_side, host_side] = ns.open(["cpu-sw", "cpu-host"]);
     let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
     let device = Arc::new(Mutex::new(fresh_device(&program)));
+    // The switch's clock runs from an arbitrary origin (an ASIC counts from its reset):
+    // the daemon learns it from the polling copies.
     let started = Instant::now();
-    let clock: Clock = Arc::new(move || 5_000_000_000 + started.elapsed().as_nanos() as u64);
     let switch = Switch {
         program: program.clone(),
         device: device.clone(),
         cpu: switch_side,
-        clock: clock.clone(),
+        clock: Box::new(move || 123_456_789_000 + started.elapsed().as_nanos() as u64),
     };
 
     // The switch's BF Runtime server and the analyzer.
@@ -234,8 +253,8 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
     let daemon_rt = tokio::runtime::Runtime::new().expect("runtime");
     let stop = Arc::new(AtomicBool::new(false));
     let daemon = {
-        let (clock, handle, stop) = (clock.clone(), daemon_rt.handle().clone(), stop.clone());
-        std::thread::spawn(move || run(&config, host_side, clock, handle, stop))
+        let (handle, stop) = (daemon_rt.handle().clone(), stop.clone());
+        std::thread::spawn(move || run(&config, host_side, handle, stop))
     };
 
     // It programs the switch: routes from the fabric description, the CPU mirror session.
@@ -248,6 +267,7 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
     wait_for("event 1's report", Duration::from_secs(20), || {
         reported(&analyzer_rt, grpc, 1)
     });
+    assert!(flows(&analyzer, 1) > 0, "the event's epochs were read");
 
     // 2. bf_switchd's gRPC server goes away with a polling event waiting for its read;
     //    the daemon reconnects when it is back and reports the event.
@@ -264,6 +284,10 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
     wait_for("event 2's report", Duration::from_secs(30), || {
         reported(&analyzer_rt, grpc, 2)
     });
+    assert!(
+        flows(&analyzer, 2) > 0,
+        "read a second late, the report still carries the event's epochs the ring holds"
+    );
 
     // 3. The analyzer is down while event 3 is reported: the report waits in the outbox
     //    and reaches the analyzer restarted on the same address and store.
@@ -275,6 +299,7 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
         reported(&analyzer_rt, grpc, 3)
     });
     assert!(reported(&analyzer_rt, grpc, 1), "the store kept event 1");
+    assert!(flows(&analyzer, 3) > 0);
 
     // 4. The switch restarts with its state lost (bf_switchd restart): the daemon notices
     //    (its mirror session is gone), installs everything again, and event 4 is reported.
@@ -292,6 +317,7 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
     wait_for("event 4's report", Duration::from_secs(30), || {
         reported(&analyzer_rt, grpc, 4)
     });
+    assert!(flows(&analyzer, 4) > 0);
 
     stop.store(true, Ordering::Release);
     let summary: DaemonSummary = daemon

@@ -530,13 +530,7 @@ fn switch_agent(config: &Path) -> anyhow::Result<()> {
         config.cpu_port.interface,
         config.analyzer.endpoint
     );
-    let summary = daemon::run(
-        &config,
-        cpu,
-        daemon::system_clock(),
-        runtime.handle().clone(),
-        stop,
-    )?;
+    let summary = daemon::run(&config, cpu, runtime.handle().clone(), stop)?;
     println!(
         "switch agent `{}` stopped: {} polling copies, {} reports ({} delivered, {} undelivered, {} dropped while the analyzer was away), {} events unreported, {} switch reconnections",
         config.switch,

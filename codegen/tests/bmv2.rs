@@ -18,6 +18,7 @@ use std::time::Duration;
 use hawkmesh_codegen::trace::{run_model, run_model_times, Trace, TraceRun, BASE_US, LAB_PORTS};
 use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
 use hawkmesh_dataplane::ir::Program;
+use hawkmesh_wire::polling::POLLING_PACKET_OFFSET;
 
 /// Smallest gap between steps: BMv2 replays in real time, and a packet must have left the
 /// switch before the next arrives so queues stay empty (the model's `process` has zero
@@ -81,14 +82,19 @@ type Depths = BTreeMap<String, (String, Vec<u64>)>;
 /// The model leaves the IPv4 header checksum at 0; the v1model program recomputes it in
 /// `MainComputeChecksum` (v1model.p4 `update_checksum`, csum16 = RFC 1071). Recompute it on
 /// both sides so only a real header difference shows. `report` (CPU port only) is where an
-/// eviction report's clock-valued bytes lie ([`Report`]).
+/// eviction report's clock-valued bytes lie, and a polling copy's ingress timestamp
+/// ([`Report`]).
 fn normalise_packet(mut bytes: Vec<u8>, report: Option<&Report>) -> Vec<u8> {
     let mut frame = 0;
-    if let Some(r) = report.filter(|r| r.is_report(&bytes)) {
-        for range in &r.clock {
-            bytes[range.clone()].fill(0);
+    if let Some(r) = report {
+        if r.is_report(&bytes) {
+            for range in &r.clock {
+                bytes[range.clone()].fill(0);
+            }
+            frame = r.bytes;
+        } else if let Some(tstamp) = bytes.get_mut(r.polling_tstamp.clone()) {
+            tstamp.fill(0);
         }
-        frame = r.bytes;
     }
     let eth = &mut bytes[frame..];
     if eth.len() >= 34 && eth[12..14] == [0x08, 0x00] && eth[14] >> 4 == 4 {
@@ -114,12 +120,15 @@ fn normalise_packet(mut bytes: Vec<u8>, report: Option<&Report>) -> Vec<u8> {
 /// §3.3; the `eviction` header of the program). Its epoch id and ring slot are the switch
 /// clock's, its queue-depth sum the target's queues, its first and last offsets clock
 /// times: those bytes are zeroed on both sides; the evicted flow's key, egress port and
-/// packet counts are compared.
+/// packet counts are compared. A polling CPU copy carries the switch's ingress timestamp
+/// (`polling.context_tstamp`): zeroed too.
 struct Report {
     /// Header length in bytes.
     bytes: usize,
     /// Byte ranges of the clock- and queue-valued fields.
     clock: Vec<std::ops::Range<usize>>,
+    /// Bytes of a polling copy's ingress timestamp, from the frame's start.
+    polling_tstamp: std::ops::Range<usize>,
 }
 
 impl Report {
@@ -152,9 +161,26 @@ impl Report {
             bit += width;
         }
         assert_eq!(clock.len(), 5, "the eviction header's clock fields");
+        let polling = program
+            .headers
+            .iter()
+            .find(|h| h.name == "polling")
+            .expect("the program has a polling header");
+        let mut at = 0usize;
+        let mut polling_tstamp = None;
+        for f in &polling.fields {
+            let field = &program.fields[f.0 as usize];
+            let width = field.width as usize;
+            if field.name == "context_tstamp" {
+                let start = POLLING_PACKET_OFFSET + at / 8;
+                polling_tstamp = Some(start..start + width / 8);
+            }
+            at += width;
+        }
         Report {
             bytes: bit / 8,
             clock,
+            polling_tstamp: polling_tstamp.expect("polling.context_tstamp"),
         }
     }
 
@@ -695,10 +721,17 @@ fn normalisation_and_comparison_report_real_differences_only() {
 
     // A BMv2-like view: checksums filled in, the ring rotated by one epoch, times shifted.
     let mut shifted = run.clone();
+    let layout = Report::of(&program);
     for out in &mut shifted.outputs {
         for (_, bytes) in &mut out.ports {
             // BMv2 fills the checksum in; normalising again must be idempotent.
             *bytes = normalise_packet(bytes.clone(), None);
+        }
+        // Its clock stamps the polling copies with other times.
+        for bytes in &mut out.cpu {
+            if let Some(t) = bytes.get_mut(layout.polling_tstamp.clone()) {
+                t[2] ^= 0x5a;
+            }
         }
     }
     let epochs = constant(&program, "EPOCHS") as usize;

@@ -227,6 +227,7 @@ mod tests {
                 context_egress_port: 0xffff,
                 context_flags: 1,
                 context_pfc_ports: 0x8000_0000_0000_0021,
+                context_tstamp_ns: 0x0000_1234_5678_9abc,
             };
             let ip = |a: [u8; 4]| u64::from(u32::from_be_bytes(a));
             let by_program = emit_header(
@@ -248,6 +249,7 @@ mod tests {
                     ("context_egress_port", 0xffff),
                     ("context_flags", 1),
                     ("context_pfc_ports", polling.context_pfc_ports),
+                    ("context_tstamp", polling.context_tstamp_ns),
                 ],
             );
             assert_eq!(polling.emit().as_slice(), by_program.as_slice());

@@ -22,9 +22,9 @@
 // UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)
 // POLLING_UDP_PORT = 26760 (not referenced by the program)
 // Version of the polling header layout
-// POLLING_VERSION = 2 (not referenced by the program)
+// POLLING_VERSION = 3 (not referenced by the program)
 // Bytes of the polling header after the UDP header
-// POLLING_HEADER_BYTES = 40 (not referenced by the program)
+// POLLING_HEADER_BYTES = 48 (not referenced by the program)
 // context_kind of a polling packet travelling between switches
 // POLLING_CONTEXT_IN_FLIGHT = 0 (not referenced by the program)
 // context_kind of the copy a switch sends to its CPU port
@@ -156,7 +156,7 @@ header bth_h {
     bit<24> psn;
 }
 
-// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 2: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports)
+// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 3: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports, the switch's ingress timestamp of the packet)
 header polling_h {
     bit<8> version;
     bit<6> reserved_flags;
@@ -175,6 +175,7 @@ header polling_h {
     bit<8> context_flags;
     bit<8> reserved;
     bit<64> context_pfc_ports;
+    bit<64> context_tstamp;
 }
 
 // Ingress → egress bridged metadata (TNA bridging)
@@ -199,6 +200,7 @@ header mirror_h {
     bit<32> pfc_ports_w1;
     bit<8> arrival_flags;
     bit<16> arrival_port;
+    bit<48> arrival_tstamp;
     bit<16> epoch_id;
     bit<16> flow_old_epoch;
     bit<32> flow_old_src;
@@ -242,6 +244,7 @@ struct metadata_t {
     bit<32> pfc_ports_w1;
     bit<8> arrival_flags;
     bit<16> arrival_port;
+    bit<48> arrival_tstamp;
     bit<32> lookup_src_addr;
     bit<32> lookup_dst_addr;
     bit<16> lookup_src_port;
@@ -395,6 +398,7 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
         meta.pfc_ports_w1 = 0;
         meta.arrival_flags = 0;
         meta.arrival_port = 0;
+        meta.arrival_tstamp = 0;
         meta.lookup_src_addr = 0;
         meta.lookup_dst_addr = 0;
         meta.lookup_src_port = 0;
@@ -1844,7 +1848,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         } else {
             if (hdr.ipv4.isValid()) {
                 if (hdr.polling.isValid()) {
-                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w2)) {
+                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w3)) {
                         ig_dprsr_md.drop_ctl = 1;
                     } else {
                         meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
@@ -1857,6 +1861,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                         } else {
                             meta.arrival_flags = ((bit<8>)(hdr.polling.trace_flag));
                             meta.arrival_port = meta.intr_ingress_port;
+                            meta.arrival_tstamp = meta.intr_ingress_tstamp;
                             ig_dprsr_md.mirror_type = MIRROR_TYPE_I2E;
                             meta.mirror_session = (MirrorId_t)CPU_MIRROR_SESSION;
                             meta.lookup_src_addr = hdr.polling.victim_src_addr;
@@ -2221,7 +2226,7 @@ control IngressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
     Checksum() ipv4_checksum;
     apply {
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_I2E) {
-            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_I2E, meta.intr_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
+            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_I2E, meta.intr_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.arrival_tstamp, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
         }
         // RFC 791 header checksum (the sketch mark rewrites DSCP).
         if (hdr.ipv4.isValid()) {
@@ -2250,6 +2255,7 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         meta.pfc_ports_w1 = 0;
         meta.arrival_flags = 0;
         meta.arrival_port = 0;
+        meta.arrival_tstamp = 0;
         meta.lookup_src_addr = 0;
         meta.lookup_dst_addr = 0;
         meta.lookup_src_port = 0;
@@ -2410,6 +2416,7 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         meta.pfc_ports_w1 = hdr.mirror.pfc_ports_w1;
         meta.arrival_flags = hdr.mirror.arrival_flags;
         meta.arrival_port = hdr.mirror.arrival_port;
+        meta.arrival_tstamp = hdr.mirror.arrival_tstamp;
         meta.epoch_id = hdr.mirror.epoch_id;
         meta.flow_old_epoch = hdr.mirror.flow_old_epoch;
         meta.flow_old_src = hdr.mirror.flow_old_src;
@@ -2683,6 +2690,7 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
                     hdr.polling.context_egress_port = meta.victim_port;
                     hdr.polling.context_flags = ((bit<8>)(meta.victim_paused));
                     hdr.polling.context_pfc_ports = ((((bit<64>)(meta.pfc_ports_w1)) << 32) | ((bit<64>)(meta.pfc_ports_w0)));
+                    hdr.polling.context_tstamp = ((bit<64>)(meta.arrival_tstamp));
                 }
             } else {
                 hdr.eviction.setValid();
@@ -2731,6 +2739,7 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
                     hdr.polling.context_egress_port = 16w0;
                     hdr.polling.context_flags = 8w0;
                     hdr.polling.context_pfc_ports = 64w0;
+                    hdr.polling.context_tstamp = 64w0;
                 }
             } else {
                 if (hdr.bth.isValid()) {
@@ -2788,7 +2797,7 @@ control EgressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta, 
     Checksum() ipv4_checksum;
     apply {
         if (eg_dprsr_md.mirror_type == MIRROR_TYPE_E2E) {
-            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_E2E, meta.intr_eg_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
+            mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_E2E, meta.intr_eg_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.arrival_tstamp, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
         }
         // RFC 791 header checksum (the sketch mark rewrites DSCP).
         if (hdr.ipv4.isValid()) {

@@ -22,9 +22,9 @@
 // UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)
 // POLLING_UDP_PORT = 26760 (not referenced by the program)
 // Version of the polling header layout
-// POLLING_VERSION = 2 (not referenced by the program)
+// POLLING_VERSION = 3 (not referenced by the program)
 // Bytes of the polling header after the UDP header
-// POLLING_HEADER_BYTES = 40 (not referenced by the program)
+// POLLING_HEADER_BYTES = 48 (not referenced by the program)
 // context_kind of a polling packet travelling between switches
 // POLLING_CONTEXT_IN_FLIGHT = 0 (not referenced by the program)
 // context_kind of the copy a switch sends to its CPU port
@@ -151,7 +151,7 @@ header bth_h {
     bit<24> psn;
 }
 
-// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 2: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports)
+// HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 3: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports, the switch's ingress timestamp of the packet)
 header polling_h {
     bit<8> version;
     bit<6> reserved_flags;
@@ -170,6 +170,7 @@ header polling_h {
     bit<8> context_flags;
     bit<8> reserved;
     bit<64> context_pfc_ports;
+    bit<64> context_tstamp;
 }
 
 struct headers_t {
@@ -198,6 +199,7 @@ struct metadata_t {
     @field_list(1) bit<32> pfc_ports_w1;
     @field_list(1) bit<8> arrival_flags;
     @field_list(1) bit<16> arrival_port;
+    @field_list(1) bit<48> arrival_tstamp;
     bit<32> lookup_src_addr;
     bit<32> lookup_dst_addr;
     bit<16> lookup_src_port;
@@ -622,7 +624,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
         } else {
             if (hdr.ipv4.isValid()) {
                 if (hdr.polling.isValid()) {
-                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w2)) {
+                    if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w3)) {
                         mark_to_drop(standard_metadata);
                     } else {
                         meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
@@ -657,6 +659,7 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         } else {
                             meta.arrival_flags = ((bit<8>)(hdr.polling.trace_flag));
                             meta.arrival_port = meta.intr_ingress_port;
+                            meta.arrival_tstamp = meta.intr_ingress_tstamp;
                             clone_preserving_field_list(CloneType.I2E, (bit<32>)CPU_MIRROR_SESSION, 1);
                             meta.lookup_src_addr = hdr.polling.victim_src_addr;
                             meta.lookup_dst_addr = hdr.polling.victim_dst_addr;
@@ -2359,6 +2362,7 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     hdr.polling.context_egress_port = meta.victim_port;
                     hdr.polling.context_flags = ((bit<8>)(meta.victim_paused));
                     hdr.polling.context_pfc_ports = ((((bit<64>)(meta.pfc_ports_w1)) << 32) | ((bit<64>)(meta.pfc_ports_w0)));
+                    hdr.polling.context_tstamp = ((bit<64>)(meta.arrival_tstamp));
                 }
             } else {
                 hdr.eviction.setValid();
@@ -2407,6 +2411,7 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     hdr.polling.context_egress_port = 16w0;
                     hdr.polling.context_flags = 8w0;
                     hdr.polling.context_pfc_ports = 64w0;
+                    hdr.polling.context_tstamp = 64w0;
                 }
             } else {
                 if (hdr.bth.isValid()) {

@@ -306,8 +306,16 @@ impl<B: SwitchBackend> SwitchAgent<B> {
         self.last_read_ns = Some(now_ns);
         let current = now_ns >> geometry.epoch_log2_ns;
         let first = current.saturating_sub(u64::from(geometry.epochs) - 1);
-        // Older than the window, so none with a zero lookback.
-        let oldest_ns = now_ns.saturating_sub(self.config.aged_lookback_ns);
+        // Older than the window, so none with a zero lookback. A read that comes late (the
+        // switch was unreachable for a while) also reports the epochs of its events' own
+        // windows that the ring still holds intact.
+        let by_lookback = now_ns.saturating_sub(self.config.aged_lookback_ns);
+        let oldest_ns = match self.waiting.iter().map(|w| w.arrived_ns).min() {
+            Some(at) if self.config.aged_lookback_ns > 0 => {
+                by_lookback.min(at.saturating_sub(lookback))
+            }
+            _ => by_lookback,
+        };
         let mut epochs = snapshot.aged_epochs(&geometry, current, oldest_ns);
         epochs.extend((first..=current).map(|epoch| snapshot.epoch(&geometry, epoch)));
         // Evicted flows join the epoch they were counted in; the rest stay pending

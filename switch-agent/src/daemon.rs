@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use hawkmesh_proto::v1::collector_client::CollectorClient;
 use hawkmesh_proto::v1::ReportChunk;
 use hawkmesh_wire::dataplane::{CPU_MIRROR_SESSION, CPU_PORT};
+use hawkmesh_wire::polling::Polling;
 use hawkmesh_wire::topology::{FabricTopology, NodeId};
 use serde::Deserialize;
 use tokio::runtime::Handle;
@@ -43,23 +44,60 @@ use tokio::sync::Notify;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::agent::{AgentConfig, SwitchAgent};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, CpuFrame, CpuFrameKind};
 use crate::bfrt_backend::{BfrtBackend, BfrtEndpoint};
 use crate::cpu_port::{spawn_reader, CpuPort};
 use crate::setup::SwitchSetup;
 
-/// The switch time the agent works in, ns (the data plane's clock).
-pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+/// How long a sample of the switch clock's offset counts.
+const CLOCK_WINDOW: Duration = Duration::from_secs(10);
 
-/// The host's real-time clock in ns: the switch time when the switch's timestamps are
-/// synchronised to the host (PTP on the switch CPU and the ASIC).
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    })
+/// The switch's time (the data plane's clock, which the registers' epochs are in) as the
+/// agent estimates it between polling copies: the host's monotonic clock plus an offset
+/// learned from the ingress timestamps the data plane writes into polling copies. A
+/// sample is `copy timestamp − host time on handling`, short of the true offset by the
+/// copy's delivery delay, so the estimate is the largest sample of the last 10 s (the
+/// fastest delivery; the window lets the two clocks drift apart without a stale maximum).
+#[derive(Debug)]
+pub struct SwitchClock {
+    start: Instant,
+    samples: Mutex<VecDeque<(u64, i128)>>,
+}
+
+impl Default for SwitchClock {
+    fn default() -> Self {
+        SwitchClock {
+            start: Instant::now(),
+            samples: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+impl SwitchClock {
+    fn host_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Takes a switch timestamp of a packet handled now.
+    pub fn observe(&self, switch_ns: u64) {
+        let host = self.host_ns();
+        let Ok(mut samples) = self.samples.lock() else {
+            return;
+        };
+        let oldest = host.saturating_sub(CLOCK_WINDOW.as_nanos() as u64);
+        while samples.front().is_some_and(|(at, _)| *at < oldest) && samples.len() > 1 {
+            samples.pop_front();
+        }
+        samples.push_back((host, i128::from(switch_ns) - i128::from(host)));
+    }
+
+    /// The switch time now, ns; `None` before the first sample.
+    pub fn now(&self) -> Option<u64> {
+        let host = self.host_ns();
+        let samples = self.samples.lock().ok()?;
+        let offset = samples.iter().map(|(_, o)| *o).max()?;
+        u64::try_from(i128::from(host) + offset).ok()
+    }
 }
 
 /// The daemon's configuration file.
@@ -657,16 +695,16 @@ fn connect_switch(
     }
 }
 
-/// Runs the daemon until `stop` is set: `cpu` is the opened CPU port, `clock` the switch
-/// time, `runtime` a Tokio runtime for the gRPC clients. Blocks; call it outside the
-/// runtime's worker threads.
+/// Runs the daemon until `stop` is set: `cpu` is the opened CPU port, `runtime` a Tokio
+/// runtime for the gRPC clients. Blocks; call it outside the runtime's worker threads.
+/// The agent works in the switch's time, learned from the polling copies ([`SwitchClock`]).
 pub fn run(
     config: &DaemonConfig,
     cpu: CpuPort,
-    clock: Clock,
     runtime: Handle,
     stop: Arc<AtomicBool>,
 ) -> Result<DaemonSummary, DaemonError> {
+    let clock = Arc::new(SwitchClock::default());
     let (node, setup) = config.resolve()?;
     let stats = Arc::new(DaemonStats::default());
     let channel = analyzer_channel(&config.analyzer, &runtime)?;
@@ -696,7 +734,7 @@ pub fn run(
     let (reader, reader_stats) = spawn_reader(
         cpu,
         cpu_tx,
-        Box::new(move || reader_clock()),
+        Box::new(move || reader_clock.now().unwrap_or(0)),
         reader_stop.clone(),
     )
     .map_err(|e| DaemonError::CpuPort(format!("starting the reader thread: {e}")))?;
@@ -716,9 +754,10 @@ pub fn run(
         };
         match cpu_rx.recv_timeout(wait) {
             Ok(frame) => {
-                agent.backend_mut().deliver_cpu(frame);
-                for frame in cpu_rx.try_iter().take(config.agent.cpu_queue) {
-                    agent.backend_mut().deliver_cpu(frame);
+                for frame in
+                    std::iter::once(frame).chain(cpu_rx.try_iter().take(config.agent.cpu_queue))
+                {
+                    agent.backend_mut().deliver_cpu(stamped(&clock, frame));
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -726,7 +765,8 @@ pub fn run(
                 reader_error = Some("the CPU-port reader stopped".to_string());
             }
         }
-        let now = clock();
+        // Before the first polling copy there is nothing to collect and no switch time.
+        let now = clock.now().unwrap_or(0);
         let made = if stopping || reader_error.is_some() {
             agent.flush(now)
         } else {
@@ -843,6 +883,20 @@ pub fn run(
     Ok(summary(&stats, polling_copies, unsent, events_unreported))
 }
 
+/// A polling copy carries the switch's time of the event: it is the frame's time and a
+/// sample of the switch clock.
+fn stamped(clock: &SwitchClock, mut frame: CpuFrame) -> CpuFrame {
+    if frame.kind == CpuFrameKind::Polling {
+        if let Ok(polling) = Polling::parse_packet(&frame.bytes) {
+            if polling.context_tstamp_ns != 0 {
+                clock.observe(polling.context_tstamp_ns);
+                frame.time_ns = polling.context_tstamp_ns;
+            }
+        }
+    }
+    frame
+}
+
 fn summary(
     stats: &DaemonStats,
     polling_copies: u64,
@@ -889,6 +943,21 @@ endpoint = "http://127.0.0.1:50051"
         assert_eq!(endpoint.p4_name, "hawkmesh");
         assert_eq!(config.agent_config(3).guard_ns, crate::DEFAULT_GUARD_NS);
         assert_eq!(config.resolve().expect("node").0, 3);
+    }
+
+    #[test]
+    fn the_switch_clock_follows_the_fastest_delivered_copy() {
+        let clock = SwitchClock::default();
+        assert_eq!(clock.now(), None, "no switch time before a copy");
+        clock.observe(1_000_000_000_000);
+        let first = clock.now().expect("a time");
+        assert!((1_000_000_000_000..1_000_000_000_000 + 50_000_000).contains(&first));
+        // A copy that was delivered late (its stamp older) does not move the clock back.
+        clock.observe(999_000_000_000);
+        assert!(clock.now().expect("a time") >= first);
+        // A copy delivered faster than all before moves it forward.
+        clock.observe(1_005_000_000_000);
+        assert!(clock.now().expect("a time") >= 1_005_000_000_000);
     }
 
     #[test]

@@ -17,9 +17,9 @@ pub const ROCEV2_UDP_PORT: u16 = 0x12b7;
 /// UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)
 pub const POLLING_UDP_PORT: u16 = 0x6888;
 /// Version of the polling header layout
-pub const POLLING_VERSION: u8 = 0x2;
+pub const POLLING_VERSION: u8 = 0x3;
 /// Bytes of the polling header after the UDP header
-pub const POLLING_HEADER_BYTES: u16 = 0x28;
+pub const POLLING_HEADER_BYTES: u16 = 0x30;
 /// context_kind of a polling packet travelling between switches
 pub const POLLING_CONTEXT_IN_FLIGHT: u8 = 0x0;
 /// context_kind of the copy a switch sends to its CPU port
@@ -187,8 +187,10 @@ pub mod polling_layout {
     pub const RESERVED: (usize, u8) = (248, 8);
     /// `polling.context_pfc_ports`.
     pub const CONTEXT_PFC_PORTS: (usize, u8) = (256, 64);
+    /// `polling.context_tstamp`.
+    pub const CONTEXT_TSTAMP: (usize, u8) = (320, 64);
     /// Bytes of the whole header.
-    pub const HEADER_BYTES: usize = 40;
+    pub const HEADER_BYTES: usize = 48;
 }
 
 /// Field layout of the `eviction` header: (bit offset from the header start, width in bits).

@@ -1,9 +1,11 @@
-//! The HAWKEYE polling header (HAWKEYE §3.2, Table 1), version 2 of hawkmesh's layout.
+//! The HAWKEYE polling header (HAWKEYE §3.2, Table 1), version 3 of hawkmesh's layout.
 //!
 //! A host sends it in a UDP datagram to port `POLLING_UDP_PORT` with the victim's addresses
 //! in the outer headers, so that switches without HAWKEYE route it like the victim. A switch
 //! running the program forwards it along the victim path and the PFC branch and copies it to
-//! its CPU port, with the context of its own decisions filled in (context kind 1).
+//! its CPU port, with the context of its own decisions filled in (context kind 1) and the
+//! switch's ingress timestamp of the packet (the clock the switch's epochs are in, so the
+//! agent reads the epochs of the event without a clock of its own synchronised to the ASIC).
 //!
 //! ```text
 //!  0        1          2          3             4                     12
@@ -12,6 +14,8 @@
 //!  | victim src IP | victim dst IP | sport  | dport  | proto| arrival fl. |
 //!  26            28            30       31      32                     40
 //!  | ctx ingress  | ctx egress  | ctx fl.| rsvd  | PFC-branch ports (64)  |
+//!  40                                   48
+//!  | ingress timestamp, ns (64; 48 used) |
 //! ```
 //!
 //! The layout is the switch program's: [`PollingHeader`] is a `zerocopy` view whose field
@@ -97,6 +101,9 @@ pub struct PollingHeader {
     pub reserved: u8,
     /// The PFC-branch egress ports the data plane chose (CPU copies).
     pub context_pfc_ports: U64,
+    /// The switch's ingress timestamp of the packet, ns (CPU copies; Tofino's 48-bit
+    /// `ingress_mac_tstamp`).
+    pub context_tstamp: U64,
 }
 
 /// Byte offset of a field in the generated layout; fails the build if it is not on a byte
@@ -129,6 +136,8 @@ const _: () = {
     assert!(offset_of!(PollingHeader, reserved) == at(l::RESERVED));
     assert!(offset_of!(PollingHeader, context_pfc_ports) == at(l::CONTEXT_PFC_PORTS));
     assert!(l::CONTEXT_PFC_PORTS.1 as u32 == u64::BITS);
+    assert!(offset_of!(PollingHeader, context_tstamp) == at(l::CONTEXT_TSTAMP));
+    assert!(l::CONTEXT_TSTAMP.1 as u32 == u64::BITS);
 };
 
 /// Why bytes are not a polling header.
@@ -215,6 +224,8 @@ pub struct Polling {
     pub context_flags: u8,
     /// Bitmap of the PFC-branch egress ports (CPU copies): bit `p` = port `p`.
     pub context_pfc_ports: u64,
+    /// The switch's ingress timestamp of the packet, ns (CPU copies).
+    pub context_tstamp_ns: u64,
 }
 
 impl Polling {
@@ -231,6 +242,7 @@ impl Polling {
             context_egress_port: 0,
             context_flags: 0,
             context_pfc_ports: 0,
+            context_tstamp_ns: 0,
         }
     }
 
@@ -269,6 +281,7 @@ impl Polling {
             context_egress_port: h.context_egress_port.get(),
             context_flags: h.context_flags,
             context_pfc_ports: h.context_pfc_ports.get(),
+            context_tstamp_ns: h.context_tstamp.get(),
         }
     }
 
@@ -291,6 +304,7 @@ impl Polling {
             context_flags: self.context_flags,
             reserved: 0,
             context_pfc_ports: U64::new(self.context_pfc_ports),
+            context_tstamp: U64::new(self.context_tstamp_ns),
         }
     }
 
@@ -323,6 +337,7 @@ mod tests {
             context_egress_port: 0xffff,
             context_flags: POLLING_CONTEXT_VICTIM_PAUSED,
             context_pfc_ports: (1 << 63) | (1 << 5) | 1,
+            context_tstamp_ns: 0x0000_8765_4321_0fed,
         }
     }
 
@@ -337,6 +352,7 @@ mod tests {
         assert_eq!(&bytes[12..16], &[11, 0, 4, 1]);
         assert_eq!(&bytes[20..22], &49152u16.to_be_bytes());
         assert_eq!(&bytes[28..30], &[0xff, 0xff]);
+        assert_eq!(&bytes[40..48], &0x0000_8765_4321_0fedu64.to_be_bytes());
         assert_eq!(p.pfc_branch_ports().collect::<Vec<_>>(), vec![0, 5, 63]);
     }
 
@@ -344,10 +360,10 @@ mod tests {
     fn malformed_headers_are_refused_with_the_reason() {
         let bytes = sample().emit();
         assert_eq!(
-            Polling::parse(&bytes[..39]),
+            Polling::parse(&bytes[..47]),
             Err(PollingError::Truncated {
-                len: 39,
-                needed: 40
+                len: 47,
+                needed: 48
             })
         );
         let mut old = bytes;

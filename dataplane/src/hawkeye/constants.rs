@@ -38,13 +38,13 @@ pub(super) fn constants(b: &mut ProgramBuilder, params: &HawkeyeParams) -> Const
     let polling_port = b.constant("POLLING_UDP_PORT", 0x6888, 16, "UDP destination port of HAWKEYE polling packets (0x6888, the artifact's polling EtherType, reused as a UDP port)");
     let polling_version = b.constant(
         "POLLING_VERSION",
-        2,
+        3,
         8,
         "Version of the polling header layout",
     );
     b.constant(
         "POLLING_HEADER_BYTES",
-        40,
+        48,
         16,
         "Bytes of the polling header after the UDP header",
     );

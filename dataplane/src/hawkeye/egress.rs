@@ -106,6 +106,7 @@ fn polling_egress(b: &mut ProgramBuilder, cx: &Ctx) -> Vec<Stmt> {
                 Stmt::Assign(po_ctx_out, c(0, 16)),
                 Stmt::Assign(po_ctx_flags, c(0, 8)),
                 Stmt::Assign(po_ctx_pfc, c(0, 64)),
+                Stmt::Assign(po.context_tstamp, c(0, 64)),
             ],
         ),
     ];
@@ -132,7 +133,11 @@ fn clone_egress(cx: &Ctx, ring: &Ring, evicted: &Evicted) -> Vec<Stmt> {
         carried.victim_paused,
         &carried.pfc_ports,
     );
-    let (arrival_flags, arrival_port) = (carried.arrival_flags, carried.arrival_port);
+    let (arrival_flags, arrival_port, arrival_tstamp) = (
+        carried.arrival_flags,
+        carried.arrival_port,
+        carried.arrival_tstamp,
+    );
     let ev = &cx.h.eviction;
     let eviction = ev.header;
     let (ev_epoch_id, ev_epoch_index, ev_port, ev_src, ev_dst, ev_sport, ev_dport) = (
@@ -180,13 +185,15 @@ fn clone_egress(cx: &Ctx, ring: &Ring, evicted: &Evicted) -> Vec<Stmt> {
                 // the port the victim's own forwarding chose and whether the victim is
                 // paused there, and the PFC-branch egress ports (the mirror metadata holds
                 // the ingress pipeline's final values), so the agent and the analyzer know
-                // which switches come next.
+                // which switches come next; and the switch's time of its arrival, the
+                // clock the agent's epochs are in.
                 Stmt::Assign(po_kind, c(ctx_cpu, 8)),
                 Stmt::Assign(po_arrival, f(arrival_flags)),
                 Stmt::Assign(po_ctx_in, f(arrival_port)),
                 Stmt::Assign(po_ctx_out, f(victim_port)),
                 Stmt::Assign(po_ctx_flags, cast(f(victim_paused), 8)),
                 Stmt::Assign(po_ctx_pfc, pfc_ports_wide),
+                Stmt::Assign(po.context_tstamp, cast(f(arrival_tstamp), 64)),
             ],
             vec![],
         )],

@@ -38,6 +38,9 @@ pub(super) struct Carried {
     pub(super) pfc_ports: Vec<FieldId>,
     pub(super) arrival_flags: FieldId,
     pub(super) arrival_port: FieldId,
+    /// The polling packet's ingress timestamp (the CPU copy tells the agent the switch's
+    /// time of the event).
+    pub(super) arrival_tstamp: FieldId,
 }
 
 /// The forwarding lookup's key (the packet's or the polling victim's 5-tuple) and result.
@@ -77,6 +80,7 @@ pub(super) fn metadata(b: &mut ProgramBuilder, dims: &Dims) -> Meta {
             .collect(),
         arrival_flags: b.meta_carried("arrival_flags", 8, false, true),
         arrival_port: b.meta_carried("arrival_port", 16, false, true),
+        arrival_tstamp: b.meta_carried("arrival_tstamp", 48, false, true),
     };
     let route = Route {
         lookup_src: b.meta("lookup_src_addr", 32),

@@ -65,6 +65,7 @@ pub(super) struct Polling {
     pub(super) context_egress_port: FieldId,
     pub(super) context_flags: FieldId,
     pub(super) context_pfc_ports: FieldId,
+    pub(super) context_tstamp: FieldId,
 }
 
 /// Every header instance, with the fields the program uses.
@@ -163,7 +164,7 @@ pub(super) fn headers(b: &mut ProgramBuilder) -> Headers {
     );
     let (polling, po) = b.header(
         "polling",
-        "HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 2: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports)",
+        "HAWKEYE polling header (HAWKEYE Fig. 5, Table 1), version 3: 64-bit event id, victim 5-tuple, 2-bit trace flag, hop limit, port context (arrival port and flags, the victim's egress port, whether the victim is paused there, the PFC-branch egress ports, the switch's ingress timestamp of the packet)",
         &[
             ("version", 8),
             ("reserved_flags", 6),
@@ -182,6 +183,7 @@ pub(super) fn headers(b: &mut ProgramBuilder) -> Headers {
             ("context_flags", 8),
             ("reserved", 8),
             ("context_pfc_ports", 64),
+            ("context_tstamp", 64),
         ],
     );
     Headers {
@@ -238,6 +240,7 @@ pub(super) fn headers(b: &mut ProgramBuilder) -> Headers {
             context_egress_port: po[13],
             context_flags: po[14],
             context_pfc_ports: po[16],
+            context_tstamp: po[17],
         },
     }
 }

@@ -51,8 +51,11 @@ fn polling_front(cx: &Ctx, dedupe: &Dedupe) -> Vec<Stmt> {
         d.duplicate,
     );
     let (dedupe_hash, dedupe_fp, dedupe_check) = (dedupe.hash, dedupe.fingerprint, dedupe.check);
-    let (arrival_flags, arrival_port) =
-        (cx.meta.carried.arrival_flags, cx.meta.carried.arrival_port);
+    let (arrival_flags, arrival_port, arrival_tstamp) = (
+        cx.meta.carried.arrival_flags,
+        cx.meta.carried.arrival_port,
+        cx.meta.carried.arrival_tstamp,
+    );
     let r = &cx.meta.route;
     let (lookup_src, lookup_dst, lookup_sport, lookup_dport) =
         (r.lookup_src, r.lookup_dst, r.lookup_sport, r.lookup_dport);
@@ -85,6 +88,7 @@ fn polling_front(cx: &Ctx, dedupe: &Dedupe) -> Vec<Stmt> {
                     // §3.4), also on a PFC-only branch and at the last hop.
                     Stmt::Assign(arrival_flags, cast(f(po_flag), 8)),
                     Stmt::Assign(arrival_port, f(ig_port)),
+                    Stmt::Assign(arrival_tstamp, f(ig_tstamp)),
                     Stmt::CloneToCpu,
                     Stmt::Assign(lookup_src, f(po_vsrc)),
                     Stmt::Assign(lookup_dst, f(po_vdst)),

@@ -968,6 +968,7 @@ mod tests {
                 poll.context_egress_port = rng.below(70) as u16;
                 poll.context_flags = rng.below(4) as u8;
                 poll.context_pfc_ports = rng.next();
+                poll.context_tstamp_ns = rng.next() & 0xFFFF_FFFF_FFFF;
                 polling_packet(p, &poll)
             }
             80..=84 => eth_ipv4_udp(p, &flow, rng.below(64) as u8, 0, 64, rng.below(64) as usize),
