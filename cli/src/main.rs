@@ -65,6 +65,24 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Send one HAWKEYE polling packet for a victim flow out of a network interface (lab
+    /// bring-up of a switch running the program; the host agent sends them on its own when
+    /// a flow's RTT crosses its threshold). Needs CAP_NET_RAW.
+    Poll {
+        /// The interface to send on (e.g. the host side of a switch port).
+        #[arg(long)]
+        interface: String,
+        /// The slow flow: SRC_IP:SRC_PORT->DST_IP[:DST_PORT].
+        #[arg(long)]
+        victim: String,
+        /// The polling event id (any number unique in the fabric for a while; the host
+        /// agent puts its host id above a sequence number).
+        #[arg(long)]
+        event: u64,
+        /// Hops the polling packet may take.
+        #[arg(long, default_value_t = 16)]
+        hop_limit: u8,
+    },
     /// Explain why a flow is slow from HAWKEYE telemetry reports (provenance graph and
     /// signature diagnosis).
     Diagnose {
@@ -213,6 +231,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::SwitchAgent { config } => switch_agent(&config),
+        Command::Poll {
+            interface,
+            victim,
+            event,
+            hop_limit,
+        } => poll(&interface, &victim, event, hop_limit),
         Command::Analyzer {
             command:
                 AnalyzerCommand::Serve {
@@ -485,6 +509,29 @@ fn serve(
         server.stop().await;
         anyhow::Ok(())
     })
+}
+
+fn poll(interface: &str, victim: &str, event: u64, hop_limit: u8) -> anyhow::Result<()> {
+    use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
+    use hawkmesh_dataplane::packets::{polling_packet, Polling};
+    let victim: hawkmesh_wire::telemetry::FiveTuple = victim
+        .parse()
+        .with_context(|| format!("--victim {victim}"))?;
+    if hop_limit == 0 {
+        anyhow::bail!("--hop-limit 0: a switch drops a polling packet with no hops left");
+    }
+    let program = program(&HawkeyeParams::default())?;
+    let packet = polling_packet(&program, &Polling::new(event, victim, hop_limit));
+    let port = hawkmesh_switch_agent::cpu_port::CpuPort::open(
+        interface,
+        std::time::Duration::from_millis(10),
+    )?;
+    port.send(&packet)?;
+    println!(
+        "sent polling event {event} for {victim} out of {interface} ({} bytes)",
+        packet.len()
+    );
+    Ok(())
 }
 
 fn switch_agent(config: &Path) -> anyhow::Result<()> {

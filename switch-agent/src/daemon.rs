@@ -970,6 +970,21 @@ endpoint = "http://127.0.0.1:50051"
     }
 
     #[test]
+    fn the_tofino_model_lab_configuration_resolves_its_switch() {
+        let text = include_str!("../../hw-lab/switch-agent-model.toml");
+        let mut config =
+            DaemonConfig::parse(text, "hw-lab/switch-agent-model.toml").expect("parses");
+        assert_eq!(config.cpu_port.dev_port, 64);
+        config.topology =
+            Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../hw-lab/tofino-lab-topology.json"));
+        let (node, setup) = config.resolve().expect("resolves");
+        assert_eq!(node, 0);
+        let setup = setup.expect("a set-up");
+        assert_eq!(setup.routes.len(), 4, "a route to each of the four hosts");
+        assert_eq!(setup.port_gbps.len(), 4);
+    }
+
+    #[test]
     fn configuration_errors_name_the_file_and_the_key() {
         let cases = [
             (
