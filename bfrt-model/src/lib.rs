@@ -161,6 +161,12 @@ impl Device {
     }
 }
 
+/// The BF Runtime description of hawkmesh's TNA program (`p4/tna/bfrt.json`, written by
+/// codegen), built in: what a server over the executable model of that program serves.
+pub fn program_description() -> &'static [u8] {
+    include_bytes!("../../p4/tna/bfrt.json")
+}
+
 /// The BF Runtime service over a shared [`Device`].
 #[derive(Clone, Debug)]
 pub struct BfrtServer {
@@ -262,6 +268,21 @@ impl BfrtServer {
         BfRuntimeServer::new(self)
             .max_decoding_message_size(32 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024)
+    }
+
+    /// Serves BF Runtime on `listener` until the future is dropped. Accepted connections
+    /// get `TCP_NODELAY`, as bf_switchd's gRPC server sets it: without it a request's
+    /// small reply waits for the client's delayed ACK (tens of ms per call).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+    ) -> Result<(), tonic::transport::Error> {
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(self.into_service())
+            .serve_with_incoming(incoming)
+            .await
     }
 
     fn table(&self, id: u32) -> Result<&TableInfo, Status> {

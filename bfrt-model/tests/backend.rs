@@ -45,12 +45,7 @@ fn serve(program: &Arc<Program>, p4_name: &str) -> Remote {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    runtime.spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(server.into_service())
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-    });
+    runtime.spawn(async move { server.serve(listener).await });
     Remote {
         runtime,
         device,

@@ -72,12 +72,7 @@ fn serve_bfrt(device: &Arc<Mutex<Device>>, port: u16) -> tokio::runtime::Runtime
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
         .expect("bind the BF Runtime port");
-    runtime.spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(server.into_service())
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-    });
+    runtime.spawn(async move { server.serve(listener).await });
     runtime
 }
 

@@ -36,12 +36,7 @@ async fn start() -> Switch {
         .await
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(server.into_service())
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-    });
+    tokio::spawn(async move { server.serve(listener).await });
     Switch {
         device,
         program,

@@ -14,10 +14,11 @@
 //! changing what the fabric does. [`crate::eval`] is the evaluation harness built on this.
 
 use crate::hosts::NetsimHostAgents;
-use crate::switch_pipeline::install_on_all_switches;
+use crate::switch_pipeline::{install_hosted, Hosting, InstalledSwitch};
 use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
 use hawkmesh_analyzer_server::incidents::IncidentSummary;
 use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
+use hawkmesh_bfrt_model::BfrtServer;
 use hawkmesh_dataplane::hawkeye::HawkeyeParams;
 use hawkmesh_dataplane::model::Model;
 use hawkmesh_host_agent::{DetectorConfig, PollingTrigger};
@@ -25,9 +26,13 @@ use hawkmesh_netsim::packet::PacketKind;
 use hawkmesh_netsim::time::{Time, NS, US};
 use hawkmesh_netsim::{LoadedScenario, SimResult, Simulation};
 use hawkmesh_proto::v1::collector_client::CollectorClient;
+use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
 use hawkmesh_switch_agent::{
     AgentConfig, CpuFrame, CpuFrameKind, Geometry, ModelBackend, SwitchAgent,
 };
+use hawkmesh_switch_agent::{BackendError, SwitchBackend};
+use hawkmesh_wire::control::TableEntry;
+use hawkmesh_wire::dataplane::{Register, Table, CPU_MIRROR_SESSION};
 use hawkmesh_wire::polling::{Polling, PollingHeader, POLLING_PACKET_OFFSET, TRACE_VICTIM_PATH};
 use hawkmesh_wire::telemetry::TelemetryReport;
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
@@ -111,6 +116,15 @@ pub struct LoopConfig {
     /// analyzer (the outcome's `also`). Agents only read registers, so they do not change
     /// what the fabric does.
     pub also: Vec<PollingMode>,
+    /// How the agents reach their switches: in process, or over BF Runtime (gRPC over TCP)
+    /// to a model-backed BF Runtime server per switch, as they reach a Tofino. Over BF
+    /// Runtime the switches run the deployed program (`p4/tna`'s: the default variant, whose
+    /// BF Runtime description the agent checks), so `epochs`, `epoch_log2_ns` and
+    /// `flow_slots` must be its values and `ports` is its 64.
+    pub hosting: Hosting,
+    /// Ports the program's registers cover; `None` fits them to the fabric's largest switch
+    /// (a power of two, at least 8).
+    pub ports: Option<u32>,
 }
 
 impl LoopConfig {
@@ -131,8 +145,79 @@ impl LoopConfig {
             data_dir,
             polling: PollingMode::Hawkeye,
             also: Vec::new(),
+            hosting: Hosting::InProcess,
+            ports: None,
         }
     }
+}
+
+/// A switch agent's backend in the loop: the model in process, or BF Runtime.
+#[derive(Debug)]
+enum LabBackend {
+    Model(ModelBackend<Model>),
+    Bfrt(Box<BfrtBackend>),
+}
+
+impl LabBackend {
+    /// Hands over a CPU-port packet (the simulator's CPU port).
+    fn deliver_cpu(&mut self, frame: CpuFrame) {
+        match self {
+            LabBackend::Model(b) => b.deliver_cpu(frame),
+            LabBackend::Bfrt(b) => b.deliver_cpu(frame),
+        }
+    }
+
+    fn inner(&mut self) -> &mut dyn SwitchBackend {
+        match self {
+            LabBackend::Model(b) => b,
+            LabBackend::Bfrt(b) => b.as_mut(),
+        }
+    }
+}
+
+impl SwitchBackend for LabBackend {
+    fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError> {
+        self.inner().read_register(register)
+    }
+    fn reset_register(&mut self, register: Register) -> Result<(), BackendError> {
+        self.inner().reset_register(register)
+    }
+    fn add_table_entry(&mut self, table: Table, entry: TableEntry) -> Result<(), BackendError> {
+        self.inner().add_table_entry(table, entry)
+    }
+    fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError> {
+        self.inner().set_multicast_group(group, ports)
+    }
+    fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
+        self.inner().poll_cpu()
+    }
+}
+
+/// Serves every switch's device over BF Runtime on `runtime` (loopback, a port each) and
+/// returns the ports by switch.
+fn serve_switches(
+    runtime: &tokio::runtime::Runtime,
+    installed: &BTreeMap<NodeId, InstalledSwitch>,
+) -> Result<BTreeMap<NodeId, u16>, LoopError> {
+    let description = hawkmesh_bfrt_model::program_description();
+    let mut ports = BTreeMap::new();
+    for (switch, sw) in installed {
+        let Some(device) = sw.model.as_served() else {
+            continue;
+        };
+        let server = BfrtServer::new(device.clone(), "hawkmesh", description.to_vec())
+            .map_err(|e| LoopError::Program(format!("BF Runtime server: {e}")))?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .map_err(|e| LoopError::Runtime(format!("binding a BF Runtime server: {e}")))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| LoopError::Runtime(e.to_string()))?
+            .port();
+        runtime.spawn(server.serve(listener));
+        ports.insert(*switch, port);
+    }
+    Ok(ports)
 }
 
 /// One switch agent collection, as recorded for overhead accounting.
@@ -292,7 +377,9 @@ pub fn params_for(sim: &Simulation, config: &LoopConfig) -> HawkeyeParams {
             .count() as u32;
         largest = largest.max(ports);
     }
-    let ports = largest.max(8).next_power_of_two();
+    let ports = config
+        .ports
+        .unwrap_or_else(|| largest.max(8).next_power_of_two());
     HawkeyeParams {
         ports,
         epochs: config.epochs,
@@ -305,7 +392,7 @@ pub fn params_for(sim: &Simulation, config: &LoopConfig) -> HawkeyeParams {
 /// One collection method: a switch agent per switch and its own analyzer service.
 struct Collector {
     mode: PollingMode,
-    agents: BTreeMap<NodeId, SwitchAgent<ModelBackend<Model>>>,
+    agents: BTreeMap<NodeId, SwitchAgent<LabBackend>>,
     server: RunningServer,
     /// One connection to the analyzer for the whole run (a connection per report costs
     /// tens of milliseconds of wall time).
@@ -548,7 +635,27 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
     let scenario = &loaded.scenario;
     let mut sim = Simulation::new(loaded)?;
     let params = params_for(&sim, config);
-    let installed = install_on_all_switches(&mut sim, &params)
+    if config.hosting == Hosting::BfRuntime {
+        let deployed = HawkeyeParams::default();
+        let differs = [
+            ("ports", params.ports, deployed.ports),
+            ("epochs", params.epochs, deployed.epochs),
+            (
+                "epoch_log2_ns",
+                u32::from(params.epoch_log2_ns),
+                u32::from(deployed.epoch_log2_ns),
+            ),
+            ("flow_slots", params.flow_slots, deployed.flow_slots),
+        ]
+        .into_iter()
+        .find(|(_, have, want)| have != want);
+        if let Some((name, have, want)) = differs {
+            return Err(LoopError::Program(format!(
+                "over BF Runtime the switches run the deployed program: {name} must be {want}, not {have}"
+            )));
+        }
+    }
+    let installed = install_hosted(&mut sim, &params, config.hosting)
         .map_err(|e| LoopError::Program(e.to_string()))?;
     let hosts = Rc::new(RefCell::new(NetsimHostAgents::new(
         config.detector,
@@ -576,6 +683,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         .enable_all()
         .build()
         .map_err(|e| LoopError::Runtime(e.to_string()))?;
+    let bfrt_ports = serve_switches(&runtime, &installed)?;
     let mut modes = vec![config.polling];
     for mode in &config.also {
         if !modes.contains(mode) {
@@ -584,7 +692,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
     }
     let mut collectors = Vec::with_capacity(modes.len());
     for (index, mode) in modes.iter().enumerate() {
-        let agents: BTreeMap<NodeId, SwitchAgent<ModelBackend<Model>>> = installed
+        let agents: BTreeMap<NodeId, SwitchAgent<LabBackend>> = installed
             .iter()
             .map(|(switch, installed)| {
                 let mut agent_config = AgentConfig::new(*switch);
@@ -598,12 +706,26 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                     config.guard_ns
                 };
                 agent_config.chunk_bytes = config.chunk_bytes;
-                (
-                    *switch,
-                    SwitchAgent::new(agent_config, ModelBackend::new(installed.model.clone())),
-                )
+                let backend = match (installed.model.as_local(), bfrt_ports.get(switch)) {
+                    (Some(local), _) => LabBackend::Model(ModelBackend::new(local.clone())),
+                    (None, Some(port)) => {
+                        let endpoint = BfrtEndpoint::new("127.0.0.1", *port);
+                        let mut backend = BfrtBackend::connect(runtime.handle().clone(), &endpoint)
+                            .map_err(|e| LoopError::Runtime(format!("switch {switch}: {e}")))?;
+                        backend
+                            .set_mirror_session(CPU_MIRROR_SESSION, params.cpu_port)
+                            .map_err(|e| LoopError::Runtime(format!("switch {switch}: {e}")))?;
+                        LabBackend::Bfrt(Box::new(backend))
+                    }
+                    (None, None) => {
+                        return Err(LoopError::Runtime(format!(
+                            "switch {switch}: served over BF Runtime without a server"
+                        )))
+                    }
+                };
+                Ok((*switch, SwitchAgent::new(agent_config, backend)))
             })
-            .collect();
+            .collect::<Result<_, LoopError>>()?;
         let data_dir = if index == 0 {
             config.data_dir.clone()
         } else {

@@ -36,17 +36,22 @@
 //!
 //! # Sharing the model with a switch agent
 //!
-//! The model lives in a [`SharedModel`] (`Rc<RefCell<Model>>`). The adapter borrows it only
-//! inside a hook call, so an agent holding another handle reads registers between
+//! The model lives in a [`SharedModel`]: in process (`Rc<RefCell<Model>>`), or inside the
+//! `Device` of a model-backed BF Runtime server (`Arc<Mutex<Device>>`), whose gRPC service the
+//! switch agent then talks to as it would to a Tofino. The adapter borrows it only inside a
+//! hook call, so an agent holding another handle reads registers between
 //! `Simulation::run_until` slices (or inside a host hook callback) with
-//! `model.borrow().register_read_all("port_packets")`. If a hook ever finds the model
+//! `model.lock().register_read_all("port_packets")`. If a hook ever finds the model
 //! borrowed, the packet passes unobserved and [`AdapterStats::busy`] counts it (never a
 //! panic).
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, RefMut};
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
 use std::rc::{Rc, Weak};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use hawkmesh_bfrt_model::Device;
 
 use hawkmesh_netsim::hooks::{
     EgressActions, EgressMeta, IngressActions, IngressMeta, PortSet, SwitchPipeline,
@@ -68,8 +73,96 @@ use hawkmesh_dataplane::packets::field_layout;
 use hawkmesh_dataplane::setup::{configure_model, is_tor, port_speeds, SetupError};
 use hawkmesh_wire::dataplane::QDEPTH_UNIT_BYTES_TOFINO;
 
-/// A model shared between the netsim adapter and a switch agent.
-pub type SharedModel = Rc<RefCell<Model>>;
+/// A model shared between the netsim adapter and a switch agent: in process, or served over
+/// BF Runtime (the model inside a `bfrt-model` device).
+#[derive(Clone, Debug)]
+pub enum SharedModel {
+    /// In process: the agent's `ModelBackend` holds the other handle.
+    Local(Rc<RefCell<Model>>),
+    /// Inside a BF Runtime device: the agent reaches it through the device's gRPC server.
+    Served(Arc<Mutex<Device>>),
+}
+
+/// The model, borrowed from a [`SharedModel`].
+#[derive(Debug)]
+pub enum ModelGuard<'a> {
+    /// In process.
+    Local(RefMut<'a, Model>),
+    /// Inside a device.
+    Served(MutexGuard<'a, Device>),
+}
+
+impl Deref for ModelGuard<'_> {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        match self {
+            ModelGuard::Local(m) => m,
+            ModelGuard::Served(d) => &d.model,
+        }
+    }
+}
+
+impl DerefMut for ModelGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Model {
+        match self {
+            ModelGuard::Local(m) => m,
+            ModelGuard::Served(d) => &mut d.model,
+        }
+    }
+}
+
+impl SharedModel {
+    /// A model in process.
+    pub fn local(model: Model) -> SharedModel {
+        SharedModel::Local(Rc::new(RefCell::new(model)))
+    }
+
+    /// A model inside a BF Runtime device (serve it with `bfrt_model::BfrtServer`).
+    pub fn served(model: Model) -> SharedModel {
+        SharedModel::Served(Arc::new(Mutex::new(Device::new(model))))
+    }
+
+    /// The model, or `None` while someone else holds it.
+    pub fn try_borrow_mut(&self) -> Option<ModelGuard<'_>> {
+        match self {
+            SharedModel::Local(m) => m.try_borrow_mut().ok().map(ModelGuard::Local),
+            SharedModel::Served(d) => match d.try_lock() {
+                Ok(g) => Some(ModelGuard::Served(g)),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    Some(ModelGuard::Served(p.into_inner()))
+                }
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            },
+        }
+    }
+
+    /// The model, waiting for a device's server to let it go (a `RefCell` already
+    /// borrowed panics, as `RefCell::borrow_mut` does: between hook calls it never is).
+    pub fn lock(&self) -> ModelGuard<'_> {
+        match self {
+            SharedModel::Local(m) => ModelGuard::Local(m.borrow_mut()),
+            SharedModel::Served(d) => {
+                ModelGuard::Served(d.lock().unwrap_or_else(PoisonError::into_inner))
+            }
+        }
+    }
+
+    /// The in-process handle, for a `ModelBackend`.
+    pub fn as_local(&self) -> Option<&Rc<RefCell<Model>>> {
+        match self {
+            SharedModel::Local(m) => Some(m),
+            SharedModel::Served(_) => None,
+        }
+    }
+
+    /// The device, for its BF Runtime server.
+    pub fn as_served(&self) -> Option<&Arc<Mutex<Device>>> {
+        match self {
+            SharedModel::Local(_) => None,
+            SharedModel::Served(d) => Some(d),
+        }
+    }
+}
 
 /// Converts a netsim queue depth in bytes to Tofino cells (rounded up; the cell size is the
 /// program's `QDEPTH_UNIT_BYTES_TOFINO`).
@@ -461,7 +554,8 @@ impl NetsimAdapter {
     /// [`Routing::FromInput`] (netsim computes L3/ECMP) and have its multicast groups set
     /// (see [`configure_model`]).
     pub fn new(model: SharedModel) -> Result<Self, AdapterError> {
-        let shared = Shared::of(model.borrow().program_arc())?;
+        let program = model.lock().program_arc().clone();
+        let shared = Shared::of(&program)?;
         Ok(NetsimAdapter {
             model,
             stats: Rc::new(Cell::new(AdapterStats::default())),
@@ -469,9 +563,9 @@ impl NetsimAdapter {
         })
     }
 
-    /// The shared model (clone the `Rc` to keep a handle).
+    /// The shared model (a clone is another handle).
     pub fn model(&self) -> SharedModel {
-        Rc::clone(&self.model)
+        self.model.clone()
     }
 
     /// The shared counters.
@@ -655,7 +749,7 @@ impl SwitchPipeline for NetsimAdapter {
             self.bump(|s| s.errors += 1);
             return;
         }
-        let Ok(mut model) = self.model.try_borrow_mut() else {
+        let Some(mut model) = self.model.try_borrow_mut() else {
             self.bump(|s| s.busy += 1);
             return;
         };
@@ -750,7 +844,7 @@ impl SwitchPipeline for NetsimAdapter {
         if sc.len == 0 || shape == Shape::Pfc {
             return;
         }
-        let Ok(mut model) = self.model.try_borrow_mut() else {
+        let Some(mut model) = self.model.try_borrow_mut() else {
             self.bump(|s| s.busy += 1);
             return;
         };
@@ -803,13 +897,23 @@ impl SwitchPipeline for NetsimAdapter {
 /// One installed switch: its shared model and the adapter's counters.
 #[derive(Clone, Debug)]
 pub struct InstalledSwitch {
-    /// The model (read registers with `model.borrow()` between `run_until` slices).
+    /// The model (read registers with `model.lock()` between `run_until` slices).
     pub model: SharedModel,
     /// The adapter's counters.
     pub stats: Rc<Cell<AdapterStats>>,
     /// Whether it is a ToR (has a host link): the switch whose sketch counts its hosts'
     /// packets.
     pub tor: bool,
+}
+
+/// Where the switches' models live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Hosting {
+    /// In process (the agents' `ModelBackend`).
+    #[default]
+    InProcess,
+    /// Each inside a BF Runtime device (the agents talk BF Runtime to a server over it).
+    BfRuntime,
 }
 
 /// Installs the model on every switch of `sim`, all running the variant of `params` (one
@@ -820,6 +924,15 @@ pub struct InstalledSwitch {
 pub fn install_on_all_switches(
     sim: &mut Simulation,
     params: &HawkeyeParams,
+) -> Result<BTreeMap<NodeId, InstalledSwitch>, AdapterError> {
+    install_hosted(sim, params, Hosting::InProcess)
+}
+
+/// [`install_on_all_switches`] with the models hosted as `hosting` says.
+pub fn install_hosted(
+    sim: &mut Simulation,
+    params: &HawkeyeParams,
+    hosting: Hosting,
 ) -> Result<BTreeMap<NodeId, InstalledSwitch>, AdapterError> {
     let image = Arc::new(program(params)?);
     let switches: Vec<(NodeId, String, bool, Vec<f64>)> = sim
@@ -840,8 +953,11 @@ pub fn install_on_all_switches(
     for (id, name, tor, speeds) in switches {
         let mut model = Model::new(Arc::clone(&image), Routing::FromInput, params.cpu_port)?;
         configure_model(&mut model, &name, &speeds)?;
-        let shared = Rc::new(RefCell::new(model));
-        let adapter = NetsimAdapter::new(Rc::clone(&shared))?;
+        let shared = match hosting {
+            Hosting::InProcess => SharedModel::local(model),
+            Hosting::BfRuntime => SharedModel::served(model),
+        };
+        let adapter = NetsimAdapter::new(shared.clone())?;
         let stats = adapter.stats();
         if !sim.set_pipeline(id, Box::new(adapter)) {
             return Err(AdapterError::NotASwitch(id));
@@ -878,7 +994,7 @@ mod tests {
         let p = Arc::new(program(&params).expect("program"));
         let mut model = Model::new(p, Routing::FromInput, params.cpu_port).expect("model");
         configure_model(&mut model, "s", &[100.0, 400.0]).expect("configure");
-        NetsimAdapter::new(Rc::new(RefCell::new(model))).expect("adapter")
+        NetsimAdapter::new(SharedModel::local(model)).expect("adapter")
     }
 
     #[test]
@@ -893,7 +1009,7 @@ mod tests {
     #[test]
     fn bridged_metadata_fits_packet_bridge() {
         let a = adapter();
-        assert!(bridged_bits(a.model.borrow().program()) <= 128);
+        assert!(bridged_bits(a.model.lock().program()) <= 128);
     }
 
     #[test]
@@ -928,7 +1044,7 @@ mod tests {
         assert_eq!(sc.serialise(&l, &packet), Shape::Pfc);
         assert_eq!(sc.bytes().len(), PFC_FRAME_BYTES);
         assert!(
-            configure_model(&mut a.model.borrow_mut(), "s", &[10.0]).is_err(),
+            configure_model(&mut a.model.lock(), "s", &[10.0]).is_err(),
             "10G has no quanta conversion"
         );
     }

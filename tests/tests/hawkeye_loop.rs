@@ -396,3 +396,47 @@ fn the_same_scenario_gives_the_same_incidents_under_machine_load() {
         "incidents differ between a quiet and a loaded run"
     );
 }
+
+/// The loop once more with every switch agent talking BF Runtime (gRPC over TCP, rbfrt) to
+/// a model-backed BF Runtime server per switch — as on Tofinos — instead of reading the model
+/// in process: the same reports, so the same incidents and diagnoses (the incast's PFC
+/// backpressure).
+#[test]
+fn the_loop_over_bf_runtime_gives_the_diagnoses_of_the_in_process_loop() {
+    let loaded = Scenario::parse(INCAST, "e2e.toml", ".".into()).unwrap();
+    // The program a Tofino runs (p4/tna): 64 ports, 1-ms epochs.
+    let deployed = |dir: &str| {
+        let mut config = LoopConfig::new(data_dir(dir));
+        config.ports = Some(64);
+        config.epoch_log2_ns = 20;
+        config
+    };
+    let local = run(&loaded, &deployed("incast-local")).unwrap();
+    let mut config = deployed("incast-bfrt");
+    config.hosting = hawkmesh_lab::switch_pipeline::Hosting::BfRuntime;
+    let served = run(&loaded, &config).unwrap();
+    assert!(
+        anomalies(&local)
+            .iter()
+            .any(|(kind, ..)| kind == "pfc_backpressure"),
+        "the in-process loop diagnoses the incast's backpressure:\n{}",
+        texts(&local)
+    );
+    assert_eq!(local.triggers, served.triggers);
+    assert_eq!(local.collections.len(), served.collections.len());
+    assert_eq!(
+        serde_json::to_string(&local.incidents).unwrap(),
+        serde_json::to_string(&served.incidents).unwrap(),
+        "incidents differ between the in-process and the BF Runtime loop"
+    );
+    // Over BF Runtime the switches run the deployed program, which the agent checks.
+    let mut fitted = LoopConfig::new(data_dir("incast-fitted"));
+    fitted.hosting = hawkmesh_lab::switch_pipeline::Hosting::BfRuntime;
+    let refused = run(&loaded, &fitted).expect_err("a variant other than the deployed one");
+    assert!(
+        refused.to_string().contains("ports must be 64, not 8"),
+        "{refused}"
+    );
+    let _ = std::fs::remove_dir_all(data_dir("incast-local"));
+    let _ = std::fs::remove_dir_all(data_dir("incast-bfrt"));
+}
