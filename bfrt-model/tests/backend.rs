@@ -64,6 +64,9 @@ fn configure(backend: &mut dyn SwitchBackend) -> Result<(), BackendError> {
         ]
         .into(),
         port_gbps: (0..8u16).map(|p| (p, 100.0)).collect(),
+        polling: (0..8u16)
+            .map(|p| (p, hawkmesh_wire::control::PollingFrom::Fabric))
+            .collect(),
     };
     setup.apply(backend)
 }

@@ -47,6 +47,16 @@ fn polling_copies_and_eviction_reports_reach_the_agent_through_a_kernel_interfac
             )
             .expect("route");
     }
+    // Polling comes in from port 4, a host's.
+    model
+        .table_add(
+            "polling_port",
+            hawkmesh_wire::control::polling_port_entry(
+                4,
+                hawkmesh_wire::control::PollingFrom::Host,
+            ),
+        )
+        .expect("polling port");
     let device = Arc::new(Mutex::new(Device::new(model)));
 
     let (tx, rx) = sync_channel(64);

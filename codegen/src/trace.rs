@@ -277,6 +277,20 @@ pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Mode
                 source,
             })?;
     }
+    // Polling is accepted on every lab port, unlimited (the rate limit is clock-valued:
+    // BMv2's clock lags the trace).
+    for port in 0..LAB_PORTS {
+        let entry = hawkmesh_wire::control::polling_port_entry(
+            port,
+            hawkmesh_wire::control::PollingFrom::Fabric,
+        );
+        model
+            .table_add("polling_port", entry)
+            .map_err(|source| TraceError::Model {
+                context: format!("polling_port {port}"),
+                source,
+            })?;
+    }
     for r in &trace.routes {
         for (key, action, params) in hawkmesh_dataplane::hawkeye::forward_entries(r.dst, &[r.port])
         {

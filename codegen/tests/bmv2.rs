@@ -240,6 +240,8 @@ fn rule(name: &str) -> Option<Rule> {
         "port_enq_epoch" | "port_epoch" | "meter_epoch" | "flow_epoch" => Rule::Skip,
         "flow_first_offset" | "flow_last_offset" => Rule::Skip,
         "polling_dedupe" => Rule::LoOnly,
+        // Every lab port is fabric-facing: no rate window is ever opened, nothing refused.
+        "polling_rate" | "polling_refused" => Rule::Exact,
         "port_packets"
         | "port_paused_packets"
         | "meter_bytes"
@@ -1030,6 +1032,16 @@ fn run_bmv2(program: &Program, json: &Path, p4: &str, trace: &Trace, tag: &str) 
         masks += &format!(
             "table_add {control}.{table} {control}.{action} {port} => {}\n",
             params.join(" ")
+        );
+    }
+    for port in 0..LAB_PORTS {
+        let entry = hawkmesh_wire::control::polling_port_entry(
+            port,
+            hawkmesh_wire::control::PollingFrom::Fabric,
+        );
+        masks += &format!(
+            "table_add MainIngress.polling_port MainIngress.{} {port} =>\n",
+            entry.action
         );
     }
     sw.cli(&masks);

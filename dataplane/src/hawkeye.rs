@@ -70,6 +70,7 @@ mod headers;
 mod ingress;
 mod pfc_branch;
 mod pfc_status;
+mod polling_guard;
 mod port_mask;
 
 use crate::error::BuildError;
@@ -111,6 +112,10 @@ pub struct HawkeyeParams {
     pub cpu_port: u16,
     /// Elastic Sketch (PARALEON) on ToR switches.
     pub sketch: Option<SketchParams>,
+    /// log2 of the polling rate window on host-facing ports, ns (16..=30).
+    pub polling_window_log2_ns: u8,
+    /// Polling packets a host-facing port may send per window (more are refused).
+    pub polling_per_window: u32,
 }
 
 /// Elastic Sketch sizes.
@@ -140,6 +145,11 @@ impl Default for HawkeyeParams {
                 light_counters: 65536,
                 lambda: 8,
             }),
+            // 64 per 2^20 ns ≈ 61,000 polling packets per second per host port: a host's
+            // detector sends at most three per slow flow per 3 ms, so only a host polling
+            // for over a thousand flows at once, or a forger, meets the limit.
+            polling_window_log2_ns: 20,
+            polling_per_window: 64,
         }
     }
 }
@@ -229,6 +239,21 @@ impl Dims {
                 ),
             });
         }
+        if !(16..=30).contains(&params.polling_window_log2_ns) {
+            return Err(BuildError::Parameter {
+                name: "polling_window_log2_ns",
+                message: format!(
+                    "{} must be in 16..=30 (the window id is 32 bits of the 48-bit timestamp)",
+                    params.polling_window_log2_ns
+                ),
+            });
+        }
+        if params.polling_per_window == 0 {
+            return Err(BuildError::Parameter {
+                name: "polling_per_window",
+                message: "0 would refuse every polling packet from hosts".into(),
+            });
+        }
         if params.epoch_log2_ns > 32 {
             return Err(BuildError::Parameter {
                 name: "epoch_log2_ns",
@@ -284,6 +309,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     // Ingress.
     let forward = forwarding::forward_table(&mut b, &cx);
     let dedupe = dedupe::polling_dedupe(&mut b, &cx);
+    let guard = polling_guard::polling_guard(&mut b, &cx);
     let sketch = elastic_sketch::insert_once(&mut b, &cx)?;
     let pause = pfc_status::pause_ends(&mut b, &cx);
     let port_speed = pfc_status::port_speed_table(&mut b, &cx, &pause);
@@ -299,6 +325,7 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
         ingress::Parts {
             forward,
             dedupe,
+            guard,
             sketch,
             mask,
             branch,

@@ -1,6 +1,6 @@
 //! Programming a switch's model from the fabric description: the per-port PFC quanta
-//! conversion (`pfc_port_speed`), the port-mask tables and the all-ports multicast group
-//! of the polling PFC branch. The simulator glue and the switch agent's model backend both
+//! conversion (`pfc_port_speed`), the port-mask tables, the all-ports multicast group
+//! of the polling PFC branch, and where polling may come from (`polling_port`). The simulator glue and the switch agent's model backend both
 //! start a switch this way; a Tofino control plane writes the same entries through BF
 //! Runtime.
 
@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
 use thiserror::Error;
+
+use hawkmesh_wire::control::{polling_port_entry, PollingFrom};
 
 use crate::error::ModelError;
 use crate::model::{DataPlane, Model, TableEntry};
@@ -107,7 +109,50 @@ pub fn configure_model(model: &mut Model, switch: &str, gbps: &[f64]) -> Result<
     if let Some(g) = group {
         model.multicast_group_set(g, (0..gbps.len() as u16).collect());
     }
+    // Polling is accepted on every configured port, unlimited; `configure_polling_ports`
+    // marks the host-facing ones (rate-limited).
+    for port in 0..gbps.len() as u16 {
+        model.table_add(
+            "polling_port",
+            polling_port_entry(port, PollingFrom::Fabric),
+        )?;
+    }
     Ok(())
+}
+
+/// Marks `host_ports` as host-facing in the polling guard (`polling_port`): polling from them
+/// passes the per-port rate limit; the other configured ports stay trusted.
+pub fn configure_polling_ports(model: &mut Model, host_ports: &[PortNo]) -> Result<(), ModelError> {
+    for port in host_ports {
+        model.table_delete("polling_port", &[u64::from(*port)], &[], 0)?;
+        model.table_add("polling_port", polling_port_entry(*port, PollingFrom::Host))?;
+    }
+    Ok(())
+}
+
+/// The ports of `switch` whose link leads to a host.
+pub fn host_ports(topo: &FabricTopology, switch: NodeId) -> Vec<PortNo> {
+    let host = |n: NodeId| {
+        topo.nodes
+            .get(n as usize)
+            .is_some_and(|d| d.kind == NodeKind::Host)
+    };
+    let mut ports: Vec<PortNo> = topo
+        .links
+        .iter()
+        .filter_map(|l| {
+            if l.a.node == switch && host(l.b.node) {
+                Some(l.a.port)
+            } else if l.b.node == switch && host(l.a.node) {
+                Some(l.b.port)
+            } else {
+                None
+            }
+        })
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 /// Port speeds (Gbit/s) of `switch` indexed by local port number (ports without a link

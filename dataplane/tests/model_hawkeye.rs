@@ -31,6 +31,7 @@ fn params() -> HawkeyeParams {
             light_counters: 64,
             lambda: 8,
         }),
+        ..HawkeyeParams::default()
     }
 }
 

@@ -705,6 +705,13 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 } else {
                     config.guard_ns
                 };
+                if *mode == PollingMode::FullPolling {
+                    // The controller's requests for every event all arrive "by" one port:
+                    // the upper bound is not budgeted.
+                    agent_config.events_per_port_per_sec = u32::MAX;
+                    agent_config.event_burst = u32::MAX;
+                    agent_config.max_waiting = usize::MAX;
+                }
                 agent_config.chunk_bytes = config.chunk_bytes;
                 let backend = match (installed.model.as_local(), bfrt_ports.get(switch)) {
                     (Some(local), _) => LabBackend::Model(ModelBackend::new(local.clone())),

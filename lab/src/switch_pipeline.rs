@@ -70,7 +70,9 @@ use hawkmesh_dataplane::model::{
     Routing, MAX_CARRIED,
 };
 use hawkmesh_dataplane::packets::field_layout;
-use hawkmesh_dataplane::setup::{configure_model, is_tor, port_speeds, SetupError};
+use hawkmesh_dataplane::setup::{
+    configure_model, configure_polling_ports, host_ports, is_tor, port_speeds, SetupError,
+};
 use hawkmesh_wire::dataplane::QDEPTH_UNIT_BYTES_TOFINO;
 
 /// A model shared between the netsim adapter and a switch agent: in process, or served over
@@ -935,7 +937,8 @@ pub fn install_hosted(
     hosting: Hosting,
 ) -> Result<BTreeMap<NodeId, InstalledSwitch>, AdapterError> {
     let image = Arc::new(program(params)?);
-    let switches: Vec<(NodeId, String, bool, Vec<f64>)> = sim
+    type Described = (NodeId, String, bool, Vec<f64>, Vec<u16>);
+    let switches: Vec<Described> = sim
         .topology()
         .nodes
         .iter()
@@ -946,13 +949,16 @@ pub fn install_hosted(
                 n.name.clone(),
                 is_tor(sim.topology(), n.id),
                 port_speeds(sim.topology(), n.id),
+                host_ports(sim.topology(), n.id),
             )
         })
         .collect();
     let mut out = BTreeMap::new();
-    for (id, name, tor, speeds) in switches {
+    for (id, name, tor, speeds, hosts) in switches {
         let mut model = Model::new(Arc::clone(&image), Routing::FromInput, params.cpu_port)?;
         configure_model(&mut model, &name, &speeds)?;
+        // Polling from hosts passes the data plane's per-port rate limit, as deployed.
+        configure_polling_ports(&mut model, &hosts).map_err(SetupError::from)?;
         let shared = match hosting {
             Hosting::InProcess => SharedModel::local(model),
             Hosting::BfRuntime => SharedModel::served(model),

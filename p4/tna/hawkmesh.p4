@@ -57,6 +57,10 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // EVICTION_REPORT_BYTES = 37 (not referenced by the program)
 // Polling duplicate suppression interval in 1024-ns units
 // DEDUPE_INTERVAL_UNITS = 2930 (not referenced by the program)
+// log2 of the polling rate window of host-facing ports, ns
+// POLLING_WINDOW_LOG2_NS = 20 (not referenced by the program)
+// Polling packets a host-facing port may send per rate window
+// POLLING_PER_WINDOW = 64 (not referenced by the program)
 // Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
 // MAX_PAUSE_NS = 1344000 (not referenced by the program)
 // ECMP hash buckets per destination in the forward table (bucket = CRC-32 of the lookup 5-tuple, low bits)
@@ -257,6 +261,9 @@ struct metadata_t {
     bit<10> dedupe_index;
     bit<32> polling_duplicate;
     bit<4> ecmp_bucket;
+    bit<2> polling_from;
+    bit<32> polling_window;
+    bit<32> polling_allowed;
     bit<32> sketch_fp;
     bit<12> sketch_bucket;
     bit<32> sketch_total;
@@ -411,6 +418,9 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
         meta.dedupe_index = 0;
         meta.polling_duplicate = 0;
         meta.ecmp_bucket = 0;
+        meta.polling_from = 0;
+        meta.polling_window = 0;
+        meta.polling_allowed = 0;
         meta.sketch_fp = 0;
         meta.sketch_bucket = 0;
         meta.sketch_total = 0;
@@ -579,6 +589,10 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
 control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic_metadata_t ig_intr_md, in ingress_intrinsic_metadata_from_parser_t ig_prsr_md, inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md, inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
     // Per switch polling duplicate suppression: lo = CRC32 of the event id and the arrival port (the whole 64-bit id: event ids are host << 40 | sequence, so their low 32 bits repeat across hosts and only the fingerprint of the whole id tells two hosts' n-th events apart when they share a slot), hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
     Register<pair_t, bit<10>>(1024, {0, 0}) polling_dedupe;
+    // Per host-facing ingress port: lo = the current rate window (the ingress timestamp >> POLLING_WINDOW_LOG2_NS, low 32 bits), hi = polling packets accepted in it [polling guard]
+    Register<pair_t, bit<6>>(64, {0, 0}) polling_rate;
+    // Per ingress port: polling packets refused (port not configured for polling, or over its rate limit) [polling guard]
+    Register<bit<32>, bit<6>>(64, 0) polling_refused;
     // Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative) [elastic sketch]
     Register<bit<32>, bit<12>>(4096, 0) sketch_total;
     // Heavy part: lo = flow fingerprint, hi = Q = base + (λ+1)·vote+ where base is sketch_total when the flow took the bucket; vote- ≥ λ·vote+ ⇔ total − Q ≥ 0 [elastic sketch]
@@ -692,6 +706,33 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
             } else if ((value.lo == meta.dedupe_key) && ((meta.now_coarse - value.hi) < 32w0xb72)) {
                 rv = 32w0x1;
             }
+        }
+    };
+
+    // Returns 1 and counts the packet while the port's window has accepted fewer than POLLING_PER_WINDOW; a new window starts the count at 1
+    RegisterAction<pair_t, bit<6>, bit<32>>(polling_rate) polling_rate_check = {
+        void apply(inout pair_t value, out bit<32> rv) {
+            rv = 32w0;
+            if (!(value.lo == meta.polling_window) && !(value.hi < 32w0x40)) {
+                value.hi = 32w0x1;
+                value.lo = meta.polling_window;
+                rv = 32w0x1;
+            } else if (!(value.lo == meta.polling_window) && (value.hi < 32w0x40)) {
+                value.hi = 32w0x1;
+                value.lo = meta.polling_window;
+                rv = 32w0x1;
+            } else if ((value.lo == meta.polling_window) && (value.hi < 32w0x40)) {
+                value.hi = value.hi |+| 32w0x1;
+                rv = 32w0x1;
+            }
+        }
+    };
+
+    // One more refused polling packet
+    RegisterAction<bit<32>, bit<6>, bit<32>>(polling_refused) polling_refused_count = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = 32w0;
+            value = value |+| 32w0x1;
         }
     };
 
@@ -1705,6 +1746,21 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
     Hash<bit<4>>(HashAlgorithm_t.CRC32) ecmp_hash;
     Hash<bit<32>>(HashAlgorithm_t.CRC32) sketch_fp_hash;
 
+    // A host-facing port: polling accepted within the port's rate limit
+    action polling_from_host() {
+        meta.polling_from = 2w1;
+    }
+
+    // A fabric-facing port: polling from the neighbouring switch accepted
+    action polling_from_fabric() {
+        meta.polling_from = 2w2;
+    }
+
+    // No polling from this port (the default)
+    action polling_refuse() {
+        meta.polling_from = 2w0;
+    }
+
     // L3/ECMP result: the egress port of the next hop
     action set_route(bit<16> port) {
         meta.routed_port = port;
@@ -1788,6 +1844,21 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
         meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
     }
 
+    // Ingress port → where polling packets may come from (host-facing: rate-limited;
+    // fabric-facing: trusted; otherwise refused)
+    table polling_port {
+        key = {
+            meta.intr_ingress_port: exact;
+        }
+        actions = {
+            polling_from_host;
+            polling_from_fabric;
+            polling_refuse;
+        }
+        default_action = polling_refuse();
+        size = 64;
+    }
+
     // The switch's L3/ECMP forwarding: exact match on the destination IPv4 address and the
     // ECMP bucket (CRC-32 of the lookup 5-tuple, low bits); the control plane installs one
     // entry per (destination, bucket). For polling packets the lookup uses the victim's
@@ -1851,23 +1922,38 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                     if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w3)) {
                         ig_dprsr_md.drop_ctl = 1;
                     } else {
-                        meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
-                        meta.dedupe_key = dedupe_fingerprint.get({hdr.polling.event_id, meta.dedupe_port});
-                        meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
-                        meta.dedupe_index = dedupe_hash.get({hdr.polling.event_id, meta.dedupe_port});
-                        meta.polling_duplicate = polling_dedupe_check.execute(meta.dedupe_index);
-                        if (meta.polling_duplicate != 32w0) {
-                            ig_dprsr_md.drop_ctl = 1;
+                        polling_port.apply();
+                        meta.polling_allowed = 32w0;
+                        if (meta.polling_from == 2w2) {
+                            meta.polling_allowed = 32w1;
                         } else {
-                            meta.arrival_flags = ((bit<8>)(hdr.polling.trace_flag));
-                            meta.arrival_port = meta.intr_ingress_port;
-                            meta.arrival_tstamp = meta.intr_ingress_tstamp;
-                            ig_dprsr_md.mirror_type = MIRROR_TYPE_I2E;
-                            meta.mirror_session = (MirrorId_t)CPU_MIRROR_SESSION;
-                            meta.lookup_src_addr = hdr.polling.victim_src_addr;
-                            meta.lookup_dst_addr = hdr.polling.victim_dst_addr;
-                            meta.lookup_src_port = hdr.polling.victim_src_port;
-                            meta.lookup_dst_port = hdr.polling.victim_dst_port;
+                            if (meta.polling_from == 2w1) {
+                                meta.polling_window = ((bit<32>)(meta.intr_ingress_tstamp[47:20]));
+                                meta.polling_allowed = polling_rate_check.execute(meta.intr_ingress_port[5:0]);
+                            }
+                        }
+                        if (meta.polling_allowed != 32w0) {
+                            meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
+                            meta.dedupe_key = dedupe_fingerprint.get({hdr.polling.event_id, meta.dedupe_port});
+                            meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
+                            meta.dedupe_index = dedupe_hash.get({hdr.polling.event_id, meta.dedupe_port});
+                            meta.polling_duplicate = polling_dedupe_check.execute(meta.dedupe_index);
+                            if (meta.polling_duplicate != 32w0) {
+                                ig_dprsr_md.drop_ctl = 1;
+                            } else {
+                                meta.arrival_flags = ((bit<8>)(hdr.polling.trace_flag));
+                                meta.arrival_port = meta.intr_ingress_port;
+                                meta.arrival_tstamp = meta.intr_ingress_tstamp;
+                                ig_dprsr_md.mirror_type = MIRROR_TYPE_I2E;
+                                meta.mirror_session = (MirrorId_t)CPU_MIRROR_SESSION;
+                                meta.lookup_src_addr = hdr.polling.victim_src_addr;
+                                meta.lookup_dst_addr = hdr.polling.victim_dst_addr;
+                                meta.lookup_src_port = hdr.polling.victim_src_port;
+                                meta.lookup_dst_port = hdr.polling.victim_dst_port;
+                            }
+                        } else {
+                            polling_refused_count.execute(meta.intr_ingress_port[5:0]);
+                            ig_dprsr_md.drop_ctl = 1;
                         }
                     }
                 } else {
@@ -2268,6 +2354,9 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         meta.dedupe_index = 0;
         meta.polling_duplicate = 0;
         meta.ecmp_bucket = 0;
+        meta.polling_from = 0;
+        meta.polling_window = 0;
+        meta.polling_allowed = 0;
         meta.sketch_fp = 0;
         meta.sketch_bucket = 0;
         meta.sketch_total = 0;

@@ -57,6 +57,10 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // EVICTION_REPORT_BYTES = 37 (not referenced by the program)
 // Polling duplicate suppression interval in 1024-ns units
 // DEDUPE_INTERVAL_UNITS = 2930 (not referenced by the program)
+// log2 of the polling rate window of host-facing ports, ns
+// POLLING_WINDOW_LOG2_NS = 20 (not referenced by the program)
+// Polling packets a host-facing port may send per rate window
+// POLLING_PER_WINDOW = 64 (not referenced by the program)
 // Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
 // MAX_PAUSE_NS = 1344000 (not referenced by the program)
 // ECMP hash buckets per destination in the forward table (bucket = CRC-32 of the lookup 5-tuple, low bits)
@@ -212,6 +216,9 @@ struct metadata_t {
     bit<10> dedupe_index;
     bit<32> polling_duplicate;
     bit<4> ecmp_bucket;
+    bit<2> polling_from;
+    bit<32> polling_window;
+    bit<32> polling_allowed;
     bit<32> sketch_fp;
     bit<12> sketch_bucket;
     bit<32> sketch_total;
@@ -383,6 +390,10 @@ control MainVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t standard_metadata) {
     // Per switch polling duplicate suppression: lo = CRC32 of the event id and the arrival port (the whole 64-bit id: event ids are host << 40 | sequence, so their low 32 bits repeat across hosts and only the fingerprint of the whole id tells two hosts' n-th events apart when they share a slot), hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet [polling dedupe]
     register<bit<64>>(1024) polling_dedupe;
+    // Per host-facing ingress port: lo = the current rate window (the ingress timestamp >> POLLING_WINDOW_LOG2_NS, low 32 bits), hi = polling packets accepted in it [polling guard]
+    register<bit<64>>(64) polling_rate;
+    // Per ingress port: polling packets refused (port not configured for polling, or over its rate limit) [polling guard]
+    register<bit<32>>(64) polling_refused;
     // Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative) [elastic sketch]
     register<bit<32>>(4096) sketch_total;
     // Heavy part: lo = flow fingerprint, hi = Q = base + (λ+1)·vote+ where base is sketch_total when the flow took the bucket; vote- ≥ λ·vote+ ⇔ total − Q ≥ 0 [elastic sketch]
@@ -480,6 +491,21 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
     // Bytes from ingress port to egress port enqueued in the epoch (HAWKEYE Fig. 3 causality meter) [causality meter]
     register<bit<32>>(16384) meter_bytes;
 
+    // A host-facing port: polling accepted within the port's rate limit
+    action polling_from_host() {
+        meta.polling_from = 2w1;
+    }
+
+    // A fabric-facing port: polling from the neighbouring switch accepted
+    action polling_from_fabric() {
+        meta.polling_from = 2w2;
+    }
+
+    // No polling from this port (the default)
+    action polling_refuse() {
+        meta.polling_from = 2w0;
+    }
+
     // L3/ECMP result: the egress port of the next hop
     action set_route(bit<16> port) {
         meta.routed_port = port;
@@ -563,6 +589,21 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
         meta.pause_ns_7 = (((bit<32>)(hdr.pfc.quanta_7)) << 4);
     }
 
+    // Ingress port → where polling packets may come from (host-facing: rate-limited;
+    // fabric-facing: trusted; otherwise refused)
+    table polling_port {
+        key = {
+            meta.intr_ingress_port: exact;
+        }
+        actions = {
+            polling_from_host;
+            polling_from_fabric;
+            polling_refuse;
+        }
+        default_action = polling_refuse();
+        size = 64;
+    }
+
     // The switch's L3/ECMP forwarding: exact match on the destination IPv4 address and the
     // ECMP bucket (CRC-32 of the lookup 5-tuple, low bits); the control plane installs one
     // entry per (destination, bucket). For polling packets the lookup uses the victim's
@@ -627,44 +668,89 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                     if ((hdr.polling.hop_limit == 8w0) || (hdr.polling.version != 8w3)) {
                         mark_to_drop(standard_metadata);
                     } else {
-                        meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
-                        hash(meta.dedupe_key, HashAlgorithm.crc32, 32w0, {hdr.polling.event_id, meta.dedupe_port}, 64w4294967296);
-                        meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
-                        hash(meta.dedupe_index, HashAlgorithm.crc32, 10w0, {hdr.polling.event_id, meta.dedupe_port}, 64w1024);
-                        // RegisterAction polling_dedupe_check: Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)
-                        {
-                            bit<32> polling_dedupe_index = (bit<32>)meta.dedupe_index;
-                            bit<64> polling_dedupe_cell;
-                            polling_dedupe.read(polling_dedupe_cell, polling_dedupe_index);
-                            bit<32> value_lo = polling_dedupe_cell[31:0];
-                            bit<32> value_hi = polling_dedupe_cell[63:32];
-                            bit<32> rv = 32w0;
-                            if (!(value_lo == meta.dedupe_key) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
-                                value_lo = meta.dedupe_key;
-                                value_hi = meta.now_coarse;
-                            } else if ((value_lo == meta.dedupe_key) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
-                                value_lo = meta.dedupe_key;
-                                value_hi = meta.now_coarse;
-                            } else if (!(value_lo == meta.dedupe_key) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
-                                value_lo = meta.dedupe_key;
-                                value_hi = meta.now_coarse;
-                            } else if ((value_lo == meta.dedupe_key) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
-                                rv = 32w0x1;
-                            }
-                            polling_dedupe.write(polling_dedupe_index, value_hi ++ value_lo);
-                            meta.polling_duplicate = rv;
-                        }
-                        if (meta.polling_duplicate != 32w0) {
-                            mark_to_drop(standard_metadata);
+                        polling_port.apply();
+                        meta.polling_allowed = 32w0;
+                        if (meta.polling_from == 2w2) {
+                            meta.polling_allowed = 32w1;
                         } else {
-                            meta.arrival_flags = ((bit<8>)(hdr.polling.trace_flag));
-                            meta.arrival_port = meta.intr_ingress_port;
-                            meta.arrival_tstamp = meta.intr_ingress_tstamp;
-                            clone_preserving_field_list(CloneType.I2E, (bit<32>)CPU_MIRROR_SESSION, 1);
-                            meta.lookup_src_addr = hdr.polling.victim_src_addr;
-                            meta.lookup_dst_addr = hdr.polling.victim_dst_addr;
-                            meta.lookup_src_port = hdr.polling.victim_src_port;
-                            meta.lookup_dst_port = hdr.polling.victim_dst_port;
+                            if (meta.polling_from == 2w1) {
+                                meta.polling_window = ((bit<32>)(meta.intr_ingress_tstamp[47:20]));
+                                // RegisterAction polling_rate_check: Returns 1 and counts the packet while the port's window has accepted fewer than POLLING_PER_WINDOW; a new window starts the count at 1
+                                {
+                                    bit<32> polling_rate_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                    bit<64> polling_rate_cell;
+                                    polling_rate.read(polling_rate_cell, polling_rate_index);
+                                    bit<32> value_lo = polling_rate_cell[31:0];
+                                    bit<32> value_hi = polling_rate_cell[63:32];
+                                    bit<32> rv = 32w0;
+                                    if (!(value_lo == meta.polling_window) && !(value_hi < 32w0x40)) {
+                                        value_hi = 32w0x1;
+                                        value_lo = meta.polling_window;
+                                        rv = 32w0x1;
+                                    } else if (!(value_lo == meta.polling_window) && (value_hi < 32w0x40)) {
+                                        value_hi = 32w0x1;
+                                        value_lo = meta.polling_window;
+                                        rv = 32w0x1;
+                                    } else if ((value_lo == meta.polling_window) && (value_hi < 32w0x40)) {
+                                        value_hi = value_hi |+| 32w0x1;
+                                        rv = 32w0x1;
+                                    }
+                                    polling_rate.write(polling_rate_index, value_hi ++ value_lo);
+                                    meta.polling_allowed = rv;
+                                }
+                            }
+                        }
+                        if (meta.polling_allowed != 32w0) {
+                            meta.dedupe_port = ((bit<16>)(meta.intr_ingress_port));
+                            hash(meta.dedupe_key, HashAlgorithm.crc32, 32w0, {hdr.polling.event_id, meta.dedupe_port}, 64w4294967296);
+                            meta.now_coarse = (meta.intr_ingress_tstamp[41:10] + 32w0xb72);
+                            hash(meta.dedupe_index, HashAlgorithm.crc32, 10w0, {hdr.polling.event_id, meta.dedupe_port}, 64w1024);
+                            // RegisterAction polling_dedupe_check: Returns 1 when the same event was seen within DEDUPE_INTERVAL_UNITS; otherwise records (event, now)
+                            {
+                                bit<32> polling_dedupe_index = (bit<32>)meta.dedupe_index;
+                                bit<64> polling_dedupe_cell;
+                                polling_dedupe.read(polling_dedupe_cell, polling_dedupe_index);
+                                bit<32> value_lo = polling_dedupe_cell[31:0];
+                                bit<32> value_hi = polling_dedupe_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == meta.dedupe_key) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
+                                    value_lo = meta.dedupe_key;
+                                    value_hi = meta.now_coarse;
+                                } else if ((value_lo == meta.dedupe_key) && !((meta.now_coarse - value_hi) < 32w0xb72)) {
+                                    value_lo = meta.dedupe_key;
+                                    value_hi = meta.now_coarse;
+                                } else if (!(value_lo == meta.dedupe_key) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
+                                    value_lo = meta.dedupe_key;
+                                    value_hi = meta.now_coarse;
+                                } else if ((value_lo == meta.dedupe_key) && ((meta.now_coarse - value_hi) < 32w0xb72)) {
+                                    rv = 32w0x1;
+                                }
+                                polling_dedupe.write(polling_dedupe_index, value_hi ++ value_lo);
+                                meta.polling_duplicate = rv;
+                            }
+                            if (meta.polling_duplicate != 32w0) {
+                                mark_to_drop(standard_metadata);
+                            } else {
+                                meta.arrival_flags = ((bit<8>)(hdr.polling.trace_flag));
+                                meta.arrival_port = meta.intr_ingress_port;
+                                meta.arrival_tstamp = meta.intr_ingress_tstamp;
+                                clone_preserving_field_list(CloneType.I2E, (bit<32>)CPU_MIRROR_SESSION, 1);
+                                meta.lookup_src_addr = hdr.polling.victim_src_addr;
+                                meta.lookup_dst_addr = hdr.polling.victim_dst_addr;
+                                meta.lookup_src_port = hdr.polling.victim_src_port;
+                                meta.lookup_dst_port = hdr.polling.victim_dst_port;
+                            }
+                        } else {
+                            // RegisterAction polling_refused_count: One more refused polling packet
+                            {
+                                bit<32> polling_refused_index = (bit<32>)meta.intr_ingress_port[5:0];
+                                bit<32> polling_refused_cell;
+                                polling_refused.read(polling_refused_cell, polling_refused_index);
+                                bit<32> value = polling_refused_cell;
+                                value = value |+| 32w0x1;
+                                polling_refused.write(polling_refused_index, value);
+                            }
+                            mark_to_drop(standard_metadata);
                         }
                     }
                 } else {
@@ -2241,6 +2327,9 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.dedupe_index = 0;
         meta.polling_duplicate = 0;
         meta.ecmp_bucket = 0;
+        meta.polling_from = 0;
+        meta.polling_window = 0;
+        meta.polling_allowed = 0;
         meta.sketch_fp = 0;
         meta.sketch_bucket = 0;
         meta.sketch_total = 0;

@@ -49,6 +49,21 @@ pub const DEFAULT_GATHER_NS: u64 = 30_000;
 /// interval is 3 ms).
 const REPORTED_RETENTION_NS: u64 = 1_000_000_000;
 
+/// Default polling events the agent takes per second by each arrival port.
+pub const DEFAULT_EVENTS_PER_PORT_PER_SEC: u32 = 2_000;
+
+/// Default burst of polling events by one arrival port.
+pub const DEFAULT_EVENT_BURST: u32 = 256;
+
+/// One arrival port's budget of new polling events (a token bucket in switch time).
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    /// Tokens × 10^9 (a token per event; refilled at `events_per_port_per_sec`).
+    nano_tokens: u128,
+    /// Switch time of the last refill, ns.
+    at_ns: u64,
+}
+
 /// Agent settings.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -68,6 +83,14 @@ pub struct AgentConfig {
     /// How far back before the poll intact ring slots older than the window are still
     /// reported (a frozen switch's last busy epochs), ns; 0 reports the window only.
     pub aged_lookback_ns: u64,
+    /// New polling events taken per second by each arrival port (the data plane rate-limits
+    /// host ports; this bounds the agent's work whatever gets through, and one port's flood
+    /// does not use another's share). More are refused and counted.
+    pub events_per_port_per_sec: u32,
+    /// Polling events one arrival port may bring at once.
+    pub event_burst: u32,
+    /// Polling events waiting for a read at most (more are refused and counted).
+    pub max_waiting: usize,
 }
 
 impl AgentConfig {
@@ -82,6 +105,9 @@ impl AgentConfig {
             chunk_bytes: 1500,
             max_pending_evictions: 65_536,
             aged_lookback_ns: 10_000_000,
+            events_per_port_per_sec: DEFAULT_EVENTS_PER_PORT_PER_SEC,
+            event_burst: DEFAULT_EVENT_BURST,
+            max_waiting: 4096,
         }
     }
 }
@@ -141,6 +167,9 @@ pub struct AgentStats {
     pub evictions: u64,
     /// Evictions that did not fit and were counted as lost.
     pub lost_evictions: u64,
+    /// New polling events refused: their arrival port's budget was spent, or too many
+    /// events waited (a flood, forged or not; no report is made for them).
+    pub refused_events: u64,
 }
 
 /// One switch's agent.
@@ -157,6 +186,8 @@ pub struct SwitchAgent<B: SwitchBackend> {
     reported: BTreeMap<u64, u64>,
     evictions: Vec<Eviction>,
     lost_evictions: u32,
+    /// Per arrival port, its budget of new events.
+    budgets: BTreeMap<u16, Budget>,
     stats: AgentStats,
 }
 
@@ -171,6 +202,7 @@ impl<B: SwitchBackend> SwitchAgent<B> {
             reported: BTreeMap::new(),
             evictions: Vec::new(),
             lost_evictions: 0,
+            budgets: BTreeMap::new(),
             stats: AgentStats::default(),
         }
     }
@@ -280,6 +312,12 @@ impl<B: SwitchBackend> SwitchAgent<B> {
                     }
                     return;
                 }
+                if self.waiting.len() >= self.config.max_waiting
+                    || !self.take_budget(polling.context_ingress_port, frame.time_ns)
+                {
+                    self.stats.refused_events += 1;
+                    return;
+                }
                 self.reported.insert(polling.event_id, frame.time_ns);
                 self.waiting.push(Waiting {
                     arrived_ns: frame.time_ns,
@@ -287,6 +325,26 @@ impl<B: SwitchBackend> SwitchAgent<B> {
                     later: Vec::new(),
                 });
             }
+        }
+    }
+
+    /// Takes one event from `port`'s budget at switch time `now_ns`, if it has one.
+    fn take_budget(&mut self, port: u16, now_ns: u64) -> bool {
+        const NANO: u128 = 1_000_000_000;
+        let burst = u128::from(self.config.event_burst.max(1)) * NANO;
+        let rate = u128::from(self.config.events_per_port_per_sec);
+        let budget = self.budgets.entry(port).or_insert(Budget {
+            nano_tokens: burst,
+            at_ns: now_ns,
+        });
+        let elapsed = u128::from(now_ns.saturating_sub(budget.at_ns));
+        budget.nano_tokens = (budget.nano_tokens + elapsed * rate).min(burst);
+        budget.at_ns = budget.at_ns.max(now_ns);
+        if budget.nano_tokens >= NANO {
+            budget.nano_tokens -= NANO;
+            true
+        } else {
+            false
         }
     }
 

@@ -222,6 +222,12 @@ pub struct AgentSection {
     pub chunk_bytes: usize,
     /// Eviction reports kept between collections.
     pub max_pending_evictions: usize,
+    /// New polling events taken per second by each arrival port (more are refused).
+    pub events_per_port_per_sec: u32,
+    /// Polling events one arrival port may bring at once.
+    pub event_burst: u32,
+    /// Polling events waiting for a read at most.
+    pub max_waiting: usize,
     /// CPU frames queued between the CPU-port reader and the agent (more are dropped and
     /// counted).
     pub cpu_queue: usize,
@@ -241,6 +247,9 @@ impl Default for AgentSection {
             aged_lookback_us: agent.aged_lookback_ns / 1000,
             chunk_bytes: agent.chunk_bytes,
             max_pending_evictions: agent.max_pending_evictions,
+            events_per_port_per_sec: agent.events_per_port_per_sec,
+            event_burst: agent.event_burst,
+            max_waiting: agent.max_waiting,
             cpu_queue: 4096,
             outbox_bytes: 64 << 20,
             drain_ms: 10_000,
@@ -341,6 +350,9 @@ impl DaemonConfig {
         agent.aged_lookback_ns = self.agent.aged_lookback_us.saturating_mul(1000);
         agent.chunk_bytes = self.agent.chunk_bytes;
         agent.max_pending_evictions = self.agent.max_pending_evictions;
+        agent.events_per_port_per_sec = self.agent.events_per_port_per_sec;
+        agent.event_burst = self.agent.event_burst;
+        agent.max_waiting = self.agent.max_waiting;
         agent
     }
 
@@ -460,6 +472,8 @@ pub struct DaemonSummary {
     pub reports_dropped: u64,
     /// Polling events accepted and never reported (the switch unreachable at the stop).
     pub events_unreported: u64,
+    /// Polling events refused by the agent's per-port budget (a flood).
+    pub events_refused: u64,
     /// Reconnections to the switch.
     pub switch_reconnects: u64,
     /// Failed streams to the analyzer (each sent again).
@@ -835,8 +849,9 @@ pub fn run(
             last_log = Instant::now();
             let a = agent.stats();
             tracing::info!(
-                "polling copies {}, reports {}, sent {}, queued {}, register reads {}, evictions {} (lost {}), CPU frames dropped {}",
+                "polling copies {}, events refused {}, reports {}, sent {}, queued {}, register reads {}, evictions {} (lost {}), CPU frames dropped {}",
                 a.polling_copies,
+                a.refused_events,
                 a.reports,
                 stats.reports_sent.load(Ordering::Relaxed),
                 outbox.lock().map(|o| o.queue.len()).unwrap_or(0),
@@ -872,6 +887,7 @@ pub fn run(
         tracing::error!("{unsent} reports could not be delivered to the analyzer before the stop");
     }
     let polling_copies = agent.stats().polling_copies;
+    let events_refused = agent.stats().refused_events;
     if let Some(reason) = reader_error {
         let detail = match reader_result {
             Ok(Err(e)) => e.to_string(),
@@ -880,7 +896,9 @@ pub fn run(
         };
         return Err(DaemonError::CpuPort(detail));
     }
-    Ok(summary(&stats, polling_copies, unsent, events_unreported))
+    let mut done = summary(&stats, polling_copies, unsent, events_unreported);
+    done.events_refused = events_refused;
+    Ok(done)
 }
 
 /// A polling copy carries the switch's time of the event: it is the frame's time and a
@@ -911,6 +929,7 @@ fn summary(
         reports_unsent,
         reports_dropped: get(&stats.reports_dropped),
         events_unreported,
+        events_refused: 0,
         switch_reconnects: get(&stats.switch_reconnects),
         send_failures: get(&stats.send_failures),
         cpu_dropped: get(&stats.cpu_dropped),

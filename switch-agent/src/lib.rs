@@ -21,7 +21,10 @@ pub mod daemon;
 pub mod setup;
 pub mod transport;
 
-pub use agent::{AgentConfig, AgentError, AgentStats, Collection, SwitchAgent, DEFAULT_GUARD_NS};
+pub use agent::{
+    AgentConfig, AgentError, AgentStats, Collection, SwitchAgent, DEFAULT_EVENTS_PER_PORT_PER_SEC,
+    DEFAULT_EVENT_BURST, DEFAULT_GUARD_NS,
+};
 #[cfg(feature = "model")]
 pub use backend::ModelBackend;
 pub use backend::{BackendError, CpuFrame, CpuFrameKind, SwitchBackend};

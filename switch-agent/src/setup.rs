@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
 
-use hawkmesh_wire::control::{forward_entries, port_mask_entries, TableEntry};
+use hawkmesh_wire::control::{
+    forward_entries, polling_port_entry, port_mask_entries, PollingFrom, TableEntry,
+};
 use hawkmesh_wire::dataplane::{Table, MCAST_GROUP_ALL_PORTS, PORTS};
 use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
 
@@ -52,6 +54,9 @@ pub struct SwitchSetup {
     pub routes: BTreeMap<Ipv4Addr, Vec<PortNo>>,
     /// Per connected port, its speed in Gbit/s.
     pub port_gbps: BTreeMap<PortNo, f64>,
+    /// Per connected port, where polling packets may come from (the data plane's guard):
+    /// a host's port is rate-limited, a switch's trusted; other ports refuse polling.
+    pub polling: BTreeMap<PortNo, PollingFrom>,
 }
 
 /// The PFC quanta conversion action of a port speed (`pfc_port_speed`, IEEE 802.1Qbb: one
@@ -86,6 +91,7 @@ impl SwitchSetup {
         // Switch adjacency: (neighbour, my port towards it).
         let mut adjacent: BTreeMap<NodeId, Vec<(NodeId, PortNo)>> = BTreeMap::new();
         let mut port_gbps = BTreeMap::new();
+        let mut polling = BTreeMap::new();
         for l in &fabric.links {
             for (here, there) in [(l.a, l.b), (l.b, l.a)] {
                 if here.node == me.id {
@@ -104,6 +110,12 @@ impl SwitchSetup {
                         });
                     }
                     port_gbps.insert(here.port, l.gbps);
+                    let from = if is_switch(there.node) {
+                        PollingFrom::Fabric
+                    } else {
+                        PollingFrom::Host
+                    };
+                    polling.insert(here.port, from);
                 }
                 if is_switch(here.node) && is_switch(there.node) {
                     adjacent
@@ -168,11 +180,12 @@ impl SwitchSetup {
             switch: switch.to_string(),
             routes,
             port_gbps,
+            polling,
         })
     }
 
     /// Every table entry of the set-up, in installation order: port masks, port speeds,
-    /// routes.
+    /// polling ports, routes.
     pub fn entries(&self) -> Vec<(Table, TableEntry)> {
         let mut out = port_mask_entries(PORTS);
         for (port, gbps) in &self.port_gbps {
@@ -182,6 +195,9 @@ impl SwitchSetup {
                     TableEntry::exact(vec![u64::from(*port)], action, vec![]),
                 ));
             }
+        }
+        for (port, from) in &self.polling {
+            out.push((Table::POLLING_PORT, polling_port_entry(*port, *from)));
         }
         for (dst, hops) in &self.routes {
             for e in forward_entries(*dst, hops) {

@@ -28,6 +28,7 @@ fn params(flow_slots: u32) -> HawkeyeParams {
         dedupe_interval_units: 100,
         cpu_port: CPU_PORT,
         sketch: None,
+        ..HawkeyeParams::default()
     }
 }
 

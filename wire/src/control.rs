@@ -78,6 +78,30 @@ pub fn port_mask_entries(ports: u16) -> Vec<(Table, TableEntry)> {
     out
 }
 
+/// Where polling packets may come from on a port (the data plane's `polling_port` guard).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PollingFrom {
+    /// A host-facing port: polling accepted within the port's rate limit.
+    Host,
+    /// A fabric-facing port (another switch): polling trusted.
+    Fabric,
+}
+
+impl PollingFrom {
+    /// The program's action.
+    pub fn action(self) -> &'static str {
+        match self {
+            PollingFrom::Host => "polling_from_host",
+            PollingFrom::Fabric => "polling_from_fabric",
+        }
+    }
+}
+
+/// The `polling_port` entry of `port` (a port without one refuses polling).
+pub fn polling_port_entry(port: u16, from: PollingFrom) -> TableEntry {
+    TableEntry::exact(vec![u64::from(port)], from.action(), vec![])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

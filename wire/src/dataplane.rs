@@ -52,6 +52,10 @@ pub const QDEPTH_UNIT_BYTES_TOFINO: u8 = 0x50;
 pub const EVICTION_REPORT_BYTES: u16 = 0x25;
 /// Polling duplicate suppression interval in 1024-ns units
 pub const DEDUPE_INTERVAL_UNITS: u32 = 0xb72;
+/// log2 of the polling rate window of host-facing ports, ns
+pub const POLLING_WINDOW_LOG2_NS: u8 = 0x14;
+/// Polling packets a host-facing port may send per rate window
+pub const POLLING_PER_WINDOW: u32 = 0x40;
 /// Longest pause one PFC frame can ask for, ns (65,535 quanta at 25 Gbit/s, rounded up): a stored pause end further ahead is stale
 pub const MAX_PAUSE_NS: u32 = 0x148200;
 /// ECMP hash buckets per destination in the forward table (bucket = CRC-32 of the lookup 5-tuple, low bits)
@@ -226,6 +230,8 @@ pub mod eviction_layout {
 /// Registers: (name as in the P4 program, cell width in bits, cells, module).
 pub const REGISTERS: &[(&str, u8, u32, &str)] = &[
     ("polling_dedupe", 64, 1024, "polling dedupe"),
+    ("polling_rate", 64, 64, "polling guard"),
+    ("polling_refused", 32, 64, "polling guard"),
     ("sketch_total", 32, 4096, "elastic sketch"),
     ("sketch_key", 64, 4096, "elastic sketch"),
     ("sketch_votes", 32, 4096, "elastic sketch"),
@@ -293,6 +299,10 @@ pub const REGISTERS: &[(&str, u8, u32, &str)] = &[
 pub mod register {
     /// polling dedupe: Per switch polling duplicate suppression: lo = CRC32 of the event id and the arrival port (the whole 64-bit id: event ids are host << 40 | sequence, so their low 32 bits repeat across hosts and only the fingerprint of the whole id tells two hosts' n-th events apart when they share a slot), hi = arrival time in 1024-ns units (HAWKEYE §3.4: drop polling packets of the same event within an interval). The key includes the arrival port because the PFC branch depends on it: a polling packet that comes back by another port (around a routing loop, or where two branches meet) carries a branch this switch has not followed yet
     pub const POLLING_DEDUPE: &str = "polling_dedupe";
+    /// polling guard: Per host-facing ingress port: lo = the current rate window (the ingress timestamp >> POLLING_WINDOW_LOG2_NS, low 32 bits), hi = polling packets accepted in it
+    pub const POLLING_RATE: &str = "polling_rate";
+    /// polling guard: Per ingress port: polling packets refused (port not configured for polling, or over its rate limit)
+    pub const POLLING_REFUSED: &str = "polling_refused";
     /// elastic sketch: Packets hashed to the heavy bucket since the last control-plane reset (Elastic Sketch vote+ + vote-, cumulative)
     pub const SKETCH_TOTAL: &str = "sketch_total";
     /// elastic sketch: Heavy part: lo = flow fingerprint, hi = Q = base + (λ+1)·vote+ where base is sketch_total when the flow took the bucket; vote- ≥ λ·vote+ ⇔ total − Q ≥ 0
@@ -424,20 +434,23 @@ pub struct Module(u8);
 impl Module {
     /// `polling dedupe`.
     pub const POLLING_DEDUPE: Module = Module(0);
+    /// `polling guard`.
+    pub const POLLING_GUARD: Module = Module(1);
     /// `elastic sketch`.
-    pub const ELASTIC_SKETCH: Module = Module(1);
+    pub const ELASTIC_SKETCH: Module = Module(2);
     /// `pfc status`.
-    pub const PFC_STATUS: Module = Module(2);
+    pub const PFC_STATUS: Module = Module(3);
     /// `pfc branch`.
-    pub const PFC_BRANCH: Module = Module(3);
+    pub const PFC_BRANCH: Module = Module(4);
     /// `port telemetry`.
-    pub const PORT_TELEMETRY: Module = Module(4);
+    pub const PORT_TELEMETRY: Module = Module(5);
     /// `causality meter`.
-    pub const CAUSALITY_METER: Module = Module(5);
+    pub const CAUSALITY_METER: Module = Module(6);
     /// `flow telemetry`.
-    pub const FLOW_TELEMETRY: Module = Module(6);
-    const NAMES: [&'static str; 7] = [
+    pub const FLOW_TELEMETRY: Module = Module(7);
+    const NAMES: [&'static str; 8] = [
         "polling dedupe",
+        "polling guard",
         "elastic sketch",
         "pfc status",
         "pfc branch",
@@ -458,131 +471,137 @@ pub struct Register(u16);
 impl Register {
     /// `polling_dedupe` (polling dedupe).
     pub const POLLING_DEDUPE: Register = Register(0);
+    /// `polling_rate` (polling guard).
+    pub const POLLING_RATE: Register = Register(1);
+    /// `polling_refused` (polling guard).
+    pub const POLLING_REFUSED: Register = Register(2);
     /// `sketch_total` (elastic sketch).
-    pub const SKETCH_TOTAL: Register = Register(1);
+    pub const SKETCH_TOTAL: Register = Register(3);
     /// `sketch_key` (elastic sketch).
-    pub const SKETCH_KEY: Register = Register(2);
+    pub const SKETCH_KEY: Register = Register(4);
     /// `sketch_votes` (elastic sketch).
-    pub const SKETCH_VOTES: Register = Register(3);
+    pub const SKETCH_VOTES: Register = Register(5);
     /// `sketch_light` (elastic sketch).
-    pub const SKETCH_LIGHT: Register = Register(4);
+    pub const SKETCH_LIGHT: Register = Register(6);
     /// `pause_end_p0` (pfc status).
-    pub const PAUSE_END_P0: Register = Register(5);
+    pub const PAUSE_END_P0: Register = Register(7);
     /// `pause_end_p1` (pfc status).
-    pub const PAUSE_END_P1: Register = Register(6);
+    pub const PAUSE_END_P1: Register = Register(8);
     /// `pause_end_p2` (pfc status).
-    pub const PAUSE_END_P2: Register = Register(7);
+    pub const PAUSE_END_P2: Register = Register(9);
     /// `pause_end_p3` (pfc status).
-    pub const PAUSE_END_P3: Register = Register(8);
+    pub const PAUSE_END_P3: Register = Register(10);
     /// `pause_end_p4` (pfc status).
-    pub const PAUSE_END_P4: Register = Register(9);
+    pub const PAUSE_END_P4: Register = Register(11);
     /// `pause_end_p5` (pfc status).
-    pub const PAUSE_END_P5: Register = Register(10);
+    pub const PAUSE_END_P5: Register = Register(12);
     /// `pause_end_p6` (pfc status).
-    pub const PAUSE_END_P6: Register = Register(11);
+    pub const PAUSE_END_P6: Register = Register(13);
     /// `pause_end_p7` (pfc status).
-    pub const PAUSE_END_P7: Register = Register(12);
+    pub const PAUSE_END_P7: Register = Register(14);
     /// `fanout_e0_w0` (pfc branch).
-    pub const FANOUT_E0_W0: Register = Register(13);
+    pub const FANOUT_E0_W0: Register = Register(15);
     /// `paused_seen_e0_w0` (pfc branch).
-    pub const PAUSED_SEEN_E0_W0: Register = Register(14);
+    pub const PAUSED_SEEN_E0_W0: Register = Register(16);
     /// `pfc_xoff_e0_w0` (pfc branch).
-    pub const PFC_XOFF_E0_W0: Register = Register(15);
+    pub const PFC_XOFF_E0_W0: Register = Register(17);
     /// `fanout_e1_w0` (pfc branch).
-    pub const FANOUT_E1_W0: Register = Register(16);
+    pub const FANOUT_E1_W0: Register = Register(18);
     /// `paused_seen_e1_w0` (pfc branch).
-    pub const PAUSED_SEEN_E1_W0: Register = Register(17);
+    pub const PAUSED_SEEN_E1_W0: Register = Register(19);
     /// `pfc_xoff_e1_w0` (pfc branch).
-    pub const PFC_XOFF_E1_W0: Register = Register(18);
+    pub const PFC_XOFF_E1_W0: Register = Register(20);
     /// `fanout_e2_w0` (pfc branch).
-    pub const FANOUT_E2_W0: Register = Register(19);
+    pub const FANOUT_E2_W0: Register = Register(21);
     /// `paused_seen_e2_w0` (pfc branch).
-    pub const PAUSED_SEEN_E2_W0: Register = Register(20);
+    pub const PAUSED_SEEN_E2_W0: Register = Register(22);
     /// `pfc_xoff_e2_w0` (pfc branch).
-    pub const PFC_XOFF_E2_W0: Register = Register(21);
+    pub const PFC_XOFF_E2_W0: Register = Register(23);
     /// `fanout_e3_w0` (pfc branch).
-    pub const FANOUT_E3_W0: Register = Register(22);
+    pub const FANOUT_E3_W0: Register = Register(24);
     /// `paused_seen_e3_w0` (pfc branch).
-    pub const PAUSED_SEEN_E3_W0: Register = Register(23);
+    pub const PAUSED_SEEN_E3_W0: Register = Register(25);
     /// `pfc_xoff_e3_w0` (pfc branch).
-    pub const PFC_XOFF_E3_W0: Register = Register(24);
+    pub const PFC_XOFF_E3_W0: Register = Register(26);
     /// `fanout_held_w0` (pfc branch).
-    pub const FANOUT_HELD_W0: Register = Register(25);
+    pub const FANOUT_HELD_W0: Register = Register(27);
     /// `fanout_last_w0` (pfc branch).
-    pub const FANOUT_LAST_W0: Register = Register(26);
+    pub const FANOUT_LAST_W0: Register = Register(28);
     /// `pfc_paused_w0` (pfc branch).
-    pub const PFC_PAUSED_W0: Register = Register(27);
+    pub const PFC_PAUSED_W0: Register = Register(29);
     /// `fanout_e0_w1` (pfc branch).
-    pub const FANOUT_E0_W1: Register = Register(28);
+    pub const FANOUT_E0_W1: Register = Register(30);
     /// `paused_seen_e0_w1` (pfc branch).
-    pub const PAUSED_SEEN_E0_W1: Register = Register(29);
+    pub const PAUSED_SEEN_E0_W1: Register = Register(31);
     /// `pfc_xoff_e0_w1` (pfc branch).
-    pub const PFC_XOFF_E0_W1: Register = Register(30);
+    pub const PFC_XOFF_E0_W1: Register = Register(32);
     /// `fanout_e1_w1` (pfc branch).
-    pub const FANOUT_E1_W1: Register = Register(31);
+    pub const FANOUT_E1_W1: Register = Register(33);
     /// `paused_seen_e1_w1` (pfc branch).
-    pub const PAUSED_SEEN_E1_W1: Register = Register(32);
+    pub const PAUSED_SEEN_E1_W1: Register = Register(34);
     /// `pfc_xoff_e1_w1` (pfc branch).
-    pub const PFC_XOFF_E1_W1: Register = Register(33);
+    pub const PFC_XOFF_E1_W1: Register = Register(35);
     /// `fanout_e2_w1` (pfc branch).
-    pub const FANOUT_E2_W1: Register = Register(34);
+    pub const FANOUT_E2_W1: Register = Register(36);
     /// `paused_seen_e2_w1` (pfc branch).
-    pub const PAUSED_SEEN_E2_W1: Register = Register(35);
+    pub const PAUSED_SEEN_E2_W1: Register = Register(37);
     /// `pfc_xoff_e2_w1` (pfc branch).
-    pub const PFC_XOFF_E2_W1: Register = Register(36);
+    pub const PFC_XOFF_E2_W1: Register = Register(38);
     /// `fanout_e3_w1` (pfc branch).
-    pub const FANOUT_E3_W1: Register = Register(37);
+    pub const FANOUT_E3_W1: Register = Register(39);
     /// `paused_seen_e3_w1` (pfc branch).
-    pub const PAUSED_SEEN_E3_W1: Register = Register(38);
+    pub const PAUSED_SEEN_E3_W1: Register = Register(40);
     /// `pfc_xoff_e3_w1` (pfc branch).
-    pub const PFC_XOFF_E3_W1: Register = Register(39);
+    pub const PFC_XOFF_E3_W1: Register = Register(41);
     /// `fanout_held_w1` (pfc branch).
-    pub const FANOUT_HELD_W1: Register = Register(40);
+    pub const FANOUT_HELD_W1: Register = Register(42);
     /// `fanout_last_w1` (pfc branch).
-    pub const FANOUT_LAST_W1: Register = Register(41);
+    pub const FANOUT_LAST_W1: Register = Register(43);
     /// `pfc_paused_w1` (pfc branch).
-    pub const PFC_PAUSED_W1: Register = Register(42);
+    pub const PFC_PAUSED_W1: Register = Register(44);
     /// `port_xon` (port telemetry).
-    pub const PORT_XON: Register = Register(43);
+    pub const PORT_XON: Register = Register(45);
     /// `port_enq_epoch` (port telemetry).
-    pub const PORT_ENQ_EPOCH: Register = Register(44);
+    pub const PORT_ENQ_EPOCH: Register = Register(46);
     /// `port_packets` (port telemetry).
-    pub const PORT_PACKETS: Register = Register(45);
+    pub const PORT_PACKETS: Register = Register(47);
     /// `port_paused_packets` (port telemetry).
-    pub const PORT_PAUSED_PACKETS: Register = Register(46);
+    pub const PORT_PAUSED_PACKETS: Register = Register(48);
     /// `meter_epoch` (causality meter).
-    pub const METER_EPOCH: Register = Register(47);
+    pub const METER_EPOCH: Register = Register(49);
     /// `meter_bytes` (causality meter).
-    pub const METER_BYTES: Register = Register(48);
+    pub const METER_BYTES: Register = Register(50);
     /// `port_epoch` (port telemetry).
-    pub const PORT_EPOCH: Register = Register(49);
+    pub const PORT_EPOCH: Register = Register(51);
     /// `port_qdepth_sum` (port telemetry).
-    pub const PORT_QDEPTH_SUM: Register = Register(50);
+    pub const PORT_QDEPTH_SUM: Register = Register(52);
     /// `port_unpaused_qdepth_sum` (port telemetry).
-    pub const PORT_UNPAUSED_QDEPTH_SUM: Register = Register(51);
+    pub const PORT_UNPAUSED_QDEPTH_SUM: Register = Register(53);
     /// `flow_epoch` (flow telemetry).
-    pub const FLOW_EPOCH: Register = Register(52);
+    pub const FLOW_EPOCH: Register = Register(54);
     /// `flow_key_src` (flow telemetry).
-    pub const FLOW_KEY_SRC: Register = Register(53);
+    pub const FLOW_KEY_SRC: Register = Register(55);
     /// `flow_key_dst` (flow telemetry).
-    pub const FLOW_KEY_DST: Register = Register(54);
+    pub const FLOW_KEY_DST: Register = Register(56);
     /// `flow_key_ports` (flow telemetry).
-    pub const FLOW_KEY_PORTS: Register = Register(55);
+    pub const FLOW_KEY_PORTS: Register = Register(57);
     /// `flow_packets` (flow telemetry).
-    pub const FLOW_PACKETS: Register = Register(56);
+    pub const FLOW_PACKETS: Register = Register(58);
     /// `flow_paused_packets` (flow telemetry).
-    pub const FLOW_PAUSED_PACKETS: Register = Register(57);
+    pub const FLOW_PAUSED_PACKETS: Register = Register(59);
     /// `flow_unpaused_qdepth_sum` (flow telemetry).
-    pub const FLOW_UNPAUSED_QDEPTH_SUM: Register = Register(58);
+    pub const FLOW_UNPAUSED_QDEPTH_SUM: Register = Register(60);
     /// `flow_first_offset` (flow telemetry).
-    pub const FLOW_FIRST_OFFSET: Register = Register(59);
+    pub const FLOW_FIRST_OFFSET: Register = Register(61);
     /// `flow_last_offset` (flow telemetry).
-    pub const FLOW_LAST_OFFSET: Register = Register(60);
+    pub const FLOW_LAST_OFFSET: Register = Register(62);
     /// `flow_egress_port` (flow telemetry).
-    pub const FLOW_EGRESS_PORT: Register = Register(61);
+    pub const FLOW_EGRESS_PORT: Register = Register(63);
     /// Every register, in program order.
-    pub const ALL: [Register; 62] = [
+    pub const ALL: [Register; 64] = [
         Register::POLLING_DEDUPE,
+        Register::POLLING_RATE,
+        Register::POLLING_REFUSED,
         Register::SKETCH_TOTAL,
         Register::SKETCH_KEY,
         Register::SKETCH_VOTES,
@@ -656,8 +675,10 @@ impl Register {
         Register::PAUSE_END_P6,
         Register::PAUSE_END_P7,
     ];
-    const MODULES: [Module; 62] = [
+    const MODULES: [Module; 64] = [
         Module::POLLING_DEDUPE,
+        Module::POLLING_GUARD,
+        Module::POLLING_GUARD,
         Module::ELASTIC_SKETCH,
         Module::ELASTIC_SKETCH,
         Module::ELASTIC_SKETCH,
@@ -749,16 +770,25 @@ pub struct Table(u16);
 impl Table {
     /// `forward`.
     pub const FORWARD: Table = Table(0);
+    /// `polling_port`.
+    pub const POLLING_PORT: Table = Table(1);
     /// `pfc_port_speed`.
-    pub const PFC_PORT_SPEED: Table = Table(1);
+    pub const PFC_PORT_SPEED: Table = Table(2);
     /// `port_mask`.
-    pub const PORT_MASK: Table = Table(2);
+    pub const PORT_MASK: Table = Table(3);
     /// `egress_port_mask`.
-    pub const EGRESS_PORT_MASK: Table = Table(3);
-    const NAMES: [&'static str; 4] = ["forward", "pfc_port_speed", "port_mask", "egress_port_mask"];
+    pub const EGRESS_PORT_MASK: Table = Table(4);
+    const NAMES: [&'static str; 5] = [
+        "forward",
+        "polling_port",
+        "pfc_port_speed",
+        "port_mask",
+        "egress_port_mask",
+    ];
     /// Every table, in program order.
-    pub const ALL: [Table; 4] = [
+    pub const ALL: [Table; 5] = [
         Table::FORWARD,
+        Table::POLLING_PORT,
         Table::PFC_PORT_SPEED,
         Table::PORT_MASK,
         Table::EGRESS_PORT_MASK,
@@ -771,15 +801,16 @@ impl Table {
     pub const fn actions(self) -> &'static [&'static str] {
         match self.0 {
             0 => &["set_route", "no_route"],
-            1 => &[
+            1 => &["polling_from_host", "polling_from_fabric", "polling_refuse"],
+            2 => &[
                 "pfc_quanta_400g",
                 "pfc_quanta_200g",
                 "pfc_quanta_100g",
                 "pfc_quanta_50g",
                 "pfc_quanta_25g",
             ],
-            2 => &["port_mask_set", "port_mask_none"],
-            3 => &["egress_port_mask_set", "egress_port_mask_none"],
+            3 => &["port_mask_set", "port_mask_none"],
+            4 => &["egress_port_mask_set", "egress_port_mask_none"],
             _ => &[],
         }
     }

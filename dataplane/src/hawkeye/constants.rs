@@ -139,6 +139,18 @@ pub(super) fn constants(b: &mut ProgramBuilder, params: &HawkeyeParams) -> Const
         32,
         "Polling duplicate suppression interval in 1024-ns units",
     );
+    b.constant(
+        "POLLING_WINDOW_LOG2_NS",
+        u64::from(params.polling_window_log2_ns),
+        8,
+        "log2 of the polling rate window of host-facing ports, ns",
+    );
+    b.constant(
+        "POLLING_PER_WINDOW",
+        u64::from(params.polling_per_window),
+        32,
+        "Polling packets a host-facing port may send per rate window",
+    );
     // IEEE 802.1Qbb: one PFC frame pauses for at most 65,535 quanta of 512 bit times; at
     // the slowest speed of the port-speed table (25 Gbit/s) that is 1.342 ms, plus the
     // 0.1 % of the pipeline's quanta scaling.

@@ -16,6 +16,8 @@ pub(super) struct Parts {
     /// The forwarding table and its ECMP bucket hash.
     pub(super) forward: super::forwarding::Forwarding,
     pub(super) dedupe: Dedupe,
+    /// Where polling may come from, and the host ports' rate limit.
+    pub(super) guard: super::polling_guard::PollingGuard,
     /// Elastic Sketch insertion (empty without a sketch).
     pub(super) sketch: Vec<Stmt>,
     pub(super) mask: PortMask,
@@ -28,9 +30,14 @@ pub(super) struct Parts {
     pub(super) data: Vec<Stmt>,
 }
 
-/// A polling packet's checks: hop limit and version, duplicate suppression, the CPU copy,
-/// and the victim's 5-tuple as the forwarding lookup.
-fn polling_front(cx: &Ctx, dedupe: &Dedupe) -> Vec<Stmt> {
+/// A polling packet's checks: hop limit and version, the port's permission and rate limit
+/// ([`super::polling_guard`]), duplicate suppression, the CPU copy, and the victim's 5-tuple
+/// as the forwarding lookup.
+fn polling_front(
+    cx: &Ctx,
+    dedupe: &Dedupe,
+    guard: &super::polling_guard::PollingGuard,
+) -> Vec<Stmt> {
     let params = cx.params;
     let polling_version = cx.k.polling_version;
     let (ig_port, ig_tstamp) = (cx.intr.ig_port, cx.intr.ig_tstamp);
@@ -65,38 +72,42 @@ fn polling_front(cx: &Ctx, dedupe: &Dedupe) -> Vec<Stmt> {
             ne(f(po_version), c(polling_version, 8)),
         ),
         vec![Stmt::Drop],
-        vec![
-            Stmt::Assign(dedupe_port, cast(f(ig_port), 16)),
-            Stmt::Hash(dedupe_fp, dedupe_key),
-            // Coarse time shifted by one interval: an empty dedupe cell (event 0, time 0)
-            // then always looks older than the interval, so an event whose low 32 bits
-            // are 0 is never taken for a duplicate of nothing.
-            Stmt::Assign(
-                now_coarse,
-                add(
-                    slice(f(ig_tstamp), 41, 10),
-                    c(params.dedupe_interval_units as u64, 32),
+        super::polling_guard::guard(
+            cx,
+            guard,
+            vec![
+                Stmt::Assign(dedupe_port, cast(f(ig_port), 16)),
+                Stmt::Hash(dedupe_fp, dedupe_key),
+                // Coarse time shifted by one interval: an empty dedupe cell (event 0, time 0)
+                // then always looks older than the interval, so an event whose low 32 bits
+                // are 0 is never taken for a duplicate of nothing.
+                Stmt::Assign(
+                    now_coarse,
+                    add(
+                        slice(f(ig_tstamp), 41, 10),
+                        c(params.dedupe_interval_units as u64, 32),
+                    ),
                 ),
-            ),
-            Stmt::Hash(dedupe_hash, dedupe_index),
-            exec(dedupe_check, f(dedupe_index), Some(duplicate)),
-            Stmt::If(
-                ne(f(duplicate), c(0, 32)),
-                vec![Stmt::Drop],
-                vec![
-                    // Every switch that takes the polling packet tells its CPU (HAWKEYE
-                    // §3.4), also on a PFC-only branch and at the last hop.
-                    Stmt::Assign(arrival_flags, cast(f(po_flag), 8)),
-                    Stmt::Assign(arrival_port, f(ig_port)),
-                    Stmt::Assign(arrival_tstamp, f(ig_tstamp)),
-                    Stmt::CloneToCpu,
-                    Stmt::Assign(lookup_src, f(po_vsrc)),
-                    Stmt::Assign(lookup_dst, f(po_vdst)),
-                    Stmt::Assign(lookup_sport, f(po_vsport)),
-                    Stmt::Assign(lookup_dport, f(po_vdport)),
-                ],
-            ),
-        ],
+                Stmt::Hash(dedupe_hash, dedupe_index),
+                exec(dedupe_check, f(dedupe_index), Some(duplicate)),
+                Stmt::If(
+                    ne(f(duplicate), c(0, 32)),
+                    vec![Stmt::Drop],
+                    vec![
+                        // Every switch that takes the polling packet tells its CPU (HAWKEYE
+                        // §3.4), also on a PFC-only branch and at the last hop.
+                        Stmt::Assign(arrival_flags, cast(f(po_flag), 8)),
+                        Stmt::Assign(arrival_port, f(ig_port)),
+                        Stmt::Assign(arrival_tstamp, f(ig_tstamp)),
+                        Stmt::CloneToCpu,
+                        Stmt::Assign(lookup_src, f(po_vsrc)),
+                        Stmt::Assign(lookup_dst, f(po_vdst)),
+                        Stmt::Assign(lookup_sport, f(po_vsport)),
+                        Stmt::Assign(lookup_dport, f(po_vdport)),
+                    ],
+                ),
+            ],
+        ),
     )]
 }
 
@@ -313,6 +324,7 @@ pub(super) fn ingress_control(b: &mut ProgramBuilder, cx: &Ctx, parts: Parts) ->
     let Parts {
         forward,
         dedupe,
+        guard,
         sketch,
         mask,
         branch,
@@ -330,7 +342,7 @@ pub(super) fn ingress_control(b: &mut ProgramBuilder, cx: &Ctx, parts: Parts) ->
         h.bth,
     );
     let (routed_port, route_found) = (cx.meta.route.routed_port, cx.meta.route.route_found);
-    let polling_front = polling_front(cx, &dedupe);
+    let polling_front = polling_front(cx, &dedupe, &guard);
     let polling_decide = polling_decide(b, cx, &mask, &branch, &prologue);
     let ip_branch = vec![Stmt::If(valid(polling), polling_decide, {
         let mut v = vec![Stmt::If(

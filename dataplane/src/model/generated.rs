@@ -9,89 +9,104 @@ use super::*;
 
 #[inline(always)]
 fn tor_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-'l458: {
-'l457: {
-'l446: {
-'l436: {
+'l472: {
+'l471: {
+'l460: {
+'l450: {
+'l440: {
 'l426: {
-'l412: {
-'l403: {
+'l417: {
+'l394: {
+'l392: {
+'l388: {
+'l384: {
 'l380: {
-'l378: {
-'l374: {
-'l370: {
-'l366: {
-'l362: {
-'l358: {
-'l354: {
-'l343: {
-'l341: {
-'l331: {
-'l323: {
-'l314: {
+'l376: {
+'l372: {
+'l368: {
+'l357: {
+'l355: {
+'l345: {
+'l337: {
+'l328: {
+'l327: {
+'l319: {
+'l318: {
+'l315: {
 'l313: {
-'l305: {
-'l304: {
+'l310: {
+'l306: {
+'l302: {
 'l301: {
-'l299: {
-'l296: {
-'l292: {
-'l288: {
-'l287: {
-'l193: {
-'l189: {
-'l188: {
-'l185: {
-'l184: {
+'l207: {
+'l203: {
+'l202: {
+'l199: {
+'l198: {
+'l195: {
+'l194: {
+'l191: {
+'l190: {
 'l181: {
-'l180: {
+'l179: {
 'l177: {
-'l176: {
-'l167: {
-'l165: {
-'l163: {
-'l154: {
-'l148: {
-'l143: {
-'l138: {
-'l125: {
-'l120: {
-'l115: {
-'l110: {
-'l105: {
-'l100: {
-'l95: {
-'l90: {
-'l37: {
-'l33: {
-'l29: {
+'l168: {
+'l162: {
+'l157: {
+'l152: {
+'l139: {
+'l134: {
+'l129: {
+'l124: {
+'l119: {
+'l114: {
+'l109: {
+'l104: {
+'l51: {
+'l47: {
+'l43: {
+'l39: {
+'l30: {
 'l20: {
+'l16: {
 'l11: {
 'l9: {
 'l5: {
-phv[126] = 0xFFFF;
+phv[129] = 0xFFFF;
 if st.valid & 0x4 == 0 { break 'l5; }
-if phv[23] != 0x101 { break 'l37; }
-phv[126] = phv[0] & 0xFFFF;
-break 'l37;
+if phv[23] != 0x101 { break 'l51; }
+phv[129] = phv[0] & 0xFFFF;
+break 'l51;
 }
-if st.valid & 0x8 == 0 { break 'l37; }
-if st.valid & 0x40 == 0 { break 'l29; }
+if st.valid & 0x8 == 0 { break 'l51; }
+if st.valid & 0x40 == 0 { break 'l43; }
 if phv[61] == 0x0 { break 'l9; }
 if phv[58] == 0x3 { break 'l11; }
 }
 ctx.dropped = true;
-break 'l33;
+break 'l47;
 }
+match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { tor_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { tor_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { tor_a4(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a4(st, phv, code, ctx); } _ => { tor_action(st.select(code, 1, phv), st, phv, code, ctx); } }
+phv[99] = 0x0;
+if phv[97] != 0x2 { break 'l16; }
+phv[99] = 0x1;
+break 'l20;
+}
+if phv[97] != 0x1 { break 'l20; }
+phv[98] = phv[1].wrapping_shr(20) & 0xFFFFFFF;
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(98))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: None, cmp: Cmp::raw(1, 0, false), constant: 0x40 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[99] = out & 0xFFFFFFFF; }
+}
+if phv[99] == 0x0 { break 'l39; }
 phv[91] = phv[0] & 0xFFFF;
 phv[90] = hash_inputs(phv, &[(63, 8), (91, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-phv[219] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-phv[92] = bin(BinOp::Add, phv[219], 0xB72, 0xFFFFFFFF);
+phv[222] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[92] = bin(BinOp::Add, phv[222], 0xB72, 0xFFFFFFFF);
 phv[93] = hash_inputs(phv, &[(63, 8), (91, 2)], 0x3FF) & 0x3FF;
 { let w = 315440 + ((phv[93] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(90))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(92), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[94] = out & 0xFFFFFFFF; }
-if phv[94] == 0x0 { break 'l20; }
+if phv[94] == 0x0 { break 'l30; }
 ctx.dropped = true;
-break 'l33;
+break 'l47;
 }
 phv[81] = phv[60] & 0xFF;
 phv[82] = phv[0] & 0xFFFF;
@@ -101,7 +116,12 @@ phv[84] = phv[64] & 0xFFFFFFFF;
 phv[85] = phv[65] & 0xFFFFFFFF;
 phv[86] = phv[66] & 0xFFFF;
 phv[87] = phv[67] & 0xFFFF;
-break 'l33;
+break 'l47;
+}
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 2, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+ctx.dropped = true;
+break 'l47;
 }
 phv[84] = phv[44] & 0xFFFFFFFF;
 phv[85] = phv[45] & 0xFFFFFFFF;
@@ -110,478 +130,478 @@ phv[87] = phv[47] & 0xFFFF;
 }
 phv[95] = hash_inputs(phv, &[(84, 4), (85, 4), (86, 2), (87, 2)], 0xF) & 0xF;
 match st.routed_from_input() { Some(Some(port)) => { phv[96] = port as u64 & 0xFFFF; tor_a0(st, phv, code, ctx); } Some(None) => { tor_a1(st, phv, code, ctx); } None => { tor_action(st.select(code, 0, phv), st, phv, code, ctx); } }
-if phv[89] != 0x1 { break 'l37; }
-phv[126] = phv[88] & 0xFFFF;
+if phv[89] != 0x1 { break 'l51; }
+phv[129] = phv[88] & 0xFFFF;
 }
-match st.direct_entry(2, phv[126]) { Some(d) if d.action == 7 => { phv[129] = d.params[0] & 0xFFFFFFFF; phv[130] = d.params[1] & 0xFFFFFFFF; tor_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a8(st, phv, code, ctx); } _ => { tor_action(st.select(code, 2, phv), st, phv, code, ctx); } }
-if st.valid & 0x4 == 0 { break 'l167; }
-if phv[23] != 0x101 { break 'l165; }
-phv[107] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[143] = phv[1].wrapping_shr(20) & 0x3;
-phv[144] = phv[1].wrapping_shr(22) & 0xFFFF;
-match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { tor_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { tor_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { tor_a4(st, phv, code, ctx); } Some(d) if d.action == 5 => { tor_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { tor_a6(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a4(st, phv, code, ctx); } _ => { tor_action(st.select(code, 1, phv), st, phv, code, ctx); } }
-phv[219] = phv[110].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[110], phv[219], 0xFFFFFFFF);
-phv[221] = phv[110].wrapping_shr(5);
-phv[110] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[111] = bin(BinOp::Add, phv[107], phv[110], 0xFFFFFFFF);
-phv[219] = phv[112].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[112], phv[219], 0xFFFFFFFF);
-phv[221] = phv[112].wrapping_shr(5);
-phv[112] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[113] = bin(BinOp::Add, phv[107], phv[112], 0xFFFFFFFF);
-phv[219] = phv[114].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[114], phv[219], 0xFFFFFFFF);
-phv[221] = phv[114].wrapping_shr(5);
-phv[114] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[115] = bin(BinOp::Add, phv[107], phv[114], 0xFFFFFFFF);
-phv[219] = phv[116].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[116], phv[219], 0xFFFFFFFF);
-phv[221] = phv[116].wrapping_shr(5);
-phv[116] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[117] = bin(BinOp::Add, phv[107], phv[116], 0xFFFFFFFF);
-phv[219] = phv[118].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[118], phv[219], 0xFFFFFFFF);
-phv[221] = phv[118].wrapping_shr(5);
-phv[118] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[119] = bin(BinOp::Add, phv[107], phv[118], 0xFFFFFFFF);
-phv[219] = phv[120].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[120], phv[219], 0xFFFFFFFF);
-phv[221] = phv[120].wrapping_shr(5);
-phv[120] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[121] = bin(BinOp::Add, phv[107], phv[120], 0xFFFFFFFF);
-phv[219] = phv[122].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[122], phv[219], 0xFFFFFFFF);
-phv[221] = phv[122].wrapping_shr(5);
-phv[122] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[123] = bin(BinOp::Add, phv[107], phv[122], 0xFFFFFFFF);
-phv[219] = phv[124].wrapping_shr(2);
-phv[220] = bin(BinOp::Add, phv[124], phv[219], 0xFFFFFFFF);
-phv[221] = phv[124].wrapping_shr(5);
-phv[124] = bin(BinOp::Add, phv[220], phv[221], 0xFFFFFFFF);
-phv[125] = bin(BinOp::Add, phv[107], phv[124], 0xFFFFFFFF);
-phv[145] = 0x0;
-phv[219] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l90; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[110], 0xFFFFFFFF);
+match st.direct_entry(3, phv[129]) { Some(d) if d.action == 10 => { phv[132] = d.params[0] & 0xFFFFFFFF; phv[133] = d.params[1] & 0xFFFFFFFF; tor_a10(st, phv, code, ctx); } Some(d) if d.action == 11 => { tor_a11(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a11(st, phv, code, ctx); } _ => { tor_action(st.select(code, 3, phv), st, phv, code, ctx); } }
+if st.valid & 0x4 == 0 { break 'l181; }
+if phv[23] != 0x101 { break 'l179; }
+phv[110] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[146] = phv[1].wrapping_shr(20) & 0x3;
+phv[147] = phv[1].wrapping_shr(22) & 0xFFFF;
+match st.direct_entry(2, phv[0]) { Some(d) if d.action == 5 => { tor_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { tor_a6(st, phv, code, ctx); } Some(d) if d.action == 7 => { tor_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, phv, code, ctx); } Some(d) if d.action == 9 => { tor_a9(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a7(st, phv, code, ctx); } _ => { tor_action(st.select(code, 2, phv), st, phv, code, ctx); } }
+phv[222] = phv[113].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[113], phv[222], 0xFFFFFFFF);
+phv[224] = phv[113].wrapping_shr(5);
+phv[113] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[114] = bin(BinOp::Add, phv[110], phv[113], 0xFFFFFFFF);
+phv[222] = phv[115].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[115], phv[222], 0xFFFFFFFF);
+phv[224] = phv[115].wrapping_shr(5);
+phv[115] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[116] = bin(BinOp::Add, phv[110], phv[115], 0xFFFFFFFF);
+phv[222] = phv[117].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[117], phv[222], 0xFFFFFFFF);
+phv[224] = phv[117].wrapping_shr(5);
+phv[117] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[118] = bin(BinOp::Add, phv[110], phv[117], 0xFFFFFFFF);
+phv[222] = phv[119].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[119], phv[222], 0xFFFFFFFF);
+phv[224] = phv[119].wrapping_shr(5);
+phv[119] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[120] = bin(BinOp::Add, phv[110], phv[119], 0xFFFFFFFF);
+phv[222] = phv[121].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[121], phv[222], 0xFFFFFFFF);
+phv[224] = phv[121].wrapping_shr(5);
+phv[121] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[122] = bin(BinOp::Add, phv[110], phv[121], 0xFFFFFFFF);
+phv[222] = phv[123].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[123], phv[222], 0xFFFFFFFF);
+phv[224] = phv[123].wrapping_shr(5);
+phv[123] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[124] = bin(BinOp::Add, phv[110], phv[123], 0xFFFFFFFF);
+phv[222] = phv[125].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[125], phv[222], 0xFFFFFFFF);
+phv[224] = phv[125].wrapping_shr(5);
+phv[125] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[126] = bin(BinOp::Add, phv[110], phv[125], 0xFFFFFFFF);
+phv[222] = phv[127].wrapping_shr(2);
+phv[223] = bin(BinOp::Add, phv[127], phv[222], 0xFFFFFFFF);
+phv[224] = phv[127].wrapping_shr(5);
+phv[127] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[128] = bin(BinOp::Add, phv[110], phv[127], 0xFFFFFFFF);
+phv[148] = 0x0;
+phv[222] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l104; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[113], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l95; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[112], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l109; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[115], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l100; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[114], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l114; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[117], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l105; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 117, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[116], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l119; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[119], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l110; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 119, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[118], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l124; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[121], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l115; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 121, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[120], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l129; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[123], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l120; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 123, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[122], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l134; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[125], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l125; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[145] = bin(BinOp::Max, phv[145], phv[124], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l139; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[148] = bin(BinOp::Max, phv[148], phv[127], 0xFFFFFFFF);
 }
-phv[146] = bin(BinOp::Add, phv[107], phv[145], 0xFFFFFFFF);
-phv[147] = bin(BinOp::Xor, phv[127], 0xFFFFFFFF, 0xFFFFFFFF);
-phv[148] = bin(BinOp::Xor, phv[128], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[145] == 0x0 { break 'l154; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(146))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(146))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(146), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(146), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(146), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(146))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(146))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(146), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(146), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(146), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[143] != 0x0 { break 'l138; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[149] = bin(BinOp::Add, phv[110], phv[148], 0xFFFFFFFF);
+phv[150] = bin(BinOp::Xor, phv[130], 0xFFFFFFFF, 0xFFFFFFFF);
+phv[151] = bin(BinOp::Xor, phv[131], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[148] == 0x0 { break 'l168; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[146] != 0x0 { break 'l152; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[143] != 0x1 { break 'l143; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[146] != 0x1 { break 'l157; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[143] != 0x2 { break 'l148; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[146] != 0x2 { break 'l162; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[143] != 0x3 { break 'l163; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-break 'l163;
-}
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(147) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(148) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l163; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-phv[149] = (phv[143].wrapping_shl(6) | phv[219]) & 0xFF;
-{ let w = 318000 + ((phv[149] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-}
-ctx.dropped = true;
-return;
-}
-ctx.dropped = true;
-return;
-}
-if st.valid & 0x8 == 0 { break 'l457; }
-if st.valid & 0x40 == 0 { break 'l301; }
-phv[76] = 0xFFFF;
-phv[107] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[143] = phv[1].wrapping_shr(20) & 0x3;
-phv[144] = phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(phv[143], 0x0) { break 'l176; }
-phv[131] = bin(BinOp::Sub, phv[144], 0x1, 0xFFFF);
+if phv[146] != 0x3 { break 'l177; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l177;
 }
-phv[131] = phv[144] & 0xFFFF;
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(150) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(151) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l177; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+phv[152] = (phv[146].wrapping_shl(6) | phv[222]) & 0xFF;
+{ let w = 318000 + ((phv[152] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if Cmp::raw(6, 0, false).test(phv[143], 0x1) { break 'l180; }
-phv[132] = bin(BinOp::Sub, phv[144], 0x1, 0xFFFF);
-break 'l181;
+ctx.dropped = true;
+return;
 }
-phv[132] = phv[144] & 0xFFFF;
+ctx.dropped = true;
+return;
 }
-if Cmp::raw(6, 0, false).test(phv[143], 0x2) { break 'l184; }
-phv[133] = bin(BinOp::Sub, phv[144], 0x1, 0xFFFF);
-break 'l185;
+if st.valid & 0x8 == 0 { break 'l471; }
+if st.valid & 0x40 == 0 { break 'l315; }
+phv[76] = 0xFFFF;
+phv[110] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[146] = phv[1].wrapping_shr(20) & 0x3;
+phv[147] = phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(phv[146], 0x0) { break 'l190; }
+phv[134] = bin(BinOp::Sub, phv[147], 0x1, 0xFFFF);
+break 'l191;
 }
-phv[133] = phv[144] & 0xFFFF;
+phv[134] = phv[147] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[143], 0x3) { break 'l188; }
-phv[134] = bin(BinOp::Sub, phv[144], 0x1, 0xFFFF);
-break 'l189;
+if Cmp::raw(6, 0, false).test(phv[146], 0x1) { break 'l194; }
+phv[135] = bin(BinOp::Sub, phv[147], 0x1, 0xFFFF);
+break 'l195;
 }
-phv[134] = phv[144] & 0xFFFF;
+phv[135] = phv[147] & 0xFFFF;
 }
-phv[219] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l193; }
-if phv[89] != 0x1 { break 'l193; }
+if Cmp::raw(6, 0, false).test(phv[146], 0x2) { break 'l198; }
+phv[136] = bin(BinOp::Sub, phv[147], 0x1, 0xFFFF);
+break 'l199;
+}
+phv[136] = phv[147] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(phv[146], 0x3) { break 'l202; }
+phv[137] = bin(BinOp::Sub, phv[147], 0x1, 0xFFFF);
+break 'l203;
+}
+phv[137] = phv[147] & 0xFFFF;
+}
+phv[222] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l207; }
+if phv[89] != 0x1 { break 'l207; }
 phv[76] = phv[88] & 0xFFFF;
 }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[139] = v & 0xFFFFFFFF; } }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[141] = out & 0xFFFFFFFF; }
-phv[219] = bin(BinOp::Or, phv[163], phv[166], 0xFFFFFFFFFFFFFFFF);
-phv[220] = bin(BinOp::Or, phv[219], phv[169], 0xFFFFFFFFFFFFFFFF);
-phv[221] = bin(BinOp::Or, phv[220], phv[172], 0xFFFFFFFFFFFFFFFF);
-phv[222] = bin(BinOp::Or, phv[221], phv[141], 0xFFFFFFFFFFFFFFFF);
-phv[157] = bin(BinOp::Or, phv[222], phv[139], 0xFFFFFFFF);
-phv[219] = bin(BinOp::Or, phv[164], phv[165], 0xFFFFFFFFFFFFFFFF);
-phv[220] = bin(BinOp::Or, phv[167], phv[168], 0xFFFFFFFFFFFFFFFF);
-phv[221] = bin(BinOp::Or, phv[219], phv[220], 0xFFFFFFFFFFFFFFFF);
-phv[222] = bin(BinOp::Or, phv[170], phv[171], 0xFFFFFFFFFFFFFFFF);
-phv[223] = bin(BinOp::Or, phv[221], phv[222], 0xFFFFFFFFFFFFFFFF);
-phv[224] = bin(BinOp::Or, phv[173], phv[174], 0xFFFFFFFFFFFFFFFF);
-phv[159] = bin(BinOp::Or, phv[223], phv[224], 0xFFFFFFFF);
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
-phv[159] = bin(BinOp::Or, phv[159], phv[161], 0xFFFFFFFF);
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); phv[142] = v & 0xFFFFFFFF; } }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[144] = out & 0xFFFFFFFF; }
+phv[222] = bin(BinOp::Or, phv[166], phv[169], 0xFFFFFFFFFFFFFFFF);
+phv[223] = bin(BinOp::Or, phv[222], phv[172], 0xFFFFFFFFFFFFFFFF);
+phv[224] = bin(BinOp::Or, phv[223], phv[175], 0xFFFFFFFFFFFFFFFF);
+phv[225] = bin(BinOp::Or, phv[224], phv[144], 0xFFFFFFFFFFFFFFFF);
+phv[160] = bin(BinOp::Or, phv[225], phv[142], 0xFFFFFFFF);
+phv[222] = bin(BinOp::Or, phv[167], phv[168], 0xFFFFFFFFFFFFFFFF);
+phv[223] = bin(BinOp::Or, phv[170], phv[171], 0xFFFFFFFFFFFFFFFF);
+phv[224] = bin(BinOp::Or, phv[222], phv[223], 0xFFFFFFFFFFFFFFFF);
+phv[225] = bin(BinOp::Or, phv[173], phv[174], 0xFFFFFFFFFFFFFFFF);
+phv[226] = bin(BinOp::Or, phv[224], phv[225], 0xFFFFFFFFFFFFFFFF);
+phv[227] = bin(BinOp::Or, phv[176], phv[177], 0xFFFFFFFFFFFFFFFF);
+phv[162] = bin(BinOp::Or, phv[226], phv[227], 0xFFFFFFFF);
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[162] = bin(BinOp::Or, phv[162], phv[164], 0xFFFFFFFF);
 phv[79] = 0x0;
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(131))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(132))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[180] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[181] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[182] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(133))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[183] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[184] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[185] = out & 0xFFFFFFFF; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[186] = out & 0xFFFFFFFF; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[140] = v & 0xFFFFFFFF; } }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[142] = out & 0xFFFFFFFF; }
-phv[219] = bin(BinOp::Or, phv[175], phv[178], 0xFFFFFFFFFFFFFFFF);
-phv[220] = bin(BinOp::Or, phv[219], phv[181], 0xFFFFFFFFFFFFFFFF);
-phv[221] = bin(BinOp::Or, phv[220], phv[184], 0xFFFFFFFFFFFFFFFF);
-phv[222] = bin(BinOp::Or, phv[221], phv[142], 0xFFFFFFFFFFFFFFFF);
-phv[158] = bin(BinOp::Or, phv[222], phv[140], 0xFFFFFFFF);
-phv[219] = bin(BinOp::Or, phv[176], phv[177], 0xFFFFFFFFFFFFFFFF);
-phv[220] = bin(BinOp::Or, phv[179], phv[180], 0xFFFFFFFFFFFFFFFF);
-phv[221] = bin(BinOp::Or, phv[219], phv[220], 0xFFFFFFFFFFFFFFFF);
-phv[222] = bin(BinOp::Or, phv[182], phv[183], 0xFFFFFFFFFFFFFFFF);
-phv[223] = bin(BinOp::Or, phv[221], phv[222], 0xFFFFFFFFFFFFFFFF);
-phv[224] = bin(BinOp::Or, phv[185], phv[186], 0xFFFFFFFFFFFFFFFF);
-phv[160] = bin(BinOp::Or, phv[223], phv[224], 0xFFFFFFFF);
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
-phv[160] = bin(BinOp::Or, phv[160], phv[162], 0xFFFFFFFF);
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[180] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[181] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[182] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[183] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[184] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[185] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[186] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[187] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[188] = out & 0xFFFFFFFF; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[189] = out & 0xFFFFFFFF; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); phv[143] = v & 0xFFFFFFFF; } }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[145] = out & 0xFFFFFFFF; }
+phv[222] = bin(BinOp::Or, phv[178], phv[181], 0xFFFFFFFFFFFFFFFF);
+phv[223] = bin(BinOp::Or, phv[222], phv[184], 0xFFFFFFFFFFFFFFFF);
+phv[224] = bin(BinOp::Or, phv[223], phv[187], 0xFFFFFFFFFFFFFFFF);
+phv[225] = bin(BinOp::Or, phv[224], phv[145], 0xFFFFFFFFFFFFFFFF);
+phv[161] = bin(BinOp::Or, phv[225], phv[143], 0xFFFFFFFF);
+phv[222] = bin(BinOp::Or, phv[179], phv[180], 0xFFFFFFFFFFFFFFFF);
+phv[223] = bin(BinOp::Or, phv[182], phv[183], 0xFFFFFFFFFFFFFFFF);
+phv[224] = bin(BinOp::Or, phv[222], phv[223], 0xFFFFFFFFFFFFFFFF);
+phv[225] = bin(BinOp::Or, phv[185], phv[186], 0xFFFFFFFFFFFFFFFF);
+phv[226] = bin(BinOp::Or, phv[224], phv[225], 0xFFFFFFFFFFFFFFFF);
+phv[227] = bin(BinOp::Or, phv[188], phv[189], 0xFFFFFFFFFFFFFFFF);
+phv[163] = bin(BinOp::Or, phv[226], phv[227], 0xFFFFFFFF);
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[163] = bin(BinOp::Or, phv[163], phv[165], 0xFFFFFFFF);
 phv[80] = 0x0;
 phv[78] = 0x0;
-if phv[76] == 0xFFFF { break 'l288; }
-phv[219] = bin(BinOp::And, phv[159], phv[127], 0xFFFFFFFFFFFFFFFF);
-if phv[219] != 0x0 { break 'l287; }
-phv[220] = bin(BinOp::And, phv[160], phv[128], 0xFFFFFFFFFFFFFFFF);
-if phv[220] == 0x0 { break 'l288; }
+if phv[76] == 0xFFFF { break 'l302; }
+phv[222] = bin(BinOp::And, phv[162], phv[130], 0xFFFFFFFFFFFFFFFF);
+if phv[222] != 0x0 { break 'l301; }
+phv[223] = bin(BinOp::And, phv[163], phv[131], 0xFFFFFFFFFFFFFFFF);
+if phv[223] == 0x0 { break 'l302; }
 }
 phv[78] = 0x1;
 }
-phv[219] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l292; }
-phv[79] = bin(BinOp::And, phv[157], phv[159], 0xFFFFFFFF);
-phv[80] = bin(BinOp::And, phv[158], phv[160], 0xFFFFFFFF);
+phv[222] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l306; }
+phv[79] = bin(BinOp::And, phv[160], phv[162], 0xFFFFFFFF);
+phv[80] = bin(BinOp::And, phv[161], phv[163], 0xFFFFFFFF);
 }
-phv[219] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l296; }
+phv[222] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l310; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if phv[76] == 0xFFFF { break 'l299; }
+if phv[76] == 0xFFFF { break 'l313; }
 ctx.forward = Forward::Unicast(phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if phv[89] != 0x1 { break 'l304; }
+if phv[89] != 0x1 { break 'l318; }
 ctx.forward = Forward::Unicast(phv[88] as u16);
-break 'l305;
+break 'l319;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l343; }
-phv[219] = bin(BinOp::And, phv[35], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[219] != 0x0 { break 'l343; }
+if st.valid & 0x20 == 0 { break 'l357; }
+phv[222] = bin(BinOp::And, phv[35], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[222] != 0x0 { break 'l357; }
 phv[35] = bin(BinOp::Or, phv[35], 0x1, 0x3F);
 st.dirty |= 0x8;
-phv[97] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-if phv[97] == 0x0 { break 'l313; }
-if phv[97] != 0xFFFFFFFF { break 'l314; }
+phv[100] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
+if phv[100] == 0x0 { break 'l327; }
+if phv[100] != 0xFFFFFFFF { break 'l328; }
 }
-phv[97] = 0x1;
+phv[100] = 0x1;
 }
-phv[98] = phv[97].wrapping_shr(20) & 0xFFF;
-{ let base = (((phv[98] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[99] = v & 0xFFFFFFFF; } }
-{ let w = 0 + ((phv[98] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(99), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(97), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(99), b: COperand::Const(0x8) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[100] = out & 0xFFFFFFFF; }
-if phv[100] != 0xFFFFFFFF { break 'l323; }
-phv[105] = phv[97] & 0xFFFFFFFF;
+phv[101] = phv[100].wrapping_shr(20) & 0xFFF;
+{ let base = (((phv[101] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 2048, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[102] = v & 0xFFFFFFFF; } }
+{ let w = 2048 + ((phv[101] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(102), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(100), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(102), b: COperand::Const(0x8) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[103] = out & 0xFFFFFFFF; }
+if phv[103] != 0xFFFFFFFF { break 'l337; }
+phv[108] = phv[100] & 0xFFFFFFFF;
+phv[109] = 0x1;
+phv[222] = phv[108].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[222] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+break 'l357;
+}
+phv[104] = 0x0;
+phv[105] = 0x0;
 phv[106] = 0x1;
-phv[219] = phv[105].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[219] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(106) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l343;
+if phv[103] != Cmp::raw(5, 0, false).norm(phv[100]) { phv[104] = 0x1; }
+if phv[103] == Cmp::raw(2, 0, false).norm(phv[100]) { break 'l345; }
+if phv[103] == 0x0 { break 'l345; }
+phv[105] = 0x1;
+phv[106] = 0x80000001;
 }
-phv[101] = 0x0;
-phv[102] = 0x0;
-phv[103] = 0x1;
-if phv[100] != Cmp::raw(5, 0, false).norm(phv[97]) { phv[101] = 0x1; }
-if phv[100] == Cmp::raw(2, 0, false).norm(phv[97]) { break 'l331; }
-if phv[100] == 0x0 { break 'l331; }
-phv[102] = 0x1;
-phv[103] = 0x80000001;
+{ let base = (((phv[101] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 2048, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 104, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[107] = v & 0xFFFFFFFF; } }
+if phv[105] != 0x1 { break 'l357; }
+phv[108] = phv[103] & 0xFFFFFFFF;
+phv[222] = bin(BinOp::And, phv[107], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
+phv[109] = bin(BinOp::Min, phv[222], 0xFF, 0xFF);
+phv[222] = bin(BinOp::And, phv[107], 0x80000000, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l355; }
+phv[222] = phv[108].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[222] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+break 'l357;
 }
-{ let base = (((phv[98] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 0, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 101, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[104] = v & 0xFFFFFFFF; } }
-if phv[102] != 0x1 { break 'l343; }
-phv[105] = phv[100] & 0xFFFFFFFF;
-phv[219] = bin(BinOp::And, phv[104], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
-phv[106] = bin(BinOp::Min, phv[219], 0xFF, 0xFF);
-phv[219] = bin(BinOp::And, phv[104], 0x80000000, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l341; }
-phv[219] = phv[105].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[219] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(106) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l343;
+phv[222] = phv[108].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[222] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 }
-phv[219] = phv[105].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[219] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(106) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+if st.valid & 0x20 == 0 { break 'l472; }
+if phv[89] != 0x1 { break 'l472; }
+phv[110] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[146] = phv[1].wrapping_shr(20) & 0x3;
+phv[147] = phv[1].wrapping_shr(22) & 0xFFFF;
+phv[111] = phv[35].wrapping_shr(3) & 0x7;
+phv[112] = 0x0;
+if phv[111] != 0x0 { break 'l368; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317488 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+break 'l394;
 }
-if st.valid & 0x20 == 0 { break 'l458; }
-if phv[89] != 0x1 { break 'l458; }
-phv[107] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[143] = phv[1].wrapping_shr(20) & 0x3;
-phv[144] = phv[1].wrapping_shr(22) & 0xFFFF;
-phv[108] = phv[35].wrapping_shr(3) & 0x7;
-phv[109] = 0x0;
-if phv[108] != 0x0 { break 'l354; }
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317488 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
-break 'l380;
+if phv[111] != 0x1 { break 'l372; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317552 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+break 'l394;
 }
-if phv[108] != 0x1 { break 'l358; }
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317552 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
-break 'l380;
+if phv[111] != 0x2 { break 'l376; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317616 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+break 'l394;
 }
-if phv[108] != 0x2 { break 'l362; }
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317616 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
-break 'l380;
+if phv[111] != 0x3 { break 'l380; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317680 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+break 'l394;
 }
-if phv[108] != 0x3 { break 'l366; }
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317680 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
-break 'l380;
+if phv[111] != 0x4 { break 'l384; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317744 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+break 'l394;
 }
-if phv[108] != 0x4 { break 'l370; }
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317744 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
-break 'l380;
+if phv[111] != 0x5 { break 'l388; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317808 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+break 'l394;
 }
-if phv[108] != 0x5 { break 'l374; }
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317808 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
-break 'l380;
+if phv[111] != 0x6 { break 'l392; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317872 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+break 'l394;
 }
-if phv[108] != 0x6 { break 'l378; }
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317872 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
-break 'l380;
-}
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317936 + ((phv[219] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(107))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[109] = out & 0xFFFFFFFF; }
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317936 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 }
 phv[77] = 0x0;
-if phv[109] != 0x0 { phv[77] = 0x1; }
-phv[156] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
-phv[219] = phv[88].wrapping_shr(0) & 0x3F;
-phv[150] = (phv[143].wrapping_shl(6) | phv[219]) & 0xFF;
-{ let base = (((phv[150] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 144, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 144, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[152] = v & 0xFFFF; } }
-phv[153] = 0x0;
-if phv[152] != Cmp::raw(5, 0, false).norm(phv[144]) { phv[153] = 0x1; }
-{ let base = (((phv[150] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 153, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 153, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-phv[220] = phv[88].wrapping_shr(0) & 0x3F;
-phv[221] = (phv[219].wrapping_shl(6) | phv[220]) & 0xFFF;
-phv[151] = (phv[143].wrapping_shl(12) | phv[221]) & 0x3FFF;
-{ let base = (((phv[151] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 144, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 144, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[154] = v & 0xFFFF; } }
-phv[155] = 0x0;
-if phv[154] != Cmp::raw(5, 0, false).norm(phv[144]) { phv[155] = 0x1; }
-{ let base = (((phv[151] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 155, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 156, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 156, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
-phv[135] = 0x0;
-phv[137] = bin(BinOp::Xor, phv[127], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[77] != 0x1 { break 'l403; }
-phv[135] = phv[127] & 0xFFFFFFFF;
-phv[137] = 0xFFFFFFFF;
+if phv[112] != 0x0 { phv[77] = 0x1; }
+phv[159] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
+phv[222] = phv[88].wrapping_shr(0) & 0x3F;
+phv[153] = (phv[146].wrapping_shl(6) | phv[222]) & 0xFF;
+{ let base = (((phv[153] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[155] = v & 0xFFFF; } }
+phv[156] = 0x0;
+if phv[155] != Cmp::raw(5, 0, false).norm(phv[147]) { phv[156] = 0x1; }
+{ let base = (((phv[153] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 156, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 156, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+phv[223] = phv[88].wrapping_shr(0) & 0x3F;
+phv[224] = (phv[222].wrapping_shl(6) | phv[223]) & 0xFFF;
+phv[154] = (phv[146].wrapping_shl(12) | phv[224]) & 0x3FFF;
+{ let base = (((phv[154] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[157] = v & 0xFFFF; } }
+phv[158] = 0x0;
+if phv[157] != Cmp::raw(5, 0, false).norm(phv[147]) { phv[158] = 0x1; }
+{ let base = (((phv[154] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 158, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 159, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
+phv[138] = 0x0;
+phv[140] = bin(BinOp::Xor, phv[130], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[77] != 0x1 { break 'l417; }
+phv[138] = phv[130] & 0xFFFFFFFF;
+phv[140] = 0xFFFFFFFF;
 }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 135, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 137, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 135, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[136] = 0x0;
-phv[138] = bin(BinOp::Xor, phv[128], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[77] != 0x1 { break 'l412; }
-phv[136] = phv[128] & 0xFFFFFFFF;
-phv[138] = 0xFFFFFFFF;
-}
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[219] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 16384, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 136, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 138, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 136, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[143] != 0x0 { break 'l426; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 138, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 140, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 138, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); let _ = v; } }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[139] = 0x0;
+phv[141] = bin(BinOp::Xor, phv[131], 0xFFFFFFFF, 0xFFFFFFFF);
 if phv[77] != 0x1 { break 'l426; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[139] = phv[131] & 0xFFFFFFFF;
+phv[141] = 0xFFFFFFFF;
 }
-if phv[143] != 0x1 { break 'l436; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l436; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 139, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 139, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); let _ = v; } }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[146] != 0x0 { break 'l440; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l440; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[143] != 0x2 { break 'l446; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l446; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[146] != 0x1 { break 'l450; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l450; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[143] != 0x3 { break 'l458; }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 16384 + ((phv[219] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l458; }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(127), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(127) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[219] = 0x0;
-{ let w = 18432 + ((phv[219] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(144))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(128), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(144), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(128) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[146] != 0x2 { break 'l460; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l460; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+}
+if phv[146] != 0x3 { break 'l472; }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l472; }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[222] = 0x0;
+{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -623,64 +643,64 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0, phv);
-phv[8] = phv[188] & 0xFFFF;
+phv[8] = phv[191] & 0xFFFF;
 st.dirty |= 0x1;
-phv[9] = phv[211] & 0xFF;
+phv[9] = phv[214] & 0xFF;
 st.dirty |= 0x1;
-phv[10] = phv[210] & 0xFFFF;
+phv[10] = phv[213] & 0xFFFF;
 st.dirty |= 0x1;
-phv[11] = phv[202] & 0xFFFFFFFF;
+phv[11] = phv[205] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[12] = phv[203] & 0xFFFFFFFF;
+phv[12] = phv[206] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[13] = phv[204].wrapping_shr(16) & 0xFFFF;
+phv[13] = phv[207].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-phv[14] = phv[204].wrapping_shr(0) & 0xFFFF;
+phv[14] = phv[207].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-phv[15] = phv[205] & 0xFFFFFFFF;
+phv[15] = phv[208] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[16] = phv[206] & 0xFFFFFFFF;
+phv[16] = phv[209] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[17] = phv[207] & 0xFFFFFFFF;
+phv[17] = phv[210] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[18] = phv[208] & 0xFFFFFFFF;
+phv[18] = phv[211] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[19] = phv[209] & 0xFFFFFFFF;
+phv[19] = phv[212] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l88; }
-match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[214] = d.params[0] & 0xFFFFFFFF; phv[215] = d.params[1] & 0xFFFFFFFF; tor_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { tor_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a10(st, phv, code, ctx); } _ => { tor_action(st.select(code, 3, phv), st, phv, code, ctx); } }
-phv[216] = 0x0;
-phv[219] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l51; }
+match st.direct_entry(4, phv[3]) { Some(d) if d.action == 12 => { phv[217] = d.params[0] & 0xFFFFFFFF; phv[218] = d.params[1] & 0xFFFFFFFF; tor_a12(st, phv, code, ctx); } Some(d) if d.action == 13 => { tor_a13(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a13(st, phv, code, ctx); } _ => { tor_action(st.select(code, 4, phv), st, phv, code, ctx); } }
+phv[219] = 0x0;
+phv[222] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l51; }
 if phv[3] != Cmp::raw(5, 0, false).norm(phv[76]) { break 'l51; }
-phv[216] = 0x1;
+phv[219] = 0x1;
 }
-phv[217] = 0x0;
-phv[219] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[219] == 0x0 { break 'l59; }
-phv[220] = bin(BinOp::And, phv[79], phv[212], 0xFFFFFFFFFFFFFFFF);
-if phv[220] != 0x0 { break 'l58; }
-phv[221] = bin(BinOp::And, phv[80], phv[213], 0xFFFFFFFFFFFFFFFF);
-if phv[221] == 0x0 { break 'l59; }
+phv[220] = 0x0;
+phv[222] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[222] == 0x0 { break 'l59; }
+phv[223] = bin(BinOp::And, phv[79], phv[215], 0xFFFFFFFFFFFFFFFF);
+if phv[223] != 0x0 { break 'l58; }
+phv[224] = bin(BinOp::And, phv[80], phv[216], 0xFFFFFFFFFFFFFFFF);
+if phv[224] == 0x0 { break 'l59; }
 }
-phv[217] = 0x1;
+phv[220] = 0x1;
 }
-if phv[216] != 0x0 { break 'l63; }
-if phv[217] != 0x0 { break 'l63; }
+if phv[219] != 0x0 { break 'l63; }
+if phv[220] != 0x0 { break 'l63; }
 ctx.dropped = true;
 return;
 }
-phv[218] = 0x0;
-if phv[216] != 0x1 { break 'l67; }
-phv[218] = 0x1;
-if phv[78] == 0x1 { phv[218] = 0x3; }
+phv[221] = 0x0;
+if phv[219] != 0x1 { break 'l67; }
+phv[221] = 0x1;
+if phv[78] == 0x1 { phv[221] = 0x3; }
 }
-if phv[217] != 0x1 { break 'l69; }
-phv[218] = bin(BinOp::Or, phv[218], 0x2, 0x3);
+if phv[220] != 0x1 { break 'l69; }
+phv[221] = bin(BinOp::Or, phv[221], 0x2, 0x3);
 }
-phv[60] = phv[218] & 0x3;
+phv[60] = phv[221] & 0x3;
 st.dirty |= 0x40;
 phv[61] = bin(BinOp::Sub, phv[61], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -701,39 +721,39 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l130; }
-phv[187] = phv[4].wrapping_shr(20) & 0x3;
-phv[188] = phv[4].wrapping_shr(22) & 0xFFFF;
-phv[189] = phv[4].wrapping_shr(0) & 0xFFFFF;
-phv[219] = phv[3].wrapping_shr(0) & 0x3F;
-phv[193] = (phv[187].wrapping_shl(6) | phv[219]) & 0xFF;
-phv[192] = phv[77] & 0xFFFFFFFF;
-phv[190] = phv[5] & 0xFFFFFFFF;
-phv[191] = phv[190] & 0xFFFFFFFF;
-if phv[192] != 0x0 { phv[191] = 0x0; }
-{ let base = (((phv[193] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[196] = v & 0xFFFF; } }
-phv[197] = 0x0;
-if phv[196] != Cmp::raw(5, 0, false).norm(phv[188]) { phv[197] = 0x1; }
-{ let base = (((phv[193] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 197, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 190, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 190, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 197, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 191, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[194] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
-phv[195] = (phv[187].wrapping_shl(12) | phv[194]) & 0x3FFF;
-phv[198] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
-{ let base = (((phv[195] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[201] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[202] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[203] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 198, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 198, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[204] = v & 0xFFFFFFFF; } }
-phv[199] = 0x0;
-if phv[201] != Cmp::raw(5, 0, false).norm(phv[188]) { break 'l116; }
-if phv[202] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l116; }
-if phv[203] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l116; }
-if phv[204] != Cmp::raw(5, 0, false).norm(phv[198]) { break 'l116; }
-phv[199] = 0x1;
-}
+phv[190] = phv[4].wrapping_shr(20) & 0x3;
+phv[191] = phv[4].wrapping_shr(22) & 0xFFFF;
+phv[192] = phv[4].wrapping_shr(0) & 0xFFFFF;
+phv[222] = phv[3].wrapping_shr(0) & 0x3F;
+phv[196] = (phv[190].wrapping_shl(6) | phv[222]) & 0xFF;
+phv[195] = phv[77] & 0xFFFFFFFF;
+phv[193] = phv[5] & 0xFFFFFFFF;
+phv[194] = phv[193] & 0xFFFFFFFF;
+if phv[195] != 0x0 { phv[194] = 0x0; }
+{ let base = (((phv[196] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[199] = v & 0xFFFF; } }
 phv[200] = 0x0;
-if phv[199] != 0x0 { break 'l121; }
-if phv[201] != Cmp::raw(5, 0, false).norm(phv[188]) { break 'l121; }
-if phv[202] == 0x0 { break 'l121; }
-phv[200] = 0x1;
+if phv[199] != Cmp::raw(5, 0, false).norm(phv[191]) { phv[200] = 0x1; }
+{ let base = (((phv[196] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 200, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 193, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 193, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 52272, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 200, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 194, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 194, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[197] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
+phv[198] = (phv[190].wrapping_shl(12) | phv[197]) & 0x3FFF;
+phv[201] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
+{ let base = (((phv[198] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[204] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 201, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 201, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[207] = v & 0xFFFFFFFF; } }
+phv[202] = 0x0;
+if phv[204] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l116; }
+if phv[205] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l116; }
+if phv[206] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l116; }
+if phv[207] != Cmp::raw(5, 0, false).norm(phv[201]) { break 'l116; }
+phv[202] = 0x1;
 }
-{ let base = (((phv[195] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 199, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 199, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 199, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[207] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 199, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[208] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 189, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[209] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[210] = v & 0xFFFF; } }
-phv[211] = phv[187] & 0xFF;
-if phv[200] != 0x1 { break 'l130; }
+phv[203] = 0x0;
+if phv[202] != 0x0 { break 'l121; }
+if phv[204] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l121; }
+if phv[205] == 0x0 { break 'l121; }
+phv[203] = 0x1;
+}
+{ let base = (((phv[198] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[208] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[209] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 194, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 194, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[210] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[211] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[212] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[213] = v & 0xFFFF; } }
+phv[214] = phv[190] & 0xFF;
+if phv[203] != 0x1 { break 'l130; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
@@ -751,86 +771,101 @@ return;
 }
 
 fn tor_a2(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[110] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
-phv[112] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
-phv[114] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
-phv[116] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
-phv[118] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
-phv[120] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
-phv[122] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
-phv[124] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
+phv[97] = 0x1;
 return;
 }
 
 fn tor_a3(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[110] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
-phv[112] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
-phv[114] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
-phv[116] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
-phv[118] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
-phv[120] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
-phv[122] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
-phv[124] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
+phv[97] = 0x2;
 return;
 }
 
 fn tor_a4(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[110] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
-phv[112] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
-phv[114] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
-phv[116] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
-phv[118] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
-phv[120] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
-phv[122] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
-phv[124] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
+phv[97] = 0x0;
 return;
 }
 
 fn tor_a5(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[110] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
-phv[112] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
-phv[114] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
-phv[116] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
-phv[118] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
-phv[120] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
-phv[122] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
-phv[124] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
+phv[113] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
+phv[115] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
+phv[117] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
+phv[119] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
+phv[121] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
+phv[123] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
+phv[125] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
+phv[127] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a6(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[110] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
-phv[112] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
-phv[114] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
-phv[116] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
-phv[118] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
-phv[120] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
-phv[122] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
-phv[124] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
+phv[113] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
+phv[115] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
+phv[117] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
+phv[119] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
+phv[121] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
+phv[123] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
+phv[125] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
+phv[127] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a7(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[127] = phv[129] & 0xFFFFFFFF;
-phv[128] = phv[130] & 0xFFFFFFFF;
+phv[113] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
+phv[115] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
+phv[117] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
+phv[119] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
+phv[121] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
+phv[123] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
+phv[125] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
+phv[127] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a8(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[127] = 0x0;
-phv[128] = 0x0;
+phv[113] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
+phv[115] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
+phv[117] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
+phv[119] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
+phv[121] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
+phv[123] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
+phv[125] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
+phv[127] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a9(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[212] = phv[214] & 0xFFFFFFFF;
-phv[213] = phv[215] & 0xFFFFFFFF;
+phv[113] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
+phv[115] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
+phv[117] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
+phv[119] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
+phv[121] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
+phv[123] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
+phv[125] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
+phv[127] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a10(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[212] = 0x0;
-phv[213] = 0x0;
+phv[130] = phv[132] & 0xFFFFFFFF;
+phv[131] = phv[133] & 0xFFFFFFFF;
+return;
+}
+
+fn tor_a11(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[130] = 0x0;
+phv[131] = 0x0;
+return;
+}
+
+fn tor_a12(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[215] = phv[217] & 0xFFFFFFFF;
+phv[216] = phv[218] & 0xFFFFFFFF;
+return;
+}
+
+fn tor_a13(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[215] = 0x0;
+phv[216] = 0x0;
 return;
 }
 
@@ -963,8 +998,8 @@ st.parse_done(code, 14, phv);
 fn tor_pass_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &IngressInput) {
 if st.meta != META_CLEAN {
 phv[76..90].fill(0);
-phv[188..189].fill(0);
-phv[201..212].fill(0);
+phv[191..192].fill(0);
+phv[204..215].fill(0);
 }
 st.meta = META_ANY;
 phv[0] = (input.ingress_port as u64) & 0xFFFF;
@@ -976,8 +1011,8 @@ tor_ingress(st, phv, code, ctx);
 fn tor_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {
 if st.meta != META_CLEAN {
 phv[76..84].fill(0);
-phv[188..189].fill(0);
-phv[201..212].fill(0);
+phv[191..192].fill(0);
+phv[204..215].fill(0);
 }
 st.meta = META_ANY;
 phv[2] = (input.ingress_port as u64) & 0xFFFF;
@@ -1024,6 +1059,9 @@ match a {
 8 => tor_a8(st, phv, code, ctx),
 9 => tor_a9(st, phv, code, ctx),
 10 => tor_a10(st, phv, code, ctx),
+11 => tor_a11(st, phv, code, ctx),
+12 => tor_a12(st, phv, code, ctx),
+13 => tor_a13(st, phv, code, ctx),
 _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 }
@@ -1032,83 +1070,98 @@ _ => st.run(code, code.action_start[a as usize], ctx, phv),
 
 #[inline(always)]
 fn fabric_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-'l420: {
-'l419: {
-'l408: {
-'l398: {
+'l434: {
+'l433: {
+'l422: {
+'l412: {
+'l402: {
 'l388: {
-'l374: {
-'l365: {
+'l379: {
+'l356: {
+'l354: {
+'l350: {
+'l346: {
 'l342: {
-'l340: {
-'l336: {
-'l332: {
-'l328: {
-'l324: {
-'l320: {
-'l316: {
-'l305: {
-'l304: {
+'l338: {
+'l334: {
+'l330: {
+'l319: {
+'l318: {
+'l315: {
+'l313: {
+'l310: {
+'l306: {
+'l302: {
 'l301: {
-'l299: {
-'l296: {
-'l292: {
-'l288: {
-'l287: {
-'l193: {
-'l189: {
-'l188: {
-'l185: {
-'l184: {
+'l207: {
+'l203: {
+'l202: {
+'l199: {
+'l198: {
+'l195: {
+'l194: {
+'l191: {
+'l190: {
 'l181: {
-'l180: {
+'l179: {
 'l177: {
-'l176: {
-'l167: {
-'l165: {
-'l163: {
-'l154: {
-'l148: {
-'l143: {
-'l138: {
-'l125: {
-'l120: {
-'l115: {
-'l110: {
-'l105: {
-'l100: {
-'l95: {
-'l90: {
-'l37: {
-'l33: {
-'l29: {
+'l168: {
+'l162: {
+'l157: {
+'l152: {
+'l139: {
+'l134: {
+'l129: {
+'l124: {
+'l119: {
+'l114: {
+'l109: {
+'l104: {
+'l51: {
+'l47: {
+'l43: {
+'l39: {
+'l30: {
 'l20: {
+'l16: {
 'l11: {
 'l9: {
 'l5: {
-phv[116] = 0xFFFF;
+phv[119] = 0xFFFF;
 if st.valid & 0x4 == 0 { break 'l5; }
-if phv[23] != 0x101 { break 'l37; }
-phv[116] = phv[0] & 0xFFFF;
-break 'l37;
+if phv[23] != 0x101 { break 'l51; }
+phv[119] = phv[0] & 0xFFFF;
+break 'l51;
 }
-if st.valid & 0x8 == 0 { break 'l37; }
-if st.valid & 0x40 == 0 { break 'l29; }
+if st.valid & 0x8 == 0 { break 'l51; }
+if st.valid & 0x40 == 0 { break 'l43; }
 if phv[61] == 0x0 { break 'l9; }
 if phv[58] == 0x3 { break 'l11; }
 }
 ctx.dropped = true;
-break 'l33;
+break 'l47;
 }
+match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { fabric_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { fabric_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { fabric_a4(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a4(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 1, phv), st, phv, code, ctx); } }
+phv[99] = 0x0;
+if phv[97] != 0x2 { break 'l16; }
+phv[99] = 0x1;
+break 'l20;
+}
+if phv[97] != 0x1 { break 'l20; }
+phv[98] = phv[1].wrapping_shr(20) & 0xFFFFFFF;
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(98))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: None, cmp: Cmp::raw(1, 0, false), constant: 0x40 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[99] = out & 0xFFFFFFFF; }
+}
+if phv[99] == 0x0 { break 'l39; }
 phv[91] = phv[0] & 0xFFFF;
 phv[90] = hash_inputs(phv, &[(63, 8), (91, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-phv[209] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-phv[92] = bin(BinOp::Add, phv[209], 0xB72, 0xFFFFFFFF);
+phv[212] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[92] = bin(BinOp::Add, phv[212], 0xB72, 0xFFFFFFFF);
 phv[93] = hash_inputs(phv, &[(63, 8), (91, 2)], 0x3FF) & 0x3FF;
 { let w = 299056 + ((phv[93] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(90))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(92), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[94] = out & 0xFFFFFFFF; }
-if phv[94] == 0x0 { break 'l20; }
+if phv[94] == 0x0 { break 'l30; }
 ctx.dropped = true;
-break 'l33;
+break 'l47;
 }
 phv[81] = phv[60] & 0xFF;
 phv[82] = phv[0] & 0xFFFF;
@@ -1118,7 +1171,12 @@ phv[84] = phv[64] & 0xFFFFFFFF;
 phv[85] = phv[65] & 0xFFFFFFFF;
 phv[86] = phv[66] & 0xFFFF;
 phv[87] = phv[67] & 0xFFFF;
-break 'l33;
+break 'l47;
+}
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 2, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+ctx.dropped = true;
+break 'l47;
 }
 phv[84] = phv[44] & 0xFFFFFFFF;
 phv[85] = phv[45] & 0xFFFFFFFF;
@@ -1127,434 +1185,434 @@ phv[87] = phv[47] & 0xFFFF;
 }
 phv[95] = hash_inputs(phv, &[(84, 4), (85, 4), (86, 2), (87, 2)], 0xF) & 0xF;
 match st.routed_from_input() { Some(Some(port)) => { phv[96] = port as u64 & 0xFFFF; fabric_a0(st, phv, code, ctx); } Some(None) => { fabric_a1(st, phv, code, ctx); } None => { fabric_action(st.select(code, 0, phv), st, phv, code, ctx); } }
-if phv[89] != 0x1 { break 'l37; }
-phv[116] = phv[88] & 0xFFFF;
+if phv[89] != 0x1 { break 'l51; }
+phv[119] = phv[88] & 0xFFFF;
 }
-match st.direct_entry(2, phv[116]) { Some(d) if d.action == 7 => { phv[119] = d.params[0] & 0xFFFFFFFF; phv[120] = d.params[1] & 0xFFFFFFFF; fabric_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a8(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 2, phv), st, phv, code, ctx); } }
-if st.valid & 0x4 == 0 { break 'l167; }
-if phv[23] != 0x101 { break 'l165; }
-phv[97] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[133] = phv[1].wrapping_shr(20) & 0x3;
-phv[134] = phv[1].wrapping_shr(22) & 0xFFFF;
-match st.direct_entry(1, phv[0]) { Some(d) if d.action == 2 => { fabric_a2(st, phv, code, ctx); } Some(d) if d.action == 3 => { fabric_a3(st, phv, code, ctx); } Some(d) if d.action == 4 => { fabric_a4(st, phv, code, ctx); } Some(d) if d.action == 5 => { fabric_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { fabric_a6(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a4(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 1, phv), st, phv, code, ctx); } }
-phv[209] = phv[100].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[100], phv[209], 0xFFFFFFFF);
-phv[211] = phv[100].wrapping_shr(5);
-phv[100] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[101] = bin(BinOp::Add, phv[97], phv[100], 0xFFFFFFFF);
-phv[209] = phv[102].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[102], phv[209], 0xFFFFFFFF);
-phv[211] = phv[102].wrapping_shr(5);
-phv[102] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[103] = bin(BinOp::Add, phv[97], phv[102], 0xFFFFFFFF);
-phv[209] = phv[104].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[104], phv[209], 0xFFFFFFFF);
-phv[211] = phv[104].wrapping_shr(5);
-phv[104] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[105] = bin(BinOp::Add, phv[97], phv[104], 0xFFFFFFFF);
-phv[209] = phv[106].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[106], phv[209], 0xFFFFFFFF);
-phv[211] = phv[106].wrapping_shr(5);
-phv[106] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[107] = bin(BinOp::Add, phv[97], phv[106], 0xFFFFFFFF);
-phv[209] = phv[108].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[108], phv[209], 0xFFFFFFFF);
-phv[211] = phv[108].wrapping_shr(5);
-phv[108] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[109] = bin(BinOp::Add, phv[97], phv[108], 0xFFFFFFFF);
-phv[209] = phv[110].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[110], phv[209], 0xFFFFFFFF);
-phv[211] = phv[110].wrapping_shr(5);
-phv[110] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[111] = bin(BinOp::Add, phv[97], phv[110], 0xFFFFFFFF);
-phv[209] = phv[112].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[112], phv[209], 0xFFFFFFFF);
-phv[211] = phv[112].wrapping_shr(5);
-phv[112] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[113] = bin(BinOp::Add, phv[97], phv[112], 0xFFFFFFFF);
-phv[209] = phv[114].wrapping_shr(2);
-phv[210] = bin(BinOp::Add, phv[114], phv[209], 0xFFFFFFFF);
-phv[211] = phv[114].wrapping_shr(5);
-phv[114] = bin(BinOp::Add, phv[210], phv[211], 0xFFFFFFFF);
-phv[115] = bin(BinOp::Add, phv[97], phv[114], 0xFFFFFFFF);
-phv[135] = 0x0;
-phv[209] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l90; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 101, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[100], 0xFFFFFFFF);
+match st.direct_entry(3, phv[119]) { Some(d) if d.action == 10 => { phv[122] = d.params[0] & 0xFFFFFFFF; phv[123] = d.params[1] & 0xFFFFFFFF; fabric_a10(st, phv, code, ctx); } Some(d) if d.action == 11 => { fabric_a11(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a11(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 3, phv), st, phv, code, ctx); } }
+if st.valid & 0x4 == 0 { break 'l181; }
+if phv[23] != 0x101 { break 'l179; }
+phv[100] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[136] = phv[1].wrapping_shr(20) & 0x3;
+phv[137] = phv[1].wrapping_shr(22) & 0xFFFF;
+match st.direct_entry(2, phv[0]) { Some(d) if d.action == 5 => { fabric_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { fabric_a6(st, phv, code, ctx); } Some(d) if d.action == 7 => { fabric_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, phv, code, ctx); } Some(d) if d.action == 9 => { fabric_a9(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a7(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 2, phv), st, phv, code, ctx); } }
+phv[212] = phv[103].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[103], phv[212], 0xFFFFFFFF);
+phv[214] = phv[103].wrapping_shr(5);
+phv[103] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[104] = bin(BinOp::Add, phv[100], phv[103], 0xFFFFFFFF);
+phv[212] = phv[105].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[105], phv[212], 0xFFFFFFFF);
+phv[214] = phv[105].wrapping_shr(5);
+phv[105] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[106] = bin(BinOp::Add, phv[100], phv[105], 0xFFFFFFFF);
+phv[212] = phv[107].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[107], phv[212], 0xFFFFFFFF);
+phv[214] = phv[107].wrapping_shr(5);
+phv[107] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[108] = bin(BinOp::Add, phv[100], phv[107], 0xFFFFFFFF);
+phv[212] = phv[109].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[109], phv[212], 0xFFFFFFFF);
+phv[214] = phv[109].wrapping_shr(5);
+phv[109] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[110] = bin(BinOp::Add, phv[100], phv[109], 0xFFFFFFFF);
+phv[212] = phv[111].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[111], phv[212], 0xFFFFFFFF);
+phv[214] = phv[111].wrapping_shr(5);
+phv[111] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[112] = bin(BinOp::Add, phv[100], phv[111], 0xFFFFFFFF);
+phv[212] = phv[113].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[113], phv[212], 0xFFFFFFFF);
+phv[214] = phv[113].wrapping_shr(5);
+phv[113] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[114] = bin(BinOp::Add, phv[100], phv[113], 0xFFFFFFFF);
+phv[212] = phv[115].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[115], phv[212], 0xFFFFFFFF);
+phv[214] = phv[115].wrapping_shr(5);
+phv[115] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[116] = bin(BinOp::Add, phv[100], phv[115], 0xFFFFFFFF);
+phv[212] = phv[117].wrapping_shr(2);
+phv[213] = bin(BinOp::Add, phv[117], phv[212], 0xFFFFFFFF);
+phv[214] = phv[117].wrapping_shr(5);
+phv[117] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[118] = bin(BinOp::Add, phv[100], phv[117], 0xFFFFFFFF);
+phv[138] = 0x0;
+phv[212] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l104; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[103], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l95; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 103, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[102], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l109; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[105], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l100; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 105, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[104], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l114; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[107], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l105; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 107, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[106], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l119; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[109], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l110; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 109, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[108], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l124; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[111], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l115; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 111, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[110], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l129; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[113], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l120; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 113, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[112], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l134; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[115], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l125; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 115, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
-phv[135] = bin(BinOp::Max, phv[135], phv[114], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l139; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[138] = bin(BinOp::Max, phv[138], phv[117], 0xFFFFFFFF);
 }
-phv[136] = bin(BinOp::Add, phv[97], phv[135], 0xFFFFFFFF);
-phv[137] = bin(BinOp::Xor, phv[117], 0xFFFFFFFF, 0xFFFFFFFF);
-phv[138] = bin(BinOp::Xor, phv[118], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[135] == 0x0 { break 'l154; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(136), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(136), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(136), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(136), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(136), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(136), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[133] != 0x0 { break 'l138; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[139] = bin(BinOp::Add, phv[100], phv[138], 0xFFFFFFFF);
+phv[140] = bin(BinOp::Xor, phv[120], 0xFFFFFFFF, 0xFFFFFFFF);
+phv[141] = bin(BinOp::Xor, phv[121], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[138] == 0x0 { break 'l168; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[136] != 0x0 { break 'l152; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[133] != 0x1 { break 'l143; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[136] != 0x1 { break 'l157; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[133] != 0x2 { break 'l148; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[136] != 0x2 { break 'l162; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[133] != 0x3 { break 'l163; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-break 'l163;
-}
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(137) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(138) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l163; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-phv[139] = (phv[133].wrapping_shl(6) | phv[209]) & 0xFF;
-{ let w = 301616 + ((phv[139] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-}
-ctx.dropped = true;
-return;
-}
-ctx.dropped = true;
-return;
-}
-if st.valid & 0x8 == 0 { break 'l419; }
-if st.valid & 0x40 == 0 { break 'l301; }
-phv[76] = 0xFFFF;
-phv[97] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[133] = phv[1].wrapping_shr(20) & 0x3;
-phv[134] = phv[1].wrapping_shr(22) & 0xFFFF;
-if Cmp::raw(6, 0, false).test(phv[133], 0x0) { break 'l176; }
-phv[121] = bin(BinOp::Sub, phv[134], 0x1, 0xFFFF);
+if phv[136] != 0x3 { break 'l177; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l177;
 }
-phv[121] = phv[134] & 0xFFFF;
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(140) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(141) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l177; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+phv[142] = (phv[136].wrapping_shl(6) | phv[212]) & 0xFF;
+{ let w = 301616 + ((phv[142] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if Cmp::raw(6, 0, false).test(phv[133], 0x1) { break 'l180; }
-phv[122] = bin(BinOp::Sub, phv[134], 0x1, 0xFFFF);
-break 'l181;
+ctx.dropped = true;
+return;
 }
-phv[122] = phv[134] & 0xFFFF;
+ctx.dropped = true;
+return;
 }
-if Cmp::raw(6, 0, false).test(phv[133], 0x2) { break 'l184; }
-phv[123] = bin(BinOp::Sub, phv[134], 0x1, 0xFFFF);
-break 'l185;
+if st.valid & 0x8 == 0 { break 'l433; }
+if st.valid & 0x40 == 0 { break 'l315; }
+phv[76] = 0xFFFF;
+phv[100] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[136] = phv[1].wrapping_shr(20) & 0x3;
+phv[137] = phv[1].wrapping_shr(22) & 0xFFFF;
+if Cmp::raw(6, 0, false).test(phv[136], 0x0) { break 'l190; }
+phv[124] = bin(BinOp::Sub, phv[137], 0x1, 0xFFFF);
+break 'l191;
 }
-phv[123] = phv[134] & 0xFFFF;
+phv[124] = phv[137] & 0xFFFF;
 }
-if Cmp::raw(6, 0, false).test(phv[133], 0x3) { break 'l188; }
-phv[124] = bin(BinOp::Sub, phv[134], 0x1, 0xFFFF);
-break 'l189;
+if Cmp::raw(6, 0, false).test(phv[136], 0x1) { break 'l194; }
+phv[125] = bin(BinOp::Sub, phv[137], 0x1, 0xFFFF);
+break 'l195;
 }
-phv[124] = phv[134] & 0xFFFF;
+phv[125] = phv[137] & 0xFFFF;
 }
-phv[209] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l193; }
-if phv[89] != 0x1 { break 'l193; }
+if Cmp::raw(6, 0, false).test(phv[136], 0x2) { break 'l198; }
+phv[126] = bin(BinOp::Sub, phv[137], 0x1, 0xFFFF);
+break 'l199;
+}
+phv[126] = phv[137] & 0xFFFF;
+}
+if Cmp::raw(6, 0, false).test(phv[136], 0x3) { break 'l202; }
+phv[127] = bin(BinOp::Sub, phv[137], 0x1, 0xFFFF);
+break 'l203;
+}
+phv[127] = phv[137] & 0xFFFF;
+}
+phv[212] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l207; }
+if phv[89] != 0x1 { break 'l207; }
 phv[76] = phv[88] & 0xFFFF;
 }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[153] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[154] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[155] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[156] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[157] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[129] = v & 0xFFFFFFFF; } }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[131] = out & 0xFFFFFFFF; }
-phv[209] = bin(BinOp::Or, phv[153], phv[156], 0xFFFFFFFFFFFFFFFF);
-phv[210] = bin(BinOp::Or, phv[209], phv[159], 0xFFFFFFFFFFFFFFFF);
-phv[211] = bin(BinOp::Or, phv[210], phv[162], 0xFFFFFFFFFFFFFFFF);
-phv[212] = bin(BinOp::Or, phv[211], phv[131], 0xFFFFFFFFFFFFFFFF);
-phv[147] = bin(BinOp::Or, phv[212], phv[129], 0xFFFFFFFF);
-phv[209] = bin(BinOp::Or, phv[154], phv[155], 0xFFFFFFFFFFFFFFFF);
-phv[210] = bin(BinOp::Or, phv[157], phv[158], 0xFFFFFFFFFFFFFFFF);
-phv[211] = bin(BinOp::Or, phv[209], phv[210], 0xFFFFFFFFFFFFFFFF);
-phv[212] = bin(BinOp::Or, phv[160], phv[161], 0xFFFFFFFFFFFFFFFF);
-phv[213] = bin(BinOp::Or, phv[211], phv[212], 0xFFFFFFFFFFFFFFFF);
-phv[214] = bin(BinOp::Or, phv[163], phv[164], 0xFFFFFFFFFFFFFFFF);
-phv[149] = bin(BinOp::Or, phv[213], phv[214], 0xFFFFFFFF);
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[151] = out & 0xFFFFFFFF; }
-phv[149] = bin(BinOp::Or, phv[149], phv[151], 0xFFFFFFFF);
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[156] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[157] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); phv[132] = v & 0xFFFFFFFF; } }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[134] = out & 0xFFFFFFFF; }
+phv[212] = bin(BinOp::Or, phv[156], phv[159], 0xFFFFFFFFFFFFFFFF);
+phv[213] = bin(BinOp::Or, phv[212], phv[162], 0xFFFFFFFFFFFFFFFF);
+phv[214] = bin(BinOp::Or, phv[213], phv[165], 0xFFFFFFFFFFFFFFFF);
+phv[215] = bin(BinOp::Or, phv[214], phv[134], 0xFFFFFFFFFFFFFFFF);
+phv[150] = bin(BinOp::Or, phv[215], phv[132], 0xFFFFFFFF);
+phv[212] = bin(BinOp::Or, phv[157], phv[158], 0xFFFFFFFFFFFFFFFF);
+phv[213] = bin(BinOp::Or, phv[160], phv[161], 0xFFFFFFFFFFFFFFFF);
+phv[214] = bin(BinOp::Or, phv[212], phv[213], 0xFFFFFFFFFFFFFFFF);
+phv[215] = bin(BinOp::Or, phv[163], phv[164], 0xFFFFFFFFFFFFFFFF);
+phv[216] = bin(BinOp::Or, phv[214], phv[215], 0xFFFFFFFFFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[166], phv[167], 0xFFFFFFFFFFFFFFFF);
+phv[152] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFF);
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[154] = out & 0xFFFFFFFF; }
+phv[152] = bin(BinOp::Or, phv[152], phv[154], 0xFFFFFFFF);
 phv[79] = 0x0;
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(121))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(122))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(123))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); phv[130] = v & 0xFFFFFFFF; } }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[132] = out & 0xFFFFFFFF; }
-phv[209] = bin(BinOp::Or, phv[165], phv[168], 0xFFFFFFFFFFFFFFFF);
-phv[210] = bin(BinOp::Or, phv[209], phv[171], 0xFFFFFFFFFFFFFFFF);
-phv[211] = bin(BinOp::Or, phv[210], phv[174], 0xFFFFFFFFFFFFFFFF);
-phv[212] = bin(BinOp::Or, phv[211], phv[132], 0xFFFFFFFFFFFFFFFF);
-phv[148] = bin(BinOp::Or, phv[212], phv[130], 0xFFFFFFFF);
-phv[209] = bin(BinOp::Or, phv[166], phv[167], 0xFFFFFFFFFFFFFFFF);
-phv[210] = bin(BinOp::Or, phv[169], phv[170], 0xFFFFFFFFFFFFFFFF);
-phv[211] = bin(BinOp::Or, phv[209], phv[210], 0xFFFFFFFFFFFFFFFF);
-phv[212] = bin(BinOp::Or, phv[172], phv[173], 0xFFFFFFFFFFFFFFFF);
-phv[213] = bin(BinOp::Or, phv[211], phv[212], 0xFFFFFFFFFFFFFFFF);
-phv[214] = bin(BinOp::Or, phv[175], phv[176], 0xFFFFFFFFFFFFFFFF);
-phv[150] = bin(BinOp::Or, phv[213], phv[214], 0xFFFFFFFF);
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[152] = out & 0xFFFFFFFF; }
-phv[150] = bin(BinOp::Or, phv[150], phv[152], 0xFFFFFFFF);
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); phv[133] = v & 0xFFFFFFFF; } }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[135] = out & 0xFFFFFFFF; }
+phv[212] = bin(BinOp::Or, phv[168], phv[171], 0xFFFFFFFFFFFFFFFF);
+phv[213] = bin(BinOp::Or, phv[212], phv[174], 0xFFFFFFFFFFFFFFFF);
+phv[214] = bin(BinOp::Or, phv[213], phv[177], 0xFFFFFFFFFFFFFFFF);
+phv[215] = bin(BinOp::Or, phv[214], phv[135], 0xFFFFFFFFFFFFFFFF);
+phv[151] = bin(BinOp::Or, phv[215], phv[133], 0xFFFFFFFF);
+phv[212] = bin(BinOp::Or, phv[169], phv[170], 0xFFFFFFFFFFFFFFFF);
+phv[213] = bin(BinOp::Or, phv[172], phv[173], 0xFFFFFFFFFFFFFFFF);
+phv[214] = bin(BinOp::Or, phv[212], phv[213], 0xFFFFFFFFFFFFFFFF);
+phv[215] = bin(BinOp::Or, phv[175], phv[176], 0xFFFFFFFFFFFFFFFF);
+phv[216] = bin(BinOp::Or, phv[214], phv[215], 0xFFFFFFFFFFFFFFFF);
+phv[217] = bin(BinOp::Or, phv[178], phv[179], 0xFFFFFFFFFFFFFFFF);
+phv[153] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFF);
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[155] = out & 0xFFFFFFFF; }
+phv[153] = bin(BinOp::Or, phv[153], phv[155], 0xFFFFFFFF);
 phv[80] = 0x0;
 phv[78] = 0x0;
-if phv[76] == 0xFFFF { break 'l288; }
-phv[209] = bin(BinOp::And, phv[149], phv[117], 0xFFFFFFFFFFFFFFFF);
-if phv[209] != 0x0 { break 'l287; }
-phv[210] = bin(BinOp::And, phv[150], phv[118], 0xFFFFFFFFFFFFFFFF);
-if phv[210] == 0x0 { break 'l288; }
+if phv[76] == 0xFFFF { break 'l302; }
+phv[212] = bin(BinOp::And, phv[152], phv[120], 0xFFFFFFFFFFFFFFFF);
+if phv[212] != 0x0 { break 'l301; }
+phv[213] = bin(BinOp::And, phv[153], phv[121], 0xFFFFFFFFFFFFFFFF);
+if phv[213] == 0x0 { break 'l302; }
 }
 phv[78] = 0x1;
 }
-phv[209] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l292; }
-phv[79] = bin(BinOp::And, phv[147], phv[149], 0xFFFFFFFF);
-phv[80] = bin(BinOp::And, phv[148], phv[150], 0xFFFFFFFF);
+phv[212] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l306; }
+phv[79] = bin(BinOp::And, phv[150], phv[152], 0xFFFFFFFF);
+phv[80] = bin(BinOp::And, phv[151], phv[153], 0xFFFFFFFF);
 }
-phv[209] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l296; }
+phv[212] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l310; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
-if phv[76] == 0xFFFF { break 'l299; }
+if phv[76] == 0xFFFF { break 'l313; }
 ctx.forward = Forward::Unicast(phv[76] as u16);
 return;
 }
 ctx.dropped = true;
 return;
 }
-if phv[89] != 0x1 { break 'l304; }
+if phv[89] != 0x1 { break 'l318; }
 ctx.forward = Forward::Unicast(phv[88] as u16);
-break 'l305;
+break 'l319;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l420; }
-if phv[89] != 0x1 { break 'l420; }
-phv[97] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
-phv[133] = phv[1].wrapping_shr(20) & 0x3;
-phv[134] = phv[1].wrapping_shr(22) & 0xFFFF;
-phv[98] = phv[35].wrapping_shr(3) & 0x7;
-phv[99] = 0x0;
-if phv[98] != 0x0 { break 'l316; }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301104 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
-break 'l342;
+if st.valid & 0x20 == 0 { break 'l434; }
+if phv[89] != 0x1 { break 'l434; }
+phv[100] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
+phv[136] = phv[1].wrapping_shr(20) & 0x3;
+phv[137] = phv[1].wrapping_shr(22) & 0xFFFF;
+phv[101] = phv[35].wrapping_shr(3) & 0x7;
+phv[102] = 0x0;
+if phv[101] != 0x0 { break 'l330; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301104 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+break 'l356;
 }
-if phv[98] != 0x1 { break 'l320; }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301168 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
-break 'l342;
+if phv[101] != 0x1 { break 'l334; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301168 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+break 'l356;
 }
-if phv[98] != 0x2 { break 'l324; }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301232 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
-break 'l342;
+if phv[101] != 0x2 { break 'l338; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301232 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+break 'l356;
 }
-if phv[98] != 0x3 { break 'l328; }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301296 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
-break 'l342;
+if phv[101] != 0x3 { break 'l342; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301296 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+break 'l356;
 }
-if phv[98] != 0x4 { break 'l332; }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301360 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
-break 'l342;
+if phv[101] != 0x4 { break 'l346; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301360 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+break 'l356;
 }
-if phv[98] != 0x5 { break 'l336; }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301424 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
-break 'l342;
+if phv[101] != 0x5 { break 'l350; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301424 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+break 'l356;
 }
-if phv[98] != 0x6 { break 'l340; }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301488 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
-break 'l342;
+if phv[101] != 0x6 { break 'l354; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301488 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+break 'l356;
 }
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301552 + ((phv[209] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(97))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[99] = out & 0xFFFFFFFF; }
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301552 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 }
 phv[77] = 0x0;
-if phv[99] != 0x0 { phv[77] = 0x1; }
-phv[146] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
-phv[209] = phv[88].wrapping_shr(0) & 0x3F;
-phv[140] = (phv[133].wrapping_shl(6) | phv[209]) & 0xFF;
-{ let base = (((phv[140] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 134, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 134, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[142] = v & 0xFFFF; } }
-phv[143] = 0x0;
-if phv[142] != Cmp::raw(5, 0, false).norm(phv[134]) { phv[143] = 0x1; }
-{ let base = (((phv[140] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 143, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 143, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 99, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-phv[210] = phv[88].wrapping_shr(0) & 0x3F;
-phv[211] = (phv[209].wrapping_shl(6) | phv[210]) & 0xFFF;
-phv[141] = (phv[133].wrapping_shl(12) | phv[211]) & 0x3FFF;
-{ let base = (((phv[141] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 134, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 134, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[144] = v & 0xFFFF; } }
-phv[145] = 0x0;
-if phv[144] != Cmp::raw(5, 0, false).norm(phv[134]) { phv[145] = 0x1; }
-{ let base = (((phv[141] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 145, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 146, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 146, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
-phv[125] = 0x0;
-phv[127] = bin(BinOp::Xor, phv[117], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[77] != 0x1 { break 'l365; }
-phv[125] = phv[117] & 0xFFFFFFFF;
-phv[127] = 0xFFFFFFFF;
+if phv[102] != 0x0 { phv[77] = 0x1; }
+phv[149] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
+phv[212] = phv[88].wrapping_shr(0) & 0x3F;
+phv[143] = (phv[136].wrapping_shl(6) | phv[212]) & 0xFF;
+{ let base = (((phv[143] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[145] = v & 0xFFFF; } }
+phv[146] = 0x0;
+if phv[145] != Cmp::raw(5, 0, false).norm(phv[137]) { phv[146] = 0x1; }
+{ let base = (((phv[143] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 146, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 146, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+phv[213] = phv[88].wrapping_shr(0) & 0x3F;
+phv[214] = (phv[212].wrapping_shl(6) | phv[213]) & 0xFFF;
+phv[144] = (phv[136].wrapping_shl(12) | phv[214]) & 0x3FFF;
+{ let base = (((phv[144] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[147] = v & 0xFFFF; } }
+phv[148] = 0x0;
+if phv[147] != Cmp::raw(5, 0, false).norm(phv[137]) { phv[148] = 0x1; }
+{ let base = (((phv[144] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 148, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 149, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 149, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
+phv[128] = 0x0;
+phv[130] = bin(BinOp::Xor, phv[120], 0xFFFFFFFF, 0xFFFFFFFF);
+if phv[77] != 0x1 { break 'l379; }
+phv[128] = phv[120] & 0xFFFFFFFF;
+phv[130] = 0xFFFFFFFF;
 }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 8, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 125, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 127, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 125, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); let _ = v; } }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[126] = 0x0;
-phv[128] = bin(BinOp::Xor, phv[118], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[77] != 0x1 { break 'l374; }
-phv[126] = phv[118] & 0xFFFFFFFF;
-phv[128] = 0xFFFFFFFF;
-}
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[209] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 19, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 126, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 19, phv); let _ = v; } }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[133] != 0x0 { break 'l388; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 11; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 128, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 130, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); let _ = v; } }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[129] = 0x0;
+phv[131] = bin(BinOp::Xor, phv[121], 0xFFFFFFFF, 0xFFFFFFFF);
 if phv[77] != 0x1 { break 'l388; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[129] = phv[121] & 0xFFFFFFFF;
+phv[131] = 0xFFFFFFFF;
 }
-if phv[133] != 0x1 { break 'l398; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 13; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l398; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 129, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 131, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 129, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); let _ = v; } }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[136] != 0x0 { break 'l402; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l402; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[133] != 0x2 { break 'l408; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 15; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l408; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[136] != 0x1 { break 'l412; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l412; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[133] != 0x3 { break 'l420; }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[209] as usize) & 0x3F) * 32 + 17; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l420; }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(117), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(117) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[209] = 0x0;
-{ let w = 2048 + ((phv[209] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(118), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(134), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(118) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[136] != 0x2 { break 'l422; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l422; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+}
+if phv[136] != 0x3 { break 'l434; }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+if phv[77] != 0x1 { break 'l434; }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[212] = 0x0;
+{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -1596,64 +1654,64 @@ st.dirty |= 0x40;
 return;
 }
 st.set_valid(code, 0, phv);
-phv[8] = phv[178] & 0xFFFF;
+phv[8] = phv[181] & 0xFFFF;
 st.dirty |= 0x1;
-phv[9] = phv[201] & 0xFF;
+phv[9] = phv[204] & 0xFF;
 st.dirty |= 0x1;
-phv[10] = phv[200] & 0xFFFF;
+phv[10] = phv[203] & 0xFFFF;
 st.dirty |= 0x1;
-phv[11] = phv[192] & 0xFFFFFFFF;
+phv[11] = phv[195] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[12] = phv[193] & 0xFFFFFFFF;
+phv[12] = phv[196] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[13] = phv[194].wrapping_shr(16) & 0xFFFF;
+phv[13] = phv[197].wrapping_shr(16) & 0xFFFF;
 st.dirty |= 0x1;
-phv[14] = phv[194].wrapping_shr(0) & 0xFFFF;
+phv[14] = phv[197].wrapping_shr(0) & 0xFFFF;
 st.dirty |= 0x1;
-phv[15] = phv[195] & 0xFFFFFFFF;
+phv[15] = phv[198] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[16] = phv[196] & 0xFFFFFFFF;
+phv[16] = phv[199] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[17] = phv[197] & 0xFFFFFFFF;
+phv[17] = phv[200] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[18] = phv[198] & 0xFFFFFFFF;
+phv[18] = phv[201] & 0xFFFFFFFF;
 st.dirty |= 0x1;
-phv[19] = phv[199] & 0xFFFFFFFF;
+phv[19] = phv[202] & 0xFFFFFFFF;
 st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l88; }
-match st.direct_entry(3, phv[3]) { Some(d) if d.action == 9 => { phv[204] = d.params[0] & 0xFFFFFFFF; phv[205] = d.params[1] & 0xFFFFFFFF; fabric_a9(st, phv, code, ctx); } Some(d) if d.action == 10 => { fabric_a10(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a10(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 3, phv), st, phv, code, ctx); } }
-phv[206] = 0x0;
-phv[209] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l51; }
+match st.direct_entry(4, phv[3]) { Some(d) if d.action == 12 => { phv[207] = d.params[0] & 0xFFFFFFFF; phv[208] = d.params[1] & 0xFFFFFFFF; fabric_a12(st, phv, code, ctx); } Some(d) if d.action == 13 => { fabric_a13(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a13(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 4, phv), st, phv, code, ctx); } }
+phv[209] = 0x0;
+phv[212] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l51; }
 if phv[3] != Cmp::raw(5, 0, false).norm(phv[76]) { break 'l51; }
-phv[206] = 0x1;
+phv[209] = 0x1;
 }
-phv[207] = 0x0;
-phv[209] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[209] == 0x0 { break 'l59; }
-phv[210] = bin(BinOp::And, phv[79], phv[202], 0xFFFFFFFFFFFFFFFF);
-if phv[210] != 0x0 { break 'l58; }
-phv[211] = bin(BinOp::And, phv[80], phv[203], 0xFFFFFFFFFFFFFFFF);
-if phv[211] == 0x0 { break 'l59; }
+phv[210] = 0x0;
+phv[212] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[212] == 0x0 { break 'l59; }
+phv[213] = bin(BinOp::And, phv[79], phv[205], 0xFFFFFFFFFFFFFFFF);
+if phv[213] != 0x0 { break 'l58; }
+phv[214] = bin(BinOp::And, phv[80], phv[206], 0xFFFFFFFFFFFFFFFF);
+if phv[214] == 0x0 { break 'l59; }
 }
-phv[207] = 0x1;
+phv[210] = 0x1;
 }
-if phv[206] != 0x0 { break 'l63; }
-if phv[207] != 0x0 { break 'l63; }
+if phv[209] != 0x0 { break 'l63; }
+if phv[210] != 0x0 { break 'l63; }
 ctx.dropped = true;
 return;
 }
-phv[208] = 0x0;
-if phv[206] != 0x1 { break 'l67; }
-phv[208] = 0x1;
-if phv[78] == 0x1 { phv[208] = 0x3; }
+phv[211] = 0x0;
+if phv[209] != 0x1 { break 'l67; }
+phv[211] = 0x1;
+if phv[78] == 0x1 { phv[211] = 0x3; }
 }
-if phv[207] != 0x1 { break 'l69; }
-phv[208] = bin(BinOp::Or, phv[208], 0x2, 0x3);
+if phv[210] != 0x1 { break 'l69; }
+phv[211] = bin(BinOp::Or, phv[211], 0x2, 0x3);
 }
-phv[60] = phv[208] & 0x3;
+phv[60] = phv[211] & 0x3;
 st.dirty |= 0x40;
 phv[61] = bin(BinOp::Sub, phv[61], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -1674,39 +1732,39 @@ st.dirty |= 0x40;
 return;
 }
 if st.valid & 0x20 == 0 { break 'l130; }
-phv[177] = phv[4].wrapping_shr(20) & 0x3;
-phv[178] = phv[4].wrapping_shr(22) & 0xFFFF;
-phv[179] = phv[4].wrapping_shr(0) & 0xFFFFF;
-phv[209] = phv[3].wrapping_shr(0) & 0x3F;
-phv[183] = (phv[177].wrapping_shl(6) | phv[209]) & 0xFF;
-phv[182] = phv[77] & 0xFFFFFFFF;
-phv[180] = phv[5] & 0xFFFFFFFF;
-phv[181] = phv[180] & 0xFFFFFFFF;
-if phv[182] != 0x0 { phv[181] = 0x0; }
-{ let base = (((phv[183] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[186] = v & 0xFFFF; } }
-phv[187] = 0x0;
-if phv[186] != Cmp::raw(5, 0, false).norm(phv[178]) { phv[187] = 0x1; }
-{ let base = (((phv[183] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 187, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 180, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 180, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 187, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 181, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[184] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
-phv[185] = (phv[177].wrapping_shl(12) | phv[184]) & 0x3FFF;
-phv[188] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
-{ let base = (((phv[185] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 178, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[191] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[192] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[193] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 188, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[194] = v & 0xFFFFFFFF; } }
-phv[189] = 0x0;
-if phv[191] != Cmp::raw(5, 0, false).norm(phv[178]) { break 'l116; }
-if phv[192] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l116; }
-if phv[193] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l116; }
-if phv[194] != Cmp::raw(5, 0, false).norm(phv[188]) { break 'l116; }
-phv[189] = 0x1;
-}
+phv[180] = phv[4].wrapping_shr(20) & 0x3;
+phv[181] = phv[4].wrapping_shr(22) & 0xFFFF;
+phv[182] = phv[4].wrapping_shr(0) & 0xFFFFF;
+phv[212] = phv[3].wrapping_shr(0) & 0x3F;
+phv[186] = (phv[180].wrapping_shl(6) | phv[212]) & 0xFF;
+phv[185] = phv[77] & 0xFFFFFFFF;
+phv[183] = phv[5] & 0xFFFFFFFF;
+phv[184] = phv[183] & 0xFFFFFFFF;
+if phv[185] != 0x0 { phv[184] = 0x0; }
+{ let base = (((phv[186] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[189] = v & 0xFFFF; } }
 phv[190] = 0x0;
-if phv[189] != 0x0 { break 'l121; }
-if phv[191] != Cmp::raw(5, 0, false).norm(phv[178]) { break 'l121; }
-if phv[192] == 0x0 { break 'l121; }
-phv[190] = 0x1;
+if phv[189] != Cmp::raw(5, 0, false).norm(phv[181]) { phv[190] = 0x1; }
+{ let base = (((phv[186] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 190, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 183, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 183, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 35888, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 190, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 184, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 184, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[187] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFF) & 0xFFF;
+phv[188] = (phv[180].wrapping_shl(12) | phv[187]) & 0x3FFF;
+phv[191] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
+{ let base = (((phv[188] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[194] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[197] = v & 0xFFFFFFFF; } }
+phv[192] = 0x0;
+if phv[194] != Cmp::raw(5, 0, false).norm(phv[181]) { break 'l116; }
+if phv[195] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l116; }
+if phv[196] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l116; }
+if phv[197] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l116; }
+phv[192] = 0x1;
 }
-{ let base = (((phv[185] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 189, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 189, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 189, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[197] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 189, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[198] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 179, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[199] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[200] = v & 0xFFFF; } }
-phv[201] = phv[177] & 0xFF;
-if phv[190] != 0x1 { break 'l130; }
+phv[193] = 0x0;
+if phv[192] != 0x0 { break 'l121; }
+if phv[194] != Cmp::raw(5, 0, false).norm(phv[181]) { break 'l121; }
+if phv[195] == 0x0 { break 'l121; }
+phv[193] = 0x1;
+}
+{ let base = (((phv[188] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[198] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[199] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 184, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 184, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[200] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[201] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[202] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[203] = v & 0xFFFF; } }
+phv[204] = phv[180] & 0xFF;
+if phv[193] != 0x1 { break 'l130; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
@@ -1724,86 +1782,101 @@ return;
 }
 
 fn fabric_a2(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[100] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
-phv[102] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
-phv[104] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
-phv[106] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
-phv[108] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
-phv[110] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
-phv[112] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
-phv[114] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
+phv[97] = 0x1;
 return;
 }
 
 fn fabric_a3(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[100] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
-phv[102] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
-phv[104] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
-phv[106] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
-phv[108] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
-phv[110] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
-phv[112] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
-phv[114] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
+phv[97] = 0x2;
 return;
 }
 
 fn fabric_a4(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[100] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
-phv[102] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
-phv[104] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
-phv[106] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
-phv[108] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
-phv[110] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
-phv[112] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
-phv[114] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
+phv[97] = 0x0;
 return;
 }
 
 fn fabric_a5(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[100] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
-phv[102] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
-phv[104] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
-phv[106] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
-phv[108] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
-phv[110] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
-phv[112] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
-phv[114] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
+phv[103] = phv[25].wrapping_shl(0) & 0xFFFFFFFF;
+phv[105] = phv[26].wrapping_shl(0) & 0xFFFFFFFF;
+phv[107] = phv[27].wrapping_shl(0) & 0xFFFFFFFF;
+phv[109] = phv[28].wrapping_shl(0) & 0xFFFFFFFF;
+phv[111] = phv[29].wrapping_shl(0) & 0xFFFFFFFF;
+phv[113] = phv[30].wrapping_shl(0) & 0xFFFFFFFF;
+phv[115] = phv[31].wrapping_shl(0) & 0xFFFFFFFF;
+phv[117] = phv[32].wrapping_shl(0) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a6(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[100] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
-phv[102] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
-phv[104] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
-phv[106] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
-phv[108] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
-phv[110] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
-phv[112] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
-phv[114] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
+phv[103] = phv[25].wrapping_shl(1) & 0xFFFFFFFF;
+phv[105] = phv[26].wrapping_shl(1) & 0xFFFFFFFF;
+phv[107] = phv[27].wrapping_shl(1) & 0xFFFFFFFF;
+phv[109] = phv[28].wrapping_shl(1) & 0xFFFFFFFF;
+phv[111] = phv[29].wrapping_shl(1) & 0xFFFFFFFF;
+phv[113] = phv[30].wrapping_shl(1) & 0xFFFFFFFF;
+phv[115] = phv[31].wrapping_shl(1) & 0xFFFFFFFF;
+phv[117] = phv[32].wrapping_shl(1) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a7(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[117] = phv[119] & 0xFFFFFFFF;
-phv[118] = phv[120] & 0xFFFFFFFF;
+phv[103] = phv[25].wrapping_shl(2) & 0xFFFFFFFF;
+phv[105] = phv[26].wrapping_shl(2) & 0xFFFFFFFF;
+phv[107] = phv[27].wrapping_shl(2) & 0xFFFFFFFF;
+phv[109] = phv[28].wrapping_shl(2) & 0xFFFFFFFF;
+phv[111] = phv[29].wrapping_shl(2) & 0xFFFFFFFF;
+phv[113] = phv[30].wrapping_shl(2) & 0xFFFFFFFF;
+phv[115] = phv[31].wrapping_shl(2) & 0xFFFFFFFF;
+phv[117] = phv[32].wrapping_shl(2) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a8(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[117] = 0x0;
-phv[118] = 0x0;
+phv[103] = phv[25].wrapping_shl(3) & 0xFFFFFFFF;
+phv[105] = phv[26].wrapping_shl(3) & 0xFFFFFFFF;
+phv[107] = phv[27].wrapping_shl(3) & 0xFFFFFFFF;
+phv[109] = phv[28].wrapping_shl(3) & 0xFFFFFFFF;
+phv[111] = phv[29].wrapping_shl(3) & 0xFFFFFFFF;
+phv[113] = phv[30].wrapping_shl(3) & 0xFFFFFFFF;
+phv[115] = phv[31].wrapping_shl(3) & 0xFFFFFFFF;
+phv[117] = phv[32].wrapping_shl(3) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a9(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[202] = phv[204] & 0xFFFFFFFF;
-phv[203] = phv[205] & 0xFFFFFFFF;
+phv[103] = phv[25].wrapping_shl(4) & 0xFFFFFFFF;
+phv[105] = phv[26].wrapping_shl(4) & 0xFFFFFFFF;
+phv[107] = phv[27].wrapping_shl(4) & 0xFFFFFFFF;
+phv[109] = phv[28].wrapping_shl(4) & 0xFFFFFFFF;
+phv[111] = phv[29].wrapping_shl(4) & 0xFFFFFFFF;
+phv[113] = phv[30].wrapping_shl(4) & 0xFFFFFFFF;
+phv[115] = phv[31].wrapping_shl(4) & 0xFFFFFFFF;
+phv[117] = phv[32].wrapping_shl(4) & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a10(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[202] = 0x0;
-phv[203] = 0x0;
+phv[120] = phv[122] & 0xFFFFFFFF;
+phv[121] = phv[123] & 0xFFFFFFFF;
+return;
+}
+
+fn fabric_a11(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[120] = 0x0;
+phv[121] = 0x0;
+return;
+}
+
+fn fabric_a12(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[205] = phv[207] & 0xFFFFFFFF;
+phv[206] = phv[208] & 0xFFFFFFFF;
+return;
+}
+
+fn fabric_a13(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[205] = 0x0;
+phv[206] = 0x0;
 return;
 }
 
@@ -1936,8 +2009,8 @@ st.parse_done(code, 14, phv);
 fn fabric_pass_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &IngressInput) {
 if st.meta != META_CLEAN {
 phv[76..90].fill(0);
-phv[178..179].fill(0);
-phv[191..202].fill(0);
+phv[181..182].fill(0);
+phv[194..205].fill(0);
 }
 st.meta = META_ANY;
 phv[0] = (input.ingress_port as u64) & 0xFFFF;
@@ -1949,8 +2022,8 @@ fabric_ingress(st, phv, code, ctx);
 fn fabric_pass_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx, input: &EgressInput, carried: CarriedIn) {
 if st.meta != META_CLEAN {
 phv[76..84].fill(0);
-phv[178..179].fill(0);
-phv[191..202].fill(0);
+phv[181..182].fill(0);
+phv[194..205].fill(0);
 }
 st.meta = META_ANY;
 phv[2] = (input.ingress_port as u64) & 0xFFFF;
@@ -1997,11 +2070,14 @@ match a {
 8 => fabric_a8(st, phv, code, ctx),
 9 => fabric_a9(st, phv, code, ctx),
 10 => fabric_a10(st, phv, code, ctx),
+11 => fabric_a11(st, phv, code, ctx),
+12 => fabric_a12(st, phv, code, ctx),
+13 => fabric_a13(st, phv, code, ctx),
 _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0xC0EA2E3A1C309EDA, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
-Native { fingerprint: 0x396D23B3920BC032, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
+Native { fingerprint: 0xCCC2476DF7087B, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
+Native { fingerprint: 0x2EEFFC57E2353169, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
 ];
