@@ -65,6 +65,26 @@ pub struct ServerConfig {
     pub tls: tls::TlsMode,
 }
 
+impl ServerConfig {
+    /// The service on loopback for tests and labs: `grpc` (port 0 picks one), HTTP on a
+    /// free loopback port, plaintext (loopback only), a 30-s incident timeout, and the
+    /// default diagnosis options, retention, intake and connection limits.
+    pub fn loopback(topology: FabricTopology, data_dir: PathBuf, grpc: SocketAddr) -> Self {
+        ServerConfig {
+            grpc_addr: grpc,
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir,
+            topology,
+            incident_timeout: Duration::from_secs(30),
+            options: DiagnoseOptions::default(),
+            retention: incidents::Retention::default(),
+            limits: incidents::IntakeLimits::default(),
+            connections: conn::ConnectionLimits::default(),
+            tls: tls::TlsMode::PlaintextLoopback,
+        }
+    }
+}
+
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

@@ -8,7 +8,7 @@
 //!
 //! - `GetForwardingPipelineConfig`: the program's bfrt.json (`p4/tna/bfrt.json`, written by
 //!   codegen in bf-p4c's schema) under its P4 name, and the fixed tables (`$pre.mgid`,
-//!   `$pre.node`, `$mirror.cfg`, `$PORT`; `src/fixed_tables.json`, a subset of the SDE's
+//!   `$pre.node`, `$mirror.cfg`, `$PORT`, `$PORT_STAT`; `src/fixed_tables.json`, a subset of the SDE's
 //!   `bf_rt_*_tf1.json` with their names, ids and field ids) as `non_p4_config`;
 //! - `SetForwardingPipelineConfig`: `BIND` to the one program; loading another pipeline is
 //!   refused (this switch *is* the model of `hawkmesh`);
@@ -20,7 +20,8 @@
 //!   sessions (CPU copies reach the CPU port only while the CPU session points at it), port
 //!   configuration; a client must be bound first;
 //! - `Read`: one cell or a whole register (one value per data field: the model is one
-//!   pipe), entries of match and fixed tables, in one `ReadResponse` as bf_switchd sends.
+//!   pipe), entries of match and fixed tables, a port's MAC counters (`$PORT_STAT`, kept by
+//!   [`Device::process`] as [`MacCounters`]), in one `ReadResponse` as bf_switchd sends.
 //!
 //! Bad requests get a gRPC error naming the table, field and problem; none panics.
 
@@ -89,6 +90,81 @@ pub struct PortConfig {
     pub rx_pfc_map: u32,
 }
 
+/// A port's MAC counters, kept by the switch around the P4 program as Tofino's MAC keeps
+/// them, and served as `$PORT_STAT` (field names and ids of open-p4studio's
+/// `bf_rt_port_tf1.json`): frames received and sent, PFC frames received per priority, and
+/// the time each priority was held paused by them (`$ReceivePri{N}Pause1USCount`; IEEE
+/// 802.1Qbb: a frame's quanta × 512 bit times at the port's `$SPEED`, a later frame of the
+/// class replacing the running pause, quanta 0 ending it). The model generates no PFC frames
+/// (the traffic manager does on a switch), so the transmit-side PFC counters stay 0.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MacCounters {
+    /// `$FramesReceivedOK`.
+    pub frames_rx: u64,
+    /// `$FramesTransmittedOK`.
+    pub frames_tx: u64,
+    /// `$Pri{N}FramesReceived`: PFC frames enabling priority N.
+    pub pfc_rx: [u64; 8],
+    /// Per priority: ns paused in closed pauses, and the running pause [since, until).
+    paused_ns: [u64; 8],
+    since_ns: [u64; 8],
+    until_ns: [u64; 8],
+}
+
+impl MacCounters {
+    /// Priority `q`'s paused time up to `now_ns`, µs.
+    pub fn paused_us(&self, q: usize, now_ns: u64) -> u64 {
+        let running = self.until_ns[q]
+            .min(now_ns)
+            .saturating_sub(self.since_ns[q]);
+        (self.paused_ns[q] + running) / 1000
+    }
+
+    fn pause(&mut self, q: usize, now_ns: u64, duration_ns: u64) {
+        self.paused_ns[q] += self.until_ns[q]
+            .min(now_ns)
+            .saturating_sub(self.since_ns[q]);
+        self.since_ns[q] = now_ns;
+        self.until_ns[q] = now_ns + duration_ns;
+    }
+
+    /// The `$PORT_STAT` data field `name` at `now_ns` (0 for the transmit-side PFC fields).
+    fn field(&self, name: &str, now_ns: u64) -> Option<u64> {
+        let priority = |prefix: &str, suffix: &str| {
+            name.strip_prefix(prefix)
+                .and_then(|r| r.strip_suffix(suffix))
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n < 8)
+        };
+        match name {
+            "$FramesReceivedOK" => Some(self.frames_rx),
+            "$FramesTransmittedOK" => Some(self.frames_tx),
+            _ => {
+                if let Some(q) = priority("$Pri", "FramesReceived") {
+                    Some(self.pfc_rx[q])
+                } else if let Some(q) = priority("$ReceivePri", "Pause1USCount") {
+                    Some(self.paused_us(q, now_ns))
+                } else if priority("$Pri", "FramesTransmitted").is_some()
+                    || priority("$TransmitPri", "Pause1USCount").is_some()
+                {
+                    Some(0)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Gbit/s of a `$SPEED` value (`BF_SPEED_100G`).
+fn speed_gbps(speed: &str) -> Option<u64> {
+    speed
+        .strip_prefix("BF_SPEED_")?
+        .strip_suffix('G')?
+        .parse()
+        .ok()
+}
+
 /// One stored entry of a match or fixed table: its key values (in key field order) and
 /// data fields (by field id).
 #[derive(Clone, Debug, PartialEq)]
@@ -109,6 +185,9 @@ pub struct Device {
     groups: BTreeMap<u16, Vec<u32>>,
     mirror: BTreeMap<u16, MirrorSession>,
     ports: BTreeMap<u32, PortConfig>,
+    mac: BTreeMap<u32, MacCounters>,
+    /// The latest packet time, ns (the MAC counters' "now").
+    now_ns: u64,
 }
 
 impl Device {
@@ -122,6 +201,8 @@ impl Device {
             groups: BTreeMap::new(),
             mirror: BTreeMap::new(),
             ports: BTreeMap::new(),
+            mac: BTreeMap::new(),
+            now_ns: 0,
         }
     }
 
@@ -133,6 +214,38 @@ impl Device {
     /// Port `dev_port`'s configuration.
     pub fn port(&self, dev_port: u32) -> Option<&PortConfig> {
         self.ports.get(&dev_port)
+    }
+
+    /// Configures port `dev_port` as a `$PORT` write does (a lab bringing ports up).
+    pub fn configure_port(&mut self, dev_port: u32, config: PortConfig) {
+        self.ports.insert(dev_port, config);
+    }
+
+    /// Port `dev_port`'s MAC counters (`None` before its first frame).
+    pub fn mac_counters(&self, dev_port: u32) -> Option<&MacCounters> {
+        self.mac.get(&dev_port)
+    }
+
+    /// The MAC's view of a frame received on `port` at `now_ns`.
+    fn mac_receive(&mut self, frame: &[u8], port: u32, now_ns: u64) {
+        let gbps = self.ports.get(&port).and_then(|p| speed_gbps(&p.speed));
+        let mac = self.mac.entry(port).or_default();
+        mac.frames_rx += 1;
+        let Ok(pfc) = hawkmesh_wire::pfc::PfcFrame::new_checked(frame) else {
+            return;
+        };
+        for q in 0..8 {
+            if pfc.class_enable_vector() & (1 << q) == 0 {
+                continue;
+            }
+            mac.pfc_rx[q] += 1;
+            // A port without a speed configured pauses for an unknown time: counted as a
+            // frame, not as time.
+            if let Some(gbps) = gbps {
+                let ps = hawkmesh_wire::pfc::pause_duration_ps(pfc.quanta(q), gbps * 1_000_000_000);
+                mac.pause(q, now_ns, ps / 1000);
+            }
+        }
     }
 
     /// Whether clones reach the CPU port: mirror session `sid` is enabled with the model's
@@ -153,7 +266,12 @@ impl Device {
         queue: u8,
         cpu_session: u16,
     ) -> Result<SwitchOutput, ModelError> {
+        self.now_ns = self.now_ns.max(input.tstamp_ns);
+        self.mac_receive(packet, u32::from(input.ingress_port), input.tstamp_ns);
         let mut out = self.model.process(packet, input, queue)?;
+        for (port, _) in &out.ports {
+            self.mac.entry(u32::from(*port)).or_default().frames_tx += 1;
+        }
         if !self.cpu_mirror_active(cpu_session) {
             out.cpu.clear();
         }
@@ -780,6 +898,36 @@ impl BfrtServer {
                 })),
             })
         };
+        if table.table_type == "PortStat" {
+            let ports: Vec<u64> = match &key {
+                Some(k) => vec![k[0]],
+                None => dev.mac.keys().map(|p| u64::from(*p)).collect(),
+            };
+            for port in ports {
+                let dev_port = port as u32;
+                if !dev.mac.contains_key(&dev_port) && !dev.ports.contains_key(&dev_port) {
+                    return Err(Status::not_found(format!(
+                        "{}: port {port} is not added and has seen no frame",
+                        table.name
+                    )));
+                }
+                let mac = dev.mac.get(&dev_port).cloned().unwrap_or_default();
+                let fields = table
+                    .data
+                    .iter()
+                    .filter_map(|f| mac.field(&f.name, dev.now_ns).map(|v| field_stream(f, v)))
+                    .collect();
+                push(
+                    out,
+                    &[port],
+                    pb::TableData {
+                        action_id: 0,
+                        fields,
+                    },
+                );
+            }
+            return Ok(());
+        }
         if table.table_type == "Register" {
             let name = short_name(table);
             if entry.table_flags.as_ref().is_some_and(|f| f.from_hw) {

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-use hawkmesh_bfrt_model::{BfrtServer, Device};
+use hawkmesh_bfrt_model::{BfrtServer, Device, PortConfig};
 use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
 use hawkmesh_dataplane::ir::Program;
 use hawkmesh_dataplane::model::{DataPlane, IngressInput, Model, Routing};
@@ -133,8 +133,18 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
     let mut remote_agent = SwitchAgent::new(AgentConfig::new(7), backend);
     configure(remote_agent.backend_mut()).expect("configure over BF Runtime");
 
+    // Port 2 is up at 100 Gbit/s (its PFC pauses are timed at that speed).
+    remote.device.lock().unwrap().configure_port(
+        2,
+        PortConfig {
+            speed: "BF_SPEED_100G".into(),
+            enabled: true,
+            ..PortConfig::default()
+        },
+    );
     let mut reports = 0;
     let mut collected = Vec::new();
+    let mut sent_on_2 = 0u64;
     for (bytes, port, t) in traffic(&program) {
         let input = IngressInput {
             ingress_port: port,
@@ -152,6 +162,7 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
             .process(&bytes, &input, 0, CPU_MIRROR_SESSION)
             .expect("remote");
         assert_eq!(a, b, "both switches forward alike");
+        sent_on_2 += b.ports.iter().filter(|(p, _)| *p == 2).count() as u64;
         for c in &a.cpu {
             local_agent.backend_mut().deliver_cpu(CpuFrame {
                 time_ns: t,
@@ -185,6 +196,29 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
         "the report carries flow telemetry read over BF Runtime"
     );
     assert_eq!(remote_agent.backend_mut().multi_pipe_cells(), 0, "one pipe");
+
+    // Port 2's MAC counters over BF Runtime (`$PORT_STAT`): the one PFC frame it received
+    // (priority 0, 65,535 quanta = 335.5 µs at 100G, from t0 + 20.5 µs; the last packet
+    // came at t0 + 100 µs, so 79.5 µs of it have passed), and what the switch sent out of it.
+    let c = remote_agent
+        .backend_mut()
+        .port_counters(2)
+        .expect("port 2's counters");
+    assert_eq!(c.frames_rx, 1);
+    assert_eq!(c.frames_tx, sent_on_2);
+    assert_eq!(c.pfc_rx, [1, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(c.paused_rx_us, [79, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(c.pfc_tx, [0; 8], "the model sends no PFC frames");
+    let e = remote_agent
+        .backend_mut()
+        .port_counters(7)
+        .expect_err("port 7 is neither added nor has it seen a frame");
+    assert!(e.to_string().contains("port 7"), "{e}");
+    let e = local_agent
+        .backend_mut()
+        .port_counters(2)
+        .expect_err("the in-process model has no MAC");
+    assert!(e.to_string().contains("MAC counters"), "{e}");
 
     // Registers reset over BF Runtime are zero.
     remote_agent

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hawkmesh_analyzer::DiagnoseOptions;
 use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
 use hawkmesh_bfrt_model::{BfrtServer, Device};
 use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
@@ -77,18 +76,11 @@ fn serve_bfrt(device: &Arc<Mutex<Device>>, port: u16) -> tokio::runtime::Runtime
 }
 
 async fn serve_analyzer(topology: &FabricTopology, dir: &Path, grpc: SocketAddr) -> RunningServer {
-    start(ServerConfig {
-        grpc_addr: grpc,
-        http_addr: "127.0.0.1:0".parse().expect("addr"),
-        data_dir: dir.to_path_buf(),
-        topology: topology.clone(),
-        incident_timeout: Duration::from_secs(30),
-        options: DiagnoseOptions::default(),
-        retention: hawkmesh_analyzer_server::incidents::Retention::default(),
-        limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
-        connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
-        tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
-    })
+    start(ServerConfig::loopback(
+        topology.clone(),
+        dir.to_path_buf(),
+        grpc,
+    ))
     .await
     .expect("analyzer")
 }

@@ -191,6 +191,12 @@ impl SwitchBackend for LabBackend {
     fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
         self.inner().poll_cpu()
     }
+    fn port_counters(
+        &mut self,
+        port: u16,
+    ) -> Result<hawkmesh_switch_agent::PortCounters, BackendError> {
+        self.inner().port_counters(port)
+    }
 }
 
 /// Serves every switch's device over BF Runtime on `runtime` (loopback, a port each) and

@@ -45,6 +45,9 @@ pub enum BackendError {
     /// agent's program.
     #[error("switch program: {0}")]
     Program(String),
+    /// The backend has no such object (e.g. MAC counters of the P4 pipeline alone).
+    #[error("not available from this switch: {0}")]
+    NotAvailable(String),
 }
 
 /// What kind of packet reached the CPU port (Tofino: told by the mirror session or CPU
@@ -93,6 +96,28 @@ pub struct CpuFrame {
     pub bytes: Vec<u8>,
 }
 
+/// A port's MAC counters (BF Runtime `$PORT_STAT` on Tofino; names from open-p4studio's
+/// `bf_rt_port_tf1.json`): what the congestion view (PortXmitWait-like paused time, FITF) and
+/// PARALEON's PFC pause metric read. The Elastic Sketch needs no method of its own: its
+/// registers (`Register::SKETCH_*`) are read and reset like the telemetry's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Frames received (`$FramesReceivedOK`).
+    pub frames_rx: u64,
+    /// Frames sent (`$FramesTransmittedOK`).
+    pub frames_tx: u64,
+    /// PFC frames received per priority (`$Pri{N}FramesReceived`).
+    pub pfc_rx: [u64; 8],
+    /// PFC frames sent per priority (`$Pri{N}FramesTransmitted`).
+    pub pfc_tx: [u64; 8],
+    /// Time each priority was held paused by received PFC frames, µs
+    /// (`$ReceivePri{N}Pause1USCount`).
+    pub paused_rx_us: [u64; 8],
+    /// Time each priority's peer was asked to pause by sent PFC frames, µs
+    /// (`$TransmitPri{N}Pause1USCount`).
+    pub paused_tx_us: [u64; 8],
+}
+
 /// One switch, as the control plane sees it.
 pub trait SwitchBackend {
     /// Makes the data-plane values of `register` visible (BF Runtime `REGISTER_SYNC`) and
@@ -106,6 +131,8 @@ pub trait SwitchBackend {
     fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError>;
     /// Packets that reached the CPU port since the last call.
     fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError>;
+    /// Port `port`'s MAC counters.
+    fn port_counters(&mut self, port: u16) -> Result<PortCounters, BackendError>;
 }
 
 #[cfg(feature = "model")]
@@ -195,6 +222,12 @@ mod model {
 
         fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
             Ok(self.cpu.drain(..).collect())
+        }
+
+        fn port_counters(&mut self, port: u16) -> Result<super::PortCounters, BackendError> {
+            Err(BackendError::NotAvailable(format!(
+                "port {port}'s MAC counters: the in-process model is the P4 pipeline alone (a switch's MAC keeps them: BF Runtime `$PORT_STAT`; in simulation, netsim's port counters)"
+            )))
         }
     }
 }

@@ -27,7 +27,7 @@ use rbfrt::table::{MatchValue, Request, TableOperation};
 use rbfrt::{register, SwitchConnection};
 use tokio::runtime::Handle;
 
-use crate::backend::{BackendError, CpuFrame, SwitchBackend};
+use crate::backend::{BackendError, CpuFrame, PortCounters, SwitchBackend};
 use crate::bfrt_info::{BfrtInfo, ProgramIds};
 
 /// Where the switch's BF Runtime server is and who the agent is to it.
@@ -322,6 +322,41 @@ impl SwitchBackend for BfrtBackend {
 
     fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
         Ok(self.cpu.drain(..).collect())
+    }
+
+    fn port_counters(&mut self, port: u16) -> Result<PortCounters, BackendError> {
+        let failed =
+            |what: String| BackendError::Unreachable(format!("port {port} counters: {what}"));
+        let entries = self
+            .runtime
+            .block_on(
+                self.conn.get_table_entries(
+                    Request::new("$PORT_STAT")
+                        .match_key("$DEV_PORT", MatchValue::exact(u32::from(port))),
+                ),
+            )
+            .map_err(|e| failed(e.to_string()))?;
+        let entry = entries
+            .first()
+            .ok_or_else(|| failed("the switch returned no entry".into()))?;
+        let field = |name: String| -> Result<u64, BackendError> {
+            entry
+                .get_action_data(&name)
+                .map(|d| be(d.get_data()))
+                .map_err(|_| failed(format!("no field `{name}`")))
+        };
+        let mut c = PortCounters {
+            frames_rx: field("$FramesReceivedOK".into())?,
+            frames_tx: field("$FramesTransmittedOK".into())?,
+            ..PortCounters::default()
+        };
+        for q in 0..8 {
+            c.pfc_rx[q] = field(format!("$Pri{q}FramesReceived"))?;
+            c.pfc_tx[q] = field(format!("$Pri{q}FramesTransmitted"))?;
+            c.paused_rx_us[q] = field(format!("$ReceivePri{q}Pause1USCount"))?;
+            c.paused_tx_us[q] = field(format!("$TransmitPri{q}Pause1USCount"))?;
+        }
+        Ok(c)
     }
 }
 

@@ -481,6 +481,12 @@ mod tests {
         fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
             Ok(Vec::new())
         }
+        fn port_counters(
+            &mut self,
+            port: u16,
+        ) -> Result<crate::backend::PortCounters, BackendError> {
+            Err(BackendError::NotAvailable(format!("port {port}")))
+        }
     }
 
     fn geometry() -> Geometry {

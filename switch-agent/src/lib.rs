@@ -27,5 +27,5 @@ pub use agent::{
 };
 #[cfg(feature = "model")]
 pub use backend::ModelBackend;
-pub use backend::{BackendError, CpuFrame, CpuFrameKind, SwitchBackend};
+pub use backend::{BackendError, CpuFrame, CpuFrameKind, PortCounters, SwitchBackend};
 pub use collect::{Eviction, Geometry, RegisterSnapshot};
