@@ -50,10 +50,10 @@ pub const DEFAULT_GATHER_NS: u64 = 30_000;
 const REPORTED_RETENTION_NS: u64 = 1_000_000_000;
 
 /// Default polling events the agent takes per second by each arrival port.
-pub const DEFAULT_EVENTS_PER_PORT_PER_SEC: u32 = 2_000;
+pub const DEFAULT_EVENTS_PER_PORT_PER_SEC: u32 = 20_000;
 
 /// Default burst of polling events by one arrival port.
-pub const DEFAULT_EVENT_BURST: u32 = 256;
+pub const DEFAULT_EVENT_BURST: u32 = 4_096;
 
 /// One arrival port's budget of new polling events (a token bucket in switch time).
 #[derive(Clone, Copy, Debug)]
