@@ -21,8 +21,7 @@ use hawkmesh_wire::dataplane::{Register, CPU_MIRROR_SESSION, CPU_PORT};
 use hawkmesh_wire::telemetry::FiveTuple;
 
 fn bfrt_json() -> Vec<u8> {
-    std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../p4/tna/bfrt.json"))
-        .expect("p4/tna/bfrt.json")
+    hawkmesh_bfrt_model::program_description().to_vec()
 }
 
 /// A model-backed BF Runtime server on a fresh runtime; the backend runs on this thread.

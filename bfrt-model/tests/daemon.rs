@@ -55,8 +55,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn bfrt_json() -> Vec<u8> {
-    std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../p4/tna/bfrt.json"))
-        .expect("p4/tna/bfrt.json")
+    hawkmesh_bfrt_model::program_description().to_vec()
 }
 
 /// The model-backed BF Runtime server on its own runtime: dropping it is bf_switchd's gRPC
@@ -68,9 +67,19 @@ fn serve_bfrt(device: &Arc<Mutex<Device>>, port: u16) -> tokio::runtime::Runtime
         .build()
         .expect("runtime");
     let server = BfrtServer::new(device.clone(), "hawkmesh", bfrt_json()).expect("server");
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
-        .expect("bind the BF Runtime port");
+    // The previous server's runtime shuts down in the background: its listener may hold the
+    // port for a moment, as a restarted bf_switchd would wait for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let listener = loop {
+        match runtime.block_on(tokio::net::TcpListener::bind(("127.0.0.1", port))) {
+            Ok(listener) => break listener,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("port {port} not free yet ({e}); retrying");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("bind the BF Runtime port {port}: {e}"),
+        }
+    };
     runtime.spawn(async move { server.serve(listener).await });
     runtime
 }

@@ -23,8 +23,7 @@ struct Switch {
 }
 
 fn bfrt_json() -> Vec<u8> {
-    std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../p4/tna/bfrt.json"))
-        .expect("p4/tna/bfrt.json")
+    hawkmesh_bfrt_model::program_description().to_vec()
 }
 
 async fn start() -> Switch {
