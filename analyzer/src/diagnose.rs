@@ -15,7 +15,7 @@
 //! | PFC backpressure (micro-burst incast) | a sink `p` of `G_P` reachable from the victim, with positive port→flow edges; micro-burst when the contributors' rate within their window is high and the window short |
 //! | PFC storm | a sink `p`, paused, with no positive port→flow edge; its peer is a host (host PFC injection) or a switch none of whose egress ports is congested |
 //! | deadlock, initiator in loop | a cycle of `G_P` whose ports have no edge leaving it; a loop port has positive port→flow edges |
-//! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink, in an epoch in which the cycle's own edges hold (an exit the port waited out before the loop formed is evidence `loop_exit_apart`); the sink's port→flow edges tell flow contention from host injection |
+//! | deadlock, initiator out of loop | a cycle with an edge leaving it (`out-deg > 1`) towards a sink, in an epoch in which the cycle's own edges hold (an exit the port waited out before the loop formed is evidence `loop_exit_apart`; exits that first held only after the loop's own edges did are `loop_before_exits`; an exit that held before the loop toward lasting contention decides out of loop unless the loop's own lasting contention outgrew it `early_exit_outgrown_ratio` times, `loop_outgrew_early_exit`); the sink's port→flow edges tell flow contention from host injection |
 //! | normal flow contention | the victim is not paused at a port of its path where positive port→flow edges exist and the victim waited |
 //! | slow receiver (not in Table 2) | a sink its host pauses whose pause pattern is a drain-rate limit: paused in consecutive epochs, each also letting packets through between pauses that meet the queue (`Context::slow_receiver_pattern`) |
 //!
@@ -1053,64 +1053,119 @@ impl<'a> Context<'a> {
         // bystanders.
         // An exit that already held a member before any of the loop's own wait-for edges
         // existed, toward flow contention that lasts (not a micro-burst), is what paused the
-        // loop's ports: it initiated the deadlock however large the loop's own contention
-        // later grew (HAWKEYE Table 2, initiator out of loop).
-        let sustained_before = self.sustained_exit_before_loop(members, member_set, exits);
-        if let Some((from, to)) = sustained_before {
-            evidence.push(Evidence {
-                rule: "loop_exit_before_loop".into(),
-                from: label(self.incident, from),
-                to: label(self.incident, to),
-                weight: 0.0,
-                note: format!(
-                    "loop port {} already waited for {} before the loop's own wait-for edges existed, toward flow contention that lasts: the initiator is outside the loop",
-                    label(self.incident, from),
-                    label(self.incident, to)
-                ),
-            });
+        // loop's ports: it initiated the deadlock (HAWKEYE Table 2, initiator out of loop)
+        // unless the loop's own contention grew to many times the contention it leads
+        // to — then it was background contention the loop's own traffic outgrew, and
+        // the remaining exits are judged as below.
+        if !self.options.loop_contention_check {
+            if let Some((from, to, _)) = self
+                .sustained_exits_before_loop(members, member_set, exits)
+                .first()
+            {
+                evidence.push(self.exit_before_loop_evidence(*from, *to));
+            }
+            return !exits.is_empty();
         }
-        if exits.is_empty() {
-            false
-        } else if !self.options.loop_contention_check || sustained_before.is_some() {
-            true
-        } else {
-            let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
-            let contention = |p: &PortRef| -> f64 {
-                self.contributors(*p)
-                    .iter()
-                    .map(|f| f.weight.max(0.0))
-                    .sum()
-            };
-            let sinks = self.sinks_beyond(&exit_targets, member_set);
-            let injected = sinks.iter().any(|p| self.injects_pfc(*p));
-            let own: f64 = members.iter().map(contention).sum();
-            let outside = sinks.iter().map(contention).fold(0.0, f64::max);
-            if injected || outside >= own {
-                true
-            } else {
+        let contention = |p: &PortRef| -> f64 {
+            self.contributors(*p)
+                .iter()
+                .map(|f| f.weight.max(0.0))
+                .sum()
+        };
+        let own: f64 = members.iter().map(contention).sum();
+        // Only lasting contention outgrows lasting contention: the loop's micro-bursts
+        // do not count against a queue that held a loop port all along.
+        let own_sustained: f64 = members
+            .iter()
+            .flat_map(|p| self.contributors(*p))
+            .filter(|f| f.burst != Some(true))
+            .map(|f| f.weight.max(0.0))
+            .sum();
+        let mut outgrown = BTreeSet::new();
+        for (from, to, led_to) in self.sustained_exits_before_loop(members, member_set, exits) {
+            if own_sustained > self.options.early_exit_outgrown_ratio * led_to {
+                outgrown.insert((from, to));
                 evidence.push(Evidence {
-                    rule: "loop_contention_dominates".into(),
-                    from: label(self.incident, members[0]),
-                    to: String::new(),
-                    weight: round3(own),
+                    rule: "loop_outgrew_early_exit".into(),
+                    from: label(self.incident, from),
+                    to: label(self.incident, to),
+                    weight: round3(led_to),
                     note: format!(
-                        "the loop ports' own contention ({own:.1}) exceeds that of every queue the loop's exits lead to (at most {outside:.1}) and nothing outside injects PFC: the loop congested itself"
+                        "loop port {} waited for {} before the loop's own wait-for edges existed, but the contention that exit leads to ({led_to:.1}) is under 1/{} of the loop's own lasting contention ({own_sustained:.1}): background the loop's own traffic outgrew",
+                        label(self.incident, from),
+                        label(self.incident, to),
+                        self.options.early_exit_outgrown_ratio
                     ),
                 });
-                false
+            } else {
+                evidence.push(self.exit_before_loop_evidence(from, to));
+                return true;
             }
+        }
+        let exits: Vec<(PortRef, PortRef, f64)> = exits
+            .iter()
+            .filter(|(from, to, _)| !outgrown.contains(&(*from, *to)))
+            .copied()
+            .collect();
+        if exits.is_empty() {
+            return false;
+        }
+        if let Some(loop_first) = self.exits_after_loop_formed(members, member_set, &exits) {
+            evidence.push(Evidence {
+                rule: "loop_before_exits".into(),
+                from: label(self.incident, members[0]),
+                to: String::new(),
+                weight: 0.0,
+                note: format!(
+                    "the loop's own wait-for edges already had weight in the epoch from {loop_first} ns, before any exit did, and no exit leads to injected PFC: the loop was forming before anything outside held it"
+                ),
+            });
+            return false;
+        }
+        let exit_targets: Vec<PortRef> = exits.iter().map(|(_, to, _)| *to).collect();
+        let sinks = self.sinks_beyond(&exit_targets, member_set);
+        let injected = sinks.iter().any(|p| self.injects_pfc(*p));
+        let outside = sinks.iter().map(contention).fold(0.0, f64::max);
+        if injected || outside >= own {
+            true
+        } else {
+            evidence.push(Evidence {
+                rule: "loop_contention_dominates".into(),
+                from: label(self.incident, members[0]),
+                to: String::new(),
+                weight: round3(own),
+                note: format!(
+                    "the loop ports' own contention ({own:.1}) exceeds that of every queue the loop's exits lead to (at most {outside:.1}) and nothing outside injects PFC: the loop congested itself"
+                ),
+            });
+            false
         }
     }
 
-    /// The first exit (member → outside port) whose wait-for edge had weight in an epoch
-    /// before every one of the loop's own edges and that leads, beyond the loop, to a sink
-    /// of flow contention that is not a micro-burst.
-    fn sustained_exit_before_loop(
+    fn exit_before_loop_evidence(&self, from: PortRef, to: PortRef) -> Evidence {
+        Evidence {
+            rule: "loop_exit_before_loop".into(),
+            from: label(self.incident, from),
+            to: label(self.incident, to),
+            weight: 0.0,
+            note: format!(
+                "loop port {} already waited for {} before the loop's own wait-for edges existed, toward flow contention that lasts: the initiator is outside the loop",
+                label(self.incident, from),
+                label(self.incident, to)
+            ),
+        }
+    }
+
+    /// The epoch the loop's first own wait-for edge had weight in, when every exit's edge
+    /// first had weight only in a later epoch and none of them leads to PFC injected (or
+    /// drain-limited) beyond the loop: what the exits wait for cannot have paused the loop's
+    /// ports into the dependency, which had begun before them.
+    fn exits_after_loop_formed(
         &self,
         members: &[PortRef],
         member_set: &BTreeSet<PortRef>,
         exits: &[(PortRef, PortRef, f64)],
-    ) -> Option<(PortRef, PortRef)> {
+    ) -> Option<u64> {
         let first_epoch = |from: PortRef, to: PortRef| {
             self.graph
                 .edge_epochs(from, to)
@@ -1121,15 +1176,55 @@ impl<'a> Context<'a> {
             .min()?;
         exits
             .iter()
-            .filter(|(from, to, _)| first_epoch(*from, *to).is_some_and(|e| e < loop_first))
-            .find(|(_, to, _)| {
-                self.sinks_beyond(&[*to], member_set).into_iter().any(|p| {
-                    let sink = self.classify_sink(p);
-                    sink.root.kind == RootCauseKind::FlowContention
-                        && sink.root.micro_burst == Some(false)
-                })
+            .all(|(from, to, _)| {
+                first_epoch(*from, *to).is_some_and(|e| e > loop_first)
+                    && !self.leads_to_injection(*to, member_set)
             })
-            .map(|(from, to, _)| (*from, *to))
+            .then_some(loop_first)
+    }
+
+    /// The exits (member → outside port) whose wait-for edge had weight in an epoch before
+    /// every one of the loop's own edges and that lead, beyond the loop, to a sink of flow
+    /// contention that is not a micro-burst; each with the largest contention among such
+    /// sinks.
+    fn sustained_exits_before_loop(
+        &self,
+        members: &[PortRef],
+        member_set: &BTreeSet<PortRef>,
+        exits: &[(PortRef, PortRef, f64)],
+    ) -> Vec<(PortRef, PortRef, f64)> {
+        let first_epoch = |from: PortRef, to: PortRef| {
+            self.graph
+                .edge_epochs(from, to)
+                .and_then(|epochs| epochs.first().copied())
+        };
+        let Some(loop_first) = Self::loop_edges(members)
+            .filter_map(|(from, to)| first_epoch(from, to))
+            .min()
+        else {
+            return Vec::new();
+        };
+        exits
+            .iter()
+            .filter(|(from, to, _)| first_epoch(*from, *to).is_some_and(|e| e < loop_first))
+            .filter_map(|(from, to, _)| {
+                self.sinks_beyond(&[*to], member_set)
+                    .into_iter()
+                    .filter_map(|p| {
+                        let sink = self.classify_sink(p);
+                        (sink.root.kind == RootCauseKind::FlowContention
+                            && sink.root.micro_burst == Some(false))
+                        .then(|| {
+                            self.contributors(p)
+                                .iter()
+                                .map(|f| f.weight.max(0.0))
+                                .sum::<f64>()
+                        })
+                    })
+                    .reduce(f64::max)
+                    .map(|led_to| (*from, *to, led_to))
+            })
+            .collect()
     }
 
     /// Initiator in loop (Alg. 2 l.18-21): the root ports are the loop ports with flow

@@ -68,6 +68,13 @@ pub struct DiagnoseOptions {
     /// nothing there injects PFC (evidence `loop_contention_dominates`). `false` follows
     /// HAWKEYE Alg. 2 l.14 as written: any exit makes the initiator out of loop.
     pub loop_contention_check: bool,
+    /// An exit that held a loop port before the loop's own wait-for edges existed, toward
+    /// lasting contention, initiated the deadlock (evidence `loop_exit_before_loop`) unless
+    /// the loop's own contention grew to more than this many times the contention it
+    /// leads to: then it was background the loop's own traffic outgrew (evidence
+    /// `loop_outgrew_early_exit`), and the other exits decide. Applies with
+    /// `loop_contention_check` only.
+    pub early_exit_outgrown_ratio: f64,
     /// A flow is a micro-burst if its enqueue window is at most this fraction of the epoch…
     pub burst_max_epoch_fraction: f64,
     /// …and its rate within that window is at least this fraction of the line rate.
@@ -87,6 +94,7 @@ impl Default for DiagnoseOptions {
             min_port_edge_share: 0.02,
             min_loop_exit_share: 0.1,
             loop_contention_check: true,
+            early_exit_outgrown_ratio: 4.0,
             burst_max_epoch_fraction: 0.5,
             burst_min_line_rate_fraction: 0.25,
             ecmp_imbalance_ratio: 1.5,

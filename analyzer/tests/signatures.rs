@@ -752,6 +752,104 @@ fn a_sustained_queue_that_paused_a_loop_port_before_the_loop_formed_initiated_it
     );
 }
 
+/// Two long flows h1 → s1 → s2 → h2 queueing deeply at the loop port s1.p(s2) over most
+/// of `epoch` (longer than a micro-burst): the loop's own lasting contention.
+fn sustained_into_the_ring_in(builder: &mut IncidentBuilder, epoch: usize) {
+    for index in 0..2u8 {
+        builder.flow(
+            epoch,
+            flow(30 + index, 52000 + u16::from(index), 3),
+            &["h1", "s1", "s2", "h2"],
+            &[
+                Hop::new(1_200).depth(400_000).window(0, 80_000),
+                Hop::new(1_200),
+            ],
+        );
+    }
+}
+
+#[test]
+fn a_small_queue_outside_that_the_loops_own_lasting_contention_outgrew_did_not_initiate_it() {
+    // Epoch 0: long flows h1 → h9 queue a little at s2.p(h9) and pause s1.p(s2) — no loop
+    // yet. Epoch 1: the ring closes while long flows h1 → h2 queue at the loop port
+    // s1.p(s2) far more deeply, and for as long, as anything outside: the loop's own
+    // traffic congested it, and the early exit was background it outgrew.
+    let mut builder = IncidentBuilder::new(ring_with_fast_h1(), EPOCH_NS, 2, victim());
+    sustained_from_h1_via_s2_in(&mut builder, 0);
+    ring_flows(&mut builder, 1);
+    sustained_into_the_ring_in(&mut builder, 1);
+    sustained_from_h1_via_s2_in(&mut builder, 1);
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert_eq!(labels(&anomaly.root_cause.ports), vec!["s1.p1"]);
+    let toward_h9 = port(builder.topology(), "s2", "h9");
+    assert!(
+        anomaly
+            .evidence
+            .iter()
+            .any(|e| e.rule == "loop_outgrew_early_exit"
+                && e.to == format!("s2.p{}", toward_h9.port)),
+        "{:?}",
+        anomaly.evidence
+    );
+}
+
+#[test]
+fn a_queue_outside_that_appears_after_the_loop_began_forming_did_not_initiate_it() {
+    // Epoch 0: ring flows F1 and F2 are paused at their ring hops — the cyclic buffer
+    // dependency is forming (s0.p(s1) is not paused yet, so the loop is not deadlocked).
+    // Epoch 1: the ring is paused all around, and only now do bursts h1 → h9 queue deeply
+    // at s2.p(h9), deeper than anything in the loop: that queue came after the loop's
+    // dependencies had begun and cannot have started them.
+    let mut builder = IncidentBuilder::new(ring(), EPOCH_NS, 2, victim());
+    let paused = [
+        Hop::new(200).paused(180, 300_000).depth(50_000),
+        Hop::new(200).paused(180, 300_000).depth(50_000),
+        Hop::new(200),
+    ];
+    let free = [Hop::new(200), Hop::new(200), Hop::new(200)];
+    for i in 0..4u8 {
+        let f = if i == 0 {
+            victim()
+        } else {
+            flow(1 + i, 49400 + u16::from(i), 1 + (i + 2) % 4)
+        };
+        let path = [
+            format!("h{i}"),
+            format!("s{i}"),
+            format!("s{}", (i + 1) % 4),
+            format!("s{}", (i + 2) % 4),
+            format!("h{}", (i + 2) % 4),
+        ];
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        builder.flow(0, f, &path, if i == 1 || i == 2 { &paused } else { &free });
+    }
+    ring_flows(&mut builder, 1);
+    bursts_from_h1_via_s2_in(&mut builder, 1, "h9", 19, 400_000);
+    let output = run(&builder);
+    let anomaly = victim_anomalies(&output)[0];
+    assert_eq!(
+        anomaly.anomaly_type,
+        AnomalyType::DeadlockInitiatorInLoop,
+        "{}",
+        render::to_text(&output.diagnosis)
+    );
+    assert!(
+        anomaly
+            .evidence
+            .iter()
+            .any(|e| e.rule == "loop_before_exits"),
+        "{:?}",
+        anomaly.evidence
+    );
+}
+
 #[test]
 fn normal_flow_contention_without_pfc() {
     let mut builder = IncidentBuilder::new(leaf_spine(), EPOCH_NS, 1, victim());
