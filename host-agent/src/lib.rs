@@ -10,9 +10,15 @@
 //!
 //! [`PauseHistory`] tells from the NIC's PFC pause-duration counter whether the sender
 //! itself was held while a sampled packet was in flight.
+//!
+//! [`probe`] is R-Pingmesh's probing bookkeeping: a [`Prober`] turns a probe's six
+//! timestamps into network RTT and both hosts' delays, a [`Responder`] answers with two ACKs;
+//! both transport-independent (verbs UD, kernel UDP, netsim).
 
 pub mod detector;
 pub mod pause;
+pub mod probe;
 
 pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
 pub use pause::PauseHistory;
+pub use probe::{ProbeOutcome, ProbeResult, Prober, ProberConfig, Responder};

@@ -20,6 +20,7 @@ const DEPLOYABLE: &[&str] = &[
     "hawkmesh-codegen",
     "hawkmesh-switch-agent",
     "hawkmesh-host-agent",
+    "hawkmesh-pingmesh",
     "hawkmesh-analyzer",
     "hawkmesh-proto",
     "hawkmesh-analyzer-server",

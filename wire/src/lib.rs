@@ -7,6 +7,7 @@
 //! - [`pfc`]: IEEE 802.1Qbb priority-based flow control frames.
 //! - [`polling`]: the HAWKEYE polling header hosts send and switches copy to their CPU.
 //! - [`eviction`]: the flow eviction report switches copy to their CPU.
+//! - [`probe`]: R-Pingmesh probe and ACK payloads between host agents.
 //! - [`topology`]: the fabric description shared by netsim, the switch agent and the analyzer.
 //! - [`telemetry`]: HAWKEYE telemetry reports sent by switch agents to the analyzer.
 
@@ -15,5 +16,6 @@ pub mod dataplane;
 pub mod eviction;
 pub mod pfc;
 pub mod polling;
+pub mod probe;
 pub mod telemetry;
 pub mod topology;
