@@ -168,13 +168,13 @@ impl NetsimHostAgents {
             polling.trace_flag |= TRACE_PFC_CAUSALITY;
         }
         let header = polling.emit().to_vec();
-        HostEmit {
+        HostEmit::now(
             src_nic,
             dst_nic,
-            tuple: trigger.victim,
-            priority: self.control_priority,
-            custom: header,
-        }
+            trigger.victim,
+            self.control_priority,
+            header,
+        )
     }
 
     /// Stops triggering: later RTT samples send no polling packets (a run's drain time,

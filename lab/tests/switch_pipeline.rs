@@ -86,7 +86,13 @@ impl HostHook for AgentHook {
     fn on_rtt_sample(&mut self, sample: &RttSample, _emit: &mut Vec<HostEmit>) {
         self.0.borrow_mut().samples.push(*sample);
     }
-    fn on_custom_packet(&mut self, host: NodeId, packet: &Packet, _now: Time) {
+    fn on_custom_packet(
+        &mut self,
+        host: NodeId,
+        packet: &Packet,
+        _now: Time,
+        _emit: &mut Vec<HostEmit>,
+    ) {
         self.0
             .borrow_mut()
             .received
@@ -146,13 +152,13 @@ fn polling_follows_the_victim_gains_the_pfc_bit_and_reaches_the_congested_switch
         header.len(),
         hawkmesh_wire::dataplane::POLLING_HEADER_BYTES as usize
     );
-    sim.emit_from_host(HostEmit {
-        src_nic: victim.src_nic,
-        dst_nic: victim.dst_nic,
-        tuple: victim.tuple,
-        priority: 7,
-        custom: header,
-    });
+    sim.emit_from_host(HostEmit::now(
+        victim.src_nic,
+        victim.dst_nic,
+        victim.tuple,
+        7,
+        header,
+    ));
     sim.run_until(t + 100_000_000);
 
     let path = sim.path_ports(victim.src_nic, victim.dst_nic, victim.tuple);

@@ -38,6 +38,12 @@ pub enum EventKind {
     Fault { action: u32 },
     /// Periodic queue-depth sampling.
     Sample,
+    /// The host hook's periodic wake-up.
+    HostWakeup,
+    /// A host hook's deferred send (index into the deferred sends).
+    HostSend { slot: u32 },
+    /// A host hook's packet left its NIC (index into the pending send completions).
+    HostTxDone { slot: u32 },
 }
 
 /// The pending-event set: a radix heap (Ahuja, Mehlhorn, Orlin & Tarjan, 1990) keyed by time.

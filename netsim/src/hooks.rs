@@ -167,14 +167,67 @@ pub struct HostEmit {
     pub priority: u8,
     /// Custom header bytes.
     pub custom: Vec<u8>,
+    /// Send no earlier than this time (a host CPU that takes a while before it posts the
+    /// packet); at or before now sends at once.
+    pub not_before: Time,
+    /// Report the packet's send completion (its last bit left the NIC, a send CQE's
+    /// timestamp) to [`HostHook::on_custom_sent`] with this token.
+    pub tx_token: Option<u64>,
+}
+
+impl HostEmit {
+    /// A packet sent at once, without a send completion.
+    pub fn now(
+        src_nic: u32,
+        dst_nic: u32,
+        tuple: FiveTuple,
+        priority: u8,
+        custom: Vec<u8>,
+    ) -> Self {
+        HostEmit {
+            src_nic,
+            dst_nic,
+            tuple,
+            priority,
+            custom,
+            not_before: 0,
+            tx_token: None,
+        }
+    }
 }
 
 /// Host-side agent logic running inside netsim (the RTT-triggered polling agent).
 pub trait HostHook {
     /// Called for every ACK that carries an RTT sample. Packets pushed to `emit` are sent.
     fn on_rtt_sample(&mut self, sample: &RttSample, emit: &mut Vec<HostEmit>);
-    /// Called for every custom packet a host receives.
-    fn on_custom_packet(&mut self, _host: NodeId, _packet: &Packet, _now: Time) {}
+    /// Called for every custom packet a host receives (`now` is its receive completion);
+    /// packets pushed to `emit` are sent (an answer, e.g. a probe's ACK).
+    fn on_custom_packet(
+        &mut self,
+        _host: NodeId,
+        _packet: &Packet,
+        _now: Time,
+        _emit: &mut Vec<HostEmit>,
+    ) {
+    }
+    /// Called when a custom packet sent with a [`HostEmit::tx_token`] has left its NIC
+    /// (`now` is its send completion). Packets pushed to `emit` are sent.
+    fn on_custom_sent(
+        &mut self,
+        _host: NodeId,
+        _token: u64,
+        _now: Time,
+        _emit: &mut Vec<HostEmit>,
+    ) {
+    }
+    /// How often [`HostHook::on_wakeup`] is called, from time 0 to the scenario's end (e.g.
+    /// a prober's timer); `None` (the default) never calls it. Queried once, when the hook
+    /// is installed.
+    fn wakeup_interval(&self) -> Option<Time> {
+        None
+    }
+    /// The periodic call of [`HostHook::wakeup_interval`]. Packets pushed to `emit` are sent.
+    fn on_wakeup(&mut self, _now: Time, _emit: &mut Vec<HostEmit>) {}
     /// How long data may stay unacknowledged before [`HostHook::on_stall`] is called
     /// (e.g. 50 µs, as HAWKEYE's artifact); `None` (the default) never calls it. Queried
     /// once, when the hook is installed.

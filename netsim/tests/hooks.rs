@@ -28,17 +28,23 @@ impl HostHook for RttTrigger {
         let rtt = sample.now - sample.sent_at;
         if rtt > 2 * sample.base_rtt && self.done.insert(sample.flow) {
             self.fired.borrow_mut().push(*sample);
-            emit.push(HostEmit {
-                src_nic: sample.src_nic,
-                dst_nic: sample.dst_nic,
-                tuple: sample.tuple,
-                priority: 7,
-                custom: vec![0x48, 0x4b, sample.flow as u8],
-            });
+            emit.push(HostEmit::now(
+                sample.src_nic,
+                sample.dst_nic,
+                sample.tuple,
+                7,
+                vec![0x48, 0x4b, sample.flow as u8],
+            ));
         }
     }
 
-    fn on_custom_packet(&mut self, host: NodeId, packet: &Packet, _now: Time) {
+    fn on_custom_packet(
+        &mut self,
+        host: NodeId,
+        packet: &Packet,
+        _now: Time,
+        _: &mut Vec<HostEmit>,
+    ) {
         self.received
             .borrow_mut()
             .push((host, packet.custom_bytes().to_vec()));
@@ -187,7 +193,13 @@ fn star_with(pipeline: Observer) -> Vec<(NodeId, Vec<u8>)> {
     struct Sink(Inbox);
     impl HostHook for Sink {
         fn on_rtt_sample(&mut self, _: &RttSample, _: &mut Vec<HostEmit>) {}
-        fn on_custom_packet(&mut self, host: NodeId, packet: &Packet, _: Time) {
+        fn on_custom_packet(
+            &mut self,
+            host: NodeId,
+            packet: &Packet,
+            _: Time,
+            _: &mut Vec<HostEmit>,
+        ) {
             self.0
                 .borrow_mut()
                 .push((host, packet.custom_bytes().to_vec()));
@@ -246,13 +258,13 @@ fn pipelines_can_flood_and_drop() {
             }),
         );
         // h0 sends a custom packet toward h1; the switch floods or drops it.
-        sim.emit_from_host(HostEmit {
-            src_nic: 0,
-            dst_nic: 1,
-            tuple: "11.0.0.1:49152->11.0.1.1".parse().unwrap(),
-            priority: 7,
-            custom: vec![9],
-        });
+        sim.emit_from_host(HostEmit::now(
+            0,
+            1,
+            "11.0.0.1:49152->11.0.1.1".parse().unwrap(),
+            7,
+            vec![9],
+        ));
         sim.run_until(50_000_000);
         let mut hosts: Vec<u32> = received.borrow().iter().map(|(h, _)| *h).collect();
         hosts.sort_unstable();
@@ -327,4 +339,142 @@ links = [{ a = "s0", b = "s1" }, { a = "s1", b = "h0" }]
     sim.run();
     let result = sim.result("t", 1, &[u64::MAX]);
     assert_eq!(result.totals.drops_no_route, 1);
+}
+
+/// A probe and its ACK as a prober and a responder would send them: the prober's periodic
+/// timer sends a probe and asks for its send completion; the responder answers after a CPU
+/// delay and asks for its ACK's send completion.
+/// What happened, at which host, when.
+type HookLog = Vec<(&'static str, NodeId, Time)>;
+
+struct PingPong {
+    log: Rc<RefCell<HookLog>>,
+    sent: bool,
+    cpu_delay: Time,
+}
+
+const PROBER_NIC: u32 = 0;
+const RESPONDER_NIC: u32 = 5;
+
+impl HostHook for PingPong {
+    fn on_rtt_sample(&mut self, _: &RttSample, _: &mut Vec<HostEmit>) {}
+
+    fn wakeup_interval(&self) -> Option<Time> {
+        Some(50_000)
+    }
+
+    fn on_wakeup(&mut self, now: Time, emit: &mut Vec<HostEmit>) {
+        self.log.borrow_mut().push(("wakeup", u32::MAX, now));
+        if !self.sent {
+            self.sent = true;
+            emit.push(HostEmit {
+                tx_token: Some(1),
+                ..HostEmit::now(
+                    PROBER_NIC,
+                    RESPONDER_NIC,
+                    "11.0.0.1:50000->11.0.5.1:4791".parse().unwrap(),
+                    6,
+                    b"probe".to_vec(),
+                )
+            });
+        }
+    }
+
+    fn on_custom_sent(&mut self, host: NodeId, token: u64, now: Time, _: &mut Vec<HostEmit>) {
+        let what = if token == 1 { "probe sent" } else { "ack sent" };
+        self.log.borrow_mut().push((what, host, now));
+    }
+
+    fn on_custom_packet(
+        &mut self,
+        host: NodeId,
+        packet: &Packet,
+        now: Time,
+        emit: &mut Vec<HostEmit>,
+    ) {
+        if packet.custom_bytes() == b"probe" {
+            self.log.borrow_mut().push(("probe received", host, now));
+            emit.push(HostEmit {
+                not_before: now + self.cpu_delay,
+                tx_token: Some(2),
+                ..HostEmit::now(
+                    RESPONDER_NIC,
+                    PROBER_NIC,
+                    "11.0.5.1:50000->11.0.0.1:4791".parse().unwrap(),
+                    6,
+                    b"ack".to_vec(),
+                )
+            });
+        } else {
+            self.log.borrow_mut().push(("ack received", host, now));
+        }
+    }
+}
+
+const K4_QUIET: &str = r#"
+version = 1
+duration_us = 200
+[topology]
+kind = "fat_tree"
+k = 4
+"#;
+
+fn ping_pong(cpu_delay: Time) -> HookLog {
+    let loaded = Scenario::parse(K4_QUIET, "t.toml", ".".into()).unwrap();
+    let mut sim = Simulation::new(&loaded).unwrap();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    sim.set_host_hook(Box::new(PingPong {
+        log: log.clone(),
+        sent: false,
+        cpu_delay,
+    }));
+    sim.run();
+    let out = log.borrow().clone();
+    out
+}
+
+#[test]
+fn a_host_hook_gets_timers_send_completions_and_can_answer_later() {
+    let log = ping_pong(7_000);
+    let at = |what: &str| {
+        log.iter()
+            .find(|(w, _, _)| *w == what)
+            .map(|(_, host, t)| (*host, *t))
+            .unwrap_or_else(|| panic!("no {what} in {log:?}"))
+    };
+    let wakeups: Vec<Time> = log
+        .iter()
+        .filter(|(w, _, _)| *w == "wakeup")
+        .map(|(_, _, t)| *t)
+        .collect();
+    assert_eq!(&wakeups[..4], &[0, 50_000, 100_000, 150_000]);
+    let (prober, t2) = at("probe sent");
+    let (responder, t3) = at("probe received");
+    let (ack_host, t4) = at("ack sent");
+    let (back, t5) = at("ack received");
+    assert_ne!(prober, responder);
+    assert_eq!((ack_host, back), (responder, prober));
+    // ② is the probe's last bit leaving the NIC: after the wake-up that sent it.
+    assert!(t2 > 0);
+    // ④ comes after the responder's CPU delay.
+    assert!(t4 >= t3 + 7_000, "{t3} {t4}");
+    // An idle, symmetric path: both ways take the same time, so (⑤−②) − (④−③) is twice
+    // the one-way time.
+    let forward = t3 - t2;
+    let backward = t5 - t4;
+    assert!(
+        forward > 1_000 && forward.abs_diff(backward) < 50,
+        "{forward} {backward}"
+    );
+    // Deterministic.
+    assert_eq!(ping_pong(7_000), log);
+    // The CPU delay shows only in ④−③.
+    let quick = ping_pong(1_000);
+    let t = |log: &[(&str, NodeId, Time)], what: &str| {
+        log.iter().find(|(w, _, _)| *w == what).unwrap().2
+    };
+    assert_eq!(
+        t(&quick, "ack sent") - t(&quick, "probe received") + 6_000,
+        t4 - t3
+    );
 }

@@ -346,7 +346,15 @@ pub struct Simulation {
     pub(crate) pipelines: Vec<Option<Box<dyn SwitchPipeline>>>,
     pub(crate) host_hook: Option<Box<dyn HostHook>>,
     pub(crate) stall_interval: Option<Time>,
+    pub(crate) wakeup_interval: Option<Time>,
     pub(crate) emit_buffer: Vec<HostEmit>,
+    /// Host hooks' sends waiting for their time, by slot (`None` = free).
+    pub(crate) deferred_sends: Vec<Option<HostEmit>>,
+    /// Custom packets in a NIC queue whose send completion a hook asked for: packet id →
+    /// (host, token).
+    pub(crate) tx_tokens: std::collections::HashMap<u32, (NodeId, u64)>,
+    /// Send completions scheduled and not yet reported, by slot (`None` = free).
+    pub(crate) tx_done: Vec<Option<(NodeId, u64)>>,
     pub(crate) cpu_inbox: Vec<CpuPacket>,
     pub(crate) fault_actions: Vec<FaultAction>,
     pub(crate) pfc_log: Vec<PfcEvent>,
@@ -464,6 +472,11 @@ impl Simulation {
     /// Installs the host-side agent logic.
     pub fn set_host_hook(&mut self, hook: Box<dyn HostHook>) {
         self.stall_interval = hook.stall_interval().filter(|t| *t > 0);
+        let wakeup = hook.wakeup_interval().filter(|t| *t > 0);
+        if wakeup.is_some() && self.wakeup_interval.is_none() {
+            self.events.schedule(self.now, EventKind::HostWakeup);
+        }
+        self.wakeup_interval = wakeup;
         self.host_hook = Some(hook);
     }
 
@@ -558,6 +571,17 @@ impl Simulation {
             EventKind::NicRxDrain { port, packet } => self.on_nic_rx_drained(port, packet),
             EventKind::Fault { action } => self.on_fault(action),
             EventKind::Sample => self.on_sample(),
+            EventKind::HostWakeup => self.on_host_wakeup(),
+            EventKind::HostSend { slot } => {
+                if let Some(emit) = self
+                    .deferred_sends
+                    .get_mut(slot as usize)
+                    .and_then(Option::take)
+                {
+                    self.send_custom(emit);
+                }
+            }
+            EventKind::HostTxDone { slot } => self.on_host_tx_done(slot),
         }
     }
 
@@ -649,8 +673,13 @@ impl Simulation {
             let packet = self.packets.get(id);
             (packet.size, packet.kind)
         };
+        let tx_end = now + serialization(size, self.ports[port as usize].bps);
+        if kind == PacketKind::Custom && !self.tx_tokens.is_empty() {
+            if let Some(token) = self.tx_tokens.remove(&id) {
+                self.schedule_tx_done(tx_end, token);
+            }
+        }
         let p = &mut self.ports[port as usize];
-        let tx_end = now + serialization(size, p.bps);
         p.busy_until = tx_end;
         p.counters.tx_bytes += size as u64;
         p.counters.tx_packets += 1;

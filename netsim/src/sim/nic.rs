@@ -13,6 +13,7 @@ use crate::packet::{
 };
 use crate::scenario::CongestionControl;
 use crate::time::{serialization, Time};
+use hawkmesh_wire::topology::NodeId;
 
 impl Simulation {
     // ----------------------------------------------------------------------------------
@@ -409,7 +410,13 @@ impl Simulation {
             PacketKind::Custom => {
                 let host = self.nics[n as usize].host;
                 if let Some(hook) = self.host_hook.as_mut() {
-                    hook.on_custom_packet(host, self.packets.get(id), self.now);
+                    hook.on_custom_packet(
+                        host,
+                        self.packets.get(id),
+                        self.now,
+                        &mut self.emit_buffer,
+                    );
+                    self.flush_emits();
                 }
             }
             PacketKind::Pfc => {}
@@ -446,7 +453,17 @@ impl Simulation {
     }
 
     fn send_from_nic(&mut self, nic: u32, packet: Packet) {
+        self.send_from_nic_reporting(nic, packet, None);
+    }
+
+    /// Queues a control packet at `nic`; with `tx_token`, its send completion is reported to
+    /// the host hook (the token is filed before the port may start sending it).
+    fn send_from_nic_reporting(&mut self, nic: u32, packet: Packet, tx_token: Option<u64>) {
         let id = self.packets.alloc(packet);
+        if let Some(token) = tx_token {
+            let host = self.nics[nic as usize].host;
+            self.tx_tokens.insert(id, (host, token));
+        }
         let n = &mut self.nics[nic as usize];
         n.control.push_back(id);
         let port = n.port;
@@ -561,18 +578,79 @@ impl Simulation {
         }
         if let (Some(sample), Some(hook)) = (sample, self.host_hook.as_mut()) {
             hook.on_rtt_sample(&sample, &mut self.emit_buffer);
-            if !self.emit_buffer.is_empty() {
-                let emits = std::mem::take(&mut self.emit_buffer);
-                for emit in emits {
-                    self.send_custom(emit);
-                }
+            self.flush_emits();
+        }
+    }
+
+    /// Sends what the host hook pushed to the emit buffer.
+    pub(crate) fn flush_emits(&mut self) {
+        if !self.emit_buffer.is_empty() {
+            let emits = std::mem::take(&mut self.emit_buffer);
+            for emit in emits {
+                self.send_custom(emit);
             }
         }
     }
 
-    /// Sends a packet built by a host hook.
+    /// The host hook's periodic wake-up; schedules the next one.
+    pub(crate) fn on_host_wakeup(&mut self) {
+        let Some(interval) = self.wakeup_interval else {
+            return;
+        };
+        if let Some(hook) = self.host_hook.as_mut() {
+            hook.on_wakeup(self.now, &mut self.emit_buffer);
+            self.flush_emits();
+        }
+        let next = self.now + interval;
+        if next <= self.p.end {
+            self.events.schedule(next, EventKind::HostWakeup);
+        }
+    }
+
+    pub(crate) fn schedule_tx_done(&mut self, at: Time, token: (NodeId, u64)) {
+        let slot = match self.tx_done.iter().position(Option::is_none) {
+            Some(slot) => {
+                self.tx_done[slot] = Some(token);
+                slot
+            }
+            None => {
+                self.tx_done.push(Some(token));
+                self.tx_done.len() - 1
+            }
+        };
+        self.events
+            .schedule(at, EventKind::HostTxDone { slot: slot as u32 });
+    }
+
+    pub(crate) fn on_host_tx_done(&mut self, slot: u32) {
+        let Some((host, token)) = self.tx_done.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        if let Some(hook) = self.host_hook.as_mut() {
+            hook.on_custom_sent(host, token, self.now, &mut self.emit_buffer);
+            self.flush_emits();
+        }
+    }
+
+    /// Sends a packet built by a host hook (at once, or at its `not_before`).
     pub(crate) fn send_custom(&mut self, emit: HostEmit) {
         if emit.src_nic as usize >= self.nics.len() || emit.dst_nic as usize >= self.nics.len() {
+            return;
+        }
+        if emit.not_before > self.now {
+            let at = emit.not_before;
+            let slot = match self.deferred_sends.iter().position(Option::is_none) {
+                Some(slot) => {
+                    self.deferred_sends[slot] = Some(emit);
+                    slot
+                }
+                None => {
+                    self.deferred_sends.push(Some(emit));
+                    self.deferred_sends.len() - 1
+                }
+            };
+            self.events
+                .schedule(at, EventKind::HostSend { slot: slot as u32 });
             return;
         }
         let mut packet = Packet::new(PacketKind::Custom);
@@ -585,7 +663,7 @@ impl Simulation {
         packet.custom[..len].copy_from_slice(&emit.custom[..len]);
         packet.custom_len = len as u8;
         packet.size = (CUSTOM_OVERHEAD + len as u32).max(64) + self.p.wire_overhead;
-        self.send_from_nic(emit.src_nic, packet);
+        self.send_from_nic_reporting(emit.src_nic, packet, emit.tx_token);
     }
 
     fn receive_cnp(&mut self, id: u32) {
