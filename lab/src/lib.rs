@@ -11,11 +11,14 @@
 //! - [`hawkeye_loop`]: the whole HAWKEYE loop (model, host triggers, one switch agent per
 //!   switch, the analyzer service over gRPC on loopback) stepped with simulated time; the
 //!   loop behind `hawkmesh demo`;
+//! - [`pingmesh`]: R-Pingmesh's probers and responders on every simulated RNIC, probing
+//!   with real packets, their results as the pingmesh analyzer's records;
 //! - [`eval`]: HAWKEYE's evaluation (§4.2–4.3) on top of that loop (`hawkmesh eval`).
 
 pub mod eval;
 pub mod hawkeye_loop;
 pub mod hosts;
+pub mod pingmesh;
 pub mod switch_pipeline;
 
 pub use hawkeye_loop::*;

@@ -7,11 +7,12 @@
 //!    than [`AnalysisConfig::host_silence_ns`] (20 s) is the host's, not the network's.
 //! 2. **QPN reset** (§4.3.1): a timeout to a queue pair number that is no longer the target
 //!    RNIC's (its agent restarted) is probe noise.
-//! 3. **CPU noise** (§6, Fig. 6): a timeout whose first ACK arrived but not the delay ACK is
-//!    the responder's host being slow, not a drop; and when probes to several RNICs of one
-//!    host time out in the same period, or the host's answered probes show a responder
-//!    delay above [`AnalysisConfig::cpu_noise_delay_ns`], that host's timeouts are CPU
-//!    noise: several RNICs failing at once is far less likely than one busy CPU.
+//! 3. **CPU noise** (§6, Fig. 6): when probes to several RNICs of one host time out in the
+//!    same period, or the host's answered probes show a responder delay above
+//!    [`AnalysisConfig::cpu_noise_delay_ns`], that host's timeouts are CPU noise: several
+//!    RNICs failing at once is far less likely than one busy CPU. (A timeout with the first
+//!    ACK but not the delay ACK is not taken as CPU noise by itself: the delay ACK may have
+//!    been lost on a faulty link like any packet.)
 //! 4. **RNIC problems** (§4.3.2): an RNIC to which more than
 //!    [`AnalysisConfig::rnic_timeout_share`] (10 %) of the ToR-mesh probes time out is
 //!    anomalous for [`AnalysisConfig::rnic_hold_ns`] (a minute); every timeout to or from
@@ -403,7 +404,6 @@ impl Analyzer {
                 {
                     TimeoutCause::QpnReset
                 }
-                ProbeStatus::Timeout { ack: true, .. } => TimeoutCause::CpuNoise,
                 ProbeStatus::Timeout { .. }
                     if target_host.is_some_and(|h| cpu_noisy.contains(&h)) =>
                 {
@@ -927,7 +927,18 @@ mod tests {
             vec![],
         );
         stale.target_qpn = 7;
-        // h2 answers its first ACK but its CPU holds the second.
+        // h2's CPU is busy: one probe answered after 50 ms of responder delay, one lost.
+        let busy = probe(
+            &lab,
+            (lab.rnic(0, 0), lab.rnic(2, 1)),
+            ProbeSource::InterTor,
+            ProbeStatus::Answered {
+                network_rtt_ns: 9_000,
+                prober_delay_ns: 2_000,
+                responder_delay_ns: 50_000_000,
+            },
+            vec![],
+        );
         let slow_second = probe(
             &lab,
             (lab.rnic(0, 0), lab.rnic(2, 1)),
@@ -941,7 +952,7 @@ mod tests {
         probes.retain(|p| {
             lab.inv.rnic(p.target).unwrap().host != lab.inv.rnic(lab.rnic(3, 0)).unwrap().host
         });
-        probes.extend([to_h3, stale, slow_second]);
+        probes.extend([to_h3, stale, busy, slow_second]);
         let report = lab.run(&probes, None);
         assert_eq!(report.timeouts.get(&TimeoutCause::HostDown), Some(&1));
         assert_eq!(report.timeouts.get(&TimeoutCause::QpnReset), Some(&1));

@@ -1,0 +1,580 @@
+//! R-Pingmesh inside netsim: the host agent's [`Prober`] and [`Responder`] on every RNIC,
+//! probing the controller's pinglists ([`hawkmesh_pingmesh::Pinglists`]) with real packets
+//! in the simulated fabric, and the results in the form the analyzer takes
+//! ([`hawkmesh_pingmesh::analysis::ProbeRecord`]).
+//!
+//! The netsim transport (the one transport of the probing library that runs here):
+//!
+//! - Probes and ACKs are custom packets of [`ProbingConfig::priority`] with the probe's
+//!   5-tuple (ACKs keep the probe's UDP source port, as RC ACKs do), so ECMP hashes them like
+//!   service traffic and PFC pauses them like it; a lost link loses them.
+//! - Library times are nanoseconds (netsim's clock counts picoseconds; the glue converts).
+//! - ② and ④ are send completions (the last bit left the NIC, netsim's
+//!   `HostHook::on_custom_sent`); ③ and ⑤ receive completions.
+//! - ① and ⑥ come from a modelled host CPU: one queue per host, each probe, ACK or delay ACK
+//!   it handles costs [`ProbingConfig::cpu_cost_ns`], plus any [`CpuLoad`] injected on that
+//!   host (a responder whose CPU is taken by the service answers late: §6's CPU noise).
+//! - Path tracing: each probe's and ACK's path is the route its 5-tuple takes
+//!   (`Simulation::path_ports`) when the results are collected.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use hawkmesh_host_agent::probe::{ProbeOutcome, ProbeResult, Prober, ProberConfig, Responder};
+use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
+use hawkmesh_netsim::packet::Packet;
+use hawkmesh_netsim::time::{Time, NS};
+use hawkmesh_netsim::Simulation;
+use hawkmesh_pingmesh::analysis::{ProbeRecord, ProbeSource, ProbeStatus};
+use hawkmesh_pingmesh::inventory::{Inventory, RnicId};
+use hawkmesh_pingmesh::pinglist::{PinglistConfig, Pinglists, ROCE_SOURCE_PORT_MIN};
+use hawkmesh_wire::probe::{ProbeKind, ProbeRepr, PROBE_PAYLOAD_BYTES};
+use hawkmesh_wire::telemetry::{FiveTuple, ROCEV2_UDP_PORT};
+use hawkmesh_wire::topology::NodeId;
+
+/// How the simulated agents probe.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbingConfig {
+    /// The controller's pinglist settings (rates are per simulated second).
+    pub pinglists: PinglistConfig,
+    /// A probe without both ACKs after this long is a timeout.
+    pub timeout_ns: u64,
+    /// 802.1p priority of probes and ACKs (the service's, so they meet what it meets).
+    pub priority: u8,
+    /// Host CPU time to handle one probe, ACK or delay ACK.
+    pub cpu_cost_ns: u64,
+    /// The agents' timer: probes due within a tick leave at its start.
+    pub tick_ns: u64,
+    /// The agents' incarnation (their QPNs derive from it).
+    pub incarnation: u32,
+}
+
+impl Default for ProbingConfig {
+    fn default() -> Self {
+        ProbingConfig {
+            // Simulated runs last milliseconds: the paper's 10 probes/s become 2,000/s so
+            // that a 20-ms analysis period sees as many probes per RNIC as 4 s of the paper.
+            pinglists: PinglistConfig {
+                tor_mesh_pps: 2_000.0,
+                link_target_pps: 2_000.0,
+                ..PinglistConfig::default()
+            },
+            timeout_ns: 2_000_000,
+            priority: 3,
+            cpu_cost_ns: 1_000,
+            tick_ns: 50_000,
+            incarnation: 1,
+        }
+    }
+}
+
+/// Extra CPU time per packet on a host during an interval (the service hogging the CPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuLoad {
+    /// The host.
+    pub host: NodeId,
+    /// Extra time per handled packet.
+    pub extra_ns: u64,
+    /// From (ns of simulated time).
+    pub from_ns: u64,
+    /// Until (ns of simulated time).
+    pub until_ns: u64,
+}
+
+/// Whom a probe went to, as the prober keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Target {
+    rnic: RnicId,
+    source: ProbeSource,
+    tuple: FiveTuple,
+    qpn: u32,
+}
+
+/// What a send-completion token stands for.
+#[derive(Clone, Copy, Debug)]
+enum Sent {
+    Probe {
+        prober: RnicId,
+        seq: u64,
+    },
+    Ack {
+        responder: RnicId,
+        prober: RnicId,
+        tuple: FiveTuple,
+        ack: ProbeRepr,
+    },
+}
+
+struct Rnic {
+    host: NodeId,
+    ip: [u8; 4],
+    prober: Prober<Target>,
+    responder: Responder,
+    /// Next ToR-mesh probe due (ns).
+    tor_mesh_next: u64,
+    tor_mesh_index: usize,
+    /// Next inter-ToR probe due (ns).
+    inter_next: u64,
+    inter_index: usize,
+}
+
+/// Counters of a probing run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbingStats {
+    /// Probes sent.
+    pub probes: u64,
+    /// Probes refused by a prober (too many in flight).
+    pub refused: u64,
+    /// Custom packets that were not probe payloads or were rejected by a prober/responder.
+    pub rejected: u64,
+}
+
+struct State {
+    config: ProbingConfig,
+    inventory: Inventory,
+    lists: Pinglists,
+    rnics: Vec<Rnic>,
+    cpu_free_at: HashMap<NodeId, Time>,
+    loads: Vec<CpuLoad>,
+    sent: HashMap<u64, Sent>,
+    next_token: u64,
+    results: Vec<(RnicId, ProbeResult<Target>)>,
+    stats: ProbingStats,
+}
+
+impl State {
+    /// When (ns) the host's CPU finishes handling one more packet that arrived at `now` (ns).
+    fn cpu(&mut self, host: NodeId, now: u64) -> u64 {
+        let extra: u64 = self
+            .loads
+            .iter()
+            .filter(|l| l.host == host && l.from_ns <= now && now < l.until_ns)
+            .map(|l| l.extra_ns)
+            .sum();
+        let free = self.cpu_free_at.entry(host).or_insert(0);
+        let done = (*free).max(now) + self.config.cpu_cost_ns + extra;
+        *free = done;
+        done
+    }
+
+    fn token(&mut self, what: Sent) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.sent.insert(token, what);
+        token
+    }
+
+    fn qpn(&self, rnic: RnicId) -> u32 {
+        qpn_of(self.config.incarnation, rnic)
+    }
+
+    fn send_probe(
+        &mut self,
+        prober: RnicId,
+        target: RnicId,
+        source: ProbeSource,
+        src_port: u16,
+        now: Time,
+        emit: &mut Vec<HostEmit>,
+    ) {
+        let (Some(from), Some(to)) = (
+            self.rnics.get(prober as usize),
+            self.rnics.get(target as usize),
+        ) else {
+            return;
+        };
+        let tuple = FiveTuple {
+            src_ip: from.ip,
+            dst_ip: to.ip,
+            src_port,
+            dst_port: ROCEV2_UDP_PORT,
+            protocol: 17,
+        };
+        let qpn = self.qpn(target);
+        let key = Target {
+            rnic: target,
+            source,
+            tuple,
+            qpn,
+        };
+        let Some(probe) = self.rnics[prober as usize].prober.probe(key, qpn, now) else {
+            self.stats.refused += 1;
+            return;
+        };
+        let Ok(payload) = probe.to_bytes() else {
+            return;
+        };
+        self.stats.probes += 1;
+        let token = self.token(Sent::Probe {
+            prober,
+            seq: probe.seq,
+        });
+        emit.push(HostEmit {
+            tx_token: Some(token),
+            ..HostEmit::now(
+                prober,
+                target,
+                tuple,
+                self.config.priority,
+                payload.to_vec(),
+            )
+        });
+    }
+
+    /// The agents' timer at `now` (ns): expire probes, send the ones due.
+    fn wakeup(&mut self, now: u64, emit: &mut Vec<HostEmit>) {
+        for index in 0..self.rnics.len() {
+            let rnic = index as RnicId;
+            for expired in self.rnics[index].prober.expire(now) {
+                self.results.push((rnic, expired));
+            }
+            let list = &self.lists.lists()[index];
+            let (tor_mesh, inter) = (list.tor_mesh.clone(), list.inter_tor.clone());
+            let (mesh_every, inter_every) = (list.tor_mesh_interval_ns, list.inter_tor_interval_ns);
+            if let Some(every) = mesh_every {
+                while self.rnics[index].tor_mesh_next <= now && !tor_mesh.is_empty() {
+                    let i = self.rnics[index].tor_mesh_index % tor_mesh.len();
+                    self.rnics[index].tor_mesh_index += 1;
+                    self.rnics[index].tor_mesh_next += every;
+                    let target = tor_mesh[i];
+                    // A fixed source port per pair: ToR-mesh paths have no ECMP choice.
+                    let port = ROCE_SOURCE_PORT_MIN + (target as u16 & 0x3FFF);
+                    self.send_probe(rnic, target, ProbeSource::TorMesh, port, now, emit);
+                }
+            }
+            if let Some(every) = inter_every {
+                while self.rnics[index].inter_next <= now && !inter.is_empty() {
+                    let i = self.rnics[index].inter_index % inter.len();
+                    self.rnics[index].inter_index += 1;
+                    self.rnics[index].inter_next += every;
+                    let t = inter[i];
+                    self.send_probe(rnic, t.dst, ProbeSource::InterTor, t.src_port, now, emit);
+                }
+            }
+        }
+    }
+
+    /// A probe payload arrived (receive completion `now`, ns).
+    fn received(&mut self, packet: &Packet, now: u64, emit: &mut Vec<HostEmit>) {
+        let Ok(repr) = ProbeRepr::from_bytes(packet.custom_bytes()) else {
+            self.stats.rejected += 1;
+            return;
+        };
+        let at = packet.dst_nic;
+        let Some(host) = self.rnics.get(at as usize).map(|r| r.host) else {
+            return;
+        };
+        match repr.kind {
+            ProbeKind::Probe => {
+                // ③ = now; the responder's CPU posts the first ACK.
+                let Ok(ack) = self.rnics[at as usize].responder.on_probe(&repr, now) else {
+                    self.stats.rejected += 1;
+                    return;
+                };
+                let Ok(payload) = ack.to_bytes() else {
+                    return;
+                };
+                let posted = self.cpu(host, now);
+                let tuple = ack_tuple(packet.tuple);
+                let token = self.token(Sent::Ack {
+                    responder: at,
+                    prober: packet.src_nic,
+                    tuple,
+                    ack,
+                });
+                emit.push(HostEmit {
+                    not_before: posted * NS,
+                    tx_token: Some(token),
+                    ..HostEmit::now(
+                        at,
+                        packet.src_nic,
+                        tuple,
+                        self.config.priority,
+                        payload.to_vec(),
+                    )
+                });
+            }
+            ProbeKind::Ack | ProbeKind::DelayAck => {
+                // ⑤ = now; ⑥ when the prober's CPU has handled it.
+                let handled = self.cpu(host, now);
+                match self.rnics[at as usize].prober.on_ack(&repr, now, handled) {
+                    Ok(Some(result)) => self.results.push((at, result)),
+                    Ok(None) => {}
+                    Err(_) => self.stats.rejected += 1,
+                }
+            }
+        }
+    }
+
+    /// A packet with a token left its NIC (send completion `now`, ns).
+    fn send_completed(&mut self, token: u64, now: u64, emit: &mut Vec<HostEmit>) {
+        match self.sent.remove(&token) {
+            Some(Sent::Probe { prober, seq }) => {
+                if let Some(result) = self.rnics[prober as usize]
+                    .prober
+                    .on_send_completion(seq, now)
+                {
+                    self.results.push((prober, result));
+                }
+            }
+            Some(Sent::Ack {
+                responder,
+                prober,
+                tuple,
+                ack,
+            }) => {
+                // ④ = now: the delay ACK carries ④−③, posted by the responder's CPU.
+                let Some(delay_ack) = self.rnics[responder as usize]
+                    .responder
+                    .on_ack_sent(&ack, now)
+                else {
+                    return;
+                };
+                let Ok(payload) = delay_ack.to_bytes() else {
+                    return;
+                };
+                let host = self.rnics[responder as usize].host;
+                let posted = self.cpu(host, now);
+                emit.push(HostEmit {
+                    not_before: posted * NS,
+                    ..HostEmit::now(
+                        responder,
+                        prober,
+                        tuple,
+                        self.config.priority,
+                        payload.to_vec(),
+                    )
+                });
+            }
+            None => {}
+        }
+    }
+}
+
+fn qpn_base(incarnation: u32) -> u32 {
+    incarnation.wrapping_mul(0x10_0000)
+}
+
+fn qpn_of(incarnation: u32, rnic: RnicId) -> u32 {
+    qpn_base(incarnation).wrapping_add(rnic)
+}
+
+/// The ACK's 5-tuple: the probe's reversed, keeping its UDP source port (RC ACKs do).
+fn ack_tuple(probe: FiveTuple) -> FiveTuple {
+    FiveTuple {
+        src_ip: probe.dst_ip,
+        dst_ip: probe.src_ip,
+        src_port: probe.src_port,
+        dst_port: ROCEV2_UDP_PORT,
+        protocol: probe.protocol,
+    }
+}
+
+/// Why probing could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbingError {
+    /// The fabric has no RNICs to probe, or an unusable description.
+    #[error("pingmesh inventory: {0}")]
+    Inventory(#[from] hawkmesh_pingmesh::InventoryError),
+    /// The pinglists could not be built.
+    #[error("pinglists: {0}")]
+    Pinglists(#[from] hawkmesh_pingmesh::PinglistError),
+    /// The inventory's RNIC order is not netsim's NIC order.
+    #[error("RNIC {rnic} ({label}) is not netsim NIC {rnic}")]
+    NicOrder {
+        /// The RNIC.
+        rnic: RnicId,
+        /// Its label.
+        label: String,
+    },
+}
+
+/// Every simulated host's probing agent, as one netsim host hook; clones share the state
+/// (install one clone in the simulation, keep one to read the results).
+#[derive(Clone)]
+pub struct NetsimProbing {
+    state: Rc<RefCell<State>>,
+}
+
+impl std::fmt::Debug for NetsimProbing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.borrow();
+        f.debug_struct("NetsimProbing")
+            .field("rnics", &state.rnics.len())
+            .field("stats", &state.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NetsimProbing {
+    /// Agents for every RNIC of `sim`'s fabric, probing the pinglists `config` gives, with
+    /// `loads` on some hosts' CPUs.
+    pub fn new(
+        sim: &Simulation,
+        config: ProbingConfig,
+        loads: Vec<CpuLoad>,
+    ) -> Result<Self, ProbingError> {
+        let topology = sim.topology();
+        let inventory = Inventory::from_topology(topology)?;
+        // netsim numbers NICs by host id, then port: the inventory's order.
+        let mut expected = Vec::new();
+        for node in &topology.nodes {
+            let mut ports: Vec<u16> = topology
+                .links
+                .iter()
+                .filter_map(|l| {
+                    if l.a.node == node.id {
+                        Some(l.a.port)
+                    } else if l.b.node == node.id {
+                        Some(l.b.port)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            if node.kind == hawkmesh_wire::topology::NodeKind::Host {
+                ports.sort_unstable();
+                expected.extend(ports.into_iter().map(|p| (node.id, p)));
+            }
+        }
+        for (rnic, r) in inventory.rnics().iter().enumerate() {
+            if expected.get(rnic) != Some(&(r.host, r.nic)) {
+                return Err(ProbingError::NicOrder {
+                    rnic: rnic as RnicId,
+                    label: inventory.label(rnic as RnicId),
+                });
+            }
+        }
+        let lists = Pinglists::build(&inventory, config.pinglists)?;
+        let prober_config = ProberConfig {
+            timeout_ns: config.timeout_ns,
+            ..ProberConfig::default()
+        };
+        let rnics = inventory
+            .rnics()
+            .iter()
+            .enumerate()
+            .map(|(id, r)| {
+                let qpn = qpn_of(config.incarnation, id as RnicId);
+                // Start each RNIC's loops at a different offset within their interval, as
+                // independently started agents would.
+                let list = &lists.lists()[id];
+                let offset = |every: Option<u64>| {
+                    every.map_or(0, |e| (id as u64).wrapping_mul(7_919) % e.max(1))
+                };
+                Rnic {
+                    host: r.host,
+                    ip: r.ipv4,
+                    prober: Prober::new(prober_config, qpn, config.incarnation),
+                    responder: Responder::new(qpn, config.incarnation, true, 4096),
+                    tor_mesh_next: offset(list.tor_mesh_interval_ns),
+                    tor_mesh_index: 0,
+                    inter_next: offset(list.inter_tor_interval_ns),
+                    inter_index: 0,
+                }
+            })
+            .collect();
+        Ok(NetsimProbing {
+            state: Rc::new(RefCell::new(State {
+                config,
+                inventory,
+                lists,
+                rnics,
+                cpu_free_at: HashMap::new(),
+                loads,
+                sent: HashMap::new(),
+                next_token: 0,
+                results: Vec::new(),
+                stats: ProbingStats::default(),
+            })),
+        })
+    }
+
+    /// The RNIC inventory the agents probe.
+    pub fn inventory(&self) -> Inventory {
+        self.state.borrow().inventory.clone()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ProbingStats {
+        self.state.borrow().stats
+    }
+
+    /// The controller's comm info: each RNIC's current queue pair number.
+    pub fn current_qpns(&self) -> std::collections::BTreeMap<RnicId, u32> {
+        let state = self.state.borrow();
+        (0..state.rnics.len() as RnicId)
+            .map(|r| (r, state.qpn(r)))
+            .collect()
+    }
+
+    /// Takes the probes finished so far as the analyzer's records, with the paths their
+    /// 5-tuples and their ACKs' take in `sim` now (path tracing).
+    pub fn take_records(&self, sim: &Simulation) -> Vec<ProbeRecord> {
+        let results = std::mem::take(&mut self.state.borrow_mut().results);
+        results
+            .into_iter()
+            .filter_map(|(prober, result)| {
+                let status = match result.outcome {
+                    ProbeOutcome::Answered {
+                        network_rtt_ns,
+                        prober_delay_ns,
+                        responder_delay_ns,
+                        ..
+                    } => ProbeStatus::Answered {
+                        network_rtt_ns,
+                        prober_delay_ns,
+                        responder_delay_ns,
+                    },
+                    ProbeOutcome::Timeout { ack, delay_ack } => {
+                        ProbeStatus::Timeout { ack, delay_ack }
+                    }
+                    // Both clocks are netsim's here; a contradiction would be a bug.
+                    ProbeOutcome::Inconsistent => return None,
+                };
+                let target = result.target;
+                Some(ProbeRecord {
+                    prober,
+                    target: target.rnic,
+                    source: target.source,
+                    target_qpn: target.qpn,
+                    sent_ns: result.sent_ns,
+                    status,
+                    path: sim.path_ports(prober, target.rnic, target.tuple),
+                    ack_path: sim.path_ports(target.rnic, prober, ack_tuple(target.tuple)),
+                })
+            })
+            .collect()
+    }
+}
+
+impl HostHook for NetsimProbing {
+    fn on_rtt_sample(&mut self, _: &RttSample, _: &mut Vec<HostEmit>) {}
+
+    fn wakeup_interval(&self) -> Option<Time> {
+        Some(self.state.borrow().config.tick_ns.max(1) * NS)
+    }
+
+    fn on_wakeup(&mut self, now: Time, emit: &mut Vec<HostEmit>) {
+        self.state.borrow_mut().wakeup(now / NS, emit);
+    }
+
+    fn on_custom_packet(
+        &mut self,
+        _: NodeId,
+        packet: &Packet,
+        now: Time,
+        emit: &mut Vec<HostEmit>,
+    ) {
+        if packet.custom_bytes().len() >= PROBE_PAYLOAD_BYTES {
+            self.state.borrow_mut().received(packet, now / NS, emit);
+        }
+    }
+
+    fn on_custom_sent(&mut self, _: NodeId, token: u64, now: Time, emit: &mut Vec<HostEmit>) {
+        self.state
+            .borrow_mut()
+            .send_completed(token, now / NS, emit);
+    }
+}
