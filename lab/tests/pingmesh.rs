@@ -150,3 +150,32 @@ fn a_busy_responder_cpu_is_end_host_delay_not_the_network() {
         report.cluster
     );
 }
+
+#[test]
+fn an_acl_dropping_some_five_tuples_is_found_by_the_tuples_it_hits() {
+    // The agg–core link drops a quarter of the RoCEv2 source ports: only inter-ToR probes
+    // whose 5-tuple falls in the range and whose route crosses the link are lost.
+    let (report, sim, _) = run(
+        r#"
+[[fault]]
+kind = "acl_drop"
+a = "agg2"
+b = "core0"
+src_port_min = 49152
+src_port_max = 53247
+"#,
+        Vec::new(),
+    );
+    let drops: Vec<_> = report
+        .problems
+        .iter()
+        .filter(|p| p.kind == ProblemKind::SwitchDrops)
+        .collect();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    let faulty = link_ports(&sim, "agg2", "core0");
+    assert!(
+        drops[0].links.iter().all(|(l, _)| faulty.contains(l)),
+        "{:?} vs {faulty:?}",
+        drops[0].links
+    );
+}

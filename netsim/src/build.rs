@@ -180,6 +180,7 @@ impl Simulation {
                 pause_total: [0; 8],
                 link_up: true,
                 loss_rate: 0.0,
+                acl_drop: None,
                 ingress_bytes: [0; 8],
                 headroom_used: [0; 8],
                 xoff_sent: [false; 8],
@@ -719,6 +720,28 @@ impl Simulation {
                     .collect();
                 anomaly.description =
                     format!("link {a}-{b} loses {:.4} % of packets", rate * 100.0);
+            }
+            FaultSpec::AclDrop {
+                a,
+                b,
+                src_port_min,
+                src_port_max,
+            } => {
+                let (pa, pb) =
+                    self.link_ports(loaded, &at("a"), node_of("a", a)?, node_of("b", b)?)?;
+                self.ports[pa as usize].acl_drop = Some((*src_port_min, *src_port_max));
+                self.ports[pb as usize].acl_drop = Some((*src_port_min, *src_port_max));
+                anomaly.kind = AnomalyKind::AclDrop;
+                anomaly.nodes = vec![self.ports[pa as usize].node, self.ports[pb as usize].node];
+                anomaly.initial_ports = [pa, pb]
+                    .iter()
+                    .map(|g| PortRef {
+                        node: self.ports[*g as usize].node,
+                        port: self.ports[*g as usize].local,
+                    })
+                    .collect();
+                anomaly.description =
+                    format!("link {a}-{b} drops UDP source ports {src_port_min}-{src_port_max}");
             }
             FaultSpec::RoutingLoop { switches, start_us } => {
                 let mut nodes = Vec::new();

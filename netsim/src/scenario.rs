@@ -763,6 +763,19 @@ pub enum FaultSpec {
         /// Loss probability.
         rate: f64,
     },
+    /// A link silently drops the packets (either direction) whose UDP source port lies in
+    /// `[src_port_min, src_port_max]`: an ACL misconfiguration that hits some 5-tuples only
+    /// (RoCEv2 carries a queue pair's flow label in the UDP source port).
+    AclDrop {
+        /// One end (node name).
+        a: String,
+        /// Other end (node name).
+        b: String,
+        /// Lowest dropped UDP source port.
+        src_port_min: u16,
+        /// Highest dropped UDP source port.
+        src_port_max: u16,
+    },
     /// Labels the static routes of this scenario as a misconfiguration creating a cyclic
     /// buffer dependency (the routes themselves are `[[route]]` entries).
     RoutingLoop {
@@ -1265,6 +1278,17 @@ impl LoadedScenario {
                 FaultSpec::RandomLoss { rate, .. } => {
                     if !(0.0..=1.0).contains(rate) {
                         return Err(self.error(&at("rate"), "must be within [0, 1]"));
+                    }
+                }
+                FaultSpec::AclDrop {
+                    src_port_min,
+                    src_port_max,
+                    ..
+                } => {
+                    if src_port_max < src_port_min {
+                        return Err(
+                            self.error(&at("src_port_max"), "must be at least src_port_min")
+                        );
                     }
                 }
                 FaultSpec::RoutingLoop { switches, .. } => {

@@ -28,6 +28,8 @@ pub enum AnomalyKind {
     LinkFlap,
     /// Random loss on a link.
     RandomLoss,
+    /// A link dropping some 5-tuples only (UDP source ports in a range).
+    AclDrop,
     /// Routing misconfiguration creating a cyclic buffer dependency.
     RoutingLoop,
     /// Skewed ECMP.

@@ -373,3 +373,48 @@ fn a_route_may_hand_packets_only_to_switches_or_to_their_own_destination() {
     let loaded = Scenario::parse(&text, "t.toml", std::path::PathBuf::new()).unwrap();
     assert!(hawkmesh_netsim::Simulation::new(&loaded).is_ok());
 }
+
+#[test]
+fn an_acl_fault_drops_only_its_source_ports_and_a_reversed_range_is_refused() {
+    let text = |min: u16, max: u16| {
+        format!(
+            r#"
+version = 1
+duration_us = 300
+[topology]
+kind = "leaf_spine"
+leaves = 2
+spines = 1
+hosts_per_leaf = 1
+host_gbps = 100
+fabric_gbps = 100
+[[workload]]
+kind = "flows"
+flows = [
+  {{ src = "h0", dst = "h1", size_bytes = 20000, start_us = 1 }},
+  {{ src = "h0", dst = "h1", size_bytes = 20000, start_us = 1 }},
+]
+[[fault]]
+kind = "acl_drop"
+a = "leaf0"
+b = "spine0"
+src_port_min = {min}
+src_port_max = {max}
+"#
+        )
+    };
+    // A NIC numbers its flows' source ports from 49152: the ACL hits the first flow only.
+    let result = run(&text(49152, 49152));
+    let truth = &result.ground_truth[0];
+    assert!(
+        truth.description.contains("49152-49152"),
+        "{}",
+        truth.description
+    );
+    let done: Vec<bool> = result.flows.iter().map(|f| f.finish_ns.is_some()).collect();
+    assert_eq!(done, vec![false, true], "{:?}", result.flows);
+    let e = Scenario::parse(&text(60000, 50000), "x.toml", ".".into())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fault[0].src_port_max"), "{e}");
+}

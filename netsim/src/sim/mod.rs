@@ -132,6 +132,8 @@ pub(crate) struct Port {
     pub pause_total: [Time; 8],
     pub link_up: bool,
     pub loss_rate: f64,
+    /// Packets with a UDP source port in this range are dropped here (an ACL fault).
+    pub acl_drop: Option<(u16, u16)>,
     // Ingress accounting of this port as an ingress of its switch (HPCC SwitchMmu).
     pub ingress_bytes: [u64; 8],
     pub headroom_used: [u64; 8],
@@ -688,6 +690,11 @@ impl Simulation {
             true
         } else if p.loss_rate > 0.0 && kind != PacketKind::Pfc && self.rng.next_f64() < p.loss_rate
         {
+            p.counters.drops_random_loss += 1;
+            true
+        } else if p.acl_drop.is_some_and(|(lo, hi)| {
+            kind != PacketKind::Pfc && (lo..=hi).contains(&self.packets.get(id).tuple.src_port)
+        }) {
             p.counters.drops_random_loss += 1;
             true
         } else {
