@@ -110,6 +110,8 @@ pub struct Totals {
     pub drops_link_down: u64,
     /// Packets lost to random loss.
     pub drops_random_loss: u64,
+    /// Packets dropped by ACL faults.
+    pub drops_acl: u64,
     /// Packets dropped at TTL 0.
     pub drops_ttl: u64,
     /// Packets without a route.
@@ -249,6 +251,7 @@ impl Simulation {
             totals.drops_buffer += counters.drops_buffer;
             totals.drops_link_down += counters.drops_link_down;
             totals.drops_random_loss += counters.drops_random_loss;
+            totals.drops_acl += counters.drops_acl;
             totals.drops_ttl += counters.drops_ttl;
             totals.drops_no_route += counters.drops_no_route;
             totals.drops_pipeline += counters.drops_pipeline;
@@ -374,8 +377,8 @@ impl SimResult {
         );
         let _ = writeln!(
             s,
-            "drops: buffer {}, link-down {}, random-loss {}, ttl {}, no-route {}, pipeline {}; ECN marks {}",
-            t.drops_buffer, t.drops_link_down, t.drops_random_loss, t.drops_ttl, t.drops_no_route, t.drops_pipeline, t.ecn_marked
+            "drops: buffer {}, link-down {}, random-loss {}, acl {}, ttl {}, no-route {}, pipeline {}; ECN marks {}",
+            t.drops_buffer, t.drops_link_down, t.drops_random_loss, t.drops_acl, t.drops_ttl, t.drops_no_route, t.drops_pipeline, t.ecn_marked
         );
         let _ = writeln!(s, "FCT slowdown by flow size:");
         let _ = writeln!(

@@ -413,6 +413,8 @@ src_port_max = {max}
     );
     let done: Vec<bool> = result.flows.iter().map(|f| f.finish_ns.is_some()).collect();
     assert_eq!(done, vec![false, true], "{:?}", result.flows);
+    assert!(result.totals.drops_acl > 0);
+    assert_eq!(result.totals.drops_random_loss, 0);
     let e = Scenario::parse(&text(60000, 50000), "x.toml", ".".into())
         .unwrap_err()
         .to_string();

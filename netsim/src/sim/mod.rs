@@ -72,6 +72,8 @@ pub struct PortCounters {
     pub drops_link_down: u64,
     /// Packets lost to random loss on the link.
     pub drops_random_loss: u64,
+    /// Packets dropped by an ACL fault (their UDP source port).
+    pub drops_acl: u64,
     /// Packets dropped because their TTL ran out (routing loops).
     pub drops_ttl: u64,
     /// Packets dropped for lack of a route.
@@ -695,7 +697,7 @@ impl Simulation {
         } else if p.acl_drop.is_some_and(|(lo, hi)| {
             kind != PacketKind::Pfc && (lo..=hi).contains(&self.packets.get(id).tuple.src_port)
         }) {
-            p.counters.drops_random_loss += 1;
+            p.counters.drops_acl += 1;
             true
         } else {
             false
