@@ -46,8 +46,12 @@ pub struct ProbingConfig {
     pub cpu_cost_ns: u64,
     /// The agents' timer: probes due within a tick leave at its start.
     pub tick_ns: u64,
-    /// The agents' incarnation (their QPNs derive from it).
+    /// The agents' first incarnation (their QPNs derive from it; a restart takes the next).
     pub incarnation: u32,
+    /// How often the controller's comm info (each RNIC's QPN) reaches the probers'
+    /// pinglists (R-Pingmesh: 5 minutes); a restarted responder's new QPN is unknown to
+    /// its probers until then.
+    pub comm_refresh_ns: u64,
 }
 
 impl Default for ProbingConfig {
@@ -65,6 +69,7 @@ impl Default for ProbingConfig {
             cpu_cost_ns: 1_000,
             tick_ns: 50_000,
             incarnation: 1,
+            comm_refresh_ns: 100_000_000,
         }
     }
 }
@@ -80,6 +85,27 @@ pub struct CpuLoad {
     pub from_ns: u64,
     /// Until (ns of simulated time).
     pub until_ns: u64,
+}
+
+/// Something that happens to a host's agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentEventKind {
+    /// The agent restarts: its RNICs' queue pairs are new (new QPNs, a new incarnation),
+    /// its probes in flight are lost.
+    Restart,
+    /// The host goes down: its agent neither probes, answers nor uploads any more.
+    Down,
+}
+
+/// An agent event at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentEvent {
+    /// The host.
+    pub host: NodeId,
+    /// When (ns of simulated time).
+    pub at_ns: u64,
+    /// What.
+    pub kind: AgentEventKind,
 }
 
 /// Whom a probe went to, as the prober keeps it.
@@ -109,6 +135,8 @@ enum Sent {
 struct Rnic {
     host: NodeId,
     ip: [u8; 4],
+    /// The agent's current incarnation on this RNIC (its QPN derives from it).
+    incarnation: u32,
     prober: Prober<Target>,
     responder: Responder,
     /// Next ToR-mesh probe due (ns).
@@ -137,6 +165,15 @@ struct State {
     rnics: Vec<Rnic>,
     cpu_free_at: HashMap<NodeId, Time>,
     loads: Vec<CpuLoad>,
+    /// Agent events not yet applied, in time order.
+    events: Vec<AgentEvent>,
+    /// Hosts that went down, and when (ns).
+    down: HashMap<NodeId, u64>,
+    /// The QPNs the probers' pinglists carry (the controller's comm info as of its last
+    /// refresh).
+    published_qpn: Vec<u32>,
+    next_refresh: u64,
+    prober_config: ProberConfig,
     sent: HashMap<u64, Sent>,
     next_token: u64,
     results: Vec<(RnicId, ProbeResult<Target>)>,
@@ -165,8 +202,47 @@ impl State {
         token
     }
 
+    /// The RNIC's current QPN (what the controller's registry holds once its agent has
+    /// registered).
     fn qpn(&self, rnic: RnicId) -> u32 {
-        qpn_of(self.config.incarnation, rnic)
+        self.rnics
+            .get(rnic as usize)
+            .map_or(0, |r| qpn_of(r.incarnation, rnic))
+    }
+
+    fn is_down(&self, host: NodeId) -> bool {
+        self.down.contains_key(&host)
+    }
+
+    /// Applies the agent events due by `now` (ns) and the comm-info refresh.
+    fn apply_events(&mut self, now: u64) {
+        while self.events.first().is_some_and(|e| e.at_ns <= now) {
+            let event = self.events.remove(0);
+            match event.kind {
+                AgentEventKind::Down => {
+                    self.down.entry(event.host).or_insert(event.at_ns);
+                }
+                AgentEventKind::Restart => {
+                    for id in 0..self.rnics.len() {
+                        if self.rnics[id].host != event.host {
+                            continue;
+                        }
+                        let incarnation = self.rnics[id].incarnation.wrapping_add(1);
+                        let qpn = qpn_of(incarnation, id as RnicId);
+                        let r = &mut self.rnics[id];
+                        r.incarnation = incarnation;
+                        r.prober = Prober::new(self.prober_config, qpn, incarnation);
+                        r.responder = Responder::new(qpn, incarnation, true, 4096);
+                    }
+                }
+            }
+        }
+        if now >= self.next_refresh {
+            self.published_qpn = (0..self.rnics.len() as RnicId)
+                .map(|r| self.qpn(r))
+                .collect();
+            self.next_refresh = now + self.config.comm_refresh_ns.max(1);
+        }
     }
 
     fn send_probe(
@@ -191,7 +267,12 @@ impl State {
             dst_port: ROCEV2_UDP_PORT,
             protocol: 17,
         };
-        let qpn = self.qpn(target);
+        // The target's QPN as the prober's pinglist has it (refreshed periodically).
+        let qpn = self
+            .published_qpn
+            .get(target as usize)
+            .copied()
+            .unwrap_or(0);
         let key = Target {
             rnic: target,
             source,
@@ -224,8 +305,12 @@ impl State {
 
     /// The agents' timer at `now` (ns): expire probes, send the ones due.
     fn wakeup(&mut self, now: u64, emit: &mut Vec<HostEmit>) {
+        self.apply_events(now);
         for index in 0..self.rnics.len() {
             let rnic = index as RnicId;
+            if self.is_down(self.rnics[index].host) {
+                continue;
+            }
             for expired in self.rnics[index].prober.expire(now) {
                 self.results.push((rnic, expired));
             }
@@ -265,6 +350,9 @@ impl State {
         let Some(host) = self.rnics.get(at as usize).map(|r| r.host) else {
             return;
         };
+        if self.is_down(host) {
+            return;
+        }
         match repr.kind {
             ProbeKind::Probe => {
                 // ③ = now; the responder's CPU posts the first ACK.
@@ -409,12 +497,14 @@ impl std::fmt::Debug for NetsimProbing {
 
 impl NetsimProbing {
     /// Agents for every RNIC of `sim`'s fabric, probing the pinglists `config` gives, with
-    /// `loads` on some hosts' CPUs.
+    /// `loads` on some hosts' CPUs and `events` (restarts, hosts going down).
     pub fn new(
         sim: &Simulation,
         config: ProbingConfig,
         loads: Vec<CpuLoad>,
+        mut events: Vec<AgentEvent>,
     ) -> Result<Self, ProbingError> {
+        events.sort_by_key(|e| e.at_ns);
         let topology = sim.topology();
         let inventory = Inventory::from_topology(topology)?;
         // netsim numbers NICs by host id, then port: the inventory's order.
@@ -451,7 +541,7 @@ impl NetsimProbing {
             timeout_ns: config.timeout_ns,
             ..ProberConfig::default()
         };
-        let rnics = inventory
+        let rnics: Vec<Rnic> = inventory
             .rnics()
             .iter()
             .enumerate()
@@ -466,6 +556,7 @@ impl NetsimProbing {
                 Rnic {
                     host: r.host,
                     ip: r.ipv4,
+                    incarnation: config.incarnation,
                     prober: Prober::new(prober_config, qpn, config.incarnation),
                     responder: Responder::new(qpn, config.incarnation, true, 4096),
                     tor_mesh_next: offset(list.tor_mesh_interval_ns),
@@ -475,6 +566,9 @@ impl NetsimProbing {
                 }
             })
             .collect();
+        let published_qpn = (0..rnics.len() as RnicId)
+            .map(|r| qpn_of(config.incarnation, r))
+            .collect();
         Ok(NetsimProbing {
             state: Rc::new(RefCell::new(State {
                 config,
@@ -483,6 +577,11 @@ impl NetsimProbing {
                 rnics,
                 cpu_free_at: HashMap::new(),
                 loads,
+                events,
+                down: HashMap::new(),
+                published_qpn,
+                next_refresh: config.comm_refresh_ns,
+                prober_config,
                 sent: HashMap::new(),
                 next_token: 0,
                 results: Vec::new(),
@@ -499,6 +598,18 @@ impl NetsimProbing {
     /// Counters so far.
     pub fn stats(&self) -> ProbingStats {
         self.state.borrow().stats
+    }
+
+    /// When each host last uploaded, as of `now_ns`: a live agent uploads continuously, a
+    /// host that went down uploaded last when it did.
+    pub fn last_uploads(&self, now_ns: u64) -> Vec<(NodeId, u64)> {
+        let state = self.state.borrow();
+        let mut hosts: Vec<NodeId> = state.rnics.iter().map(|r| r.host).collect();
+        hosts.dedup();
+        hosts
+            .into_iter()
+            .map(|h| (h, state.down.get(&h).copied().unwrap_or(now_ns)))
+            .collect()
     }
 
     /// The controller's comm info: each RNIC's current queue pair number.

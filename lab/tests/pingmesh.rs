@@ -2,7 +2,7 @@
 //! controller's pinglists with packets in the simulated fabric, analysed by the pingmesh
 //! analyzer — against injected faults whose place is known.
 
-use hawkmesh_lab::pingmesh::{CpuLoad, NetsimProbing, ProbingConfig};
+use hawkmesh_lab::pingmesh::{AgentEvent, AgentEventKind, CpuLoad, NetsimProbing, ProbingConfig};
 use hawkmesh_netsim::time::NS;
 use hawkmesh_netsim::{Scenario, Simulation};
 use hawkmesh_pingmesh::analysis::{
@@ -29,7 +29,8 @@ k = 4
 /// 2,000/s, so the RTT and CPU thresholds shrink with them.
 fn analysis() -> AnalysisConfig {
     AnalysisConfig {
-        host_silence_ns: PERIOD_NS,
+        // Agents upload continuously here; a host silent for half a period is down.
+        host_silence_ns: PERIOD_NS / 2,
         rnic_hold_ns: 3 * PERIOD_NS,
         cpu_noise_delay_ns: 200_000,
         high_rtt_ns: 200_000,
@@ -38,17 +39,25 @@ fn analysis() -> AnalysisConfig {
 }
 
 fn run(faults: &str, loads: Vec<CpuLoad>) -> (PeriodReport, Simulation, u64) {
+    run_with(faults, loads, Vec::new())
+}
+
+fn run_with(
+    faults: &str,
+    loads: Vec<CpuLoad>,
+    events: Vec<AgentEvent>,
+) -> (PeriodReport, Simulation, u64) {
     let text = scenario(faults);
     let loaded = Scenario::parse(&text, "pingmesh.toml", ".".into()).unwrap();
     let mut sim = Simulation::new(&loaded).unwrap();
-    let probing = NetsimProbing::new(&sim, ProbingConfig::default(), loads).unwrap();
+    let probing = NetsimProbing::new(&sim, ProbingConfig::default(), loads, events).unwrap();
     sim.set_host_hook(Box::new(probing.clone()));
     sim.run_until((PERIOD_NS + 1_000_000) * NS);
     let records = probing.take_records(&sim);
     let inventory = probing.inventory();
     let mut analyzer = Analyzer::new(analysis());
-    for r in inventory.rnics() {
-        analyzer.uploaded(r.host, PERIOD_NS);
+    for (host, at) in probing.last_uploads(PERIOD_NS) {
+        analyzer.uploaded(host, at);
     }
     let report = analyzer.analyse(
         &inventory,
@@ -178,4 +187,56 @@ src_port_max = 53247
         "{:?} vs {faulty:?}",
         drops[0].links
     );
+}
+
+fn h(sim: &Simulation, name: &str) -> u32 {
+    sim.topology().node_by_name(name).unwrap().id
+}
+
+fn quiet_sim() -> Simulation {
+    let text = scenario("");
+    let loaded = Scenario::parse(&text, "p.toml", ".".into()).unwrap();
+    Simulation::new(&loaded).unwrap()
+}
+
+#[test]
+fn an_agent_restart_is_qpn_reset_noise_not_a_problem() {
+    let h6 = h(&quiet_sim(), "h6");
+    let (report, _, _) = run_with(
+        "",
+        Vec::new(),
+        vec![AgentEvent {
+            host: h6,
+            at_ns: 8_000_000,
+            kind: AgentEventKind::Restart,
+        }],
+    );
+    // Probes to h6 carry its old QPN until the comm info is refreshed: timeouts, filtered.
+    assert!(
+        report.timeouts.get(&TimeoutCause::QpnReset) > Some(&50),
+        "{:?}",
+        report.timeouts
+    );
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_host_that_went_down_is_host_down_not_the_network() {
+    let h9 = h(&quiet_sim(), "h9");
+    let (report, _, _) = run_with(
+        "",
+        Vec::new(),
+        vec![AgentEvent {
+            host: h9,
+            at_ns: 2_000_000,
+            kind: AgentEventKind::Down,
+        }],
+    );
+    assert!(
+        report.timeouts.get(&TimeoutCause::HostDown) > Some(&50),
+        "{:?}",
+        report.timeouts
+    );
+    let kinds: Vec<_> = report.problems.iter().map(|p| (p.kind, p.host)).collect();
+    assert_eq!(kinds, vec![(ProblemKind::HostDown, Some(h9))]);
 }
