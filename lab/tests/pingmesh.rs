@@ -240,3 +240,38 @@ fn a_host_that_went_down_is_host_down_not_the_network() {
     let kinds: Vec<_> = report.problems.iter().map(|p| (p.kind, p.host)).collect();
     assert_eq!(kinds, vec![(ProblemKind::HostDown, Some(h9))]);
 }
+
+#[test]
+fn an_rnic_whose_link_flaps_is_an_rnic_problem_not_a_switch_one() {
+    let sim = quiet_sim();
+    let (h3, tor1) = (h(&sim, "h3"), h(&sim, "tor1"));
+    assert!(sim
+        .topology()
+        .links
+        .iter()
+        .any(|l| (l.a.node, l.b.node) == (h3, tor1) || (l.a.node, l.b.node) == (tor1, h3)));
+    let (report, _, _) = run(
+        r#"
+[[fault]]
+kind = "link_flap"
+a = "h3"
+b = "tor1"
+down_us = 3000
+up_us = 15000
+"#,
+        Vec::new(),
+    );
+    let kinds: Vec<_> = report.problems.iter().map(|p| (p.kind, p.host)).collect();
+    assert_eq!(
+        kinds,
+        vec![(ProblemKind::Rnic, Some(h3))],
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        !report.timeouts.contains_key(&TimeoutCause::SwitchNetwork),
+        "{:?}",
+        report.timeouts
+    );
+    assert!(report.cluster.rnic_drop_rate > 0.01, "{:?}", report.cluster);
+}

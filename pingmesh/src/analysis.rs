@@ -357,15 +357,50 @@ impl Analyzer {
             .collect();
         // RNIC anomaly from this period's ToR-mesh probes (§4.3.2), held for a minute; a
         // CPU-noisy host's RNICs are not called anomalous for it.
-        for (rnic, (sent, lost)) in &tor_mesh {
-            let noisy = host_of(*rnic).is_some_and(|h| cpu_noisy.contains(&h));
-            if !noisy
-                && *sent >= cfg.rnic_min_probes
-                && f64::from(*lost) > cfg.rnic_timeout_share * f64::from(*sent)
-            {
-                self.rnic_anomalous_until
-                    .insert(*rnic, end_ns.saturating_add(cfg.rnic_hold_ns));
+        let candidates: BTreeSet<RnicId> = tor_mesh
+            .iter()
+            .filter(|(rnic, (sent, lost))| {
+                let noisy = host_of(**rnic).is_some_and(|h| cpu_noisy.contains(&h));
+                !noisy
+                    && *sent >= cfg.rnic_min_probes
+                    && f64::from(*lost) > cfg.rnic_timeout_share * f64::from(*sent)
+            })
+            .map(|(rnic, _)| *rnic)
+            .collect();
+        // Under a ToR with few RNICs, one bad RNIC makes its peers' ToR-mesh probes fail
+        // too (the probes between them are all it has). A candidate whose probes with
+        // RNICs outside the candidates (any loop, either direction) succeed is such a peer:
+        // only a candidate failing with the others as well is anomalous — unless that
+        // clears every candidate, when all stay (nothing tells them apart).
+        let mut outside: HashMap<RnicId, (u32, u32)> = HashMap::new();
+        if candidates.len() > 1 {
+            for probe in probes {
+                for (me, other) in [(probe.prober, probe.target), (probe.target, probe.prober)] {
+                    if candidates.contains(&me) && !candidates.contains(&other) {
+                        let entry = outside.entry(me).or_insert((0, 0));
+                        entry.0 += 1;
+                        if matches!(probe.status, ProbeStatus::Timeout { .. }) {
+                            entry.1 += 1;
+                        }
+                    }
+                }
             }
+        }
+        let failing_outside = |rnic: &RnicId| {
+            outside.get(rnic).is_none_or(|(sent, lost)| {
+                *sent < cfg.rnic_min_probes
+                    || f64::from(*lost) > cfg.rnic_timeout_share * f64::from(*sent)
+            })
+        };
+        let confirmed: Vec<RnicId> = candidates.iter().copied().filter(failing_outside).collect();
+        let confirmed = if confirmed.is_empty() {
+            candidates.into_iter().collect()
+        } else {
+            confirmed
+        };
+        for rnic in confirmed {
+            self.rnic_anomalous_until
+                .insert(rnic, end_ns.saturating_add(cfg.rnic_hold_ns));
         }
         let anomalous: BTreeSet<RnicId> = self.anomalous_rnics(start_ns + 1).into_iter().collect();
 
