@@ -1,6 +1,7 @@
 //! `hawkmesh` — the command-line entry point.
 
 mod eval;
+mod pingmesh;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -16,6 +17,15 @@ use std::time::Instant;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum PingmeshCommand {
+    /// R-Pingmesh's evaluation in netsim: fault families (link loss, ACL drops, link down,
+    /// RNIC down, host down, agent restart, CPU overload, and fault-free traces) injected
+    /// into drawn fabrics, the real prober/responder library on every RNIC, one analysis
+    /// period; writes results.json and report.md.
+    Eval(pingmesh::PingmeshEvalArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -40,6 +50,11 @@ enum Command {
     /// full polling vs victim-only, telemetry ablations; writes results.json, report.md and
     /// SVG figures.
     Eval(eval::EvalArgs),
+    /// R-Pingmesh: probing between RNICs, RNIC-vs-switch localisation and service impact.
+    Pingmesh {
+        #[command(subcommand)]
+        command: PingmeshCommand,
+    },
     /// Packet-level simulation of a RoCEv2 fabric.
     Sim {
         #[command(subcommand)]
@@ -211,6 +226,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             seed,
         } => demo(&out, scenario.as_deref(), seed),
         Command::Eval(args) => eval::run(args),
+        Command::Pingmesh { command } => match command {
+            PingmeshCommand::Eval(args) => pingmesh::eval(args),
+        },
         Command::Sim { command } => match command {
             SimCommand::Run {
                 scenario,

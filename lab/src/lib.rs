@@ -13,12 +13,14 @@
 //!   loop behind `hawkmesh demo`;
 //! - [`pingmesh`]: R-Pingmesh's probers and responders on every simulated RNIC, probing
 //!   with real packets, their results as the pingmesh analyzer's records;
+//! - [`pingmesh_eval`]: R-Pingmesh's evaluation on fault families (`hawkmesh pingmesh eval`);
 //! - [`eval`]: HAWKEYE's evaluation (§4.2–4.3) on top of that loop (`hawkmesh eval`).
 
 pub mod eval;
 pub mod hawkeye_loop;
 pub mod hosts;
 pub mod pingmesh;
+pub mod pingmesh_eval;
 pub mod switch_pipeline;
 
 pub use hawkeye_loop::*;

@@ -114,6 +114,7 @@ rate = 0.3
         .filter(|p| p.kind == ProblemKind::SwitchDrops)
         .collect();
     assert_eq!(drops.len(), 1, "{:?}", report.problems);
+    // Many 5-tuples cross the lossy link: it alone has the most votes.
     let faulty = link_ports(&sim, "agg2", "core0");
     assert!(
         drops[0].links.iter().all(|(l, _)| faulty.contains(l)),

@@ -7,10 +7,12 @@
 //!    than [`AnalysisConfig::host_silence_ns`] (20 s) is the host's, not the network's.
 //! 2. **QPN reset** (§4.3.1): a timeout to a queue pair number that is no longer the target
 //!    RNIC's (its agent restarted) is probe noise.
-//! 3. **CPU noise** (§6, Fig. 6): when probes to several RNICs of one host time out in the
-//!    same period, or the host's answered probes show a responder delay above
+//! 3. **CPU noise** (§6, Fig. 6): when several RNICs of one host would be called anomalous
+//!    at once (step 4's ToR-mesh rule), or the host's answered probes show an end-host
+//!    delay — answering (responder delay) or probing (prober delay) — above
 //!    [`AnalysisConfig::cpu_noise_delay_ns`], that host's timeouts are CPU noise: several
-//!    RNICs failing at once is far less likely than one busy CPU. (A timeout with the first
+//!    RNICs failing at once is far less likely than one busy CPU, and a busy CPU is late
+//!    with its own probes' ACKs too. (A timeout with the first
 //!    ACK but not the delay ACK is not taken as CPU noise by itself: the delay ACK may have
 //!    been lost on a faulty link like any packet.)
 //! 4. **RNIC problems** (§4.3.2): an RNIC to which more than
@@ -176,7 +178,8 @@ pub struct Problem {
     pub rnic: Option<RnicId>,
     /// The host (host problems).
     pub host: Option<NodeId>,
-    /// The most suspicious links with their votes (switch problems; ties all listed).
+    /// The most suspicious links with their votes (switch problems; ties all listed), each
+    /// named by its lower end's port ([`Inventory::link_of`]).
     pub links: Vec<(PortRef, u32)>,
     /// The most suspicious switches with their votes.
     pub switches: Vec<(NodeId, u32)>,
@@ -313,27 +316,26 @@ impl Analyzer {
             })
         };
 
-        // Per host: RNICs with timeouts this period, and the largest responder delay.
-        let mut timed_out_rnics: HashMap<NodeId, BTreeSet<RnicId>> = HashMap::new();
-        let mut max_responder_delay: HashMap<NodeId, u64> = HashMap::new();
+        // Per host: the largest end-host delay its RNICs showed, answering (responder delay)
+        // or probing (prober delay: a busy CPU handles its own ACKs late too).
+        let mut max_host_delay: HashMap<NodeId, u64> = HashMap::new();
         // Per RNIC: ToR-mesh probes to it and their timeouts.
         let mut tor_mesh: HashMap<RnicId, (u32, u32)> = HashMap::new();
         for probe in probes {
-            let Some(host) = host_of(probe.target) else {
-                continue;
-            };
-            match probe.status {
-                ProbeStatus::Answered {
-                    responder_delay_ns, ..
-                } => {
-                    let d = max_responder_delay.entry(host).or_insert(0);
-                    *d = (*d).max(responder_delay_ns);
-                }
-                ProbeStatus::Timeout { .. } => {
-                    timed_out_rnics
-                        .entry(host)
-                        .or_default()
-                        .insert(probe.target);
+            if let ProbeStatus::Answered {
+                responder_delay_ns,
+                prober_delay_ns,
+                ..
+            } = probe.status
+            {
+                for (rnic, delay) in [
+                    (probe.target, responder_delay_ns),
+                    (probe.prober, prober_delay_ns),
+                ] {
+                    if let Some(host) = host_of(rnic) {
+                        let d = max_host_delay.entry(host).or_insert(0);
+                        *d = (*d).max(delay);
+                    }
                 }
             }
             if probe.source == ProbeSource::TorMesh {
@@ -344,60 +346,89 @@ impl Analyzer {
                 }
             }
         }
-        let cpu_noisy: BTreeSet<NodeId> = timed_out_rnics
+        // RNIC anomaly from this period's ToR-mesh probes (§4.3.2), held for a minute.
+        let failing: BTreeSet<RnicId> = tor_mesh
             .iter()
-            .filter(|(_, rnics)| rnics.len() >= 2)
+            .filter(|(_, (sent, lost))| {
+                *sent >= cfg.rnic_min_probes
+                    && f64::from(*lost) > cfg.rnic_timeout_share * f64::from(*sent)
+            })
+            .map(|(rnic, _)| *rnic)
+            .collect();
+        // CPU noise (§6): several RNICs of one host failing at once, or a host whose end-host
+        // delay is high: its timeouts are its CPU's, and its RNICs are not anomalous for them.
+        let mut failing_per_host: HashMap<NodeId, u32> = HashMap::new();
+        for rnic in &failing {
+            if let Some(host) = host_of(*rnic) {
+                *failing_per_host.entry(host).or_insert(0) += 1;
+            }
+        }
+        let cpu_noisy: BTreeSet<NodeId> = failing_per_host
+            .iter()
+            .filter(|(_, n)| **n >= 2)
             .map(|(host, _)| *host)
             .chain(
-                max_responder_delay
+                max_host_delay
                     .iter()
                     .filter(|(_, d)| **d > cfg.cpu_noise_delay_ns)
                     .map(|(host, _)| *host),
             )
             .collect();
-        // RNIC anomaly from this period's ToR-mesh probes (§4.3.2), held for a minute; a
-        // CPU-noisy host's RNICs are not called anomalous for it.
-        let candidates: BTreeSet<RnicId> = tor_mesh
-            .iter()
-            .filter(|(rnic, (sent, lost))| {
-                let noisy = host_of(**rnic).is_some_and(|h| cpu_noisy.contains(&h));
-                !noisy
-                    && *sent >= cfg.rnic_min_probes
-                    && f64::from(*lost) > cfg.rnic_timeout_share * f64::from(*sent)
-            })
-            .map(|(rnic, _)| *rnic)
+        let candidates: BTreeSet<RnicId> = failing
+            .into_iter()
+            .filter(|rnic| !host_of(*rnic).is_some_and(|h| cpu_noisy.contains(&h)))
             .collect();
-        // Under a ToR with few RNICs, one bad RNIC makes its peers' ToR-mesh probes fail
-        // too (the probes between them are all it has). A candidate whose probes with
-        // RNICs outside the candidates (any loop, either direction) succeed is such a peer:
-        // only a candidate failing with the others as well is anomalous — unless that
-        // clears every candidate, when all stay (nothing tells them apart).
-        let mut outside: HashMap<RnicId, (u32, u32)> = HashMap::new();
-        if candidates.len() > 1 {
-            for probe in probes {
-                for (me, other) in [(probe.prober, probe.target), (probe.target, probe.prober)] {
-                    if candidates.contains(&me) && !candidates.contains(&other) {
-                        let entry = outside.entry(me).or_insert((0, 0));
-                        entry.0 += 1;
-                        if matches!(probe.status, ProbeStatus::Timeout { .. }) {
-                            entry.1 += 1;
+        // One bad RNIC also fails its ToR peers' ToR-mesh probes (the probes it sends them
+        // are lost too): explain failures away greedily. The candidate whose probes fail
+        // most (any loop, either direction) is anomalous; the probes involving it are set
+        // aside and the ToR-mesh rule is applied again to the rest, until no candidate is
+        // left. A peer whose only failures were with the bad RNIC then passes.
+        let mut confirmed: Vec<RnicId> = Vec::new();
+        if candidates.len() == 1 {
+            confirmed.extend(candidates.iter().copied());
+        } else if candidates.len() > 1 {
+            let mut set_aside: BTreeSet<RnicId> = BTreeSet::new();
+            for _ in 0..candidates.len() {
+                // (ToR-mesh to it: sent, lost), (any probe involving it: sent, lost).
+                let mut tally: HashMap<RnicId, [u32; 4]> = HashMap::new();
+                for probe in probes {
+                    if set_aside.contains(&probe.prober) || set_aside.contains(&probe.target) {
+                        continue;
+                    }
+                    let lost = u32::from(matches!(probe.status, ProbeStatus::Timeout { .. }));
+                    for (rnic, as_target) in [(probe.prober, false), (probe.target, true)] {
+                        if !candidates.contains(&rnic) {
+                            continue;
                         }
+                        let t = tally.entry(rnic).or_insert([0; 4]);
+                        if as_target && probe.source == ProbeSource::TorMesh {
+                            t[0] += 1;
+                            t[1] += lost;
+                        }
+                        t[2] += 1;
+                        t[3] += lost;
                     }
                 }
+                let share = |n: u32, d: u32| f64::from(n) / f64::from(d.max(1));
+                let worst = tally
+                    .iter()
+                    .filter(|(_, t)| {
+                        t[0] >= cfg.rnic_min_probes
+                            && f64::from(t[1]) > cfg.rnic_timeout_share * f64::from(t[0])
+                    })
+                    .max_by(|(ra, a), (rb, b)| {
+                        share(a[3], a[2])
+                            .total_cmp(&share(b[3], b[2]))
+                            .then(rb.cmp(ra))
+                    })
+                    .map(|(rnic, _)| *rnic);
+                let Some(worst) = worst else {
+                    break;
+                };
+                confirmed.push(worst);
+                set_aside.insert(worst);
             }
         }
-        let failing_outside = |rnic: &RnicId| {
-            outside.get(rnic).is_none_or(|(sent, lost)| {
-                *sent < cfg.rnic_min_probes
-                    || f64::from(*lost) > cfg.rnic_timeout_share * f64::from(*sent)
-            })
-        };
-        let confirmed: Vec<RnicId> = candidates.iter().copied().filter(failing_outside).collect();
-        let confirmed = if confirmed.is_empty() {
-            candidates.into_iter().collect()
-        } else {
-            confirmed
-        };
         for rnic in confirmed {
             self.rnic_anomalous_until
                 .insert(rnic, end_ns.saturating_add(cfg.rnic_hold_ns));
@@ -532,13 +563,6 @@ impl Analyzer {
                 });
             }
         }
-        let good_paths: Vec<&ProbeRecord> = probes
-            .iter()
-            .filter(|p| match p.status {
-                ProbeStatus::Answered { network_rtt_ns, .. } => network_rtt_ns <= cfg.high_rtt_ns,
-                ProbeStatus::Timeout { .. } => false,
-            })
-            .collect();
         for (kind, anomalous_probes) in [
             (ProblemKind::SwitchDrops, drop_paths),
             (ProblemKind::SwitchLatency, slow_paths),
@@ -546,7 +570,7 @@ impl Analyzer {
             if (anomalous_probes.len() as u32) < cfg.min_votes {
                 continue;
             }
-            let (links, switches) = vote(inventory, &anomalous_probes, &good_paths);
+            let (links, switches) = vote(inventory, &anomalous_probes);
             let seen_by_service = anomalous_probes
                 .iter()
                 .any(|p| p.source == ProbeSource::ServiceTracing)
@@ -585,62 +609,51 @@ impl Analyzer {
 /// The most suspicious links and switches, with their votes.
 type Suspects = (Vec<(PortRef, u32)>, Vec<(NodeId, u32)>);
 
-/// Algorithm 1: every link (egress port) on the path of an anomalous probe or its ACK gets
-/// a vote; the links with the most votes are the most suspicious. The same with switches
-/// (footnote 5). Ports of hosts (the prober's own NIC) vote as links but not as switches.
-/// Among equally voted links (every link of one lost path gets the same votes), those
-/// that carried the fewest answered probes in the period rank first: binary tomography's
-/// exoneration by good paths (the paper's references [4, 6, 17]), used only to break ties.
-fn vote(inventory: &Inventory, anomalous: &[&ProbeRecord], answered: &[&ProbeRecord]) -> Suspects {
+/// Algorithm 1: every link on the path of an anomalous probe or its ACK gets a vote (named
+/// by its lower port, [`Inventory::link_of`]); the links with the most votes are the most suspicious — all of them when several
+/// tie (one lost 5-tuple votes for its whole path: only other 5-tuples can narrow it). The
+/// same with switches (footnote 5). Links of RNICs (host links) do not vote: a problem there
+/// is the RNIC's.
+fn vote(inventory: &Inventory, anomalous: &[&ProbeRecord]) -> Suspects {
     let hosts: BTreeSet<NodeId> = inventory.rnics().iter().map(|r| r.host).collect();
-    let tally = |probes: &[&ProbeRecord]| {
-        let mut links: HashMap<PortRef, u32> = HashMap::new();
-        let mut switches: HashMap<NodeId, u32> = HashMap::new();
-        for probe in probes {
-            for port in probe.path.iter().chain(&probe.ack_path) {
-                *links.entry(*port).or_insert(0) += 1;
-            }
-            // A switch votes once per probe even if both directions cross it.
-            let crossed: BTreeSet<NodeId> = probe
-                .path
-                .iter()
-                .chain(&probe.ack_path)
-                .map(|p| p.node)
-                .filter(|n| !hosts.contains(n))
-                .collect();
-            for node in crossed {
-                *switches.entry(node).or_insert(0) += 1;
-            }
+    let mut links: HashMap<PortRef, u32> = HashMap::new();
+    let mut switches: HashMap<NodeId, u32> = HashMap::new();
+    for probe in anomalous {
+        // An RNIC's own link belongs to the RNIC, not to the switch network (§4.3.2,
+        // footnote 4): only links between switches vote, each once per probe whichever
+        // direction (probe or ACK) crossed it — a lost probe does not say which direction
+        // lost it.
+        let crossed: BTreeSet<PortRef> = probe
+            .path
+            .iter()
+            .chain(&probe.ack_path)
+            .filter(|port| !inventory.is_access_port(**port))
+            .map(|port| inventory.link_of(*port))
+            .collect();
+        for link in crossed {
+            *links.entry(link).or_insert(0) += 1;
         }
-        (links, switches)
-    };
-    let (links, switches) = tally(anomalous);
-    let (good_links, good_switches) = tally(answered);
-    (
-        most_voted(links, &good_links),
-        most_voted(switches, &good_switches),
-    )
+        // A switch votes once per probe even if both directions cross it.
+        let crossed: BTreeSet<NodeId> = probe
+            .path
+            .iter()
+            .chain(&probe.ack_path)
+            .map(|p| p.node)
+            .filter(|n| !hosts.contains(n))
+            .collect();
+        for node in crossed {
+            *switches.entry(node).or_insert(0) += 1;
+        }
+    }
+    (most_voted(links), most_voted(switches))
 }
 
-/// The keys with the most votes; of those, the ones with the fewest good crossings.
-fn most_voted<K: Ord + Copy + std::hash::Hash>(
-    votes: HashMap<K, u32>,
-    good: &HashMap<K, u32>,
-) -> Vec<(K, u32)> {
+/// The keys with the most votes.
+fn most_voted<K: Ord + Copy>(votes: HashMap<K, u32>) -> Vec<(K, u32)> {
     let Some(top) = votes.values().copied().max() else {
         return Vec::new();
     };
-    let good_of = |k: &K| good.get(k).copied().unwrap_or(0);
-    let fewest_good = votes
-        .iter()
-        .filter(|(_, v)| **v == top)
-        .map(|(k, _)| good_of(k))
-        .min()
-        .unwrap_or(0);
-    let mut winners: Vec<(K, u32)> = votes
-        .into_iter()
-        .filter(|(k, v)| *v == top && good_of(k) == fewest_good)
-        .collect();
+    let mut winners: Vec<(K, u32)> = votes.into_iter().filter(|(_, v)| *v == top).collect();
     winners.sort();
     winners
 }
@@ -889,9 +902,10 @@ mod tests {
         assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
         let problem = &report.problems[0];
         assert_eq!(problem.kind, ProblemKind::SwitchDrops);
-        // Every lost probe crossed tor0 → spine1 → tor1 and back: those four ports get all
-        // 12 votes and no answered probe; spine1 is the switch only lost probes crossed.
-        assert_eq!(problem.links.len(), 4, "{:?}", problem.links);
+        // Every lost probe crossed tor0 – spine1 – tor1 and back: those two links get all 12
+        // votes (one path: Algorithm 1 cannot tell them apart; host links do not vote); the
+        // switches tor0, spine1 and tor1 tie likewise.
+        assert_eq!(problem.links.len(), 2, "{:?}", problem.links);
         assert!(problem.links.iter().all(|(_, v)| *v == 12));
         assert!(
             problem.links.iter().any(|(l, _)| *l == bad),
@@ -899,7 +913,8 @@ mod tests {
             problem.links
         );
         let spine1 = two_rails(4).node_by_name("spine1").unwrap().id;
-        assert_eq!(problem.switches, vec![(spine1, 12)]);
+        assert_eq!(problem.switches.len(), 3, "{:?}", problem.switches);
+        assert!(problem.switches.contains(&(spine1, 12)));
         assert_eq!(problem.priority, Priority::P2);
         assert!((report.cluster.switch_drop_rate - 12.0 / (120.0 + 24.0)).abs() < 1e-9);
         assert_eq!(report.cluster.rnic_drop_rate, 0.0);

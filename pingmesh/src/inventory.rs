@@ -3,9 +3,9 @@
 //! fabric, its rail switch). Also the number of parallel equal-cost paths between ToRs,
 //! the N of Eq. 1.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo};
+use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo, PortRef};
 use thiserror::Error;
 
 /// Dense index of an RNIC in an [`Inventory`].
@@ -65,6 +65,10 @@ pub struct Inventory {
     /// Per ToR, the largest number of equal-cost shortest paths to any other ToR.
     paths_from: BTreeMap<NodeId, u32>,
     names: BTreeMap<NodeId, String>,
+    /// Both ends of every host link (an RNIC's own link).
+    access_ports: BTreeSet<PortRef>,
+    /// Each port's peer at the other end of its link.
+    peers: BTreeMap<PortRef, PortRef>,
 }
 
 impl Inventory {
@@ -140,11 +144,25 @@ impl Inventory {
             .iter()
             .map(|node| (node.id, node.name.clone()))
             .collect();
+        let is_host = |n: NodeId| topology.nodes[n as usize].kind == NodeKind::Host;
+        let access_ports = topology
+            .links
+            .iter()
+            .filter(|l| is_host(l.a.node) || is_host(l.b.node))
+            .flat_map(|l| [l.a, l.b])
+            .collect();
+        let peers = topology
+            .links
+            .iter()
+            .flat_map(|l| [(l.a, l.b), (l.b, l.a)])
+            .collect();
         Ok(Inventory {
             rnics,
             by_tor,
             paths_from,
             names,
+            access_ports,
+            peers,
         })
     }
 
@@ -167,6 +185,18 @@ impl Inventory {
     /// other ToR is reachable): Eq. 1's N for its inter-ToR 5-tuples.
     pub fn parallel_paths_from(&self, tor: NodeId) -> u32 {
         self.paths_from.get(&tor).copied().unwrap_or(0)
+    }
+
+    /// Whether `port` is an end of a host's link (an RNIC, its link and the ToR port facing
+    /// it: what R-Pingmesh counts as the RNIC, §4.3.2 footnote 4).
+    pub fn is_access_port(&self, port: PortRef) -> bool {
+        self.access_ports.contains(&port)
+    }
+
+    /// The physical link `port` belongs to, named by its lower end (both directions of a
+    /// link map to the same value).
+    pub fn link_of(&self, port: PortRef) -> PortRef {
+        self.peers.get(&port).map_or(port, |peer| port.min(*peer))
     }
 
     /// A node's name.
