@@ -49,14 +49,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             .map(|name| AnomalyClass::parse(name))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let families = if args.fabrics.iter().any(|f| f.trim() == "all") {
-        Family::ALL.to_vec()
-    } else {
-        args.fabrics
-            .iter()
-            .map(|name| Family::parse(name))
-            .collect::<Result<Vec<_>, _>>()?
-    };
+    let families = Family::parse_list(&args.fabrics)?;
     let config = EvalConfig {
         master_seed: args.seed,
         traces_per_class: args.traces,

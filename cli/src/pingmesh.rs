@@ -39,14 +39,7 @@ pub fn eval(args: PingmeshEvalArgs) -> anyhow::Result<()> {
             .map(|name| FaultFamily::parse(name))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let fabrics = if args.fabrics.iter().any(|f| f.trim() == "all") {
-        Family::ALL.to_vec()
-    } else {
-        args.fabrics
-            .iter()
-            .map(|name| Family::parse(name))
-            .collect::<Result<Vec<_>, _>>()?
-    };
+    let fabrics = Family::parse_list(&args.fabrics)?;
     let config = PingmeshEvalConfig {
         fabrics: fabrics.clone(),
         faults: faults.clone(),

@@ -263,9 +263,9 @@ impl Simulation {
             stall_interval: None,
             wakeup_interval: None,
             emit_buffer: Vec::new(),
-            deferred_sends: Vec::new(),
+            deferred_sends: Default::default(),
             tx_tokens: std::collections::HashMap::new(),
-            tx_done: Vec::new(),
+            tx_done: Default::default(),
             cpu_inbox: Vec::new(),
             fault_actions: Vec::new(),
             pfc_log: Vec::new(),
@@ -694,14 +694,7 @@ impl Simulation {
                 anomaly.kind = AnomalyKind::LinkFlap;
                 anomaly.start_ns = down / NS;
                 anomaly.end_ns = up / NS;
-                anomaly.nodes = vec![self.ports[pa as usize].node, self.ports[pb as usize].node];
-                anomaly.initial_ports = [pa, pb]
-                    .iter()
-                    .map(|g| PortRef {
-                        node: self.ports[*g as usize].node,
-                        port: self.ports[*g as usize].local,
-                    })
-                    .collect();
+                (anomaly.nodes, anomaly.initial_ports) = self.link_ends(pa, pb);
                 anomaly.description = format!("link {a}-{b} down from {down_us} µs to {up_us} µs");
             }
             FaultSpec::RandomLoss { a, b, rate } => {
@@ -710,14 +703,7 @@ impl Simulation {
                 self.ports[pa as usize].loss_rate = *rate;
                 self.ports[pb as usize].loss_rate = *rate;
                 anomaly.kind = AnomalyKind::RandomLoss;
-                anomaly.nodes = vec![self.ports[pa as usize].node, self.ports[pb as usize].node];
-                anomaly.initial_ports = [pa, pb]
-                    .iter()
-                    .map(|g| PortRef {
-                        node: self.ports[*g as usize].node,
-                        port: self.ports[*g as usize].local,
-                    })
-                    .collect();
+                (anomaly.nodes, anomaly.initial_ports) = self.link_ends(pa, pb);
                 anomaly.description =
                     format!("link {a}-{b} loses {:.4} % of packets", rate * 100.0);
             }
@@ -732,14 +718,7 @@ impl Simulation {
                 self.ports[pa as usize].acl_drop = Some((*src_port_min, *src_port_max));
                 self.ports[pb as usize].acl_drop = Some((*src_port_min, *src_port_max));
                 anomaly.kind = AnomalyKind::AclDrop;
-                anomaly.nodes = vec![self.ports[pa as usize].node, self.ports[pb as usize].node];
-                anomaly.initial_ports = [pa, pb]
-                    .iter()
-                    .map(|g| PortRef {
-                        node: self.ports[*g as usize].node,
-                        port: self.ports[*g as usize].local,
-                    })
-                    .collect();
+                (anomaly.nodes, anomaly.initial_ports) = self.link_ends(pa, pb);
                 anomaly.description =
                     format!("link {a}-{b} drops UDP source ports {src_port_min}-{src_port_max}");
             }
@@ -871,6 +850,23 @@ impl Simulation {
         self.anomalies.push(anomaly);
         self.anomaly_origins.push(origins);
         Ok(())
+    }
+
+    /// The nodes and ports at the two ends of a link (global ports `pa`, `pb`): a link
+    /// fault's place in the ground truth.
+    fn link_ends(&self, pa: u32, pb: u32) -> (Vec<NodeId>, Vec<PortRef>) {
+        let end = |g: u32| {
+            let p = &self.ports[g as usize];
+            (
+                p.node,
+                PortRef {
+                    node: p.node,
+                    port: p.local,
+                },
+            )
+        };
+        let ((na, a), (nb, b)) = (end(pa), end(pb));
+        (vec![na, nb], vec![a, b])
     }
 
     fn link_ports(

@@ -68,6 +68,15 @@ impl Family {
             })
     }
 
+    /// Parses a command line's list of family names; `all` stands for every family.
+    pub fn parse_list(names: &[String]) -> Result<Vec<Family>, EvalError> {
+        if names.iter().any(|f| f.trim() == "all") {
+            Ok(Family::ALL.to_vec())
+        } else {
+            names.iter().map(|name| Family::parse(name)).collect()
+        }
+    }
+
     pub(crate) fn stream(self) -> u64 {
         match self {
             Family::K4 => 0,

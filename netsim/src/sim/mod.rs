@@ -329,6 +329,47 @@ pub(crate) enum FaultAction {
     },
 }
 
+/// Items parked until an event names their slot (a free list keeps insertion O(1)).
+#[derive(Debug)]
+pub(crate) struct Slots<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slots<T> {
+    /// Parks `item`; returns its slot.
+    pub(crate) fn insert(&mut self, item: T) -> u32 {
+        match self.free.pop() {
+            Some(slot) => {
+                self.items[slot as usize] = Some(item);
+                slot
+            }
+            None => {
+                self.items.push(Some(item));
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Takes the item of `slot` (once).
+    pub(crate) fn take(&mut self, slot: u32) -> Option<T> {
+        let item = self.items.get_mut(slot as usize)?.take();
+        if item.is_some() {
+            self.free.push(slot);
+        }
+        item
+    }
+}
+
 /// The simulator.
 pub struct Simulation {
     pub(crate) now: Time,
@@ -352,13 +393,13 @@ pub struct Simulation {
     pub(crate) stall_interval: Option<Time>,
     pub(crate) wakeup_interval: Option<Time>,
     pub(crate) emit_buffer: Vec<HostEmit>,
-    /// Host hooks' sends waiting for their time, by slot (`None` = free).
-    pub(crate) deferred_sends: Vec<Option<HostEmit>>,
+    /// Host hooks' sends waiting for their time.
+    pub(crate) deferred_sends: Slots<HostEmit>,
     /// Custom packets in a NIC queue whose send completion a hook asked for: packet id →
     /// (host, token).
     pub(crate) tx_tokens: std::collections::HashMap<u32, (NodeId, u64)>,
-    /// Send completions scheduled and not yet reported, by slot (`None` = free).
-    pub(crate) tx_done: Vec<Option<(NodeId, u64)>>,
+    /// Send completions scheduled and not yet reported.
+    pub(crate) tx_done: Slots<(NodeId, u64)>,
     pub(crate) cpu_inbox: Vec<CpuPacket>,
     pub(crate) fault_actions: Vec<FaultAction>,
     pub(crate) pfc_log: Vec<PfcEvent>,
@@ -577,11 +618,7 @@ impl Simulation {
             EventKind::Sample => self.on_sample(),
             EventKind::HostWakeup => self.on_host_wakeup(),
             EventKind::HostSend { slot } => {
-                if let Some(emit) = self
-                    .deferred_sends
-                    .get_mut(slot as usize)
-                    .and_then(Option::take)
-                {
+                if let Some(emit) = self.deferred_sends.take(slot) {
                     self.send_custom(emit);
                 }
             }

@@ -608,22 +608,12 @@ impl Simulation {
     }
 
     pub(crate) fn schedule_tx_done(&mut self, at: Time, token: (NodeId, u64)) {
-        let slot = match self.tx_done.iter().position(Option::is_none) {
-            Some(slot) => {
-                self.tx_done[slot] = Some(token);
-                slot
-            }
-            None => {
-                self.tx_done.push(Some(token));
-                self.tx_done.len() - 1
-            }
-        };
-        self.events
-            .schedule(at, EventKind::HostTxDone { slot: slot as u32 });
+        let slot = self.tx_done.insert(token);
+        self.events.schedule(at, EventKind::HostTxDone { slot });
     }
 
     pub(crate) fn on_host_tx_done(&mut self, slot: u32) {
-        let Some((host, token)) = self.tx_done.get_mut(slot as usize).and_then(Option::take) else {
+        let Some((host, token)) = self.tx_done.take(slot) else {
             return;
         };
         if let Some(hook) = self.host_hook.as_mut() {
@@ -639,18 +629,8 @@ impl Simulation {
         }
         if emit.not_before > self.now {
             let at = emit.not_before;
-            let slot = match self.deferred_sends.iter().position(Option::is_none) {
-                Some(slot) => {
-                    self.deferred_sends[slot] = Some(emit);
-                    slot
-                }
-                None => {
-                    self.deferred_sends.push(Some(emit));
-                    self.deferred_sends.len() - 1
-                }
-            };
-            self.events
-                .schedule(at, EventKind::HostSend { slot: slot as u32 });
+            let slot = self.deferred_sends.insert(emit);
+            self.events.schedule(at, EventKind::HostSend { slot });
             return;
         }
         let mut packet = Packet::new(PacketKind::Custom);
