@@ -1013,6 +1013,36 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_rnic_is_blamed_and_not_its_tor_peers_whose_probes_to_it_fail() {
+        let mut lab = Lab::new(4);
+        let dead = lab.rnic(2, 0);
+        // Every probe to or from the dead RNIC is lost: its three peers each see a third
+        // of their ToR-mesh probes fail (those from the dead one), over the 10 % rule.
+        let mut probes = Vec::new();
+        for _ in 0..10 {
+            for a in 0..4 {
+                for b in 0..4 {
+                    if a == b {
+                        continue;
+                    }
+                    let (pa, pb) = (lab.rnic(a, 0), lab.rnic(b, 0));
+                    let status = if pa == dead || pb == dead {
+                        LOST
+                    } else {
+                        answered(5_000)
+                    };
+                    probes.push(probe(&lab, (pa, pb), ProbeSource::TorMesh, status, vec![]));
+                }
+            }
+        }
+        let report = lab.run(&probes, None);
+        let blamed: Vec<Option<RnicId>> = report.problems.iter().map(|p| p.rnic).collect();
+        assert_eq!(blamed, vec![Some(dead)], "{:?}", report.problems);
+        assert_eq!(lab.analyzer.anomalous_rnics(S), vec![dead]);
+        assert_eq!(report.timeouts.get(&TimeoutCause::Rnic), Some(&60));
+    }
+
+    #[test]
     fn two_rnics_of_one_host_dropping_at_once_is_its_cpu_not_two_rnics() {
         let mut lab = Lab::new(4);
         // Both RNICs of h1 lose ToR-mesh probes in the same period.
