@@ -25,6 +25,7 @@ use hawkmesh_netsim::rng::Rng;
 use hawkmesh_netsim::time::NS;
 use hawkmesh_netsim::{Scenario, Simulation};
 use hawkmesh_pingmesh::analysis::{AnalysisConfig, Analyzer, Problem, ProblemKind, TimeoutCause};
+use hawkmesh_pingmesh::inventory::Inventory;
 use hawkmesh_wire::probe::PROBE_PAYLOAD_BYTES;
 use hawkmesh_wire::topology::{NodeId, NodeKind, PortRef};
 use serde::Serialize;
@@ -396,7 +397,19 @@ fn run_trace(
                 "[[fault]]\nkind = \"link_flap\"\na = \"{}\"\nb = \"{tor}\"\ndown_us = {down}\nup_us = 1000000\n",
                 host.name
             );
-            let rnic = nic_index(topo, host.node, nic);
+            // The inventory's RNIC order is netsim's NIC order (NetsimProbing checks it).
+            let inventory = Inventory::from_topology(topo).map_err(|e| EvalError::Trace {
+                trace: id.into(),
+                reason: e.to_string(),
+            })?;
+            let rnic = inventory
+                .rnics()
+                .iter()
+                .position(|r| r.host == host.node && usize::from(r.nic) == nic)
+                .ok_or_else(|| EvalError::Trace {
+                    trace: id.into(),
+                    reason: format!("{} has no NIC {nic}", host.name),
+                })? as u32;
             (
                 Expected::Rnic { rnic },
                 format!("{} NIC {nic} (to {tor}) down from {down} µs", host.name),
@@ -559,26 +572,6 @@ fn timeout_name(cause: TimeoutCause) -> &'static str {
         TimeoutCause::Rnic => "rnic",
         TimeoutCause::SwitchNetwork => "switch_network",
     }
-}
-
-/// netsim's NIC index of `host`'s NIC `nic` (hosts by id, then their ports).
-fn nic_index(topo: &hawkmesh_wire::topology::FabricTopology, host: NodeId, nic: usize) -> u32 {
-    let mut index = 0u32;
-    for node in &topo.nodes {
-        if node.kind != NodeKind::Host {
-            continue;
-        }
-        let ports = topo
-            .links
-            .iter()
-            .filter(|l| l.a.node == node.id || l.b.node == node.id)
-            .count() as u32;
-        if node.id == host {
-            return index + nic as u32;
-        }
-        index += ports;
-    }
-    index
 }
 
 /// Whether a reported problem is the injected fault, classified and located.

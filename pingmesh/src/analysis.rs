@@ -21,9 +21,10 @@
 //!    it is an RNIC problem.
 //! 5. **Switch network problems** (§4.3.3): the remaining timeouts, and answered probes whose
 //!    network RTT exceeds [`AnalysisConfig::high_rtt_ns`]; when there are at least
-//!    [`AnalysisConfig::min_votes`] of either, Algorithm 1 votes over the links (egress
-//!    ports) of their probe and ACK paths, and, with "link" replaced by "switch", over the
-//!    switches; the most voted are the most suspicious.
+//!    [`AnalysisConfig::min_votes`] of either, Algorithm 1 votes over the physical links
+//!    between switches on their probe and ACK paths (host links are the RNIC's), and, with
+//!    "link" replaced by "switch", over the switches; the most voted are the most
+//!    suspicious.
 //! 6. **SLA** (§5): RNIC drop rate, switch-network drop rate and P50–P999 of network RTT and
 //!    end-host delay, for the whole cluster and for the service network (the service
 //!    tracing probes).
@@ -521,11 +522,13 @@ impl Analyzer {
             }
         }
 
-        // The links and switches the service's connections use (service tracing paths).
+        // The physical links the service's connections use (service tracing paths), named
+        // as the votes name them.
         let service_links: BTreeSet<PortRef> = probes
             .iter()
             .filter(|p| p.source == ProbeSource::ServiceTracing)
-            .flat_map(|p| p.path.iter().chain(&p.ack_path).copied())
+            .flat_map(|p| p.path.iter().chain(&p.ack_path))
+            .map(|port| inventory.link_of(*port))
             .collect();
         let degraded = service_degradation.is_some_and(|d| d > cfg.service_degradation_threshold);
         let priority = |affects: bool| match (affects, degraded) {
