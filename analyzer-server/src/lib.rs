@@ -17,6 +17,9 @@ mod gate;
 pub mod grpc;
 pub mod http;
 pub mod incidents;
+pub mod pingmesh;
+mod pingmesh_html;
+pub mod pingmesh_service;
 mod shared;
 pub mod store;
 #[cfg(test)]
@@ -63,6 +66,9 @@ pub struct ServerConfig {
     pub connections: conn::ConnectionLimits,
     /// Mutual TLS for the gRPC listener, or plaintext on loopback.
     pub tls: tls::TlsMode,
+    /// The pingmesh controller (R-Pingmesh: host agents' registration, pinglists, probe
+    /// results and their analysis), or none.
+    pub pingmesh: Option<pingmesh::PingmeshConfig>,
 }
 
 impl ServerConfig {
@@ -81,6 +87,7 @@ impl ServerConfig {
             limits: incidents::IntakeLimits::default(),
             connections: conn::ConnectionLimits::default(),
             tls: tls::TlsMode::PlaintextLoopback,
+            pingmesh: None,
         }
     }
 }
@@ -97,6 +104,9 @@ pub enum ServerError {
     /// The TLS configuration was refused by the server.
     #[error("the gRPC server refused the TLS configuration: {0}")]
     TlsConfig(String),
+    /// The pingmesh controller could not start.
+    #[error(transparent)]
+    Pingmesh(#[from] pingmesh::SetupError),
     /// A listen address could not be bound.
     #[error("binding {addr}: {source}")]
     Bind {
@@ -118,6 +128,8 @@ pub struct RunningServer {
     /// The shared incident set. Locking it blocks (it may wait for a store append and its
     /// fsync): from async code, lock it inside `tokio::task::spawn_blocking`.
     pub incidents: Arc<Mutex<IncidentSet>>,
+    /// The pingmesh controller, when it runs.
+    pub pingmesh: Option<pingmesh_service::PingmeshShared>,
     counters: Arc<Counters>,
     shutdown: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<()>>,
@@ -167,6 +179,30 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     set.set_limits(config.limits);
     let counters = set.counters().clone();
     let known = set.list().len();
+    let pingmesh = match &config.pingmesh {
+        Some(pm) => {
+            let (controller, replay) =
+                pingmesh::Controller::open(&config.topology, &config.data_dir, pm.clone())?;
+            if let Some(repaired) = &replay.repaired {
+                tracing::warn!(%repaired, "pingmesh log repaired on start");
+            }
+            for skipped in &replay.skipped {
+                counters.bump(counters::Counter::ReplaySkipped);
+                tracing::warn!(%skipped, "pingmesh log record skipped");
+            }
+            tracing::info!(
+                registrations = replay.registrations,
+                pending = replay.pending_results,
+                periods = replay.periods,
+                "pingmesh controller replayed"
+            );
+            Some(pingmesh_service::PingmeshShared::new(
+                controller,
+                config.topology.clone(),
+            ))
+        }
+        None => None,
+    };
     let incidents = Arc::new(Mutex::new(set));
     let bind = |addr: SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)
@@ -201,6 +237,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         tls.is_some(),
     ))
     .max_decoding_message_size(grpc::MAX_CHUNK_BYTES + 1024);
+    let pingmesh_grpc = pingmesh.as_ref().map(|shared| {
+        hawkmesh_proto::v1::pingmesh_controller_server::PingmeshControllerServer::new(
+            pingmesh_service::PingmeshService::new(shared.clone(), tls_on),
+        )
+        .max_decoding_message_size(pingmesh_service::MAX_MESSAGE_BYTES)
+    });
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder
@@ -213,6 +255,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         let served = builder
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .add_service(service)
+            .add_optional_service(pingmesh_grpc)
             .serve_with_incoming_shutdown(incoming, stop_requested(rx))
             .await;
         if let Err(error) = served {
@@ -223,7 +266,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 
     let (tx, rx) = oneshot::channel::<()>();
     shutdown.push(tx);
-    let app = http::router(incidents.clone());
+    let mut app = http::router(incidents.clone());
+    if let Some(shared) = &pingmesh {
+        app = app.merge(pingmesh_service::router(shared.clone()));
+    }
     let failures = counters.clone();
     tasks.push(tokio::spawn(async move {
         let listener =
@@ -271,6 +317,33 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         }
     }));
 
+    if let (Some(shared), Some(pm)) = (&pingmesh, &config.pingmesh) {
+        let (tx, rx) = oneshot::channel::<()>();
+        shutdown.push(tx);
+        let shared = shared.clone();
+        let failures = counters.clone();
+        // Due periods are looked for four times a period (at least every second).
+        let every = Duration::from_nanos(pm.period_ns / 4)
+            .clamp(Duration::from_millis(5), Duration::from_secs(1));
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let stop = stop_requested(rx);
+            tokio::pin!(stop);
+            loop {
+                tokio::select! {
+                    () = &mut stop => break,
+                    _ = tick.tick() => {
+                        if let Err(error) = shared.analyse_due().await {
+                            failures.bump(counters::Counter::InternalErrors);
+                            tracing::error!(%error, "pingmesh analysis failed");
+                        }
+                    }
+                }
+            }
+        }));
+    }
+
     tracing::info!(
         tls = tls_on,
         grpc = %grpc_addr,
@@ -283,6 +356,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         grpc_addr,
         http_addr,
         incidents,
+        pingmesh,
         counters,
         shutdown,
         tasks,

@@ -38,9 +38,11 @@
 //! file, synced, renamed over the log, the directory synced): retention by age and size
 //! (see `incidents`) drops old incidents this way.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -62,11 +64,11 @@ pub enum Record {
 
 /// A record and when it was stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stored {
+pub struct Stored<R = Record> {
     /// Wall-clock time of the append, ms since the Unix epoch.
     pub at_ms: u64,
     /// The record.
-    pub record: Record,
+    pub record: R,
 }
 
 /// Why the store failed.
@@ -104,10 +106,10 @@ pub struct Damage {
 }
 
 /// What replaying the log found, and what was repaired.
-#[derive(Debug, Default)]
-pub struct Replay {
+#[derive(Debug)]
+pub struct Replay<R = Record> {
     /// The good records, in order.
-    pub records: Vec<Stored>,
+    pub records: Vec<Stored<R>>,
     /// A torn last line was cut off (the process stopped while writing it; it was never
     /// acknowledged).
     pub torn_tail: bool,
@@ -117,7 +119,18 @@ pub struct Replay {
     pub quarantined: Option<PathBuf>,
 }
 
-impl Replay {
+impl<R> Default for Replay<R> {
+    fn default() -> Self {
+        Replay {
+            records: Vec::new(),
+            torn_tail: false,
+            damaged: Vec::new(),
+            quarantined: None,
+        }
+    }
+}
+
+impl<R> Replay<R> {
     /// One line for the operator, when anything was repaired.
     pub fn repair_summary(&self) -> Option<String> {
         if !self.torn_tail && self.damaged.is_empty() {
@@ -149,10 +162,13 @@ impl Replay {
     }
 }
 
-/// The append-only log.
+/// The append-only log of records `R` (the incident log by default; the pingmesh
+/// controller keeps its own log of its own records beside it).
 #[derive(Debug)]
-pub struct Store {
+pub struct Store<R = Record> {
     dir: PathBuf,
+    /// The log's file name in `dir`.
+    name: String,
     path: PathBuf,
     file: File,
     /// Length of the log up to its last complete, synced record.
@@ -162,6 +178,7 @@ pub struct Store {
     /// Tests pause appends here, after the write and before the sync.
     #[cfg(test)]
     pub(crate) gate: Option<crate::gate::Gate>,
+    records: PhantomData<fn(R) -> R>,
 }
 
 /// Milliseconds since the Unix epoch now.
@@ -172,13 +189,13 @@ pub fn now_ms() -> u64 {
 }
 
 /// One framed line (newline included).
-fn frame(at_ms: u64, record: &Record) -> Result<String, serde_json::Error> {
+fn frame<R: Serialize>(at_ms: u64, record: &R) -> Result<String, serde_json::Error> {
     let body = format!("{at_ms} {}", serde_json::to_string(record)?);
     Ok(format!("{:08x} {body}\n", crc32fast::hash(body.as_bytes())))
 }
 
 /// Parses one line (without its newline); `legacy_ms` is the time of format-1 lines.
-fn parse_line(line: &[u8], legacy_ms: u64) -> Result<Stored, String> {
+fn parse_line<R: DeserializeOwned>(line: &[u8], legacy_ms: u64) -> Result<Stored<R>, String> {
     let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8: {e}"))?;
     if text.starts_with('{') {
         // Store format 1: the record alone.
@@ -240,12 +257,20 @@ fn replace_atomically(dir: &Path, name: &str, lines: &[String]) -> Result<(), St
     Ok(())
 }
 
-impl Store {
-    /// Opens (creating if needed) `dir/incidents.log` and replays it, repairing what it
-    /// must (see the module documentation).
+impl Store<Record> {
+    /// Opens (creating if needed) the incident log `dir/incidents.log` and replays it,
+    /// repairing what it must (see the module documentation).
     pub fn open(dir: &Path) -> Result<(Store, Replay), StoreError> {
+        Store::open_named(dir, "incidents.log")
+    }
+}
+
+impl<R: Serialize + DeserializeOwned> Store<R> {
+    /// Opens (creating if needed) the log `dir/name` and replays it, repairing what it must
+    /// (see the module documentation).
+    pub fn open_named(dir: &Path, name: &str) -> Result<(Store<R>, Replay<R>), StoreError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let path = dir.join("incidents.log");
+        let path = dir.join(name);
         let mut replay = Replay::default();
         let mut good_len = 0u64;
         if path.exists() {
@@ -281,7 +306,7 @@ impl Store {
                 good_len = offset as u64;
             }
             if !replay.damaged.is_empty() {
-                let kept = dir.join(format!("incidents.log.damaged-{}", now_ms()));
+                let kept = dir.join(format!("{name}.damaged-{}", now_ms()));
                 std::fs::copy(&path, &kept).map_err(io(&kept))?;
                 let lines = replay
                     .records
@@ -289,7 +314,7 @@ impl Store {
                     .map(|s| frame(s.at_ms, &s.record))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| io(&path)(std::io::Error::other(e)))?;
-                replace_atomically(dir, "incidents.log", &lines)?;
+                replace_atomically(dir, name, &lines)?;
                 good_len = lines.iter().map(|l| l.len() as u64).sum();
                 replay.quarantined = Some(kept);
             }
@@ -305,12 +330,14 @@ impl Store {
         }
         let store = Store {
             dir: dir.to_path_buf(),
+            name: name.to_string(),
             path,
             file,
             len: good_len,
             broken: None,
             #[cfg(test)]
             gate: None,
+            records: PhantomData,
         };
         Ok((store, replay))
     }
@@ -326,14 +353,14 @@ impl Store {
     }
 
     /// The length of `record`'s line as [`Store::append`] would write it.
-    pub fn framed_len(at_ms: u64, record: &Record) -> u64 {
+    pub fn framed_len(at_ms: u64, record: &R) -> u64 {
         frame(at_ms, record).map_or(0, |line| line.len() as u64)
     }
 
     /// Appends a record stamped now and syncs it to disk; returns the stamp. On error the
     /// record must be taken as not stored (it may still be on disk after a failed sync;
     /// replay then finds it).
-    pub fn append(&mut self, record: &Record) -> Result<u64, StoreError> {
+    pub fn append(&mut self, record: &R) -> Result<u64, StoreError> {
         let at_ms = now_ms();
         let path = || self.path.display().to_string();
         if let Some(reason) = &self.broken {
@@ -378,14 +405,17 @@ impl Store {
     /// stays as it was and appends go on to it.
     pub fn rewrite<'a>(
         &mut self,
-        records: impl IntoIterator<Item = (u64, &'a Record)>,
-    ) -> Result<(), StoreError> {
+        records: impl IntoIterator<Item = (u64, &'a R)>,
+    ) -> Result<(), StoreError>
+    where
+        R: 'a,
+    {
         let lines = records
             .into_iter()
             .map(|(at_ms, record)| frame(at_ms, record))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io(&self.path)(std::io::Error::other(e)))?;
-        replace_atomically(&self.dir, "incidents.log", &lines)?;
+        replace_atomically(&self.dir, &self.name, &lines)?;
         self.file = OpenOptions::new()
             .append(true)
             .open(&self.path)

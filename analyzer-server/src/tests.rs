@@ -63,6 +63,7 @@ async fn serve(dir: &Path, topology: &FabricTopology) -> RunningServer {
         limits: crate::incidents::IntakeLimits::default(),
         connections: crate::conn::ConnectionLimits::default(),
         tls: crate::tls::TlsMode::PlaintextLoopback,
+        pingmesh: None,
     })
     .await
     .unwrap()

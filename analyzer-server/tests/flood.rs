@@ -71,6 +71,7 @@ async fn a_flood_of_idle_connections_and_incidents_leaves_others_served_in_bound
             idle_timeout: Duration::from_millis(500),
         },
         tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
+        pingmesh: None,
     })
     .await
     .unwrap();

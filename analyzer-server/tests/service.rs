@@ -51,6 +51,7 @@ async fn serve(dir: &Path, topology: &FabricTopology, timeout_ms: u64) -> Runnin
         limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
         connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
         tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
+        pingmesh: None,
     })
     .await
     .unwrap()

@@ -8,7 +8,9 @@ use hawkmesh_analyzer_server::conn::ConnectionLimits;
 use hawkmesh_analyzer_server::incidents::{IntakeLimits, Retention};
 use hawkmesh_analyzer_server::tls::{client_config, Pki, TlsMode};
 use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
+use hawkmesh_proto::v1 as pb;
 use hawkmesh_proto::v1::collector_client::CollectorClient;
+use hawkmesh_proto::v1::pingmesh_controller_client::PingmeshControllerClient;
 use hawkmesh_proto::v1::{IncidentRequest, ReportChunk, StreamSummary};
 use hawkmesh_wire::telemetry::TelemetryReport;
 use std::path::{Path, PathBuf};
@@ -38,6 +40,7 @@ async fn serve(dir: &Path, pki: &Pki) -> RunningServer {
             key: pki.key_path("analyzer"),
             client_ca: pki.cert_path("ca"),
         },
+        pingmesh: Some(Default::default()),
     })
     .await
     .unwrap()
@@ -156,6 +159,52 @@ async fn agents_report_over_mutual_tls_for_their_own_switch_only() {
         Ok(mut c) => send(&mut c, &forged).await.is_err(),
     };
     assert!(refused, "a certificate of another CA must be refused");
+
+    // A host agent registers its own RNICs, and may not speak for another host.
+    let hosts: Vec<_> = topology
+        .nodes
+        .iter()
+        .filter(|n| n.kind == hawkmesh_wire::topology::NodeKind::Host)
+        .collect();
+    let registration = |host: &hawkmesh_wire::topology::NodeDesc| {
+        let nic = topology
+            .links
+            .iter()
+            .find_map(|l| {
+                [l.a, l.b]
+                    .into_iter()
+                    .find(|p| p.node == host.id)
+                    .map(|p| p.port)
+            })
+            .unwrap();
+        let ip = host.ipv4.unwrap();
+        pb::RegisterRequest {
+            host: host.name.clone(),
+            incarnation: 1,
+            rnics: vec![pb::RnicInfo {
+                nic: u32::from(nic),
+                gid: vec![0; 16],
+                ip: std::net::Ipv4Addr::from([ip[0], ip[1], ip[2], ip[3] + nic as u8]).to_string(),
+                qpn: 77,
+            }],
+        }
+    };
+    pki.issue(&hosts[0].name, &[]).unwrap();
+    let channel = Channel::from_shared(format!("https://{}", server.grpc_addr))
+        .unwrap()
+        .tls_config(agent(&pki, &hosts[0].name))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut host_agent = PingmeshControllerClient::new(channel);
+    host_agent.register(registration(hosts[0])).await.unwrap();
+    let denied = host_agent
+        .register(registration(hosts[1]))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    assert!(denied.message().contains(&hosts[1].name), "{denied:?}");
     let counters = server.counters();
     assert_eq!(
         counters.chunks_rejected as usize,
@@ -180,6 +229,7 @@ async fn plaintext_is_refused_off_loopback() {
         limits: IntakeLimits::default(),
         connections: ConnectionLimits::default(),
         tls: TlsMode::PlaintextLoopback,
+        pingmesh: None,
     })
     .await
     .expect_err("plaintext on every address");

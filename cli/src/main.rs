@@ -161,6 +161,12 @@ enum AnalyzerCommand {
         /// Serve gRPC without TLS (loopback addresses only; nobody is identified).
         #[arg(long)]
         plaintext: bool,
+        /// The pingmesh analysis period, s (R-Pingmesh: 20).
+        #[arg(long, default_value_t = 20.0)]
+        pingmesh_period_s: f64,
+        /// Run without the pingmesh controller (switch telemetry only).
+        #[arg(long)]
+        no_pingmesh: bool,
     },
 }
 
@@ -269,6 +275,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     tls_key,
                     client_ca,
                     plaintext,
+                    pingmesh_period_s,
+                    no_pingmesh,
                 },
         } => {
             let tls = match (tls_cert, tls_key, client_ca) {
@@ -298,7 +306,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 max_age: std::time::Duration::from_secs_f64(retention_days * 86_400.0),
                 max_bytes: max_store_mib << 20,
             };
-            serve(&topology, data, grpc, http, timeout_ms, retention, tls)
+            let pingmesh = if no_pingmesh {
+                None
+            } else {
+                if !(pingmesh_period_s.is_finite() && (0.001..=3600.0).contains(&pingmesh_period_s))
+                {
+                    anyhow::bail!(
+                        "--pingmesh-period-s {pingmesh_period_s}: must be in [0.001, 3600]"
+                    );
+                }
+                let period_ns = (pingmesh_period_s * 1e9) as u64;
+                Some(hawkmesh_analyzer_server::pingmesh::PingmeshConfig {
+                    period_ns,
+                    // Results are waited for half a period (uploads come every 5 s).
+                    grace_ns: period_ns / 2,
+                    ..Default::default()
+                })
+            };
+            serve(
+                &topology,
+                data,
+                (grpc, http),
+                timeout_ms,
+                retention,
+                tls,
+                pingmesh,
+            )
         }
         Command::Pki { command } => match command {
             PkiCommand::Init { dir, name } => {
@@ -482,11 +515,11 @@ fn demo(out: &Path, scenario: Option<&Path>, seed: Option<u64>) -> anyhow::Resul
 fn serve(
     topology: &Path,
     data: PathBuf,
-    grpc: std::net::SocketAddr,
-    http: std::net::SocketAddr,
+    (grpc, http): (std::net::SocketAddr, std::net::SocketAddr),
     timeout_ms: u64,
     retention: hawkmesh_analyzer_server::incidents::Retention,
     tls: hawkmesh_analyzer_server::tls::TlsMode,
+    pingmesh: Option<hawkmesh_analyzer_server::pingmesh::PingmeshConfig>,
 ) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(topology)
         .with_context(|| format!("reading {}", topology.display()))?;
@@ -517,11 +550,25 @@ fn serve(
             limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
             connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
             tls,
+            pingmesh,
         })
-        .await?;
+        .await
+        .map_err(|e| match e {
+            hawkmesh_analyzer_server::ServerError::Pingmesh(e) => anyhow::anyhow!(
+                "{e} (the pingmesh controller needs every host's address in the topology; \
+                 --no-pingmesh runs the analyzer without it)"
+            ),
+            e => e.into(),
+        })?;
         println!(
-            "analyzer: gRPC ({secured}) on {}, HTTP on http://{}/api/incidents",
-            server.grpc_addr, server.http_addr
+            "analyzer: gRPC ({secured}) on {}, HTTP on http://{}/api/incidents{}",
+            server.grpc_addr,
+            server.http_addr,
+            if server.pingmesh.is_some() {
+                format!(" and http://{}/pingmesh", server.http_addr)
+            } else {
+                String::new()
+            }
         );
         tokio::signal::ctrl_c().await?;
         server.stop().await;

@@ -759,6 +759,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
                 connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
                 tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
+                pingmesh: None,
             }))
             .map_err(|e| LoopError::Analyzer(e.to_string()))?;
         let endpoint = format!("http://{}", server.grpc_addr);
