@@ -953,9 +953,6 @@ impl Controller {
                 Ok(pb::ProbeKind::ServiceTracing) => ProbeSource::ServiceTracing,
                 _ => return Err(fail(format!("kind {} is not a probe kind", result.kind))),
             };
-            if result.sent_ns == 0 {
-                return Err(fail("sent_ns is missing".into()));
-            }
             if result.sent_ns > now_ns.saturating_add(self.config.max_clock_skew_ns) {
                 return Err(fail(format!(
                     "sent_ns {} is {} ms ahead of the analyzer's clock (more than the {} ms of skew allowed)",
@@ -1378,7 +1375,7 @@ impl Controller {
                     by_host
                         .entry(r.host)
                         .or_default()
-                        .push(self.to_result(record));
+                        .push(Controller::probe_result(&self.inventory, record));
                 }
             }
         }
@@ -1416,23 +1413,21 @@ impl Controller {
         Ok(())
     }
 
-    /// A record as an agent would upload it.
-    fn to_result(&self, record: &ProbeRecord) -> pb::ProbeResult {
+    /// A record as an agent uploads it (RNICs and hops named from `inventory`).
+    pub fn probe_result(inventory: &Inventory, record: &ProbeRecord) -> pb::ProbeResult {
         let hops = |path: &[PortRef]| {
             path.iter()
                 .map(|p| pb::Hop {
-                    node: self.inventory.name(p.node).to_string(),
+                    node: inventory.name(p.node).to_string(),
                     port: u32::from(p.port),
                 })
                 .collect()
         };
-        let (prober_nic, target_host, target_nic) = match (
-            self.inventory.rnic(record.prober),
-            self.inventory.rnic(record.target),
-        ) {
-            (Some(p), Some(t)) => (u32::from(p.nic), t.host_name.clone(), u32::from(t.nic)),
-            _ => (0, String::new(), 0),
-        };
+        let (prober_nic, target_host, target_nic) =
+            match (inventory.rnic(record.prober), inventory.rnic(record.target)) {
+                (Some(p), Some(t)) => (u32::from(p.nic), t.host_name.clone(), u32::from(t.nic)),
+                _ => (0, String::new(), 0),
+            };
         let mut result = pb::ProbeResult {
             prober_nic,
             target_host,

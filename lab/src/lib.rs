@@ -21,6 +21,7 @@ pub mod hawkeye_loop;
 pub mod hosts;
 pub mod pingmesh;
 pub mod pingmesh_eval;
+pub mod pingmesh_uplink;
 pub mod switch_pipeline;
 
 pub use hawkeye_loop::*;
