@@ -4,13 +4,18 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in [
         "proto/collector.proto",
+        "proto/pingmesh.proto",
         "proto/bfruntime.proto",
         "proto/google/rpc/status.proto",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
     let descriptors = protox::compile(
-        ["proto/collector.proto", "proto/bfruntime.proto"],
+        [
+            "proto/collector.proto",
+            "proto/pingmesh.proto",
+            "proto/bfruntime.proto",
+        ],
         ["proto"],
     )?;
     tonic_prost_build::configure()

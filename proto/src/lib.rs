@@ -1,5 +1,7 @@
-//! gRPC definitions shared by the switch agents (clients) and the analyzer service
-//! (server): `proto/collector.proto`, compiled at build time without `protoc`.
+//! gRPC definitions shared by the agents (clients) and the analyzer service (server):
+//! `proto/collector.proto` (switch agents' telemetry reports) and `proto/pingmesh.proto`
+//! (host agents' registration, pinglists and probe results), compiled at build time
+//! without `protoc`.
 
 #![allow(missing_docs, missing_debug_implementations, clippy::all)]
 
