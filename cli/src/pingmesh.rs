@@ -20,7 +20,8 @@ pub struct PingmeshEvalArgs {
     #[arg(long, default_value = "out/pingmesh-eval")]
     out: PathBuf,
     /// Fault families, comma-separated (default: all): healthy, link-loss, acl-drop,
-    /// link-down, rnic-down, host-down, agent-restart, cpu-overload.
+    /// link-down, rnic-down, host-down, agent-restart, cpu-overload, link-flap, rnic-flap,
+    /// pfc-storm, ecmp-imbalance.
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// Fabric families, comma-separated, or `all`: k4, leaf-spine, clos, rail (drawn per

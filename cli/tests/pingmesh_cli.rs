@@ -34,7 +34,7 @@ fn eval(out: &Path, faults: &str) -> std::process::Output {
 #[test]
 fn a_small_evaluation_locates_its_faults_and_is_reproducible() {
     let (a, b) = (scratch("a"), scratch("b"));
-    let output = eval(&a, "healthy,link-down,rnic-down");
+    let output = eval(&a, "healthy,link-down,rnic-down,pfc-storm,ecmp-imbalance");
     assert!(
         output.status.success(),
         "{}",
@@ -50,7 +50,11 @@ fn a_small_evaluation_locates_its_faults_and_is_reproducible() {
         report.contains("| rail | link-down | 1 | 1 | 1 | 0 |"),
         "{report}"
     );
-    assert!(eval(&b, "healthy,link-down,rnic-down").status.success());
+    assert!(
+        eval(&b, "healthy,link-down,rnic-down,pfc-storm,ecmp-imbalance")
+            .status
+            .success()
+    );
     assert_eq!(
         std::fs::read(a.join("results.json")).unwrap(),
         std::fs::read(b.join("results.json")).unwrap()

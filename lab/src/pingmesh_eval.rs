@@ -16,6 +16,20 @@
 //! | `host-down` | a host's agent stops (probing, answering, uploading) | host down |
 //! | `agent-restart` | a host's agent restarts (new QPNs) | none (QPN-reset noise) |
 //! | `cpu-overload` | a host's CPU spends 200–500 µs more per probe packet for 10 ms | host CPU, not its RNIC |
+//! | `link-flap` | a switch–switch link flaps: 3–5 outages of 1–1.5 ms, one every 2–3 ms | switch drops on that link |
+//! | `rnic-flap` | a host's NIC link flaps likewise | an RNIC problem on that RNIC |
+//! | `pfc-storm` | a host's NIC sends PFC PAUSE on the probes' (data) priority for 4–8 ms | an RNIC problem on that RNIC |
+//! | `ecmp-imbalance` | a first-tier switch hashes every flow onto one uplink while enough of its hosts send to load two uplinks | switch latency on that uplink |
+//!
+//! A PFC storm pauses the ToR's port toward the storming RNIC (IEEE 802.1Qbb): probes to it
+//! queue there until they time out, and the ACKs of its own probes likewise, so its ToR-mesh
+//! probes fail and it is the RNIC R-Pingmesh names (§6: "ToR-mesh probing also found a high
+//! RTT to an anomalous RNIC"); the probes that wait less come back with a high RTT and are
+//! the RNIC's too, not votes against the links they crossed. The uneven ECMP load
+//! ("network congestion due to uneven load balancing", R-Pingmesh §2.3; "ToR switch uplink
+//! congestion caused by ECMP hash collision", §7) offers twice an uplink's rate to one
+//! uplink: DCQCN and PFC keep it lossless, so the probes crossing it see a high network RTT
+//! and Algorithm 1 over the high-RTT probes names it.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -30,7 +44,7 @@ use hawkmesh_wire::probe::PROBE_PAYLOAD_BYTES;
 use hawkmesh_wire::topology::{NodeId, NodeKind, PortRef};
 use serde::Serialize;
 
-use crate::eval::{EvalError, FabricSpec, Family};
+use crate::eval::{EvalError, FabricSpec, FabricView, Family};
 use crate::pingmesh::{AgentEvent, AgentEventKind, CpuLoad, NetsimProbing, ProbingConfig};
 
 /// A fault family.
@@ -53,11 +67,19 @@ pub enum FaultFamily {
     AgentRestart,
     /// A host's CPU busy.
     CpuOverload,
+    /// A fabric link going down and up repeatedly.
+    LinkFlap,
+    /// A host link going down and up repeatedly.
+    RnicFlap,
+    /// A NIC sending PFC PAUSE frames.
+    PfcStorm,
+    /// One uplink taking every flow of its switch.
+    EcmpImbalance,
 }
 
 impl FaultFamily {
     /// Every family, in report order.
-    pub const ALL: [FaultFamily; 8] = [
+    pub const ALL: [FaultFamily; 12] = [
         FaultFamily::Healthy,
         FaultFamily::LinkLoss,
         FaultFamily::AclDrop,
@@ -66,6 +88,10 @@ impl FaultFamily {
         FaultFamily::HostDown,
         FaultFamily::AgentRestart,
         FaultFamily::CpuOverload,
+        FaultFamily::LinkFlap,
+        FaultFamily::RnicFlap,
+        FaultFamily::PfcStorm,
+        FaultFamily::EcmpImbalance,
     ];
 
     /// Name on the command line and in files.
@@ -79,6 +105,10 @@ impl FaultFamily {
             FaultFamily::HostDown => "host-down",
             FaultFamily::AgentRestart => "agent-restart",
             FaultFamily::CpuOverload => "cpu-overload",
+            FaultFamily::LinkFlap => "link-flap",
+            FaultFamily::RnicFlap => "rnic-flap",
+            FaultFamily::PfcStorm => "pfc-storm",
+            FaultFamily::EcmpImbalance => "ecmp-imbalance",
         }
     }
 
@@ -152,6 +182,11 @@ pub enum Expected {
     Nothing,
     /// Switch drops on the link between these ports.
     Link {
+        /// Both ends.
+        ports: Vec<PortRef>,
+    },
+    /// Switch latency (high network RTT) on the link between these ports.
+    LinkLatency {
         /// Both ends.
         ports: Vec<PortRef>,
     },
@@ -325,7 +360,8 @@ fn run_trace(
     let spec = if fabric == Family::K4 {
         FabricSpec::k4()
     } else {
-        FabricSpec::draw(fabric, false, rng)
+        // An ECMP imbalance needs an ECMP group: at least two uplinks per first-tier switch.
+        FabricSpec::draw(fabric, fault == FaultFamily::EcmpImbalance, rng)
     };
     let view = spec.view()?;
     let topo = &view.topo;
@@ -347,7 +383,10 @@ fn run_trace(
     let mut events = Vec::new();
     let (expected, description) = match fault {
         FaultFamily::Healthy => (Expected::Nothing, "no fault".to_string()),
-        FaultFamily::LinkLoss | FaultFamily::AclDrop | FaultFamily::LinkDown => {
+        FaultFamily::LinkLoss
+        | FaultFamily::AclDrop
+        | FaultFamily::LinkDown
+        | FaultFamily::LinkFlap => {
             if switch_links.is_empty() {
                 return Err(EvalError::Trace {
                     trace: id.into(),
@@ -375,6 +414,11 @@ fn run_trace(
                     );
                     format!("link {a}–{b} drops UDP source ports {first}–{last}")
                 }
+                FaultFamily::LinkFlap => {
+                    let (toml, what) = flapping(&a, &b, start_ns, rng);
+                    fault_toml.push_str(&toml);
+                    format!("link {a}–{b} {what}")
+                }
                 _ => {
                     let down = start_ns as f64 / 1000.0;
                     let _ = write!(
@@ -388,15 +432,36 @@ fn run_trace(
             ports.sort();
             (Expected::Link { ports }, what)
         }
-        FaultFamily::RnicDown => {
+        FaultFamily::RnicDown | FaultFamily::RnicFlap | FaultFamily::PfcStorm => {
             let nic = rng.below(host.tors.len() as u64) as usize;
             let tor = name(host.tors[nic]);
             let down = start_ns as f64 / 1000.0;
-            let _ = write!(
-                fault_toml,
-                "[[fault]]\nkind = \"link_flap\"\na = \"{}\"\nb = \"{tor}\"\ndown_us = {down}\nup_us = 1000000\n",
-                host.name
-            );
+            let what = match fault {
+                FaultFamily::RnicDown => {
+                    let _ = write!(
+                        fault_toml,
+                        "[[fault]]\nkind = \"link_flap\"\na = \"{}\"\nb = \"{tor}\"\ndown_us = {down}\nup_us = 1000000\n",
+                        host.name
+                    );
+                    format!("down from {down} µs")
+                }
+                FaultFamily::RnicFlap => {
+                    let (toml, what) = flapping(&host.name, &tor, start_ns, rng);
+                    fault_toml.push_str(&toml);
+                    what
+                }
+                _ => {
+                    let duration_us = 4_000 + 1_000 * rng.below(5);
+                    let _ = write!(
+                        fault_toml,
+                        "[[fault]]\nkind = \"pfc_injection\"\nhost = \"{}\"\nnic = {nic}\nstart_us = {down}\nduration_us = {duration_us}\n",
+                        host.name
+                    );
+                    format!(
+                        "sends PFC PAUSE on the data priority for {duration_us} µs from {down} µs"
+                    )
+                }
+            };
             // The inventory's RNIC order is netsim's NIC order (NetsimProbing checks it).
             let inventory = Inventory::from_topology(topo).map_err(|e| EvalError::Trace {
                 trace: id.into(),
@@ -412,7 +477,7 @@ fn run_trace(
                 })? as u32;
             (
                 Expected::Rnic { rnic },
-                format!("{} NIC {nic} (to {tor}) down from {down} µs", host.name),
+                format!("{} NIC {nic} (to {tor}) {what}", host.name),
             )
         }
         FaultFamily::HostDown => {
@@ -454,6 +519,15 @@ fn run_trace(
                     start_ns / 1000
                 ),
             )
+        }
+        FaultFamily::EcmpImbalance => {
+            let (toml, hot, what) =
+                imbalance(&view, &spec, start_ns, rng).ok_or_else(|| EvalError::Trace {
+                    trace: id.into(),
+                    reason: "no first-tier switch has two uplinks and hosts to load them".into(),
+                })?;
+            fault_toml.push_str(&toml);
+            (Expected::LinkLatency { ports: hot }, what)
         }
     };
     let duration_us = (config.period_ns + 1_000_000) / 1000;
@@ -525,6 +599,10 @@ fn run_trace(
             .problems
             .iter()
             .any(|p| p.kind == ProblemKind::SwitchDrops),
+        Expected::LinkLatency { .. } => report
+            .problems
+            .iter()
+            .any(|p| p.kind == ProblemKind::SwitchLatency),
         Expected::Rnic { .. } => report.problems.iter().any(|p| p.kind == ProblemKind::Rnic),
         Expected::HostDown { .. } => report
             .problems
@@ -564,6 +642,95 @@ fn run_trace(
     })
 }
 
+/// A `link_flap` fault that flaps the link `a`–`b` from `start_ns`: 3–5 outages of
+/// 1–1.5 ms, one every 2–3 ms (R-Pingmesh §2.2: a flapping port or RNIC "frequently
+/// fluctuates between up and down"), so the link is down for at least 15 % of a 20-ms
+/// period. Returns the TOML and a description.
+fn flapping(a: &str, b: &str, start_ns: u64, rng: &mut Rng) -> (String, String) {
+    let count = 3 + rng.below(3);
+    let outage_us = 1_000 + 100 * rng.below(6);
+    let period_us = 2_000 + 250 * rng.below(5);
+    let down = start_ns / 1000;
+    let toml = format!(
+        "[[fault]]\nkind = \"link_flap\"\na = \"{a}\"\nb = \"{b}\"\ndown_us = {down}\nup_us = {}\ncount = {count}\nperiod_us = {period_us}\n",
+        down + outage_us
+    );
+    let what =
+        format!("flaps {count} times from {down} µs: down {outage_us} µs every {period_us} µs");
+    (toml, what)
+}
+
+/// An `ecmp_imbalance` fault with the load that makes it hurt: a first-tier switch with two
+/// or more uplinks hashes every flow onto one of them (hash polarisation, R-Pingmesh §2.3),
+/// while enough of its hosts send to hosts under other switches to fill two uplinks, for
+/// about 3 ms at line rate from `start_ns`. Returns the TOML, the hot link's ports and a
+/// description; `None` when no first-tier switch qualifies.
+fn imbalance(
+    view: &FabricView,
+    spec: &FabricSpec,
+    start_ns: u64,
+    rng: &mut Rng,
+) -> Option<(String, Vec<PortRef>, String)> {
+    let topo = &view.topo;
+    // (switch, NIC index, its hosts) for every first-tier switch with two uplinks.
+    let mut candidates: Vec<(NodeId, usize, Vec<usize>)> = Vec::new();
+    for (i, host) in view.hosts.iter().enumerate() {
+        for (nic, tor) in host.tors.iter().enumerate() {
+            if view.adjacency.get(tor).is_none_or(|up| up.len() < 2) {
+                continue;
+            }
+            match candidates.iter_mut().find(|c| c.0 == *tor && c.1 == nic) {
+                Some(c) => c.2.push(i),
+                None => candidates.push((*tor, nic, vec![i])),
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return None;
+    }
+    let (tor, nic, senders) = candidates.swap_remove(rng.below(candidates.len() as u64) as usize);
+    let uplinks = &view.adjacency[&tor];
+    let toward = uplinks[rng.below(uplinks.len() as u64) as usize];
+    // Twice an uplink's rate offered, with the hosts the switch has.
+    let wanted = (2.0 * spec.fabric_gbps / spec.host_gbps).ceil() as usize;
+    let receivers: Vec<usize> = (0..view.hosts.len())
+        .filter(|h| view.hosts[*h].tors.get(nic).is_some_and(|t| *t != tor))
+        .collect();
+    let n = wanted.min(senders.len()).min(receivers.len());
+    if n == 0 {
+        return None;
+    }
+    let first = rng.below(receivers.len() as u64) as usize;
+    let size = (spec.host_gbps * 375_000.0) as u64; // 3 ms at line rate
+    let start_us = start_ns / 1000;
+    let flows: Vec<String> = (0..n)
+        .map(|i| {
+            let src = &view.hosts[senders[i]].name;
+            let dst = &view.hosts[receivers[(first + i) % receivers.len()]].name;
+            format!(
+                "{{ src = \"{src}\", dst = \"{dst}\", size_bytes = {size}, start_us = {start_us}, src_nic = {nic}, dst_nic = {nic} }}"
+            )
+        })
+        .collect();
+    let (tor_name, up_name) = (view.name(tor), view.name(toward));
+    let toml = format!(
+        "[[workload]]\nkind = \"flows\"\nflows = [{}]\n[[fault]]\nkind = \"ecmp_imbalance\"\nswitch = \"{tor_name}\"\ntoward = \"{up_name}\"\nfraction = 1.0\n",
+        flows.join(", ")
+    );
+    let mut ports: Vec<PortRef> = topo
+        .links
+        .iter()
+        .filter(|l| (l.a.node, l.b.node) == (tor, toward) || (l.a.node, l.b.node) == (toward, tor))
+        .flat_map(|l| [l.a, l.b])
+        .collect();
+    ports.sort();
+    let what = format!(
+        "{tor_name} hashes every flow to {up_name}; {n} hosts send {:.1} MB each from {start_us} µs",
+        size as f64 / 1e6
+    );
+    Some((toml, ports, what))
+}
+
 fn timeout_name(cause: TimeoutCause) -> &'static str {
     match cause {
         TimeoutCause::HostDown => "host_down",
@@ -584,6 +751,10 @@ fn matches(expected: &Expected, problem: &Problem) -> bool {
             // the faulty link is among them (`suspects` says how many there were).
             problem.kind == ProblemKind::SwitchDrops
                 && problem.links.iter().any(|(l, _)| faulty.contains(l))
+        }
+        Expected::LinkLatency { ports } => {
+            problem.kind == ProblemKind::SwitchLatency
+                && problem.links.iter().any(|(l, _)| ports.contains(l))
         }
         Expected::Rnic { rnic } => problem.kind == ProblemKind::Rnic && problem.rnic == Some(*rnic),
         Expected::HostDown { host } => {

@@ -276,3 +276,116 @@ up_us = 15000
     );
     assert!(report.cluster.rnic_drop_rate > 0.01, "{:?}", report.cluster);
 }
+
+#[test]
+fn a_flapping_fabric_link_is_located_to_it() {
+    // agg2–core0 goes down for 1 ms every 3 ms, four times.
+    let (report, sim, _) = run(
+        r#"
+[[fault]]
+kind = "link_flap"
+a = "agg2"
+b = "core0"
+down_us = 3000
+up_us = 4000
+count = 4
+period_us = 3000
+"#,
+        Vec::new(),
+    );
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    let problem = &report.problems[0];
+    assert_eq!(problem.kind, ProblemKind::SwitchDrops);
+    let faulty = link_ports(&sim, "agg2", "core0");
+    assert!(
+        problem.links.iter().all(|(l, _)| faulty.contains(l)),
+        "{:?} vs {faulty:?}",
+        problem.links
+    );
+}
+
+#[test]
+fn a_flapping_rnic_is_an_rnic_problem() {
+    let h3 = h(&quiet_sim(), "h3");
+    let (report, _, _) = run(
+        r#"
+[[fault]]
+kind = "link_flap"
+a = "h3"
+b = "tor1"
+down_us = 3000
+up_us = 4200
+count = 4
+period_us = 2500
+"#,
+        Vec::new(),
+    );
+    let kinds: Vec<_> = report.problems.iter().map(|p| (p.kind, p.host)).collect();
+    assert_eq!(kinds, vec![(ProblemKind::Rnic, Some(h3))]);
+}
+
+#[test]
+fn a_pfc_storm_from_an_rnic_is_that_rnics_problem_not_its_cpu_or_the_fabric() {
+    // h8's NIC pauses tor4's port toward it for 5 ms: probes to it wait there (timeouts,
+    // high RTT once released), and so do the ACKs of its own probes.
+    let h8 = h(&quiet_sim(), "h8");
+    let (report, _, _) = run(
+        r#"
+[[fault]]
+kind = "pfc_injection"
+host = "h8"
+start_us = 4000
+duration_us = 5000
+"#,
+        Vec::new(),
+    );
+    let kinds: Vec<_> = report.problems.iter().map(|p| (p.kind, p.host)).collect();
+    assert_eq!(
+        kinds,
+        vec![(ProblemKind::Rnic, Some(h8))],
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.timeouts[&TimeoutCause::Rnic] > 50,
+        "{:?}",
+        report.timeouts
+    );
+    assert!(!report.timeouts.contains_key(&TimeoutCause::CpuNoise));
+}
+
+#[test]
+fn an_uplink_taking_every_flow_of_its_tor_is_switch_latency_on_it() {
+    // tor0 hashes every flow to agg0 while its two hosts send to other pods at line rate:
+    // 200G offered to a 100G uplink, kept lossless by DCQCN and PFC, so probes crossing it
+    // queue.
+    let (report, sim, _) = run(
+        r#"
+[[workload]]
+kind = "flows"
+flows = [
+  { src = "h0", dst = "h4", size_bytes = 30000000, start_us = 4000 },
+  { src = "h1", dst = "h8", size_bytes = 30000000, start_us = 4000 },
+]
+[[fault]]
+kind = "ecmp_imbalance"
+switch = "tor0"
+toward = "agg0"
+fraction = 1.0
+"#,
+        Vec::new(),
+    );
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    let problem = &report.problems[0];
+    assert_eq!(problem.kind, ProblemKind::SwitchLatency);
+    let hot = link_ports(&sim, "tor0", "agg0");
+    assert!(
+        problem.links.iter().all(|(l, _)| hot.contains(l)),
+        "{:?} vs {hot:?}",
+        problem.links
+    );
+    assert!(report.timeouts.is_empty(), "{:?}", report.timeouts);
+    // The tail shows it; the median is the fabric's usual RTT.
+    let rtt = report.cluster.network_rtt;
+    assert!(rtt.p50 < 50_000 && rtt.p999 > 200_000, "{rtt:?}");
+}

@@ -5,7 +5,7 @@ use crate::event::{EventKind, EventQueue};
 use crate::fabric;
 use crate::packet::{FiveTuple, PacketPool, ROCEV2_UDP_PORT, ROCE_ACK_BYTES, ROCE_DATA_OVERHEAD};
 use crate::rng::Rng;
-use crate::routing::{ecmp_hash, RoutingTable};
+use crate::routing::RoutingTable;
 use crate::scenario::{FaultSpec, LoadedScenario, ScenarioError, WorkloadSpec};
 use crate::sim::{
     FaultAction, Flow, Nic, Owner, Params, Port, PortCounters, SendState, Simulation, SwitchState,
@@ -514,16 +514,12 @@ impl Simulation {
             if hops.is_empty() {
                 break;
             }
-            let sw = &self.switches[s as usize];
-            let hash = ecmp_hash(
-                tuple.src_ip,
-                tuple.dst_ip,
-                tuple.src_port,
-                tuple.dst_port,
-                sw.ecmp_seed,
-            );
-            let local = hops[hash as usize % hops.len()];
-            port = sw.first_port + local as u32;
+            let local = if hops.len() == 1 {
+                hops[0]
+            } else {
+                self.ecmp_pick(s, hops, &tuple)
+            };
+            port = self.switches[s as usize].first_port + local as u32;
         }
         path
     }
@@ -679,23 +675,40 @@ impl Simulation {
                 b,
                 down_us,
                 up_us,
+                count,
+                period_us,
                 reroute_after_us,
             } => {
                 let (pa, pb) =
                     self.link_ports(loaded, &at("a"), node_of("a", a)?, node_of("b", b)?)?;
-                let down = from_us(*down_us);
-                let up = from_us(*up_us);
-                self.schedule_fault(down, FaultAction::LinkDown { ports: [pa, pb] });
-                self.schedule_fault(up, FaultAction::LinkUp { ports: [pa, pb] });
-                if let Some(after) = reroute_after_us {
-                    self.schedule_fault(down + from_us(*after), FaultAction::Reroute);
-                    self.schedule_fault(up + from_us(*after), FaultAction::Reroute);
+                // Cycle i is the first one shifted by i periods (validated: a period is
+                // longer than the outage, so the cycles never overlap).
+                let period = period_us.map_or(0, from_us);
+                let mut last_up = 0;
+                for cycle in 0..*count {
+                    let shift = period * Time::from(cycle);
+                    let down = from_us(*down_us) + shift;
+                    let up = from_us(*up_us) + shift;
+                    self.schedule_fault(down, FaultAction::LinkDown { ports: [pa, pb] });
+                    self.schedule_fault(up, FaultAction::LinkUp { ports: [pa, pb] });
+                    if let Some(after) = reroute_after_us {
+                        self.schedule_fault(down + from_us(*after), FaultAction::Reroute);
+                        self.schedule_fault(up + from_us(*after), FaultAction::Reroute);
+                    }
+                    last_up = up;
                 }
                 anomaly.kind = AnomalyKind::LinkFlap;
-                anomaly.start_ns = down / NS;
-                anomaly.end_ns = up / NS;
+                anomaly.start_ns = from_us(*down_us) / NS;
+                anomaly.end_ns = last_up / NS;
                 (anomaly.nodes, anomaly.initial_ports) = self.link_ends(pa, pb);
-                anomaly.description = format!("link {a}-{b} down from {down_us} µs to {up_us} µs");
+                anomaly.description = if *count > 1 {
+                    format!(
+                        "link {a}-{b} flaps {count} times: down from {down_us} µs to {up_us} µs, every {} µs",
+                        period_us.unwrap_or(0.0)
+                    )
+                } else {
+                    format!("link {a}-{b} down from {down_us} µs to {up_us} µs")
+                };
             }
             FaultSpec::RandomLoss { a, b, rate } => {
                 let (pa, pb) =

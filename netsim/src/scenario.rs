@@ -671,6 +671,10 @@ fn yes() -> bool {
     true
 }
 
+fn one_cycle() -> u32 {
+    1
+}
+
 fn is_zero(value: &u32) -> bool {
     *value == 0
 }
@@ -740,6 +744,7 @@ pub enum FaultSpec {
         duration_us: f64,
     },
     /// A link goes down at `down_us` and comes back at `up_us`; packets sent meanwhile are lost.
+    /// With `count` > 1 it flaps: the same down/up cycle repeats every `period_us`.
     LinkFlap {
         /// One end (node name).
         a: String,
@@ -749,6 +754,13 @@ pub enum FaultSpec {
         down_us: f64,
         /// Up again, µs.
         up_us: f64,
+        /// Down/up cycles (1 = a single outage).
+        #[serde(default = "one_cycle")]
+        count: u32,
+        /// Time from one cycle's down to the next one's, µs (needed when `count` > 1; longer
+        /// than the outage `up_us - down_us`).
+        #[serde(default)]
+        period_us: Option<f64>,
         /// Recompute routes around the failed link this long after each change, µs
         /// (None = routes stay, traffic hashed onto the link is lost while it is down).
         #[serde(default)]
@@ -1270,9 +1282,32 @@ impl LoadedScenario {
                     positive(self, &at("drain_gbps"), *drain_gbps)?;
                     positive(self, &at("duration_us"), *duration_us)?;
                 }
-                FaultSpec::LinkFlap { down_us, up_us, .. } => {
+                FaultSpec::LinkFlap {
+                    down_us,
+                    up_us,
+                    count,
+                    period_us,
+                    ..
+                } => {
                     if up_us <= down_us {
                         return Err(self.error(&at("up_us"), "must be after down_us"));
+                    }
+                    if *count == 0 {
+                        return Err(self.error(&at("count"), "must be at least 1"));
+                    }
+                    match period_us {
+                        None if *count > 1 => {
+                            return Err(
+                                self.error(&at("period_us"), "is needed when count is more than 1")
+                            );
+                        }
+                        Some(period) if !(period.is_finite() && *period > up_us - down_us) => {
+                            return Err(self.error(
+                                &at("period_us"),
+                                "must be longer than the outage (up_us - down_us)",
+                            ));
+                        }
+                        _ => {}
                     }
                 }
                 FaultSpec::RandomLoss { rate, .. } => {

@@ -420,3 +420,121 @@ src_port_max = {max}
         .to_string();
     assert!(e.contains("fault[0].src_port_max"), "{e}");
 }
+
+/// A flow on the dumbbell from `start_us`, with `h2`'s link flapping `count` times.
+fn flapping(count: u32, start_us: u32) -> String {
+    format!(
+        r#"{DUMBBELL}
+[nic]
+retransmit_timeout_us = 100
+[[workload]]
+kind = "flows"
+flows = [{{ src = "h0", dst = "h2", size_bytes = 4000000, start_us = {start_us} }}]
+[[fault]]
+kind = "link_flap"
+a = "s0"
+b = "h2"
+down_us = 100
+up_us = 150
+count = {count}
+period_us = 300
+"#
+    )
+}
+
+#[test]
+fn a_flapping_link_goes_down_once_per_period_count_times() {
+    // Cycles: down 100–150, 400–450, 700–750 µs. A flow from 500 µs (≈ 320 µs at 100G)
+    // meets the third outage only.
+    let three = run(&flapping(3, 500));
+    assert!(three.totals.drops_link_down > 0);
+    assert!(
+        three.flows[0].fct_ns.is_some(),
+        "recovers after each outage"
+    );
+    let truth = &three.ground_truth[0];
+    assert_eq!((truth.start_ns, truth.end_ns), (100_000, 750_000));
+    assert!(
+        truth.description.contains("flaps 3 times"),
+        "{}",
+        truth.description
+    );
+    // With two cycles the same flow crosses no outage.
+    let two = run(&flapping(2, 500));
+    assert_eq!(two.totals.drops_link_down, 0);
+    assert_eq!(two.ground_truth[0].end_ns, 450_000);
+}
+
+#[test]
+fn a_flapping_link_needs_a_count_and_a_period_longer_than_the_outage() {
+    let error = |text: &str| {
+        Scenario::parse(text, "test.toml", ".".into())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let zero = flapping(0, 500);
+    assert!(
+        error(&zero).contains("fault[0].count: must be at least 1"),
+        "{}",
+        error(&zero)
+    );
+    let no_period = flapping(3, 500).replace("period_us = 300\n", "");
+    assert!(
+        error(&no_period).contains("fault[0].period_us: is needed"),
+        "{}",
+        error(&no_period)
+    );
+    let overlapping = flapping(3, 500).replace("period_us = 300", "period_us = 50");
+    assert!(
+        error(&overlapping).contains("fault[0].period_us: must be longer than the outage"),
+        "{}",
+        error(&overlapping)
+    );
+    // One cycle needs no period.
+    let once = flapping(1, 500).replace("period_us = 300\n", "");
+    assert_eq!(error(&once), "");
+}
+
+#[test]
+fn path_tracing_follows_an_ecmp_imbalance() {
+    // leaf0 pins every flow toward spine0: the traced paths of flows leaving leaf0 must
+    // cross spine0 as their packets do.
+    let text = r#"
+version = 1
+seed = 2
+duration_us = 50
+[topology]
+kind = "leaf_spine"
+leaves = 2
+spines = 2
+hosts_per_leaf = 4
+[[workload]]
+kind = "flows"
+flows = [
+  { src = "h0", dst = "h4", size_bytes = 1000 }, { src = "h1", dst = "h5", size_bytes = 1000 },
+  { src = "h2", dst = "h6", size_bytes = 1000 }, { src = "h3", dst = "h7", size_bytes = 1000 },
+  { src = "h0", dst = "h5", size_bytes = 1000, sport = 50000 }, { src = "h1", dst = "h6", size_bytes = 1000, sport = 50001 },
+]
+[[fault]]
+kind = "ecmp_imbalance"
+switch = "leaf0"
+toward = "spine0"
+fraction = 1.0
+"#;
+    let loaded = Scenario::parse(text, "test.toml", ".".into()).unwrap();
+    let sim = hawkmesh_netsim::Simulation::new(&loaded).unwrap();
+    let topo = sim.topology();
+    let spine0 = topo.node_by_name("spine0").unwrap().id;
+    let spine1 = topo.node_by_name("spine1").unwrap().id;
+    for flow in 0..6 {
+        let nodes: Vec<u32> = sim.flow_path(flow).iter().map(|p| p.node).collect();
+        assert!(nodes.contains(&spine0), "flow {flow}: {nodes:?}");
+        assert!(!nodes.contains(&spine1), "flow {flow}: {nodes:?}");
+    }
+    // Without the fault, ECMP spreads these six 5-tuples over both spines.
+    let plain = text.split("[[fault]]").next().unwrap();
+    let loaded = Scenario::parse(plain, "test.toml", ".".into()).unwrap();
+    let sim = hawkmesh_netsim::Simulation::new(&loaded).unwrap();
+    assert!((0..6).any(|f| sim.flow_path(f).iter().any(|p| p.node == spine1)));
+}

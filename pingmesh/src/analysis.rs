@@ -14,13 +14,19 @@
 //!    RNICs failing at once is far less likely than one busy CPU, and a busy CPU is late
 //!    with its own probes' ACKs too. (A timeout with the first
 //!    ACK but not the delay ACK is not taken as CPU noise by itself: the delay ACK may have
-//!    been lost on a faulty link like any packet.)
+//!    been lost on a faulty link like any packet.) Not when ToR-mesh probes to or from the
+//!    host's RNICs also show a high network RTT: the RNIC's port is paused (a PFC storm), and the
+//!    CPU is only late with the burst the pause releases.
 //! 4. **RNIC problems** (§4.3.2): an RNIC to which more than
-//!    [`AnalysisConfig::rnic_timeout_share`] (10 %) of the ToR-mesh probes time out is
-//!    anomalous for [`AnalysisConfig::rnic_hold_ns`] (a minute); every timeout to or from
-//!    it is an RNIC problem.
-//! 5. **Switch network problems** (§4.3.3): the remaining timeouts, and answered probes whose
-//!    network RTT exceeds [`AnalysisConfig::high_rtt_ns`]; when there are at least
+//!    [`AnalysisConfig::rnic_timeout_share`] (10 %) of the ToR-mesh probes time out — or
+//!    come back with a high network RTT (§6, Fig. 8 right: a PFC storm from an RNIC shows as
+//!    high ToR-mesh RTT to it) — is anomalous for [`AnalysisConfig::rnic_hold_ns`] (a
+//!    minute); every timeout and high-RTT probe to or from it is an RNIC problem.
+//! 5. **Switch network problems** (§4.3.3): the remaining timeouts, and the remaining
+//!    answered probes with a high network RTT — above [`AnalysisConfig::high_rtt_ns`], or
+//!    above [`AnalysisConfig::high_rtt_factor`] times the period's cluster median (the
+//!    anomaly is relative to what the fabric shows this period, as HAWKEYE's host trigger
+//!    fires at a multiple of the usual RTT); when there are at least
 //!    [`AnalysisConfig::min_votes`] of either, Algorithm 1 votes over the physical links
 //!    between switches on their probe and ACK paths (host links are the RNIC's), and, with
 //!    "link" replaced by "switch", over the switches; the most voted are the most
@@ -108,6 +114,10 @@ pub struct AnalysisConfig {
     pub cpu_noise_delay_ns: u64,
     /// Answered probes with a network RTT above this are anomalous (congestion).
     pub high_rtt_ns: u64,
+    /// ... and so are those above this multiple of the period's median network RTT over the
+    /// cluster (0 = only the absolute bound). The median is the fabric's usual RTT: most
+    /// probes of a period meet no congestion.
+    pub high_rtt_factor: f64,
     /// Anomalous probes of one kind needed before Algorithm 1 votes.
     pub min_votes: u32,
     /// A service metric degradation beyond this (a fraction) makes its problems P0.
@@ -123,6 +133,10 @@ impl Default for AnalysisConfig {
             rnic_hold_ns: 60_000_000_000,
             cpu_noise_delay_ns: 10_000_000,
             high_rtt_ns: 1_000_000,
+            // HAWKEYE's host agent triggers at 200–500 % of the usual RTT; the upper end
+            // keeps path-length differences (a ToR-mesh RTT is a third of a 3-tier one)
+            // well below it.
+            high_rtt_factor: 5.0,
             min_votes: 3,
             service_degradation_threshold: 0.10,
         }
@@ -317,11 +331,35 @@ impl Analyzer {
             })
         };
 
+        // High network RTT (§4.3.3): above the absolute bound, or a multiple of the period's
+        // median over every answered probe.
+        let median_rtt = Percentiles::of(
+            probes
+                .iter()
+                .filter_map(|p| match p.status {
+                    ProbeStatus::Answered { network_rtt_ns, .. } => Some(network_rtt_ns),
+                    ProbeStatus::Timeout { .. } => None,
+                })
+                .collect(),
+        )
+        .p50;
+        let high_rtt = |rtt: u64| {
+            rtt > cfg.high_rtt_ns
+                || (cfg.high_rtt_factor > 0.0
+                    && rtt as f64 > cfg.high_rtt_factor * median_rtt as f64)
+        };
+        // A probe that failed: timed out, or came back with a high network RTT.
+        let failed = |probe: &ProbeRecord| match probe.status {
+            ProbeStatus::Timeout { .. } => true,
+            ProbeStatus::Answered { network_rtt_ns, .. } => high_rtt(network_rtt_ns),
+        };
         // Per host: the largest end-host delay its RNICs showed, answering (responder delay)
         // or probing (prober delay: a busy CPU handles its own ACKs late too).
         let mut max_host_delay: HashMap<NodeId, u64> = HashMap::new();
-        // Per RNIC: ToR-mesh probes to it and their timeouts.
+        // Per RNIC: ToR-mesh probes to it and their failures.
         let mut tor_mesh: HashMap<RnicId, (u32, u32)> = HashMap::new();
+        // Per host: ToR-mesh probes to or from its RNICs answered with a high network RTT.
+        let mut slow_to_host: HashMap<NodeId, u32> = HashMap::new();
         for probe in probes {
             if let ProbeStatus::Answered {
                 responder_delay_ns,
@@ -342,8 +380,18 @@ impl Analyzer {
             if probe.source == ProbeSource::TorMesh {
                 let entry = tor_mesh.entry(probe.target).or_insert((0, 0));
                 entry.0 += 1;
-                if matches!(probe.status, ProbeStatus::Timeout { .. }) {
+                if failed(probe) {
                     entry.1 += 1;
+                }
+                if let ProbeStatus::Answered { network_rtt_ns, .. } = probe.status {
+                    if high_rtt(network_rtt_ns) {
+                        // Either end's port may be the paused one (the probe or its ACK).
+                        for rnic in [probe.target, probe.prober] {
+                            if let Some(host) = host_of(rnic) {
+                                *slow_to_host.entry(host).or_insert(0) += 1;
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -358,6 +406,10 @@ impl Analyzer {
             .collect();
         // CPU noise (§6): several RNICs of one host failing at once, or a host whose end-host
         // delay is high: its timeouts are its CPU's, and its RNICs are not anomalous for them.
+        // Not a host whose RNICs' ToR-mesh probes (to or from them) also show a high network
+        // RTT (at least `min_votes` of them): the trouble is then on the network side of the
+        // RNIC — a PFC storm or a slow RNIC pausing its ToR port (§6, Fig. 8 right) — and a
+        // late CPU only follows from the burst of packets the pause released at once.
         let mut failing_per_host: HashMap<NodeId, u32> = HashMap::new();
         for rnic in &failing {
             if let Some(host) = host_of(*rnic) {
@@ -371,7 +423,10 @@ impl Analyzer {
             .chain(
                 max_host_delay
                     .iter()
-                    .filter(|(_, d)| **d > cfg.cpu_noise_delay_ns)
+                    .filter(|(host, d)| {
+                        **d > cfg.cpu_noise_delay_ns
+                            && slow_to_host.get(*host).copied().unwrap_or(0) < cfg.min_votes
+                    })
                     .map(|(host, _)| *host),
             )
             .collect();
@@ -396,7 +451,7 @@ impl Analyzer {
                     if set_aside.contains(&probe.prober) || set_aside.contains(&probe.target) {
                         continue;
                     }
-                    let lost = u32::from(matches!(probe.status, ProbeStatus::Timeout { .. }));
+                    let lost = u32::from(failed(probe));
                     for (rnic, as_target) in [(probe.prober, false), (probe.target, true)] {
                         if !candidates.contains(&rnic) {
                             continue;
@@ -444,6 +499,11 @@ impl Analyzer {
         let mut slow_paths: Vec<&ProbeRecord> = Vec::new();
         let mut cluster = SlaAcc::default();
         let mut service = SlaAcc::default();
+        let tally_high = |map: &mut BTreeMap<RnicId, (u32, bool)>, rnic, is_service: bool| {
+            let entry = map.entry(rnic).or_insert((0, false));
+            entry.0 += 1;
+            entry.1 |= is_service;
+        };
         for probe in probes {
             let target_host = host_of(probe.target);
             let is_service = probe.source == ProbeSource::ServiceTracing;
@@ -458,8 +518,16 @@ impl Analyzer {
                     if is_service {
                         service.answered(network_rtt_ns, host_delay);
                     }
-                    if network_rtt_ns > cfg.high_rtt_ns {
-                        slow_paths.push(probe);
+                    if high_rtt(network_rtt_ns) {
+                        // High RTT to or from an anomalous RNIC is the RNIC's (a storming
+                        // or slow RNIC's port is paused); the rest vote.
+                        if anomalous.contains(&probe.target) {
+                            tally_high(&mut rnic_probes, probe.target, is_service);
+                        } else if anomalous.contains(&probe.prober) {
+                            tally_high(&mut rnic_probes, probe.prober, is_service);
+                        } else {
+                            slow_paths.push(probe);
+                        }
                     }
                     continue;
                 }
@@ -1121,6 +1189,108 @@ mod tests {
         assert!(report.service_network_innocent);
         assert_eq!(report.cluster.network_rtt.p999, 5_000);
         assert_eq!(report.cluster.end_host_delay.p50, 5_000);
+    }
+
+    /// Inter-ToR probes from every host's NIC 0 (tor0) to the others' NIC 1 (tor1), one over
+    /// each spine, with the status `status(spine)` gives.
+    fn inter_tor(lab: &Lab, status: impl Fn(&str) -> ProbeStatus) -> Vec<ProbeRecord> {
+        let mut out = Vec::new();
+        for a in 0..4 {
+            for b in 0..4 {
+                if a == b {
+                    continue;
+                }
+                for spine in ["spine0", "spine1"] {
+                    let path = vec![
+                        lab.port(&format!("h{a}"), "tor0"),
+                        lab.port("tor0", spine),
+                        lab.port(spine, "tor1"),
+                        lab.port("tor1", &format!("h{b}")),
+                    ];
+                    let pair = (lab.rnic(a, 0), lab.rnic(b, 1));
+                    out.push(probe(lab, pair, ProbeSource::InterTor, status(spine), path));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rtt_far_above_the_periods_median_is_congestion_located_by_voting() {
+        let mut lab = Lab::new(4);
+        // 120 ToR-mesh probes at 5 µs: the median. Over spine1, 80 µs of queueing: far
+        // under the absolute 1 ms, but 16 times the median.
+        let mut probes = tor_mesh(&lab, 4, |_| false);
+        probes.extend(inter_tor(&lab, |spine| {
+            answered(if spine == "spine1" { 80_000 } else { 8_000 })
+        }));
+        let report = lab.run(&probes, None);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        let problem = &report.problems[0];
+        assert_eq!(problem.kind, ProblemKind::SwitchLatency);
+        assert_eq!(problem.probes, 12);
+        let hot = lab.inv.link_of(lab.port("tor0", "spine1"));
+        assert!(problem.links.iter().any(|(l, v)| *l == hot && *v == 12));
+        assert!(report.timeouts.is_empty());
+        // Only the absolute bound: 80 µs is not high.
+        let mut lab = Lab::new(4);
+        lab.analyzer = Analyzer::new(AnalysisConfig {
+            high_rtt_factor: 0.0,
+            ..AnalysisConfig::default()
+        });
+        for r in lab.inv.rnics().to_vec() {
+            lab.analyzer.uploaded(r.host, 0);
+        }
+        assert!(lab.run(&probes, None).problems.is_empty());
+        // Path lengths alone (8 µs against a 5 µs median) are not congestion.
+        let mut lab = Lab::new(4);
+        let mut healthy = tor_mesh(&lab, 4, |_| false);
+        healthy.extend(inter_tor(&lab, |_| answered(8_000)));
+        assert!(lab.run(&healthy, None).problems.is_empty());
+    }
+
+    #[test]
+    fn high_rtt_to_an_rnic_on_its_tor_mesh_is_the_rnics_and_does_not_vote() {
+        let mut lab = Lab::new(4);
+        // h2's NIC 1 (under tor1) pauses its ToR port (a PFC storm): a third of the ToR-mesh
+        // probes to it, and the inter-ToR probes to it, come back after 400 µs.
+        let storming = lab.rnic(2, 1);
+        let mut probes = Vec::new();
+        for round in 0..10 {
+            for a in 0..4 {
+                for b in 0..4 {
+                    if a == b {
+                        continue;
+                    }
+                    let (pa, pb) = (lab.rnic(a, 1), lab.rnic(b, 1));
+                    let slow = pb == storming && round % 3 == 0;
+                    let status = answered(if slow { 400_000 } else { 5_000 });
+                    probes.push(probe(&lab, (pa, pb), ProbeSource::TorMesh, status, vec![]));
+                }
+            }
+        }
+        probes.extend(
+            inter_tor(&lab, |_| answered(8_000))
+                .into_iter()
+                .map(|mut p| {
+                    if p.target == storming {
+                        p.status = answered(400_000);
+                    }
+                    p
+                }),
+        );
+        let report = lab.run(&probes, None);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        let problem = &report.problems[0];
+        assert_eq!(
+            (problem.kind, problem.rnic),
+            (ProblemKind::Rnic, Some(storming))
+        );
+        // 12 ToR-mesh probes (4 rounds × 3 peers) and 6 inter-ToR ones (3 probers × 2
+        // spines).
+        assert_eq!(problem.probes, 18);
+        assert_eq!(lab.analyzer.anomalous_rnics(S), vec![storming]);
+        assert!(report.timeouts.is_empty());
     }
 
     #[test]

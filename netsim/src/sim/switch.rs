@@ -5,7 +5,7 @@
 use super::{CpuPacket, Owner, PfcEvent, Port, Simulation};
 use crate::event::EventKind;
 use crate::hooks::{EgressActions, EgressMeta, IngressActions, IngressMeta};
-use crate::packet::{Packet, PacketKind, ECN_CE, ECN_NOT_ECT};
+use crate::packet::{FiveTuple, Packet, PacketKind, ECN_CE, ECN_NOT_ECT};
 use crate::routing::ecmp_hash;
 use crate::scenario::Scheduler;
 use crate::time::{Time, NS};
@@ -40,22 +40,26 @@ impl Simulation {
         match hops.len() {
             0 => None,
             1 => Some(hops[0]),
-            n => {
-                let sw = &self.switches[s as usize];
-                let t = &packet.tuple;
-                let hash = ecmp_hash(t.src_ip, t.dst_ip, t.src_port, t.dst_port, sw.ecmp_seed);
-                if let Some((favoured, fraction)) = sw.imbalance {
-                    if hops.contains(&favoured) {
-                        let draw =
-                            ecmp_hash(t.dst_ip, t.src_ip, t.dst_port, t.src_port, !sw.ecmp_seed);
-                        if (draw as f64) < fraction * (u32::MAX as f64) {
-                            return Some(favoured);
-                        }
-                    }
+            _ => Some(self.ecmp_pick(s, hops, &packet.tuple)),
+        }
+    }
+
+    /// The next hop switch `s` picks for `tuple` among several equal-cost `hops`: the ECMP
+    /// hash, unless an injected imbalance pins the flow to its favoured port. Forwarding and
+    /// path tracing ([`Simulation::path_ports`]) both ask here, so a traced path is the
+    /// path packets take.
+    pub(crate) fn ecmp_pick(&self, s: u32, hops: &[PortNo], t: &FiveTuple) -> PortNo {
+        let sw = &self.switches[s as usize];
+        if let Some((favoured, fraction)) = sw.imbalance {
+            if hops.contains(&favoured) {
+                let draw = ecmp_hash(t.dst_ip, t.src_ip, t.dst_port, t.src_port, !sw.ecmp_seed);
+                if (draw as f64) < fraction * (u32::MAX as f64) {
+                    return favoured;
                 }
-                Some(hops[hash as usize % n])
             }
         }
+        let hash = ecmp_hash(t.src_ip, t.dst_ip, t.src_port, t.dst_port, sw.ecmp_seed);
+        hops[hash as usize % hops.len()]
     }
 
     pub(super) fn switch_receive(&mut self, s: u32, port: u32, id: u32) {
