@@ -12,6 +12,7 @@
 
 pub mod conn;
 pub mod counters;
+pub mod framelog;
 #[cfg(test)]
 mod gate;
 pub mod grpc;

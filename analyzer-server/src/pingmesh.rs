@@ -47,10 +47,18 @@ use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo, PortRef}
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use crate::framelog::FrameLog;
 use crate::store::{from_hex, to_hex, Store, StoreError};
 
-/// The controller's log in the data directory.
+/// The controller's log in the data directory (registrations, dedup windows, reports).
 pub const LOG_NAME: &str = "pingmesh.log";
+/// The accepted result batches, binary ([`crate::framelog`]: the protobuf as received; the
+/// frame's tag is the arrival time in ns, with [`CARRIED`] set for the results a
+/// compaction carried over).
+pub const BATCH_LOG_NAME: &str = "pingmesh-batches.log";
+/// The tag bit of carried-over results: regrouped per host, not an agent's batch (their
+/// incarnation and number mean nothing).
+pub const CARRIED: u64 = 1 << 63;
 
 /// Batches of one incarnation remembered for deduplication.
 pub const DEDUP_WINDOW: usize = 4096;
@@ -211,17 +219,6 @@ pub enum LogRecord {
         incarnation: u64,
         /// Its RNICs.
         rnics: Vec<RegisteredRnic>,
-    },
-    /// An accepted batch (`pb::ResultBatch`, protobuf, hex) and when it arrived (ns).
-    Batch {
-        /// Arrival on the controller's clock.
-        received_ns: u64,
-        /// The batch.
-        hex: String,
-        /// Results carried over by a compaction, regrouped per host: not an agent's batch
-        /// (its incarnation and number mean nothing).
-        #[serde(default)]
-        carried: bool,
     },
     /// Batch sequence numbers of an incarnation seen before a compaction dropped their
     /// batches.
@@ -493,7 +490,8 @@ pub struct Controller {
     node_kinds: HashMap<NodeId, NodeKind>,
     cabled: HashSet<PortRef>,
     peers: Arc<HashMap<PortRef, PortRef>>,
-    rnic_ids: HashMap<(NodeId, PortNo), RnicId>,
+    /// Per node id: its RNICs as (NIC, id) (a host has a handful: a scan beats hashing).
+    rnic_ids: Vec<Vec<(PortNo, RnicId)>>,
     pinglists: Pinglists,
     rotated_at_ns: u64,
     hosts: BTreeMap<NodeId, HostEntry>,
@@ -505,6 +503,7 @@ pub struct Controller {
     periods: VecDeque<PeriodView>,
     late: BTreeMap<u64, u64>,
     store: Store<LogRecord>,
+    batches: FrameLog,
     /// Log bytes of batches per last period they hold results of.
     batch_bytes: BTreeMap<u64, u64>,
     dead_bytes: u64,
@@ -564,13 +563,14 @@ impl Controller {
             .iter()
             .flat_map(|l| [(l.a, l.b), (l.b, l.a)])
             .collect();
-        let rnic_ids = inventory
-            .rnics()
-            .iter()
-            .enumerate()
-            .map(|(i, r)| ((r.host, r.nic), i as RnicId))
-            .collect();
+        let mut rnic_ids: Vec<Vec<(PortNo, RnicId)>> = vec![Vec::new(); topology.nodes.len()];
+        for (i, r) in inventory.rnics().iter().enumerate() {
+            if let Some(list) = rnic_ids.get_mut(r.host as usize) {
+                list.push((r.nic, i as RnicId));
+            }
+        }
         let (store, replay) = Store::<LogRecord>::open_named(data_dir, LOG_NAME)?;
+        let (batches, frames) = FrameLog::open(data_dir, BATCH_LOG_NAME)?;
         let now = config.clock.now_ns();
         let mut controller = Controller {
             next_period: now / config.period_ns,
@@ -590,6 +590,7 @@ impl Controller {
             periods: VecDeque::new(),
             late: BTreeMap::new(),
             store,
+            batches,
             batch_bytes: BTreeMap::new(),
             dead_bytes: 0,
             stats: Stats::default(),
@@ -623,17 +624,6 @@ impl Controller {
                         })
                         .map_err(|e| e.to_string())
                 }
-                LogRecord::Batch {
-                    received_ns,
-                    hex,
-                    carried,
-                } => from_hex(&hex)
-                    .and_then(|bytes| {
-                        pb::ResultBatch::decode(bytes.as_slice()).map_err(|e| e.to_string())
-                    })
-                    .and_then(|batch| {
-                        controller.replay_batch(batch, received_ns, carried, hex.len() as u64)
-                    }),
                 LogRecord::Seen {
                     host,
                     incarnation,
@@ -665,6 +655,41 @@ impl Controller {
                     .skipped
                     .push(format!("{LOG_NAME} record {}: {reason}", number + 1));
             }
+        }
+        // Then the batches (registrations and windows are known by now).
+        for (number, (tag, bytes)) in frames.frames.into_iter().enumerate() {
+            let size = (crate::framelog::HEADER_BYTES + bytes.len()) as u64;
+            let outcome = pb::ResultBatch::decode(bytes.as_slice())
+                .map_err(|e| e.to_string())
+                .and_then(|batch| {
+                    controller.replay_batch(batch, tag & !CARRIED, tag & CARRIED != 0, size)
+                });
+            if let Err(reason) = outcome {
+                report
+                    .skipped
+                    .push(format!("{BATCH_LOG_NAME} frame {}: {reason}", number + 1));
+            }
+        }
+        if frames.torn_tail || frames.damaged.is_some() {
+            let repaired = format!(
+                "{BATCH_LOG_NAME}: {}{}",
+                if frames.torn_tail {
+                    "a last batch cut short by a stop while writing it (never acknowledged) was cut off; "
+                } else {
+                    ""
+                },
+                frames.damaged.as_deref().map_or(String::new(), |d| format!(
+                    "damage ({d}) cut off, the original kept as {}",
+                    frames
+                        .quarantined
+                        .as_ref()
+                        .map_or_else(|| "-".into(), |p| p.display().to_string())
+                ))
+            );
+            report.repaired = Some(match report.repaired.take() {
+                Some(earlier) => format!("{earlier}; {repaired}"),
+                None => repaired,
+            });
         }
         let mut periods: Vec<PeriodView> = controller.periods.drain(..).collect();
         periods.sort_by_key(|p| p.index);
@@ -723,7 +748,7 @@ impl Controller {
         let mut seen = BTreeSet::new();
         let mut parsed = Vec::with_capacity(rnics.len());
         for rnic in rnics {
-            let Some(id) = self.rnic_ids.get(&(node, rnic.nic)).copied() else {
+            let Some(id) = self.rnic_id(node, rnic.nic) else {
                 return Err(invalid(format!(
                     "NIC {} is not one of its cabled ports in the fabric description",
                     rnic.nic
@@ -906,6 +931,26 @@ impl Controller {
         Ok(port)
     }
 
+    fn rnic_id(&self, node: NodeId, nic: PortNo) -> Option<RnicId> {
+        self.rnic_ids
+            .get(node as usize)?
+            .iter()
+            .find(|(n, _)| *n == nic)
+            .map(|(_, id)| *id)
+    }
+
+    /// A path's hops as ports; the error (naming the hop) follows the field's name.
+    fn path(&self, hops: &[pb::Hop]) -> Result<Vec<PortRef>, String> {
+        let limit = self.config.limits.max_path_hops;
+        if hops.len() > limit {
+            return Err(format!(" has {} hops (at most {limit})", hops.len()));
+        }
+        hops.iter()
+            .enumerate()
+            .map(|(h, hop)| self.hop(hop).map_err(|e| format!(" hop {h}: {e}")))
+            .collect()
+    }
+
     /// Checks a batch against the inventory and the clock and converts it; the error names
     /// the result and field.
     fn convert(
@@ -914,6 +959,16 @@ impl Controller {
         batch: &pb::ResultBatch,
         now_ns: u64,
     ) -> Result<Vec<ProbeRecord>, String> {
+        if batch.paths.len() > self.config.limits.max_batch_results.saturating_mul(2) {
+            return Err(format!(
+                "{} paths, more than two per result allowed",
+                batch.paths.len()
+            ));
+        }
+        // The batch's path table, each path checked once (an error is reported with the
+        // first result that refers to it).
+        let table: Vec<Result<Vec<PortRef>, String>> =
+            batch.paths.iter().map(|p| self.path(&p.hops)).collect();
         let mut records = Vec::with_capacity(batch.results.len());
         for (i, result) in batch.results.iter().enumerate() {
             let fail = |what: String| format!("result {i}: {what}");
@@ -923,7 +978,7 @@ impl Controller {
                     result.prober_nic
                 ))
             })?;
-            let prober = *self.rnic_ids.get(&(node, prober_nic)).ok_or_else(|| {
+            let prober = self.rnic_id(node, prober_nic).ok_or_else(|| {
                 fail(format!(
                     "prober_nic {prober_nic} is not an RNIC of {}",
                     batch.host
@@ -938,15 +993,12 @@ impl Controller {
                     result.target_nic
                 ))
             })?;
-            let target = *self
-                .rnic_ids
-                .get(&(target_node, target_nic))
-                .ok_or_else(|| {
-                    fail(format!(
-                        "target_nic {target_nic} is not an RNIC of {}",
-                        result.target_host
-                    ))
-                })?;
+            let target = self.rnic_id(target_node, target_nic).ok_or_else(|| {
+                fail(format!(
+                    "target_nic {target_nic} is not an RNIC of {}",
+                    result.target_host
+                ))
+            })?;
             let source = match pb::ProbeKind::try_from(result.kind) {
                 Ok(pb::ProbeKind::TorMesh) => ProbeSource::TorMesh,
                 Ok(pb::ProbeKind::InterTor) => ProbeSource::InterTor,
@@ -978,24 +1030,31 @@ impl Controller {
                     )))
                 }
             };
-            let limit = self.config.limits.max_path_hops;
-            let path_of = |hops: &[pb::Hop], field: &str| -> Result<Vec<PortRef>, String> {
-                if hops.len() > limit {
-                    return Err(fail(format!(
-                        "{field} has {} hops (at most {limit})",
-                        hops.len()
-                    )));
-                }
-                hops.iter()
-                    .enumerate()
-                    .map(|(h, hop)| {
-                        self.hop(hop)
-                            .map_err(|e| fail(format!("{field} hop {h}: {e}")))
-                    })
-                    .collect()
+            let inline = |hops: &[pb::Hop], field: &str| {
+                self.path(hops).map_err(|e| fail(format!("{field}{e}")))
             };
-            let path = path_of(&result.path, "path")?;
-            let ack_path = path_of(&result.ack_path, "ack_path")?;
+            let referred = |index: u32, field: &str| -> Result<Vec<PortRef>, String> {
+                match table.get(index as usize - 1) {
+                    Some(Ok(path)) => Ok(path.clone()),
+                    Some(Err(e)) => Err(fail(format!("{field} {index}: paths[{}]{e}", index - 1))),
+                    None => Err(fail(format!(
+                        "{field} {index}: the batch has {} paths",
+                        table.len()
+                    ))),
+                }
+            };
+            let path = match (result.path.is_empty(), result.path_ref) {
+                (true, 0) => Vec::new(),
+                (false, 0) => inline(&result.path, "path")?,
+                (true, index) => referred(index, "path_ref")?,
+                (false, _) => return Err(fail("both path and path_ref are given".into())),
+            };
+            let ack_path = match (result.ack_path.is_empty(), result.ack_path_ref) {
+                (true, 0) => Vec::new(),
+                (false, 0) => inline(&result.ack_path, "ack_path")?,
+                (true, index) => referred(index, "ack_path_ref")?,
+                (false, _) => return Err(fail("both ack_path and ack_path_ref are given".into())),
+            };
             if let Some(first) = path.first() {
                 if *first
                     != (PortRef {
@@ -1173,14 +1232,9 @@ impl Controller {
                 limits.max_pending_results
             )));
         }
-        let hex = to_hex(&batch.encode_to_vec());
-        let bytes = hex.len() as u64;
-        self.store
-            .append(&LogRecord::Batch {
-                received_ns: now_ns,
-                hex,
-                carried: false,
-            })
+        let bytes = self
+            .batches
+            .append(now_ns & !CARRIED, &batch.encode_to_vec())
             .map_err(|e| RequestError::Store(format!("{}: not stored: {e}", name())))?;
         let last = records.iter().map(|r| self.period_of(r.sent_ns)).max();
         let (accepted, late) = self.file(records);
@@ -1314,11 +1368,14 @@ impl Controller {
 
     fn maybe_compact(&mut self) {
         let threshold = self.config.limits.compact_after_bytes;
-        if self.dead_bytes < threshold || self.dead_bytes * 2 < self.store.len() {
+        if self.dead_bytes < threshold || self.dead_bytes * 2 < self.batches.len() {
             return;
         }
         match self.compact() {
-            Ok(()) => tracing::info!(bytes = self.store.len(), "pingmesh log compacted"),
+            Ok(()) => tracing::info!(
+                bytes = self.store.len() + self.batches.len(),
+                "pingmesh logs compacted"
+            ),
             Err(error) => tracing::error!(%error, "pingmesh log compaction failed; appends go on"),
         }
     }
@@ -1368,41 +1425,31 @@ impl Controller {
         }
         // Pending results, regrouped per prober host into synthetic batches (incarnation
         // and number 0: they are never compared with an agent's).
-        let mut by_host: BTreeMap<NodeId, Vec<pb::ProbeResult>> = BTreeMap::new();
+        let mut by_host: BTreeMap<NodeId, Vec<&ProbeRecord>> = BTreeMap::new();
         for records in self.pending.values() {
             for record in records {
                 if let Some(r) = self.inventory.rnic(record.prober) {
-                    by_host
-                        .entry(r.host)
-                        .or_default()
-                        .push(Controller::probe_result(&self.inventory, record));
+                    by_host.entry(r.host).or_default().push(record);
                 }
             }
         }
-        let mut live = 0;
+        let mut carried: Vec<(u64, Vec<u8>)> = Vec::new();
         for (node, results) in by_host {
-            let hex = to_hex(
-                &pb::ResultBatch {
-                    host: self.inventory.name(node).to_string(),
-                    incarnation: 0,
-                    batch_seq: 0,
-                    results,
-                }
-                .encode_to_vec(),
-            );
-            live += hex.len() as u64;
+            let bytes = batch_of(&self.inventory, self.inventory.name(node), (0, 0), results)
+                .encode_to_vec();
             let received_ns = self
                 .hosts
                 .get(&node)
                 .and_then(|h| h.last_upload_ns)
                 .unwrap_or(0);
-            records.push(LogRecord::Batch {
-                received_ns,
-                hex,
-                carried: true,
-            });
+            carried.push(((received_ns & !CARRIED) | CARRIED, bytes));
         }
+        // The registrations and windows first: a stop between the two rewrites leaves the
+        // old batches beside the new windows (nothing forgotten), never the reverse.
         self.store.rewrite(records.iter().map(|r| (now_ms, r)))?;
+        self.batches
+            .rewrite(carried.iter().map(|(tag, bytes)| (*tag, bytes.as_slice())))?;
+        let live = self.batches.len();
         // Late counts are now in the reports.
         self.late.clear();
         self.dead_bytes = 0;
@@ -1411,56 +1458,6 @@ impl Controller {
             self.batch_bytes.insert(*last, live);
         }
         Ok(())
-    }
-
-    /// A record as an agent uploads it (RNICs and hops named from `inventory`).
-    pub fn probe_result(inventory: &Inventory, record: &ProbeRecord) -> pb::ProbeResult {
-        let hops = |path: &[PortRef]| {
-            path.iter()
-                .map(|p| pb::Hop {
-                    node: inventory.name(p.node).to_string(),
-                    port: u32::from(p.port),
-                })
-                .collect()
-        };
-        let (prober_nic, target_host, target_nic) =
-            match (inventory.rnic(record.prober), inventory.rnic(record.target)) {
-                (Some(p), Some(t)) => (u32::from(p.nic), t.host_name.clone(), u32::from(t.nic)),
-                _ => (0, String::new(), 0),
-            };
-        let mut result = pb::ProbeResult {
-            prober_nic,
-            target_host,
-            target_nic,
-            target_qpn: record.target_qpn,
-            kind: match record.source {
-                ProbeSource::TorMesh => pb::ProbeKind::TorMesh,
-                ProbeSource::InterTor => pb::ProbeKind::InterTor,
-                ProbeSource::ServiceTracing => pb::ProbeKind::ServiceTracing,
-            } as i32,
-            sent_ns: record.sent_ns,
-            path: hops(&record.path),
-            ack_path: hops(&record.ack_path),
-            ..pb::ProbeResult::default()
-        };
-        match record.status {
-            ProbeStatus::Answered {
-                network_rtt_ns,
-                prober_delay_ns,
-                responder_delay_ns,
-            } => {
-                result.status = pb::ProbeStatus::Answered as i32;
-                result.network_rtt_ns = network_rtt_ns;
-                result.prober_delay_ns = prober_delay_ns;
-                result.responder_delay_ns = responder_delay_ns;
-            }
-            ProbeStatus::Timeout { ack, delay_ack } => {
-                result.status = pb::ProbeStatus::Timeout as i32;
-                result.ack = ack;
-                result.delay_ack = delay_ack;
-            }
-        }
-        result
     }
 
     /// The kept reports after `after` (a period index), at most `limit`, with their late
@@ -1516,6 +1513,90 @@ impl Controller {
             late_results: self.stats.late,
         }
     }
+}
+
+/// A batch of `records` as an agent uploads it: RNICs and hops named from `inventory`, each
+/// distinct path once in the batch's path table. `(incarnation, batch_seq)` number it.
+pub fn batch_of<'a>(
+    inventory: &Inventory,
+    host: &str,
+    (incarnation, batch_seq): (u64, u64),
+    records: impl IntoIterator<Item = &'a ProbeRecord>,
+) -> pb::ResultBatch {
+    let mut paths: Vec<pb::Path> = Vec::new();
+    let mut numbers: HashMap<&'a [PortRef], u32> = HashMap::new();
+    let mut results = Vec::new();
+    for record in records {
+        let mut number = |path: &'a [PortRef]| -> u32 {
+            if path.is_empty() {
+                return 0;
+            }
+            *numbers.entry(path).or_insert_with(|| {
+                paths.push(pb::Path {
+                    hops: path
+                        .iter()
+                        .map(|p| pb::Hop {
+                            node: inventory.name(p.node).to_string(),
+                            port: u32::from(p.port),
+                        })
+                        .collect(),
+                });
+                paths.len() as u32
+            })
+        };
+        let (path_ref, ack_path_ref) = (number(&record.path), number(&record.ack_path));
+        let mut result = probe_result(inventory, record);
+        result.path_ref = path_ref;
+        result.ack_path_ref = ack_path_ref;
+        results.push(result);
+    }
+    pb::ResultBatch {
+        host: host.to_string(),
+        incarnation,
+        batch_seq,
+        results,
+        paths,
+    }
+}
+
+/// A record as an agent uploads it, without its paths.
+fn probe_result(inventory: &Inventory, record: &ProbeRecord) -> pb::ProbeResult {
+    let (prober_nic, target_host, target_nic) =
+        match (inventory.rnic(record.prober), inventory.rnic(record.target)) {
+            (Some(p), Some(t)) => (u32::from(p.nic), t.host_name.clone(), u32::from(t.nic)),
+            _ => (0, String::new(), 0),
+        };
+    let mut result = pb::ProbeResult {
+        prober_nic,
+        target_host,
+        target_nic,
+        target_qpn: record.target_qpn,
+        kind: match record.source {
+            ProbeSource::TorMesh => pb::ProbeKind::TorMesh,
+            ProbeSource::InterTor => pb::ProbeKind::InterTor,
+            ProbeSource::ServiceTracing => pb::ProbeKind::ServiceTracing,
+        } as i32,
+        sent_ns: record.sent_ns,
+        ..pb::ProbeResult::default()
+    };
+    match record.status {
+        ProbeStatus::Answered {
+            network_rtt_ns,
+            prober_delay_ns,
+            responder_delay_ns,
+        } => {
+            result.status = pb::ProbeStatus::Answered as i32;
+            result.network_rtt_ns = network_rtt_ns;
+            result.prober_delay_ns = prober_delay_ns;
+            result.responder_delay_ns = responder_delay_ns;
+        }
+        ProbeStatus::Timeout { ack, delay_ack } => {
+            result.status = pb::ProbeStatus::Timeout as i32;
+            result.ack = ack;
+            result.delay_ack = delay_ack;
+        }
+    }
+    result
 }
 
 /// Runs the R-Pingmesh analysis of due periods (state across periods: anomalous RNICs).
@@ -1731,6 +1812,7 @@ mod tests {
             host: "h0".into(),
             incarnation: 1,
             batch_seq: seq,
+            paths: Vec::new(),
             results: (0..n)
                 .map(|i| pb::ProbeResult {
                     target_host: "h2".into(),
@@ -1838,7 +1920,7 @@ mod tests {
         let mut analyzer = PeriodAnalyzer::for_controller(&c);
         let due = c.take_due(11 * PERIOD + PERIOD / 2);
         assert_eq!(due.len(), 1);
-        let before = c.store.len();
+        let before = c.batches.len();
         for period in due {
             let view = analyzer.analyse(period);
             assert_eq!(view.results, 50);
@@ -1846,7 +1928,7 @@ mod tests {
             c.install(view).unwrap();
         }
         assert!(
-            c.store.len() < before,
+            c.batches.len() < before,
             "the analysed batch was compacted away"
         );
         drop(c);

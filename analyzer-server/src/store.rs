@@ -190,8 +190,20 @@ pub fn now_ms() -> u64 {
 
 /// One framed line (newline included).
 fn frame<R: Serialize>(at_ms: u64, record: &R) -> Result<String, serde_json::Error> {
-    let body = format!("{at_ms} {}", serde_json::to_string(record)?);
-    Ok(format!("{:08x} {body}\n", crc32fast::hash(body.as_bytes())))
+    // Built in one buffer (records can be megabytes): a checksum placeholder, the body,
+    // then the checksum written over the placeholder.
+    let mut line: Vec<u8> = Vec::with_capacity(256);
+    line.extend_from_slice(b"00000000 ");
+    line.extend_from_slice(at_ms.to_string().as_bytes());
+    line.push(b' ');
+    serde_json::to_writer(&mut line, record)?;
+    let crc = format!("{:08x}", crc32fast::hash(&line[9..]));
+    line[..8].copy_from_slice(crc.as_bytes());
+    line.push(b'\n');
+    // serde_json writes UTF-8 and the rest is ASCII.
+    String::from_utf8(line).map_err(|e| {
+        <serde_json::Error as serde::ser::Error>::custom(format!("a record is not UTF-8: {e}"))
+    })
 }
 
 /// Parses one line (without its newline); `legacy_ms` is the time of format-1 lines.

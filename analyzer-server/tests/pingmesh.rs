@@ -210,6 +210,7 @@ fn batch(a: u32, incarnation: u64, seq: u64, results: Vec<pb::ProbeResult>) -> p
         incarnation,
         batch_seq: seq,
         results,
+        paths: Vec::new(),
     }
 }
 
@@ -337,6 +338,33 @@ async fn agents_register_fetch_upload_and_a_lossy_link_is_located() {
         .unwrap_err();
     assert!(
         e.message().contains("result 5: status 9"),
+        "{}",
+        e.message()
+    );
+    // A path number past the batch's path table, and both forms at once.
+    let mut dangling = results_of(4, P0, false);
+    dangling[2].path.clear();
+    dangling[2].path_ref = 3;
+    let e = c
+        .upload_results(batch(4, 1, 1, dangling))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message()
+            .contains("result 2: path_ref 3: the batch has 0 paths"),
+        "{}",
+        e.message()
+    );
+    let mut both = results_of(4, P0, false);
+    both[1].ack_path_ref = 1;
+    let mut with_table = batch(4, 1, 1, both);
+    with_table.paths.push(pb::Path {
+        hops: vec![hop("h4", 0)],
+    });
+    let e = c.upload_results(with_table).await.unwrap_err();
+    assert!(
+        e.message()
+            .contains("result 1: both ack_path and ack_path_ref"),
         "{}",
         e.message()
     );

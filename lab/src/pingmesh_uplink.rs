@@ -15,9 +15,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use hawkmesh_analyzer_server::pingmesh::Controller;
+use hawkmesh_analyzer_server::pingmesh::batch_of;
 use hawkmesh_netsim::time::NS;
 use hawkmesh_netsim::Simulation;
+use hawkmesh_pingmesh::analysis::ProbeRecord;
 use hawkmesh_pingmesh::inventory::{Inventory, RnicId};
 use hawkmesh_proto::v1 as pb;
 use hawkmesh_proto::v1::pingmesh_controller_client::PingmeshControllerClient;
@@ -166,13 +167,10 @@ impl Uplink {
             self.stats.registrations += 1;
         }
         // Uploads: the finished probes, per prober host.
-        let mut batches: BTreeMap<NodeId, Vec<pb::ProbeResult>> = BTreeMap::new();
+        let mut by_host: BTreeMap<NodeId, Vec<ProbeRecord>> = BTreeMap::new();
         for record in probing.take_records(sim) {
             if let Some(r) = self.inventory.rnic(record.prober) {
-                batches
-                    .entry(r.host)
-                    .or_default()
-                    .push(Controller::probe_result(&self.inventory, &record));
+                by_host.entry(r.host).or_default().push(record);
             }
         }
         for (host, incarnation) in self
@@ -185,14 +183,14 @@ impl Uplink {
                 continue;
             }
             // An agent uploads every interval, with results or without (it is alive).
-            let results = batches.remove(&host).unwrap_or_default();
+            let records = by_host.remove(&host).unwrap_or_default();
             let seq = self.next_seq.entry(host).or_insert(1);
-            let batch = pb::ResultBatch {
-                host: self.inventory.name(host).to_string(),
-                incarnation,
-                batch_seq: *seq,
-                results,
-            };
+            let batch = batch_of(
+                &self.inventory,
+                self.inventory.name(host),
+                (incarnation, *seq),
+                &records,
+            );
             *seq += 1;
             let n = batch.results.len() as u64;
             let name = batch.host.clone();

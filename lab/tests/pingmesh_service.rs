@@ -116,6 +116,8 @@ rate = 0.3
         "{:?}",
         report.problems
     );
+    // The agents go first: the service's graceful stop waits for its clients' connections.
+    drop(uplink);
     runtime.block_on(server.stop());
     let _ = std::fs::remove_dir_all(&dir);
 }
