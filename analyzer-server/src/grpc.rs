@@ -38,6 +38,8 @@ pub struct CollectorService {
     /// Clients are identified by their TLS certificate (mutual TLS); without TLS
     /// (loopback plaintext) nobody is.
     identified: bool,
+    /// The pingmesh controller, told when each incident began (its joint view).
+    pingmesh: Option<crate::pingmesh_service::PingmeshShared>,
 }
 
 impl CollectorService {
@@ -46,7 +48,14 @@ impl CollectorService {
         CollectorService {
             shared: Shared::new(incidents),
             identified,
+            pingmesh: None,
         }
+    }
+
+    /// Tells `pingmesh` when each incident begins.
+    pub fn with_pingmesh(mut self, pingmesh: crate::pingmesh_service::PingmeshShared) -> Self {
+        self.pingmesh = Some(pingmesh);
+        self
     }
 
     /// The node name the client's certificate gives, when clients are identified.
@@ -108,13 +117,21 @@ impl Collector for CollectorService {
                 summary.rejected.push(reason);
                 continue;
             }
+            let event = hawkmesh_wire::telemetry::check_chunk(&chunk)
+                .ok()
+                .map(|h| h.event_id);
             // Counted and logged by the incident set.
-            match self
+            let filed = self
                 .shared
                 .accept(chunk, identity.clone())
                 .await
-                .map_err(internal)?
+                .map_err(internal)?;
+            if let (Ok(Accepted::New), Some(pingmesh), Some(event)) =
+                (&filed, &self.pingmesh, event)
             {
+                pingmesh.note_event(event);
+            }
+            match filed {
                 Ok(Accepted::New) => summary.accepted += 1,
                 Ok(Accepted::Duplicate) => summary.duplicates += 1,
                 Err(IncidentError::BadChunk(reason)) => summary.rejected.push(reason),

@@ -69,7 +69,10 @@ async fn page_of(
 }
 
 /// The router over the shared incident set.
-pub fn router(incidents: Arc<Mutex<IncidentSet>>) -> Router {
+pub fn router(
+    incidents: Arc<Mutex<IncidentSet>>,
+    pingmesh: Option<crate::pingmesh_service::PingmeshShared>,
+) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -77,7 +80,67 @@ pub fn router(incidents: Arc<Mutex<IncidentSet>>) -> Router {
         .route("/api/incidents/{event_id}", get(one))
         .route("/api/counters", get(counters))
         .route("/incidents/{event_id}", get(html))
-        .with_state(Shared::new(incidents))
+        .with_state(Shared::new(incidents).with_pingmesh(pingmesh))
+}
+
+/// The victim 5-tuple of a diagnosis JSON.
+fn victim_of(diagnosis: &str) -> Option<hawkmesh_wire::telemetry::FiveTuple> {
+    let value: serde_json::Value = serde_json::from_str(diagnosis).ok()?;
+    value.get("victim")?.as_str()?.parse().ok()
+}
+
+/// Probing's view of the incident, when the pingmesh controller runs and knows when it
+/// began (a failure of the controller is logged and leaves it out).
+async fn joint_of(
+    shared: &Shared,
+    event_id: u64,
+    diagnosis: Option<&str>,
+) -> Option<crate::pingmesh::PingmeshJoint> {
+    let pingmesh = shared.pingmesh.as_ref()?;
+    let victim = victim_of(diagnosis?)?;
+    match pingmesh.joint(event_id, victim).await {
+        Ok(joint) => joint,
+        Err(error) => {
+            tracing::error!(%error, event_id, "the pingmesh view of an incident failed");
+            None
+        }
+    }
+}
+
+/// The joint view as an HTML section (what the incident page shows below HAWKEYE's
+/// diagnosis).
+pub fn joint_html(joint: &crate::pingmesh::PingmeshJoint) -> String {
+    let mut rows = String::new();
+    for p in &joint.problems {
+        let links: Vec<String> = p
+            .links
+            .iter()
+            .map(|l| format!("{}–{} ({} votes)", l.a, l.b, l.votes))
+            .collect();
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&p.priority),
+            escape(&p.kind),
+            escape(p.rnic.as_deref().or(p.host.as_deref()).unwrap_or("")),
+            escape(&links.join(", ")),
+            p.probes
+        ));
+    }
+    let table = if rows.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<table><tr><th>priority</th><th>kind</th><th>RNIC / host</th><th>links</th><th>probes</th></tr>{rows}</table>"
+        )
+    };
+    format!(
+        "<section id=\"pingmesh\"><h2>Where: the pingmesh view</h2><p>{}</p><p>Victim RNICs: {} → {}; period {} (<a href=\"/api/pingmesh/periods/{}\">report</a>, <a href=\"/pingmesh\">pingmesh</a>).</p>{table}</section>",
+        escape(&joint.verdict),
+        escape(joint.source.as_deref().unwrap_or("?")),
+        escape(joint.destination.as_deref().unwrap_or("?")),
+        joint.period,
+        joint.period,
+    )
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -204,15 +267,18 @@ async fn one(State(shared): State<Shared>, Path(id): Path<String>) -> Response {
         Ok(None) => return not_found(event_id),
         Err(e) => return internal(e),
     };
+    let joint = joint_of(&shared, event_id, diagnosis.as_deref()).await;
     let body = shared
         .compute(move || {
             let diagnosis = match diagnosis {
                 Some(text) => serde_json::from_str(&text)?,
                 None => serde_json::Value::Null,
             };
-            Ok::<_, serde_json::Error>(
-                serde_json::json!({ "incident": summary, "diagnosis": diagnosis }).to_string(),
-            )
+            let mut body = serde_json::json!({ "incident": summary, "diagnosis": diagnosis });
+            if let Some(joint) = joint {
+                body["pingmesh"] = serde_json::to_value(joint)?;
+            }
+            Ok::<_, serde_json::Error>(body.to_string())
         })
         .await;
     match body {
@@ -236,18 +302,30 @@ async fn html(State(shared): State<Shared>, Path(id): Path<String>) -> Response 
     let found = shared
         .read(move |set| {
             let summary = set.summary(event_id)?;
-            Some((summary, set.diagnosis_html(event_id).map(str::to_string)))
+            Some((
+                summary,
+                set.diagnosis_html(event_id).map(str::to_string),
+                set.diagnosis_json(event_id).map(str::to_string),
+            ))
         })
         .await;
     match found {
-        Ok(Some((_, Some(page)))) => {
+        Ok(Some((_, Some(mut page), diagnosis))) => {
+            // The why (HAWKEYE) and the where (pingmesh) in one report.
+            if let Some(joint) = joint_of(&shared, event_id, diagnosis.as_deref()).await {
+                let section = joint_html(&joint);
+                match page.rfind("</body>") {
+                    Some(at) => page.insert_str(at, &section),
+                    None => page.push_str(&section),
+                }
+            }
             ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
         }
-        Ok(Some((summary, None))) if summary.state == IncidentState::Collecting => error(
+        Ok(Some((summary, None, _))) if summary.state == IncidentState::Collecting => error(
             StatusCode::ACCEPTED,
             format!("incident {event_id} is still collecting reports"),
         ),
-        Ok(Some((summary, None))) => error(
+        Ok(Some((summary, None, _))) => error(
             StatusCode::NOT_FOUND,
             format!(
                 "incident {event_id} ({}) has no HTML report: {}",

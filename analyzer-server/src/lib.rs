@@ -233,11 +233,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     // A gRPC message is one chunk: anything larger is refused before it is buffered.
     let tls = config.tls.server_config(grpc_addr)?;
     let tls_on = tls.is_some();
-    let service = CollectorServer::new(grpc::CollectorService::new(
-        incidents.clone(),
-        tls.is_some(),
-    ))
-    .max_decoding_message_size(grpc::MAX_CHUNK_BYTES + 1024);
+    let mut collector = grpc::CollectorService::new(incidents.clone(), tls.is_some());
+    if let Some(shared) = &pingmesh {
+        collector = collector.with_pingmesh(shared.clone());
+    }
+    let service =
+        CollectorServer::new(collector).max_decoding_message_size(grpc::MAX_CHUNK_BYTES + 1024);
     let pingmesh_grpc = pingmesh.as_ref().map(|shared| {
         hawkmesh_proto::v1::pingmesh_controller_server::PingmeshControllerServer::new(
             pingmesh_service::PingmeshService::new(shared.clone(), tls_on),
@@ -267,7 +268,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 
     let (tx, rx) = oneshot::channel::<()>();
     shutdown.push(tx);
-    let mut app = http::router(incidents.clone());
+    let mut app = http::router(incidents.clone(), pingmesh.clone());
     if let Some(shared) = &pingmesh {
         app = app.merge(pingmesh_service::router(shared.clone()));
     }

@@ -366,6 +366,29 @@ pub struct PeriodView {
     pub service_network_innocent: bool,
 }
 
+/// What probing saw around a HAWKEYE incident: the "where" (RNIC or switch network, which
+/// link) beside HAWKEYE's "why", for the victim's two RNICs at the time the incident began.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PingmeshJoint {
+    /// When the incident began on the controller's clock (its first report), ns.
+    pub at_ns: u64,
+    /// The analysis period holding that time.
+    pub period: u64,
+    /// Whether that period has been analysed yet (the problems below are empty until it is).
+    pub analysed: bool,
+    /// The victim's source RNIC, `host:nicN (ip)`, when the inventory has it.
+    pub source: Option<String>,
+    /// Its destination RNIC.
+    pub destination: Option<String>,
+    /// The period's problems that concern the victim: either RNIC or host, or the service
+    /// network (seen by service tracing or lying on a service path).
+    pub problems: Vec<ProblemView>,
+    /// The service network's SLA in the period.
+    pub service: Option<SlaView>,
+    /// One line: where probing puts the trouble.
+    pub verdict: String,
+}
+
 /// A period in listings.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PeriodSummary {
@@ -1495,6 +1518,79 @@ impl Controller {
         let mut view = view.clone();
         view.late_results += self.late.get(&view.index).copied().unwrap_or(0);
         view
+    }
+
+    /// Probing's view of an incident of `victim` that began at `at_ns`.
+    pub fn joint(&self, victim: &hawkmesh_wire::telemetry::FiveTuple, at_ns: u64) -> PingmeshJoint {
+        let period = self.period_of(at_ns);
+        let rnic_of = |ip: [u8; 4]| {
+            self.inventory
+                .rnics()
+                .iter()
+                .position(|r| r.ipv4 == ip)
+                .map(|i| i as RnicId)
+        };
+        let (src, dst) = (rnic_of(victim.src_ip), rnic_of(victim.dst_ip));
+        let label = |r: Option<RnicId>| r.map(|r| self.inventory.label(r));
+        let host = |r: Option<RnicId>| {
+            r.and_then(|r| self.inventory.rnic(r))
+                .map(|r| r.host_name.clone())
+        };
+        let (source, destination) = (label(src), label(dst));
+        let hosts = [host(src), host(dst)];
+        let view = self.period(period);
+        let problems: Vec<ProblemView> = view
+            .as_ref()
+            .map(|v| {
+                v.problems
+                    .iter()
+                    .filter(|p| {
+                        p.affects_service
+                            || (p.rnic.is_some() && [&source, &destination].contains(&&p.rnic))
+                            || (p.host.is_some() && hosts.contains(&p.host))
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let verdict = match (&view, problems.first()) {
+            (None, _) => format!(
+                "pingmesh: period {period} not analysed yet (it is, a grace after it ends)"
+            ),
+            (Some(_), None) => format!(
+                "pingmesh: no RNIC, host or service-network problem in period {period}: probing finds the paths healthy, the slowdown is congestion HAWKEYE explains"
+            ),
+            (Some(_), Some(p)) => {
+                let place = if !p.links.is_empty() {
+                    let links: Vec<String> =
+                        p.links.iter().map(|l| format!("{}–{}", l.a, l.b)).collect();
+                    format!("link {}", links.join(", "))
+                } else if let Some(r) = &p.rnic {
+                    format!("RNIC {r}")
+                } else if let Some(h) = &p.host {
+                    format!("host {h}")
+                } else if !p.switches.is_empty() {
+                    let s: Vec<&str> = p.switches.iter().map(|s| s.name.as_str()).collect();
+                    format!("switch {}", s.join(", "))
+                } else {
+                    "an unlocated place".to_string()
+                };
+                format!(
+                    "pingmesh: {} ({}) at {place} in period {period}",
+                    p.kind, p.priority
+                )
+            }
+        };
+        PingmeshJoint {
+            at_ns,
+            period,
+            analysed: view.is_some(),
+            source,
+            destination,
+            problems,
+            service: view.map(|v| v.service),
+            verdict,
+        }
     }
 
     /// The controller in short.

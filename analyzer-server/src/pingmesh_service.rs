@@ -35,7 +35,9 @@ use hawkmesh_proto::v1::pingmesh_controller_server::PingmeshController;
 use hawkmesh_wire::topology::FabricTopology;
 use tonic::{Request, Status};
 
-use crate::pingmesh::{Controller, PeriodAnalyzer, RequestError};
+use std::collections::BTreeMap;
+
+use crate::pingmesh::{Clock, Controller, PeriodAnalyzer, RequestError};
 
 /// The controller and its analysis, shared by gRPC, HTTP and the period task.
 #[derive(Clone, Debug)]
@@ -43,7 +45,14 @@ pub struct PingmeshShared {
     controller: Arc<Mutex<Controller>>,
     analyzer: Arc<Mutex<PeriodAnalyzer>>,
     topology: Arc<FabricTopology>,
+    clock: Clock,
+    /// When each HAWKEYE incident's first report chunk came, on the controller's clock
+    /// (the last [`EVENT_TIMES`]; not kept across restarts).
+    events: Arc<Mutex<BTreeMap<u64, u64>>>,
 }
+
+/// Incident start times kept for the joint view.
+pub const EVENT_TIMES: usize = 65_536;
 
 /// A failure of the service itself.
 #[derive(Debug, thiserror::Error)]
@@ -61,10 +70,43 @@ impl PingmeshShared {
     pub fn new(controller: Controller, topology: FabricTopology) -> Self {
         let analyzer = PeriodAnalyzer::for_controller(&controller);
         PingmeshShared {
+            clock: controller.config().clock.clone(),
             controller: Arc::new(Mutex::new(controller)),
             analyzer: Arc::new(Mutex::new(analyzer)),
             topology: Arc::new(topology),
+            events: Arc::new(Mutex::new(BTreeMap::new())),
         }
+    }
+
+    /// Notes that a report chunk of HAWKEYE event `event_id` arrived now (the first one
+    /// dates the incident).
+    pub fn note_event(&self, event_id: u64) {
+        let now = self.clock.now_ns();
+        let Ok(mut events) = self.events.lock() else {
+            return;
+        };
+        events.entry(event_id).or_insert(now);
+        while events.len() > EVENT_TIMES {
+            // The oldest by id: event ids grow per host.
+            events.pop_first();
+        }
+    }
+
+    /// When event `event_id` began, if known.
+    pub fn event_time(&self, event_id: u64) -> Option<u64> {
+        self.events.lock().ok()?.get(&event_id).copied()
+    }
+
+    /// Probing's view of incident `event_id` of `victim`, when its start is known.
+    pub async fn joint(
+        &self,
+        event_id: u64,
+        victim: hawkmesh_wire::telemetry::FiveTuple,
+    ) -> Result<Option<crate::pingmesh::PingmeshJoint>, PingmeshInternal> {
+        let Some(at) = self.event_time(event_id) else {
+            return Ok(None);
+        };
+        self.with(move |c| Some(c.joint(&victim, at))).await
     }
 
     /// Locks the controller. Blocks: only from blocking code.

@@ -27,6 +27,8 @@ pub(crate) enum InternalError {
 pub(crate) struct Shared {
     incidents: Arc<Mutex<IncidentSet>>,
     pub(crate) counters: Arc<Counters>,
+    /// The pingmesh controller, for the incidents' joint view (HTTP only).
+    pub(crate) pingmesh: Option<crate::pingmesh_service::PingmeshShared>,
 }
 
 impl Shared {
@@ -41,7 +43,17 @@ impl Shared {
         Shared {
             incidents,
             counters,
+            pingmesh: None,
         }
+    }
+
+    /// With the pingmesh controller (for the joint view).
+    pub(crate) fn with_pingmesh(
+        mut self,
+        pingmesh: Option<crate::pingmesh_service::PingmeshShared>,
+    ) -> Self {
+        self.pingmesh = pingmesh;
+        self
     }
 
     /// Locks the set. Blocks: call it only from blocking code.

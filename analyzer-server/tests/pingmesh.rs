@@ -502,3 +502,65 @@ async fn agents_register_fetch_upload_and_a_lossy_link_is_located() {
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A HAWKEYE incident served with the pingmesh view of its victim: dated by its first
+/// report chunk on the controller's clock, "not analysed yet" until its period is, then the
+/// period's verdict; the HTML report carries the same section.
+#[tokio::test]
+async fn an_incident_carries_the_pingmesh_view_of_its_victim() {
+    use hawkmesh_proto::v1::collector_client::CollectorClient;
+    use hawkmesh_proto::v1::ReportChunk;
+    let (topology, _, mut reports) = hawkmesh_analyzer::testkit::sample_pfc_storm().unwrap();
+    for report in &mut reports {
+        report.event_id = 42;
+    }
+    let dir = data_dir("joint");
+    let clock = Arc::new(AtomicU64::new(P0 * PERIOD + 1));
+    let mut config = ServerConfig::loopback(topology, dir.clone(), "127.0.0.1:0".parse().unwrap());
+    config.pingmesh = Some(self::config(&clock));
+    let server = start(config).await.unwrap();
+    let mut collector = CollectorClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap();
+    let chunks: Vec<ReportChunk> = reports
+        .iter()
+        .flat_map(|r| r.to_chunks(200).unwrap())
+        .map(|chunk| ReportChunk { chunk })
+        .collect();
+    collector
+        .stream_reports(tokio_stream::iter(chunks))
+        .await
+        .unwrap();
+    let (status, body) = http_get(&server, "/api/incidents/42").await;
+    assert_eq!(status, 200, "{body}");
+    let incident: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(incident["pingmesh"]["period"], P0, "{body}");
+    assert_eq!(incident["pingmesh"]["analysed"], false);
+    assert!(incident["pingmesh"]["source"].as_str().is_some(), "{body}");
+    // The period is analysed (no results: nothing concerns the victim).
+    clock.store((P0 + 1) * PERIOD + PERIOD / 2 + 1, Ordering::SeqCst);
+    server
+        .pingmesh
+        .clone()
+        .unwrap()
+        .analyse_due()
+        .await
+        .unwrap();
+    let (_, body) = http_get(&server, "/api/incidents/42").await;
+    let incident: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(incident["pingmesh"]["analysed"], true);
+    let verdict = incident["pingmesh"]["verdict"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        verdict.contains("no RNIC, host or service-network problem"),
+        "{verdict}"
+    );
+    let (status, html) = http_get(&server, "/incidents/42").await;
+    assert_eq!(status, 200);
+    assert!(html.contains("Where: the pingmesh view") && html.contains(&verdict));
+    drop(collector);
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -44,6 +44,11 @@ enum Command {
         /// Override the scenario's seed (the same scenario and seed give the same output).
         #[arg(long)]
         seed: Option<u64>,
+        /// Run R-Pingmesh beside HAWKEYE: probing agents on every RNIC whose service
+        /// tracing triggers the polling, the analyzer's pingmesh controller taking their
+        /// results; each incident report then says where (pingmesh) beside why (HAWKEYE).
+        #[arg(long)]
+        pingmesh: bool,
     },
     /// HAWKEYE's evaluation (paper §4.2–4.3): randomised traces of every anomaly class on
     /// the K=4 fat-tree, the whole loop at each epoch size and RTT threshold, HAWKEYE vs
@@ -230,7 +235,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             scenario,
             seed,
-        } => demo(&out, scenario.as_deref(), seed),
+            pingmesh,
+        } => demo(&out, scenario.as_deref(), seed, pingmesh),
         Command::Eval(args) => eval::run(args),
         Command::Pingmesh { command } => match command {
             PingmeshCommand::Eval(args) => pingmesh::eval(args),
@@ -371,7 +377,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// The built-in demo scenario (also `scenarios/k4-incast.toml`).
 const DEMO_SCENARIO: &str = include_str!("../../scenarios/k4-incast.toml");
 
-fn demo(out: &Path, scenario: Option<&Path>, seed: Option<u64>) -> anyhow::Result<()> {
+fn demo(
+    out: &Path,
+    scenario: Option<&Path>,
+    seed: Option<u64>,
+    pingmesh: bool,
+) -> anyhow::Result<()> {
     let mut loaded = match scenario {
         Some(path) => hawkmesh_netsim::Scenario::load(path)?,
         None => hawkmesh_netsim::Scenario::parse(
@@ -396,7 +407,13 @@ fn demo(out: &Path, scenario: Option<&Path>, seed: Option<u64>) -> anyhow::Resul
         }
     }
     let started = Instant::now();
-    let outcome = hawkmesh_lab::run(&loaded, &hawkmesh_lab::LoopConfig::new(store))?;
+    let mut config = hawkmesh_lab::LoopConfig::new(store);
+    if pingmesh {
+        config.pingmesh = Some(hawkmesh_lab::PingmeshLoop::new(
+            loaded.scenario.switch.control_priority,
+        ));
+    }
+    let outcome = hawkmesh_lab::run(&loaded, &config)?;
     outcome
         .sim
         .write(&out.join("sim"))
@@ -424,6 +441,21 @@ fn demo(out: &Path, scenario: Option<&Path>, seed: Option<u64>) -> anyhow::Resul
         out.join("incidents.json"),
         serde_json::to_string_pretty(&outcome.incidents)?,
     )?;
+    if let Some(pingmesh) = &outcome.pingmesh {
+        std::fs::write(
+            out.join("pingmesh.json"),
+            serde_json::to_string_pretty(pingmesh)?,
+        )?;
+        let problems: usize = pingmesh.periods.iter().map(|p| p.problems.len()).sum();
+        println!(
+            "pingmesh: {} RNICs' agents uploaded {} results in {} batches over gRPC; {} periods analysed, {} problems (pingmesh.json)",
+            pingmesh.registrations,
+            pingmesh.results,
+            pingmesh.batches,
+            pingmesh.periods.len(),
+            problems
+        );
+    }
     // Every incident in one line each, then the most telling one in full: a PFC anomaly
     // (backpressure, storm, deadlock) over plain contention, complete over timed out,
     // more reporting switches over fewer.
@@ -497,6 +529,9 @@ fn demo(out: &Path, scenario: Option<&Path>, seed: Option<u64>) -> anyhow::Resul
             let id = incident.summary.event_id;
             println!("\nincident {id} ({}):", incident.summary.state.as_str());
             print!("{}", incident.text.as_deref().unwrap_or_default());
+            if let Some(joint) = &incident.pingmesh {
+                println!("{}", joint.verdict);
+            }
             println!(
                 "report: {}",
                 out.join(format!("incident-{id}.html")).display()

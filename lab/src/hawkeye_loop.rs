@@ -14,9 +14,12 @@
 //! changing what the fabric does. [`crate::eval`] is the evaluation harness built on this.
 
 use crate::hosts::NetsimHostAgents;
+use crate::pingmesh::{NetsimProbing, ProbingConfig, ServiceTracing};
+use crate::pingmesh_uplink::Uplink;
 use crate::switch_pipeline::{install_hosted, Hosting, InstalledSwitch};
 use hawkmesh_analyzer::{diagnose_reports, loaded, render, DiagnoseOptions};
 use hawkmesh_analyzer_server::incidents::IncidentSummary;
+use hawkmesh_analyzer_server::pingmesh::{Clock, PingmeshConfig};
 use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
 use hawkmesh_bfrt_model::BfrtServer;
 use hawkmesh_dataplane::hawkeye::HawkeyeParams;
@@ -25,6 +28,7 @@ use hawkmesh_host_agent::{DetectorConfig, PollingTrigger};
 use hawkmesh_netsim::packet::PacketKind;
 use hawkmesh_netsim::time::{Time, NS, US};
 use hawkmesh_netsim::{LoadedScenario, SimResult, Simulation};
+use hawkmesh_pingmesh::analysis::AnalysisConfig;
 use hawkmesh_proto::v1::collector_client::CollectorClient;
 use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
 use hawkmesh_switch_agent::{
@@ -41,6 +45,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zerocopy::byteorder::network_endian::U16;
 
@@ -125,6 +131,51 @@ pub struct LoopConfig {
     /// Ports the program's registers cover; `None` fits them to the fabric's largest switch
     /// (a power of two, at least 8).
     pub ports: Option<u32>,
+    /// R-Pingmesh beside HAWKEYE: probing agents on every RNIC whose service tracing
+    /// triggers the polling (in place of the data flows' own RTT), and the analyzer
+    /// service's pingmesh controller taking their results; each incident then carries the
+    /// pingmesh view ("where") beside HAWKEYE's diagnosis ("why").
+    pub pingmesh: Option<PingmeshLoop>,
+}
+
+/// How R-Pingmesh runs in the loop ([`LoopConfig::pingmesh`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PingmeshLoop {
+    /// The probing agents (service tracing with a trigger: [`ServiceTracing::polling`]).
+    pub probing: ProbingConfig,
+    /// The controller's analysis period, ns of simulated time.
+    pub period_ns: u64,
+    /// How often the agents upload, ns of simulated time (the controller waits two uploads
+    /// after a period ends before analysing it).
+    pub upload_ns: u64,
+    /// The analysis thresholds.
+    pub analysis: AnalysisConfig,
+}
+
+impl PingmeshLoop {
+    /// The simulation-scale defaults of `lab::pingmesh` (probe rates 200 times the paper's)
+    /// with service tracing triggering polling in `control_priority`, 1-ms periods (the
+    /// HAWKEYE scenarios last milliseconds) and 250-µs uploads.
+    pub fn new(control_priority: u8) -> Self {
+        PingmeshLoop {
+            probing: ProbingConfig {
+                service_tracing: Some(ServiceTracing::polling(control_priority)),
+                ..ProbingConfig::default()
+            },
+            period_ns: 1_000_000,
+            upload_ns: 250_000,
+            analysis: AnalysisConfig {
+                // Agents upload every 250 µs: silent for half a period is down.
+                host_silence_ns: 500_000,
+                rnic_hold_ns: 3_000_000,
+                // The simulation's probe rates are 200 times the paper's: so are its
+                // delays' scales.
+                cpu_noise_delay_ns: 200_000,
+                high_rtt_ns: 200_000,
+                ..AnalysisConfig::default()
+            },
+        }
+    }
 }
 
 impl LoopConfig {
@@ -147,6 +198,7 @@ impl LoopConfig {
             also: Vec::new(),
             hosting: Hosting::InProcess,
             ports: None,
+            pingmesh: None,
         }
     }
 }
@@ -266,6 +318,8 @@ pub struct IncidentOutcome {
     /// The HTML report.
     #[serde(skip)]
     pub html: Option<String>,
+    /// What probing saw where and when the incident began (when R-Pingmesh ran).
+    pub pingmesh: Option<hawkmesh_analyzer_server::pingmesh::PingmeshJoint>,
     /// Every complete switch report the analyzer holds for the event (for re-diagnosis).
     #[serde(skip)]
     pub reports: Vec<TelemetryReport>,
@@ -316,6 +370,21 @@ pub struct LoopOutcome {
     pub counters: PollingCounters,
     /// The baselines of `config.also`, in that order.
     pub also: Vec<ModeOutcome>,
+    /// What R-Pingmesh found, when it ran ([`LoopConfig::pingmesh`]).
+    pub pingmesh: Option<PingmeshOutcome>,
+}
+
+/// R-Pingmesh's side of a loop run.
+#[derive(Clone, Debug, Serialize)]
+pub struct PingmeshOutcome {
+    /// Every analysed period's report (from the analyzer service's controller).
+    pub periods: Vec<hawkmesh_analyzer_server::pingmesh::PeriodView>,
+    /// Registrations, batches and results uploaded over gRPC.
+    pub registrations: u64,
+    /// Batches uploaded.
+    pub batches: u64,
+    /// Results uploaded.
+    pub results: u64,
 }
 
 impl LoopOutcome {
@@ -357,6 +426,9 @@ pub enum LoopError {
     /// Runtime problem.
     #[error("runtime: {0}")]
     Runtime(String),
+    /// R-Pingmesh's agents, uplink or controller failed.
+    #[error("pingmesh: {0}")]
+    Pingmesh(String),
 }
 
 /// The register geometry the switch agents read for a program variant (queue depth in
@@ -585,6 +657,7 @@ impl Collector {
                             .and_then(|text| serde_json::from_str(text).ok()),
                         text: set.diagnosis_text(summary.event_id).map(str::to_string),
                         html: set.diagnosis_html(summary.event_id).map(str::to_string),
+                        pingmesh: None,
                         reports: set.reports(summary.event_id).unwrap_or_default(),
                         summary,
                     })
@@ -594,6 +667,29 @@ impl Collector {
         if self.mode == PollingMode::FullPolling {
             for incident in &mut incidents {
                 rediagnose_all(incident, topology);
+            }
+        }
+        // The where beside the why: the pingmesh view of each incident, in its report.
+        if let Some(pingmesh) = &self.server.pingmesh {
+            for incident in &mut incidents {
+                let victim = incident
+                    .diagnosis
+                    .as_ref()
+                    .and_then(|d| d.get("victim")?.as_str()?.parse().ok());
+                let (Some(victim), Some(at)) =
+                    (victim, pingmesh.event_time(incident.summary.event_id))
+                else {
+                    continue;
+                };
+                let joint = pingmesh.lock().ok().map(|c| c.joint(&victim, at));
+                if let (Some(joint), Some(html)) = (&joint, &mut incident.html) {
+                    let section = hawkmesh_analyzer_server::http::joint_html(joint);
+                    match html.rfind("</body>") {
+                        Some(at) => html.insert_str(at, &section),
+                        None => html.push_str(&section),
+                    }
+                }
+                incident.pingmesh = joint;
             }
         }
         let http_addr = self.server.http_addr;
@@ -667,8 +763,22 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         config.detector,
         scenario.switch.control_priority,
     )));
-    sim.set_host_hook(Box::new(SharedHosts(hosts.clone())));
-    hosts.borrow_mut().watch_posted(&sim);
+    // With R-Pingmesh, the probing agents are the hosts' hook and their service tracing
+    // triggers the polling; without, the detector on the data flows' RTT does.
+    let probing = match &config.pingmesh {
+        Some(pm) => {
+            let probing = NetsimProbing::new(&sim, pm.probing, Vec::new(), Vec::new())
+                .map_err(|e| LoopError::Pingmesh(e.to_string()))?;
+            sim.set_host_hook(Box::new(probing.clone()));
+            Some(probing)
+        }
+        None => {
+            sim.set_host_hook(Box::new(SharedHosts(hosts.clone())));
+            hosts.borrow_mut().watch_posted(&sim);
+            None
+        }
+    };
+    let pingmesh_clock = Arc::new(AtomicU64::new(0));
     let geometry = geometry_of(&params);
     let topology = sim.topology().clone();
     let names: BTreeMap<NodeId, String> = topology
@@ -759,7 +869,20 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                 limits: hawkmesh_analyzer_server::incidents::IntakeLimits::default(),
                 connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
                 tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
-                pingmesh: None,
+                // The controller runs beside the primary method's analyzer.
+                pingmesh: match (&config.pingmesh, index) {
+                    (Some(pm), 0) => Some(PingmeshConfig {
+                        analysis: pm.analysis,
+                        pinglists: pm.probing.pinglists,
+                        period_ns: pm.period_ns,
+                        grace_ns: 2 * pm.upload_ns,
+                        upload_interval_ms: (pm.upload_ns / 1_000_000).max(1),
+                        probe_timeout_ms: (pm.probing.timeout_ns / 1_000_000).max(1),
+                        clock: Clock::Manual(pingmesh_clock.clone()),
+                        ..PingmeshConfig::default()
+                    }),
+                    _ => None,
+                },
             }))
             .map_err(|e| LoopError::Analyzer(e.to_string()))?;
         let endpoint = format!("http://{}", server.grpc_addr);
@@ -777,6 +900,22 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
             pending: Vec::new(),
         });
     }
+
+    let mut uplink = match (&probing, collectors.first()) {
+        (Some(probing), Some(primary)) => Some(
+            Uplink::connect(
+                primary.server.grpc_addr,
+                pingmesh_clock.clone(),
+                probing.inventory(),
+            )
+            .map_err(|e| LoopError::Pingmesh(e.to_string()))?,
+        ),
+        _ => None,
+    };
+    let upload_every = config
+        .pingmesh
+        .map_or(Time::MAX, |pm| pm.upload_ns.max(1) * NS);
+    let mut next_upload = upload_every;
 
     let triggering_end = hawkmesh_netsim::time::from_us(scenario.duration_us);
     let end = triggering_end + config.drain;
@@ -796,8 +935,20 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         for emit in posted_stalls {
             sim.emit_from_host(emit);
         }
+        if let (Some(probing), Some(uplink)) = (&probing, &mut uplink) {
+            probing.trace_services(&sim);
+            if now >= next_upload {
+                next_upload += upload_every;
+                uplink
+                    .sync(probing, &sim)
+                    .map_err(|e| LoopError::Pingmesh(e.to_string()))?;
+            }
+        }
         if now == triggering_end {
             hosts.borrow_mut().stop_triggering();
+            if let Some(probing) = &probing {
+                probing.stop_triggering();
+            }
         }
         let copies = sim.take_cpu_packets();
         for collector in &mut collectors {
@@ -831,12 +982,45 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         collector.poll_agents(&runtime, &names, end / NS, true)?;
         collector.conclude(config.analyzer_timeout)?;
     }
+    // The last uploads, then every period the run touched is analysed (the clock moves on
+    // past the last one's grace: no agent will upload any more).
+    let pingmesh = match (&probing, &mut uplink, &config.pingmesh, collectors.first()) {
+        (Some(probing), Some(link), Some(pm), Some(primary)) => {
+            link.sync(probing, &sim)
+                .map_err(|e| LoopError::Pingmesh(e.to_string()))?;
+            let last = (end / NS).div_ceil(pm.period_ns.max(1)) * pm.period_ns;
+            pingmesh_clock.fetch_max(last + 2 * pm.upload_ns, Ordering::SeqCst);
+            let shared = primary.server.pingmesh.clone().ok_or_else(|| {
+                LoopError::Pingmesh("the analyzer runs without its controller".into())
+            })?;
+            runtime
+                .block_on(shared.analyse_due())
+                .map_err(|e| LoopError::Pingmesh(e.to_string()))?;
+            let periods = shared
+                .lock()
+                .map_err(|e| LoopError::Pingmesh(e.to_string()))?
+                .latest(usize::MAX);
+            let stats = link.stats();
+            Some(PingmeshOutcome {
+                periods,
+                registrations: stats.registrations,
+                batches: stats.batches,
+                results: stats.results,
+            })
+        }
+        _ => None,
+    };
+    // The agents' connection goes before the service stops (it waits for its clients).
+    drop(uplink);
     let mut outcomes: Vec<ModeOutcome> = collectors
         .into_iter()
         .map(|collector| collector.finish(&runtime, &topology))
         .collect();
     let primary = outcomes.remove(0);
-    let triggers = hosts.borrow().triggers().to_vec();
+    let triggers = match &probing {
+        Some(probing) => probing.triggers(),
+        None => hosts.borrow().triggers().to_vec(),
+    };
     let result = sim.result(&scenario.name, scenario.seed, &scenario.output.fct_bins);
     Ok(LoopOutcome {
         sim: result,
@@ -847,6 +1031,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
         mode: primary.mode,
         counters: primary.counters,
         also: outcomes,
+        pingmesh,
     })
 }
 

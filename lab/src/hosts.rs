@@ -31,6 +31,29 @@ use std::collections::BTreeMap;
 /// Hop limit written into polling packets (enough for any Clos path and PFC branch).
 pub const POLLING_HOP_LIMIT: u8 = 16;
 
+/// The polling packet of `trigger` from NIC `src_nic` toward `dst_nic` with the victim's
+/// 5-tuple in its headers (ECMP walks the victim's path) in `priority`; with the
+/// PFC-causality bit when the sender's NIC was held by PFC.
+pub fn polling_emit(
+    trigger: &PollingTrigger,
+    src_nic: u32,
+    dst_nic: u32,
+    priority: u8,
+    sender_held: bool,
+) -> HostEmit {
+    let mut polling = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT);
+    if sender_held {
+        polling.trace_flag |= TRACE_PFC_CAUSALITY;
+    }
+    HostEmit::now(
+        src_nic,
+        dst_nic,
+        trigger.victim,
+        priority,
+        polling.emit().to_vec(),
+    )
+}
+
 /// Host agents of every simulated host.
 #[derive(Debug)]
 pub struct NetsimHostAgents {
@@ -163,17 +186,12 @@ impl NetsimHostAgents {
         dst_nic: u32,
         sender_held: bool,
     ) -> HostEmit {
-        let mut polling = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT);
-        if sender_held {
-            polling.trace_flag |= TRACE_PFC_CAUSALITY;
-        }
-        let header = polling.emit().to_vec();
-        HostEmit::now(
+        polling_emit(
+            trigger,
             src_nic,
             dst_nic,
-            trigger.victim,
             self.control_priority,
-            header,
+            sender_held,
         )
     }
 

@@ -18,10 +18,13 @@
 //!   (`Simulation::path_ports`) when the results are collected.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use hawkmesh_host_agent::probe::{ProbeOutcome, ProbeResult, Prober, ProberConfig, Responder};
+use hawkmesh_host_agent::{DetectorConfig, PollingTrigger, RttDetector};
+
+use crate::hosts::polling_emit;
 use hawkmesh_netsim::hooks::{HostEmit, HostHook, RttSample};
 use hawkmesh_netsim::packet::Packet;
 use hawkmesh_netsim::time::{Time, NS};
@@ -52,6 +55,38 @@ pub struct ProbingConfig {
     /// pinglists (R-Pingmesh: 5 minutes); a restarted responder's new QPN is unknown to
     /// its probers until then.
     pub comm_refresh_ns: u64,
+    /// Service tracing (probes on the service connections' own 5-tuples), or none.
+    pub service_tracing: Option<ServiceTracing>,
+}
+
+/// Service tracing (R-Pingmesh §4.1.2): every service connection a host's RNIC opened is
+/// probed on its own 5-tuple (its UDP source port), so the probe takes the connection's
+/// ECMP path; the RTT the probes measure can trigger HAWKEYE polling for the connection
+/// (the loop none of the seed systems closes: where R-Pingmesh sees a slow service path,
+/// HAWKEYE asks the switches on it why).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ServiceTracing {
+    /// Time between two probes of one connection (R-Pingmesh: 10 ms; the simulated runs'
+    /// rates are 200 times the paper's: 50 µs).
+    pub interval_ns: u64,
+    /// The HAWKEYE trigger on the probes' network RTT (a probe unanswered for the detector's
+    /// `stall_ns` is a stall): a polling packet for the connection's 5-tuple. `None`: trace
+    /// only.
+    pub trigger: Option<DetectorConfig>,
+    /// 802.1p priority of the polling packets.
+    pub control_priority: u8,
+}
+
+impl ServiceTracing {
+    /// Tracing every 50 µs (simulation scale), polling with HAWKEYE's defaults in
+    /// `control_priority`.
+    pub fn polling(control_priority: u8) -> Self {
+        ServiceTracing {
+            interval_ns: 50_000,
+            trigger: Some(DetectorConfig::default()),
+            control_priority,
+        }
+    }
 }
 
 impl Default for ProbingConfig {
@@ -70,6 +105,7 @@ impl Default for ProbingConfig {
             tick_ns: 50_000,
             incarnation: 1,
             comm_refresh_ns: 100_000_000,
+            service_tracing: None,
         }
     }
 }
@@ -147,6 +183,22 @@ struct Rnic {
     inter_index: usize,
 }
 
+/// A service connection being traced.
+#[derive(Clone, Copy, Debug)]
+struct Service {
+    prober: RnicId,
+    target: RnicId,
+    /// The connection's 5-tuple (the probes').
+    tuple: FiveTuple,
+    /// Opened and not done.
+    active: bool,
+    next_ns: u64,
+    /// Send time of the oldest probe not answered since the last answer.
+    waiting_since: Option<u64>,
+    /// The unloaded RTT of its path (from the topology), ns.
+    base_rtt_ns: u64,
+}
+
 /// Counters of a probing run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbingStats {
@@ -178,6 +230,13 @@ struct State {
     next_token: u64,
     results: Vec<(RnicId, ProbeResult<Target>)>,
     stats: ProbingStats,
+    /// Service connections by netsim flow.
+    services: BTreeMap<u32, Service>,
+    /// The flow of each traced 5-tuple.
+    service_flows: HashMap<FiveTuple, u32>,
+    detectors: BTreeMap<NodeId, RttDetector>,
+    triggers: Vec<PollingTrigger>,
+    triggering_stopped: bool,
 }
 
 impl State {
@@ -245,6 +304,91 @@ impl State {
         }
     }
 
+    /// A probe ended: keep its result; a service-tracing probe's RTT (or its loss) goes to
+    /// its host's HAWKEYE detector.
+    fn finished(
+        &mut self,
+        rnic: RnicId,
+        result: ProbeResult<Target>,
+        now: u64,
+        emit: &mut Vec<HostEmit>,
+    ) {
+        if result.target.source == ProbeSource::ServiceTracing {
+            let victim = result.target.tuple;
+            let sample = match result.outcome {
+                ProbeOutcome::Answered { network_rtt_ns, .. } => {
+                    if let Some(flow) = self.service_flows.get(&victim) {
+                        if let Some(service) = self.services.get_mut(flow) {
+                            service.waiting_since = None;
+                        }
+                    }
+                    Some((network_rtt_ns, false))
+                }
+                ProbeOutcome::Timeout { .. } => Some((result.sent_ns, true)),
+                ProbeOutcome::Inconsistent => None,
+            };
+            if let Some((value, lost)) = sample {
+                self.observe_service(rnic, result.target.rnic, victim, value, lost, now, emit);
+            }
+        }
+        self.results.push((rnic, result));
+    }
+
+    /// Feeds a service connection's probe RTT (or, `stalled`, the send time of a probe
+    /// still unanswered) to the prober host's detector; polls on a trigger.
+    #[allow(clippy::too_many_arguments)]
+    fn observe_service(
+        &mut self,
+        prober: RnicId,
+        target: RnicId,
+        victim: FiveTuple,
+        value: u64,
+        stalled: bool,
+        now: u64,
+        emit: &mut Vec<HostEmit>,
+    ) {
+        let Some(tracing) = self.config.service_tracing else {
+            return;
+        };
+        let Some(config) = tracing.trigger else {
+            return;
+        };
+        if self.triggering_stopped {
+            return;
+        }
+        let Some(host) = self.rnics.get(prober as usize).map(|r| r.host) else {
+            return;
+        };
+        let base = self
+            .service_flows
+            .get(&victim)
+            .and_then(|flow| self.services.get(flow))
+            .map(|s| s.base_rtt_ns);
+        let detector = self
+            .detectors
+            .entry(host)
+            .or_insert_with(|| RttDetector::new(host, config));
+        // The base RTT is the connection's unloaded path RTT from the topology (a base
+        // learned from the first probes would be the congestion itself for a connection
+        // opened into it, as an incast's are). It counts the data packets' serialisation,
+        // more than a probe's: the comparison errs on the quiet side.
+        let trigger = if stalled {
+            detector.observe_stall(victim, value, base, now)
+        } else {
+            detector.observe(victim, value, base, now)
+        };
+        if let Some(trigger) = trigger {
+            emit.push(polling_emit(
+                &trigger,
+                prober,
+                target,
+                tracing.control_priority,
+                false,
+            ));
+            self.triggers.push(trigger);
+        }
+    }
+
     fn send_probe(
         &mut self,
         prober: RnicId,
@@ -283,6 +427,15 @@ impl State {
             self.stats.refused += 1;
             return;
         };
+        if source == ProbeSource::ServiceTracing {
+            if let Some(service) = self
+                .service_flows
+                .get(&tuple)
+                .and_then(|flow| self.services.get_mut(flow))
+            {
+                service.waiting_since.get_or_insert(now);
+            }
+        }
         let Ok(payload) = probe.to_bytes() else {
             return;
         };
@@ -312,7 +465,7 @@ impl State {
                 continue;
             }
             for expired in self.rnics[index].prober.expire(now) {
-                self.results.push((rnic, expired));
+                self.finished(rnic, expired, now, emit);
             }
             let list = &self.lists.lists()[index];
             let (tor_mesh, inter) = (list.tor_mesh.clone(), list.inter_tor.clone());
@@ -336,6 +489,53 @@ impl State {
                     let t = inter[i];
                     self.send_probe(rnic, t.dst, ProbeSource::InterTor, t.src_port, now, emit);
                 }
+            }
+        }
+    }
+
+    /// The service-tracing probes due at `now` (ns), and the stalls of connections whose
+    /// probes have gone unanswered for the detector's stall time.
+    fn trace(&mut self, now: u64, emit: &mut Vec<HostEmit>) {
+        let Some(tracing) = self.config.service_tracing else {
+            return;
+        };
+        let every = tracing.interval_ns.max(1);
+        let flows: Vec<u32> = self.services.keys().copied().collect();
+        for flow in flows {
+            let Some(service) = self.services.get(&flow).copied() else {
+                continue;
+            };
+            let host = self.rnics.get(service.prober as usize).map(|r| r.host);
+            if !service.active || host.is_none_or(|h| self.is_down(h)) {
+                continue;
+            }
+            if let (Some(since), Some(config)) = (service.waiting_since, tracing.trigger) {
+                if config.stall_ns > 0 && now.saturating_sub(since) >= config.stall_ns {
+                    self.observe_service(
+                        service.prober,
+                        service.target,
+                        service.tuple,
+                        since,
+                        true,
+                        now,
+                        emit,
+                    );
+                }
+            }
+            if service.next_ns <= now {
+                // One probe per due time; after a long gap, no burst to catch up.
+                let next = (service.next_ns + every).max(now + 1);
+                if let Some(s) = self.services.get_mut(&flow) {
+                    s.next_ns = next;
+                }
+                self.send_probe(
+                    service.prober,
+                    service.target,
+                    ProbeSource::ServiceTracing,
+                    service.tuple.src_port,
+                    now,
+                    emit,
+                );
             }
         }
     }
@@ -387,7 +587,7 @@ impl State {
                 // ⑤ = now; ⑥ when the prober's CPU has handled it.
                 let handled = self.cpu(host, now);
                 match self.rnics[at as usize].prober.on_ack(&repr, now, handled) {
-                    Ok(Some(result)) => self.results.push((at, result)),
+                    Ok(Some(result)) => self.finished(at, result, now, emit),
                     Ok(None) => {}
                     Err(_) => self.stats.rejected += 1,
                 }
@@ -403,7 +603,7 @@ impl State {
                     .prober
                     .on_send_completion(seq, now)
                 {
-                    self.results.push((prober, result));
+                    self.finished(prober, result, now, emit);
                 }
             }
             Some(Sent::Ack {
@@ -586,8 +786,66 @@ impl NetsimProbing {
                 next_token: 0,
                 results: Vec::new(),
                 stats: ProbingStats::default(),
+                services: BTreeMap::new(),
+                service_flows: HashMap::new(),
+                detectors: BTreeMap::new(),
+                triggers: Vec::new(),
+                triggering_stopped: false,
             })),
         })
+    }
+
+    /// Between simulation slices: the service connections open now (R-Pingmesh learns them
+    /// as the service creates and destroys its RC queue pairs; here, netsim's flows that
+    /// have started and not delivered all their bytes). Does nothing without
+    /// [`ProbingConfig::service_tracing`].
+    pub fn trace_services(&self, sim: &Simulation) {
+        let mut state = self.state.borrow_mut();
+        let Some(tracing) = state.config.service_tracing else {
+            return;
+        };
+        let now = sim.now() / NS;
+        for flow in 0..sim.flow_count() as u32 {
+            let Some(posted) = sim.flow_posting(flow) else {
+                continue;
+            };
+            let open = posted.start_ns.is_some_and(|s| s <= now)
+                && sim.flow_delivered(flow).unwrap_or(0) < posted.size;
+            if let Some(service) = state.services.get_mut(&flow) {
+                service.active = open;
+                continue;
+            }
+            if !open {
+                continue;
+            }
+            // Connections start being traced at their first slice, spread over the
+            // interval like independently opened connections.
+            let offset = u64::from(flow).wrapping_mul(7_919) % tracing.interval_ns.max(1);
+            state.services.insert(
+                flow,
+                Service {
+                    prober: posted.src_nic,
+                    target: posted.dst_nic,
+                    tuple: posted.tuple,
+                    active: true,
+                    next_ns: now + offset,
+                    waiting_since: None,
+                    base_rtt_ns: posted.base_rtt_ns,
+                },
+            );
+            state.service_flows.insert(posted.tuple, flow);
+        }
+    }
+
+    /// Stops triggering: later service-tracing probes send no polling packets (a run's
+    /// drain time).
+    pub fn stop_triggering(&self) {
+        self.state.borrow_mut().triggering_stopped = true;
+    }
+
+    /// Every polling trigger the service-tracing probes fired, in order.
+    pub fn triggers(&self) -> Vec<PollingTrigger> {
+        self.state.borrow().triggers.clone()
     }
 
     /// The RNIC inventory the agents probe.
@@ -668,7 +926,9 @@ impl HostHook for NetsimProbing {
     }
 
     fn on_wakeup(&mut self, now: Time, emit: &mut Vec<HostEmit>) {
-        self.state.borrow_mut().wakeup(now / NS, emit);
+        let mut state = self.state.borrow_mut();
+        state.wakeup(now / NS, emit);
+        state.trace(now / NS, emit);
     }
 
     fn on_custom_packet(

@@ -389,3 +389,64 @@ fraction = 1.0
     let rtt = report.cluster.network_rtt;
     assert!(rtt.p50 < 50_000 && rtt.p999 > 200_000, "{rtt:?}");
 }
+
+/// Service tracing on the HAWKEYE incast scenario: every open connection is probed on its
+/// own 5-tuple, and when the incast fills h0's ToR port the probes' RTT fires HAWKEYE
+/// triggers for the incast connections — the flows' own 5-tuples, nothing before the burst.
+#[test]
+fn service_tracing_probes_connections_on_their_5_tuples_and_triggers_polling_in_the_incast() {
+    use hawkmesh_lab::pingmesh::ServiceTracing;
+    use hawkmesh_pingmesh::analysis::ProbeSource;
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/k4-incast.toml"
+    ))
+    .unwrap();
+    let loaded = Scenario::parse(&text, "k4-incast.toml", ".".into()).unwrap();
+    let mut sim = Simulation::new(&loaded).unwrap();
+    let config = ProbingConfig {
+        service_tracing: Some(ServiceTracing::polling(
+            loaded.scenario.switch.control_priority,
+        )),
+        ..ProbingConfig::default()
+    };
+    let probing = NetsimProbing::new(&sim, config, Vec::new(), Vec::new()).unwrap();
+    sim.set_host_hook(Box::new(probing.clone()));
+    let mut now = 0;
+    while now < 3_000_000 {
+        now += 20_000;
+        sim.run_until(now * NS);
+        probing.trace_services(&sim);
+    }
+    let records = probing.take_records(&sim);
+    let traced: Vec<_> = records
+        .iter()
+        .filter(|r| r.source == ProbeSource::ServiceTracing)
+        .collect();
+    assert!(traced.len() > 200, "{} service probes", traced.len());
+    // A traced probe takes its connection's path: its 5-tuple is the flow's.
+    let flows: Vec<_> = (0..sim.flow_count() as u32)
+        .filter_map(|f| sim.flow_posting(f))
+        .collect();
+    let triggers = probing.triggers();
+    assert!(
+        !triggers.is_empty(),
+        "the incast must slow the traced connections"
+    );
+    let h0 = sim.topology().node_by_name("h0").unwrap().ipv4.unwrap();
+    for trigger in &triggers {
+        assert!(
+            flows.iter().any(|f| f.tuple == trigger.victim),
+            "{:?} is no connection's 5-tuple",
+            trigger.victim
+        );
+    }
+    // The incast (ten senders into h0 from 1 ms): its connections are polled within
+    // 300 µs of the burst, on their own traced RTT.
+    let incast: std::collections::BTreeSet<[u8; 4]> = triggers
+        .iter()
+        .filter(|t| t.victim.dst_ip == h0 && (1_000_000..1_300_000).contains(&t.at_ns))
+        .map(|t| t.victim.src_ip)
+        .collect();
+    assert!(incast.len() >= 8, "{} incast senders polled", incast.len());
+}

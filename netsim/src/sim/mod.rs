@@ -110,6 +110,10 @@ pub struct FlowPosting {
     /// How long the sending NIC has been paused by PFC on the flow's priority so far, ns
     /// (the NIC's pause-duration counter).
     pub src_pause_ns: u64,
+    /// Its size, bytes (done once that many are delivered, [`Simulation::flow_delivered`]).
+    pub size: u64,
+    /// Its 802.1p priority.
+    pub priority: u8,
 }
 
 #[derive(Debug)]
@@ -457,6 +461,8 @@ impl Simulation {
             start_ns: f.start.map(|t| t / crate::time::NS),
             base_rtt_ns: f.base_rtt / crate::time::NS,
             src_pause_ns: self.nic_pause(f.src_nic, f.priority) / crate::time::NS,
+            size: f.size,
+            priority: f.priority,
         })
     }
 
