@@ -710,15 +710,28 @@ impl Simulation {
                     format!("link {a}-{b} down from {down_us} µs to {up_us} µs")
                 };
             }
-            FaultSpec::RandomLoss { a, b, rate } => {
+            FaultSpec::RandomLoss {
+                a,
+                b,
+                rate,
+                one_way,
+            } => {
                 let (pa, pb) =
                     self.link_ports(loaded, &at("a"), node_of("a", a)?, node_of("b", b)?)?;
                 self.ports[pa as usize].loss_rate = *rate;
-                self.ports[pb as usize].loss_rate = *rate;
+                if !one_way {
+                    self.ports[pb as usize].loss_rate = *rate;
+                }
                 anomaly.kind = AnomalyKind::RandomLoss;
                 (anomaly.nodes, anomaly.initial_ports) = self.link_ends(pa, pb);
-                anomaly.description =
-                    format!("link {a}-{b} loses {:.4} % of packets", rate * 100.0);
+                anomaly.description = if *one_way {
+                    format!(
+                        "link {a}-{b} loses {:.4} % of packets from {a} to {b}",
+                        rate * 100.0
+                    )
+                } else {
+                    format!("link {a}-{b} loses {:.4} % of packets", rate * 100.0)
+                };
             }
             FaultSpec::AclDrop {
                 a,

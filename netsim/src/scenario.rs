@@ -774,6 +774,10 @@ pub enum FaultSpec {
         b: String,
         /// Loss probability.
         rate: f64,
+        /// Only packets from `a` toward `b` are lost (a failing transmitter or a dirty
+        /// fibre in one direction); both directions when false.
+        #[serde(default)]
+        one_way: bool,
     },
     /// A link silently drops the packets (either direction) whose UDP source port lies in
     /// `[src_port_min, src_port_max]`: an ACL misconfiguration that hits some 5-tuples only

@@ -222,7 +222,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(mut samples: Vec<u64>) -> Self {
+    pub(crate) fn of(mut samples: Vec<u64>) -> Self {
         if samples.is_empty() {
             return Percentiles::default();
         }
