@@ -18,6 +18,7 @@
 
 pub mod eval;
 pub mod hawkeye_loop;
+pub mod hostmesh;
 pub mod hosts;
 pub mod pingmesh;
 pub mod pingmesh_eval;

@@ -640,6 +640,42 @@ impl State {
     }
 }
 
+/// Checks that the inventory's RNIC order is netsim's NIC order (RNIC id = netsim NIC
+/// index, which the glue relies on).
+pub(crate) fn check_nic_order(sim: &Simulation, inventory: &Inventory) -> Result<(), ProbingError> {
+    let topology = sim.topology();
+    // netsim numbers NICs by host id, then port: the inventory's order.
+    let mut expected = Vec::new();
+    for node in &topology.nodes {
+        let mut ports: Vec<u16> = topology
+            .links
+            .iter()
+            .filter_map(|l| {
+                if l.a.node == node.id {
+                    Some(l.a.port)
+                } else if l.b.node == node.id {
+                    Some(l.b.port)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if node.kind == hawkmesh_wire::topology::NodeKind::Host {
+            ports.sort_unstable();
+            expected.extend(ports.into_iter().map(|p| (node.id, p)));
+        }
+    }
+    for (rnic, r) in inventory.rnics().iter().enumerate() {
+        if expected.get(rnic) != Some(&(r.host, r.nic)) {
+            return Err(ProbingError::NicOrder {
+                rnic: rnic as RnicId,
+                label: inventory.label(rnic as RnicId),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn qpn_base(incarnation: u32) -> u32 {
     incarnation.wrapping_mul(0x10_0000)
 }
@@ -707,35 +743,7 @@ impl NetsimProbing {
         events.sort_by_key(|e| e.at_ns);
         let topology = sim.topology();
         let inventory = Inventory::from_topology(topology)?;
-        // netsim numbers NICs by host id, then port: the inventory's order.
-        let mut expected = Vec::new();
-        for node in &topology.nodes {
-            let mut ports: Vec<u16> = topology
-                .links
-                .iter()
-                .filter_map(|l| {
-                    if l.a.node == node.id {
-                        Some(l.a.port)
-                    } else if l.b.node == node.id {
-                        Some(l.b.port)
-                    } else {
-                        None
-                    }
-                })
-                .collect();
-            if node.kind == hawkmesh_wire::topology::NodeKind::Host {
-                ports.sort_unstable();
-                expected.extend(ports.into_iter().map(|p| (node.id, p)));
-            }
-        }
-        for (rnic, r) in inventory.rnics().iter().enumerate() {
-            if expected.get(rnic) != Some(&(r.host, r.nic)) {
-                return Err(ProbingError::NicOrder {
-                    rnic: rnic as RnicId,
-                    label: inventory.label(rnic as RnicId),
-                });
-            }
-        }
+        check_nic_order(sim, &inventory)?;
         let lists = Pinglists::build(&inventory, config.pinglists)?;
         let prober_config = ProberConfig {
             timeout_ns: config.timeout_ns,

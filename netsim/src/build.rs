@@ -895,6 +895,8 @@ impl Simulation {
         (vec![na, nb], vec![a, b])
     }
 
+    /// The simulator's ports at `a`'s and `b`'s ends of the link joining them, in that
+    /// order.
     fn link_ports(
         &self,
         loaded: &LoadedScenario,
@@ -909,7 +911,12 @@ impl Simulation {
             .find(|l| (l.a.node == a && l.b.node == b) || (l.a.node == b && l.b.node == a))
             .ok_or_else(|| loaded.error(field, "no link joins these two nodes"))?;
         let g = |r: PortRef| self.node_first_port[r.node as usize] + r.port as u32;
-        Ok((g(link.a), g(link.b)))
+        // `a`'s end first, whichever way the link is described.
+        if link.a.node == a {
+            Ok((g(link.a), g(link.b)))
+        } else {
+            Ok((g(link.b), g(link.a)))
+        }
     }
 }
 
