@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use hawkmesh_lab::eval::Family;
-use hawkmesh_lab::pingmesh_eval::{self, FaultFamily, PingmeshEvalConfig};
+use hawkmesh_lab::pingmesh_eval::{self, FaultFamily, Mode, PingmeshEvalConfig};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -25,23 +25,34 @@ pub struct PingmeshEvalArgs {
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// Fabric families, comma-separated, or `all`: k4, leaf-spine, clos, rail (drawn per
-    /// trace).
-    #[arg(long, value_delimiter = ',', default_value = "clos,rail")]
+    /// trace); default clos,rail (rail under Hostmesh).
+    #[arg(long, value_delimiter = ',')]
     fabrics: Vec<String>,
+    /// Which system probes: `pingmesh` (R-Pingmesh: controller, probes and ACKs between
+    /// hosts) or `hostmesh` (each host between its own RNICs across rails, no controller,
+    /// one-way; rail fabrics, and every family but host-down and agent-restart).
+    #[arg(long, default_value = "pingmesh")]
+    mode: String,
 }
 
 /// Runs the evaluation and writes its files.
 pub fn eval(args: PingmeshEvalArgs) -> anyhow::Result<()> {
+    let mode = Mode::parse(&args.mode)?;
     let faults = if args.faults.is_empty() {
-        FaultFamily::ALL.to_vec()
+        mode.families()
     } else {
         args.faults
             .iter()
             .map(|name| FaultFamily::parse(name))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let fabrics = Family::parse_list(&args.fabrics)?;
+    let fabrics = match (args.fabrics.is_empty(), mode) {
+        (true, Mode::Pingmesh) => vec![Family::Clos, Family::Rail],
+        (true, Mode::Hostmesh) => vec![Family::Rail],
+        (false, _) => Family::parse_list(&args.fabrics)?,
+    };
     let config = PingmeshEvalConfig {
+        mode,
         fabrics: fabrics.clone(),
         faults: faults.clone(),
         traces: args.traces,
@@ -51,7 +62,11 @@ pub fn eval(args: PingmeshEvalArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let results = pingmesh_eval::run(&config)?;
     let command = format!(
-        "hawkmesh pingmesh eval --traces {} --seed {} --fabrics {} --faults {} --out {}",
+        "hawkmesh pingmesh eval{} --traces {} --seed {} --fabrics {} --faults {} --out {}",
+        match mode {
+            Mode::Pingmesh => "",
+            Mode::Hostmesh => " --mode hostmesh",
+        },
         args.traces,
         args.seed,
         fabrics

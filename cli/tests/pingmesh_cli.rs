@@ -74,3 +74,37 @@ fn an_unknown_fault_family_is_refused_by_name() {
         "{stderr}"
     );
 }
+
+#[test]
+fn hostmesh_mode_locates_one_way_faults_on_rails_and_refuses_other_fabrics() {
+    let out = scratch("hostmesh");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hawkmesh"))
+            .args(["pingmesh", "eval", "--mode", "hostmesh", "--traces", "2"])
+            .args(extra)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("run hawkmesh")
+    };
+    let output = run(&["--faults", "healthy,link-loss,rnic-down"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["mode"], "hostmesh");
+    assert_eq!(results["traces"].as_array().unwrap().len(), 6);
+    assert!(results["precision"].as_f64().unwrap() >= 0.95, "{results}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.starts_with("# Hostmesh evaluation") && report.contains("--mode hostmesh"));
+    // Hostmesh needs RNICs of one host on different switches, and has no controller.
+    let refused = run(&["--fabrics", "clos"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("only rail-optimised fabrics"));
+    let refused = run(&["--faults", "host-down"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot be judged under Hostmesh"));
+    let _ = std::fs::remove_dir_all(&out);
+}

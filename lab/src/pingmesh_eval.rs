@@ -45,7 +45,9 @@ use hawkmesh_wire::topology::{NodeId, NodeKind, PortRef};
 use serde::Serialize;
 
 use crate::eval::{EvalError, FabricSpec, FabricView, Family};
+use crate::hostmesh::{HostmeshProbingConfig, NetsimHostmesh};
 use crate::pingmesh::{AgentEvent, AgentEventKind, CpuLoad, NetsimProbing, ProbingConfig};
+use hawkmesh_pingmesh::hostmesh::{self, HostmeshProblem, HostmeshProblemKind};
 
 /// A fault family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -128,9 +130,49 @@ impl FaultFamily {
     }
 }
 
+/// Which system probes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// R-Pingmesh: the controller's pinglists, probes and ACKs between hosts.
+    #[default]
+    Pingmesh,
+    /// Hostmesh: each host between its own RNICs across rails, no controller, one-way
+    /// (rail-optimised fabrics only).
+    Hostmesh,
+}
+
+impl Mode {
+    /// Parses `pingmesh` or `hostmesh`.
+    pub fn parse(text: &str) -> Result<Mode, EvalError> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "pingmesh" | "r-pingmesh" => Ok(Mode::Pingmesh),
+            "hostmesh" => Ok(Mode::Hostmesh),
+            other => Err(EvalError::Config(format!(
+                "unknown mode {other:?}; the modes are pingmesh, hostmesh"
+            ))),
+        }
+    }
+
+    /// The families a mode can be judged on: Hostmesh has no controller (no host-down
+    /// verdict from missing uploads) and a host knows its own queue pairs (an agent restart
+    /// makes no noise).
+    pub fn families(self) -> Vec<FaultFamily> {
+        FaultFamily::ALL
+            .into_iter()
+            .filter(|f| {
+                self == Mode::Pingmesh
+                    || !matches!(f, FaultFamily::HostDown | FaultFamily::AgentRestart)
+            })
+            .collect()
+    }
+}
+
 /// What the evaluation runs.
 #[derive(Clone, Debug)]
 pub struct PingmeshEvalConfig {
+    /// R-Pingmesh or Hostmesh.
+    pub mode: Mode,
     /// Fabric families to draw from.
     pub fabrics: Vec<Family>,
     /// Fault families.
@@ -150,6 +192,7 @@ pub struct PingmeshEvalConfig {
 impl Default for PingmeshEvalConfig {
     fn default() -> Self {
         PingmeshEvalConfig {
+            mode: Mode::Pingmesh,
             fabrics: vec![Family::Clos, Family::Rail],
             faults: FaultFamily::ALL.to_vec(),
             traces: 3,
@@ -276,8 +319,10 @@ pub struct FamilySummary {
 /// The whole evaluation.
 #[derive(Clone, Debug, Serialize)]
 pub struct PingmeshEvalResults {
-    /// Format version of this file.
+    /// Format version of this file (2: `mode`).
     pub schema_version: u32,
+    /// R-Pingmesh or Hostmesh.
+    pub mode: Mode,
     /// Master seed.
     pub seed: u64,
     /// Analysis period, ns.
@@ -299,6 +344,24 @@ pub struct PingmeshEvalResults {
 pub fn run(config: &PingmeshEvalConfig) -> Result<PingmeshEvalResults, EvalError> {
     if config.traces == 0 {
         return Err(EvalError::Config("--traces must be at least 1".into()));
+    }
+    if config.mode == Mode::Hostmesh {
+        if let Some(f) = config.fabrics.iter().find(|f| **f != Family::Rail) {
+            return Err(EvalError::Config(format!(
+                "Hostmesh probes between a host's RNICs on different switches: only rail-optimised fabrics have them, not {}",
+                f.name()
+            )));
+        }
+        if let Some(f) = config
+            .faults
+            .iter()
+            .find(|f| !Mode::Hostmesh.families().contains(f))
+        {
+            return Err(EvalError::Config(format!(
+                "{} cannot be judged under Hostmesh: without a controller there is no missing upload, and a host knows its own queue pairs",
+                f.name()
+            )));
+        }
     }
     let mut traces = Vec::new();
     for fabric in &config.fabrics {
@@ -335,7 +398,8 @@ pub fn run(config: &PingmeshEvalConfig) -> Result<PingmeshEvalResults, EvalError
         .sum();
     let located = traces.iter().filter(|t| t.located).count();
     Ok(PingmeshEvalResults {
-        schema_version: 1,
+        schema_version: 2,
+        mode: config.mode,
         seed: config.seed,
         period_ns: config.period_ns,
         rate_scale: config.probing.pinglists.tor_mesh_pps / 10.0,
@@ -546,6 +610,22 @@ fn run_trace(
         trace: id.into(),
         reason: e.to_string(),
     })?;
+    if config.mode == Mode::Hostmesh {
+        // A busy CPU is a processing delay, not a network problem: nothing to report.
+        let expected = match expected {
+            Expected::HostCpu { .. } => Expected::Nothing,
+            other => other,
+        };
+        return hostmesh_trace(
+            config,
+            (id, fabric, fault),
+            &spec,
+            &mut sim,
+            loads,
+            expected,
+            description,
+        );
+    }
     let probing =
         NetsimProbing::new(&sim, config.probing, loads, events).map_err(|e| EvalError::Trace {
             trace: id.into(),
@@ -639,6 +719,121 @@ fn run_trace(
         rnics,
         probes_per_rnic_per_s: stats.probes as f64 / rnics.max(1) as f64 / seconds,
         bytes_per_rnic_per_s: stats.probes as f64 * wire_bytes / rnics.max(1) as f64 / seconds,
+    })
+}
+
+/// One trace under Hostmesh: the hosts' agents probe their own RNICs for the period, and
+/// the period's one-way analysis is judged against `expected`.
+fn hostmesh_trace(
+    config: &PingmeshEvalConfig,
+    (id, fabric, fault): (&str, Family, FaultFamily),
+    spec: &FabricSpec,
+    sim: &mut Simulation,
+    loads: Vec<CpuLoad>,
+    expected: Expected,
+    description: String,
+) -> Result<TraceResult, EvalError> {
+    let probe_config = HostmeshProbingConfig {
+        timeout_ns: config.probing.timeout_ns,
+        priority: config.probing.priority,
+        cpu_cost_ns: config.probing.cpu_cost_ns,
+        tick_ns: config.probing.tick_ns,
+        ..HostmeshProbingConfig::default()
+    };
+    let agents = NetsimHostmesh::new(sim, probe_config, loads).map_err(|e| EvalError::Trace {
+        trace: id.into(),
+        reason: e.to_string(),
+    })?;
+    sim.set_host_hook(Box::new(agents.clone()));
+    sim.run_until((config.period_ns + 1_000_000) * NS);
+    let records = agents.take_records(sim);
+    let inventory = agents.inventory();
+    let report = hostmesh::analyse(
+        &inventory,
+        &records,
+        (0, config.period_ns),
+        &probe_config.hostmesh,
+    );
+    let topo = sim.topology();
+    let name = |n: NodeId| topo.nodes.get(n as usize).map_or("?", |d| d.name.as_str());
+    let port_name = |p: &PortRef| format!("{}.p{}", name(p.node), p.port);
+    let matches = |p: &HostmeshProblem| match &expected {
+        Expected::Link { ports } => {
+            p.kind == HostmeshProblemKind::LinkDrops
+                && p.directions.iter().any(|d| ports.contains(d))
+        }
+        Expected::LinkLatency { ports } => {
+            p.kind == HostmeshProblemKind::LinkLatency
+                && p.directions.iter().any(|d| ports.contains(d))
+        }
+        Expected::Rnic { rnic } => {
+            matches!(
+                p.kind,
+                HostmeshProblemKind::RnicDrops | HostmeshProblemKind::RnicLatency
+            ) && p.rnics.contains(rnic)
+        }
+        Expected::Nothing | Expected::HostDown { .. } | Expected::HostCpu { .. } => false,
+    };
+    let judged: Vec<JudgedProblem> = report
+        .problems
+        .iter()
+        .map(|p| JudgedProblem {
+            kind: format!("{:?}", p.kind),
+            at: if p.rnics.is_empty() {
+                p.directions
+                    .iter()
+                    .map(|d| format!("{} →", port_name(d)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            } else {
+                p.rnics
+                    .iter()
+                    .map(|r| inventory.label(*r))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            },
+            probes: p.anomalous,
+            suspects: p.directions.len() + p.rnics.len(),
+            correct: matches(p),
+        })
+        .collect();
+    let located = match expected {
+        Expected::Nothing => report.problems.is_empty(),
+        _ => judged.iter().any(|p| p.correct),
+    };
+    let kind_found =
+        |kinds: &[HostmeshProblemKind]| report.problems.iter().any(|p| kinds.contains(&p.kind));
+    let detected = match &expected {
+        Expected::Nothing => report.problems.is_empty(),
+        Expected::Link { .. } => kind_found(&[HostmeshProblemKind::LinkDrops]),
+        Expected::LinkLatency { .. } => kind_found(&[HostmeshProblemKind::LinkLatency]),
+        Expected::Rnic { .. } => kind_found(&[
+            HostmeshProblemKind::RnicDrops,
+            HostmeshProblemKind::RnicLatency,
+        ]),
+        Expected::HostDown { .. } | Expected::HostCpu { .. } => false,
+    };
+    let false_problems = judged.iter().filter(|p| !p.correct).count() as u32;
+    let seconds = config.period_ns as f64 / 1e9;
+    let rnics = inventory.rnics().len();
+    // One packet per probe (no ACK): payload plus Ethernet, IPv4, UDP, BTH, DETH, ICRC/FCS.
+    let wire_bytes = PROBE_PAYLOAD_BYTES as f64 + 14.0 + 20.0 + 8.0 + 12.0 + 8.0 + 8.0;
+    let probes = agents.probes();
+    Ok(TraceResult {
+        trace: id.into(),
+        fabric,
+        fault,
+        fabric_description: spec.describe(),
+        fault_description: description,
+        expected,
+        detected,
+        located,
+        false_problems,
+        problems: judged,
+        timeouts: vec![("lost".into(), report.lost)],
+        rnics,
+        probes_per_rnic_per_s: probes as f64 / rnics.max(1) as f64 / seconds,
+        bytes_per_rnic_per_s: probes as f64 * wire_bytes / rnics.max(1) as f64 / seconds,
     })
 }
 
@@ -784,7 +979,14 @@ pub fn write(results: &PingmeshEvalResults, out: &Path, command: &str) -> Result
 
 fn report_md(results: &PingmeshEvalResults, command: &str) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# R-Pingmesh evaluation — `hawkmesh pingmesh eval`\n");
+    let _ = writeln!(
+        md,
+        "# {} evaluation — `hawkmesh pingmesh eval`\n",
+        match results.mode {
+            Mode::Pingmesh => "R-Pingmesh",
+            Mode::Hostmesh => "Hostmesh",
+        }
+    );
     let _ = writeln!(
         md,
         "Reproduce with `{command}`. One analysis period of {} ms of simulated time per trace (the paper's 20 s, with probe rates scaled up alike); see `lab/src/pingmesh_eval.rs` for the fault families and what each should be found as.\n",

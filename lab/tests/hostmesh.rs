@@ -118,6 +118,10 @@ up_us = 100000
         .iter()
         .position(|r| r.host == h5 && r.tor == t.node_by_name("rail1_2").unwrap().id)
         .unwrap() as u32;
-    let kinds: Vec<_> = report.problems.iter().map(|p| (p.kind, p.rnic)).collect();
-    assert_eq!(kinds, vec![(HostmeshProblemKind::RnicDrops, Some(rnic))]);
+    let kinds: Vec<_> = report
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.rnics.clone()))
+        .collect();
+    assert_eq!(kinds, vec![(HostmeshProblemKind::RnicDrops, vec![rnic])]);
 }

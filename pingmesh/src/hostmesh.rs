@@ -19,12 +19,15 @@
 //! element a probe crosses — the source RNIC (its link up), the destination RNIC (its link
 //! down) and every switch egress port in between, one direction of a link each — has a loss
 //! ratio. Greedily (the slides' "filter out anomalous probes caused by RNICs", then Alg. 1
-//! voting, in one explain-away loop): the element with the highest loss ratio above
-//! [`HostmeshConfig::loss_share`] is faulty; every probe through it is explained and set
+//! voting, in one explain-away loop): of the elements losing more than
+//! [`HostmeshConfig::loss_share`] of their probes, the one with the most lost probes
+//! weighed by its ratio is faulty; every probe through it is explained and set
 //! aside; repeat. An RNIC that fails loses the probes of every path to and from it; a link
-//! that fails loses only the probes that cross it, in the directions that fail. The same
-//! loop over probes with a one-way latency far above the period's median finds latency
-//! problems.
+//! that fails loses only the probes
+//! that cross it, in the directions that fail. Places the probes cannot tell apart are
+//! reported together (with two rails, rail A → spine and spine → rail B carry the very same
+//! probes). The same loop over probes with a one-way latency far above the period's median
+//! finds latency problems.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -151,14 +154,16 @@ pub enum HostmeshProblemKind {
     LinkLatency,
 }
 
-/// A located problem.
+/// A located problem. When the probes cannot tell several places apart (a host with two
+/// RNICs only probes between those two, so either could be the one failing), all are listed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostmeshProblem {
     /// What.
     pub kind: HostmeshProblemKind,
-    /// The RNIC (RNIC problems).
-    pub rnic: Option<RnicId>,
-    /// The directions of a link that fail, each named by its egress port (link problems).
+    /// The suspect RNICs (RNIC problems).
+    pub rnics: Vec<RnicId>,
+    /// The failing directions of the suspect links, each named by its egress port (link
+    /// problems).
     pub directions: Vec<PortRef>,
     /// Anomalous probes explained.
     pub anomalous: u32,
@@ -185,15 +190,26 @@ pub struct HostmeshReport {
     pub problems: Vec<HostmeshProblem>,
 }
 
-/// An element a probe crosses.
+/// An element a probe crosses: an RNIC sending (its link up), an RNIC receiving (its link
+/// down), one direction of a switch link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Element {
-    Rnic(RnicId),
+    RnicTx(RnicId),
+    RnicRx(RnicId),
     Egress(PortRef),
 }
 
+impl Element {
+    fn rnic(self) -> Option<RnicId> {
+        match self {
+            Element::RnicTx(r) | Element::RnicRx(r) => Some(r),
+            Element::Egress(_) => None,
+        }
+    }
+}
+
 fn elements(inventory: &Inventory, record: &OneWayRecord) -> Vec<Element> {
-    let mut out = vec![Element::Rnic(record.src), Element::Rnic(record.dst)];
+    let mut out = vec![Element::RnicTx(record.src), Element::RnicRx(record.dst)];
     // Host links (either end) are the RNICs'; the rest are one direction of a switch link.
     out.extend(
         record
@@ -207,61 +223,130 @@ fn elements(inventory: &Inventory, record: &OneWayRecord) -> Vec<Element> {
     out
 }
 
-/// The explain-away loop over the records `anomalous` marks; returns (element, anomalous,
-/// probes) in the order found.
+/// What one round of the explain-away loop found: elements that explain the same anomalous
+/// probes (the probes cannot tell them apart: all are suspects), with the counts.
+struct Finding {
+    elements: Vec<Element>,
+    anomalous: u32,
+    probes: u32,
+}
+
+/// The explain-away loop over the records `anomalous` marks.
+///
+/// An element's ratio is its anomalous share; an RNIC whose probes took several fabric
+/// paths is a candidate only when its anomalous probes lie on more than one of them (an
+/// RNIC that fails loses probes on every path, while a good RNIC's probes that cross a bad
+/// link fail on that path only). The highest score — anomalous probes × ratio — wins; ties
+/// go to the higher ratio, then to an element on a physical link already found (one link
+/// failing both ways is likelier than two links failing), then to an RNIC, then to the
+/// lowest id. Every element whose unexplained anomalous probes
+/// are exactly the winner's is reported with it.
 fn explain(
     inventory: &Inventory,
     records: &[OneWayRecord],
     anomalous: &dyn Fn(&OneWayRecord) -> bool,
     share: f64,
     config: &HostmeshConfig,
-) -> Vec<(Element, u32, u32)> {
+) -> Vec<Finding> {
     let crossed: Vec<Vec<Element>> = records.iter().map(|r| elements(inventory, r)).collect();
+    // The fabric part of a probe's path (what its RNICs do not own).
+    let class: Vec<Vec<Element>> = crossed
+        .iter()
+        .map(|e| {
+            e.iter()
+                .filter(|x| matches!(x, Element::Egress(_)))
+                .copied()
+                .collect()
+        })
+        .collect();
     let bad: Vec<bool> = records.iter().map(anomalous).collect();
     let mut explained = vec![false; records.len()];
-    let mut found = Vec::new();
+    let mut found: Vec<Finding> = Vec::new();
+    let mut blamed_links: BTreeSet<PortRef> = BTreeSet::new();
     loop {
-        let mut counts: BTreeMap<Element, (u32, u32)> = BTreeMap::new();
+        // Per element: anomalous, probes, the anomalous records, per path class (a, n).
+        type Count = (u32, u32, Vec<usize>, BTreeMap<usize, (u32, u32)>);
+        let mut counts: BTreeMap<Element, Count> = BTreeMap::new();
+        let mut class_ids: BTreeMap<&[Element], usize> = BTreeMap::new();
         for (i, elements) in crossed.iter().enumerate() {
             if explained[i] {
                 continue;
             }
+            let next = class_ids.len();
+            let cid = *class_ids.entry(class[i].as_slice()).or_insert(next);
             for e in elements {
-                let c = counts.entry(*e).or_insert((0, 0));
+                let c = counts.entry(*e).or_default();
                 c.1 += 1;
+                let per = c.3.entry(cid).or_default();
+                per.1 += 1;
                 if bad[i] {
                     c.0 += 1;
+                    c.2.push(i);
+                    per.0 += 1;
                 }
             }
         }
-        // The highest ratio; ties: more anomalous probes, then an RNIC before a link (an
-        // RNIC that fails takes every path with it), then the lowest id.
-        let best = counts
+        let floor = (config.min_probes / 4).max(2);
+        let ratio = |e: &Element, c: &Count| -> f64 {
+            let overall = f64::from(c.0) / f64::from(c.1.max(1));
+            match e {
+                Element::RnicTx(_) | Element::RnicRx(_) => {
+                    // An RNIC's own failure shows on every path it uses: when its probes
+                    // took several, its anomalous ones must lie on more than one.
+                    let paths = c.3.values().filter(|(_, n)| *n >= floor).count();
+                    let failing = c.3.values().filter(|(a, _)| *a > 0).count();
+                    if paths <= 1 || failing >= 2 {
+                        overall
+                    } else {
+                        0.0
+                    }
+                }
+                Element::Egress(_) => overall,
+            }
+        };
+        // Votes weighed by how consistently the element fails (anomalous × ratio): a
+        // link all of whose probes fail beats an RNIC that shares a few of them, and an
+        // RNIC failing everything beats a link it merely crosses.
+        let score = |r: f64, c: &Count| f64::from(c.0) * r;
+        let on_blamed = |e: &Element| match e {
+            Element::Egress(p) => blamed_links.contains(&inventory.link_of(*p)),
+            Element::RnicTx(_) | Element::RnicRx(_) => false,
+        };
+        let candidates: Vec<(Element, f64, &Count)> = counts
             .iter()
-            .filter(|(_, (a, n))| {
-                *n >= config.min_probes
-                    && *a >= config.min_anomalous
-                    && f64::from(*a) > share * f64::from(*n)
-            })
-            .max_by(|(ea, (aa, na)), (eb, (ab, nb))| {
-                let (ra, rb) = (
-                    f64::from(*aa) / f64::from(*na),
-                    f64::from(*ab) / f64::from(*nb),
-                );
-                ra.total_cmp(&rb)
-                    .then(aa.cmp(ab))
-                    .then_with(|| {
-                        matches!(ea, Element::Rnic(_)).cmp(&matches!(eb, Element::Rnic(_)))
-                    })
-                    .then_with(|| eb.cmp(ea))
-            })
-            .map(|(e, c)| (*e, *c));
-        let Some((element, (a, n))) = best else {
+            .filter(|(_, c)| c.1 >= config.min_probes && c.0 >= config.min_anomalous)
+            .map(|(e, c)| (*e, ratio(e, c), c))
+            .filter(|(_, r, _)| *r > share)
+            .collect();
+        let best = candidates.iter().max_by(|(ea, ra, ca), (eb, rb, cb)| {
+            score(*ra, ca)
+                .total_cmp(&score(*rb, cb))
+                .then(ra.total_cmp(rb))
+                .then_with(|| on_blamed(ea).cmp(&on_blamed(eb)))
+                .then_with(|| ea.rnic().is_some().cmp(&eb.rnic().is_some()))
+                .then_with(|| eb.cmp(ea))
+        });
+        let Some((best, _, best_count)) = best else {
             break;
         };
-        found.push((element, a, n));
+        let group: Vec<Element> = candidates
+            .iter()
+            .filter(|(_, _, c)| c.2 == best_count.2)
+            .map(|(e, _, _)| *e)
+            .collect();
+        for e in &group {
+            if let Element::Egress(p) = e {
+                blamed_links.insert(inventory.link_of(*p));
+            }
+        }
+        found.push(Finding {
+            elements: group,
+            anomalous: best_count.0,
+            probes: best_count.1,
+        });
+        let best = *best;
         for (i, elements) in crossed.iter().enumerate() {
-            if elements.contains(&element) {
+            if elements.contains(&best) {
                 explained[i] = true;
             }
         }
@@ -269,41 +354,60 @@ fn explain(
     found
 }
 
-/// The problems of one loop's findings: RNICs, and links with their failing directions.
+/// The problems of one loop's findings: suspect RNICs, and links with their failing
+/// directions (the findings on the same physical links merged).
 fn problems(
     inventory: &Inventory,
-    found: Vec<(Element, u32, u32)>,
+    found: Vec<Finding>,
     rnic_kind: HostmeshProblemKind,
     link_kind: HostmeshProblemKind,
 ) -> Vec<HostmeshProblem> {
-    let mut out = Vec::new();
-    let mut links: BTreeMap<PortRef, HostmeshProblem> = BTreeMap::new();
-    for (element, anomalous, probes) in found {
-        match element {
-            Element::Rnic(rnic) => out.push(HostmeshProblem {
-                kind: rnic_kind,
-                rnic: Some(rnic),
-                directions: Vec::new(),
-                anomalous,
-                probes,
-            }),
-            Element::Egress(port) => {
-                let problem = links
-                    .entry(inventory.link_of(port))
-                    .or_insert(HostmeshProblem {
-                        kind: link_kind,
-                        rnic: None,
-                        directions: Vec::new(),
-                        anomalous: 0,
-                        probes: 0,
-                    });
-                problem.directions.push(port);
-                problem.directions.sort();
-                problem.anomalous += anomalous;
-                problem.probes += probes;
-            }
+    let mut rnic_problems: BTreeMap<Vec<RnicId>, HostmeshProblem> = BTreeMap::new();
+    let mut links: BTreeMap<Vec<PortRef>, HostmeshProblem> = BTreeMap::new();
+    for finding in found {
+        let mut rnics: Vec<RnicId> = finding.elements.iter().filter_map(|e| e.rnic()).collect();
+        rnics.sort_unstable();
+        rnics.dedup();
+        let directions: Vec<PortRef> = finding
+            .elements
+            .iter()
+            .filter_map(|e| match e {
+                Element::Egress(p) => Some(*p),
+                Element::RnicTx(_) | Element::RnicRx(_) => None,
+            })
+            .collect();
+        if !rnics.is_empty() {
+            // Its sending and its receiving side found apart are one problem.
+            let problem = rnic_problems
+                .entry(rnics.clone())
+                .or_insert(HostmeshProblem {
+                    kind: rnic_kind,
+                    rnics,
+                    directions: Vec::new(),
+                    anomalous: 0,
+                    probes: 0,
+                });
+            problem.anomalous += finding.anomalous;
+            problem.probes += finding.probes;
+            continue;
         }
+        let mut key: Vec<PortRef> = directions.iter().map(|p| inventory.link_of(*p)).collect();
+        key.sort();
+        key.dedup();
+        let problem = links.entry(key).or_insert(HostmeshProblem {
+            kind: link_kind,
+            rnics: Vec::new(),
+            directions: Vec::new(),
+            anomalous: 0,
+            probes: 0,
+        });
+        problem.directions.extend(directions);
+        problem.directions.sort();
+        problem.directions.dedup();
+        problem.anomalous += finding.anomalous;
+        problem.probes += finding.probes;
     }
+    let mut out: Vec<HostmeshProblem> = rnic_problems.into_values().collect();
     out.extend(links.into_values());
     out
 }
@@ -358,9 +462,9 @@ pub fn analyse(
         }
         OneWay::Lost => false,
     };
-    let dropped: BTreeSet<(Option<RnicId>, Vec<PortRef>)> = found
+    let dropped: BTreeSet<(Vec<RnicId>, Vec<PortRef>)> = found
         .iter()
-        .map(|p| (p.rnic, p.directions.clone()))
+        .map(|p| (p.rnics.clone(), p.directions.clone()))
         .collect();
     let latencies = problems(
         inventory,
@@ -378,9 +482,9 @@ pub fn analyse(
     found.extend(
         latencies
             .into_iter()
-            .filter(|p| !dropped.contains(&(p.rnic, p.directions.clone()))),
+            .filter(|p| !dropped.contains(&(p.rnics.clone(), p.directions.clone()))),
     );
-    found.sort_by_key(|p| (p.kind, p.rnic, p.directions.clone()));
+    found.sort_by_key(|p| (p.kind, p.rnics.clone(), p.directions.clone()));
     HostmeshReport {
         start_ns,
         end_ns,
@@ -567,10 +671,14 @@ mod tests {
             }
         });
         let report = analyse(&inv, &records, (0, 10), &HostmeshConfig::default());
-        let found: Vec<_> = report.problems.iter().map(|p| (p.kind, p.rnic)).collect();
+        let found: Vec<_> = report
+            .problems
+            .iter()
+            .map(|p| (p.kind, p.rnics.clone()))
+            .collect();
         assert_eq!(
             found,
-            vec![(HostmeshProblemKind::RnicDrops, Some(rnic(&inv, 1, 0)))]
+            vec![(HostmeshProblemKind::RnicDrops, vec![rnic(&inv, 1, 0)])]
         );
     }
 
