@@ -24,7 +24,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::store::{now_ms, StoreError};
+use crate::store::{now_ms, replace_atomically, StoreError};
 
 /// Bytes of a frame's header.
 pub const HEADER_BYTES: usize = 16;
@@ -75,25 +75,6 @@ pub fn frame(tag: u64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-fn replace_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let target = dir.join(name);
-    {
-        let mut file = File::create(&tmp).map_err(io(&tmp))?;
-        if let Err(error) = file.write_all(bytes) {
-            drop(file);
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io(&tmp)(error));
-        }
-        file.sync_all().map_err(io(&tmp))?;
-    }
-    std::fs::rename(&tmp, &target).map_err(io(&target))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
-    Ok(())
-}
-
 impl FrameLog {
     /// Opens (creating if needed) `dir/name` and replays it, repairing what it must.
     pub fn open(dir: &Path, name: &str) -> Result<(FrameLog, FrameReplay), StoreError> {
@@ -141,7 +122,7 @@ impl FrameLog {
             if replay.damaged.is_some() {
                 let kept = dir.join(format!("{name}.damaged-{}", now_ms()));
                 std::fs::copy(&path, &kept).map_err(io(&kept))?;
-                replace_atomically(dir, name, &bytes[..good])?;
+                replace_atomically(dir, name, &[&bytes[..good]])?;
                 replay.quarantined = Some(kept);
             }
         }
@@ -228,7 +209,7 @@ impl FrameLog {
         for (tag, payload) in frames {
             bytes.extend_from_slice(&frame(tag, payload));
         }
-        replace_atomically(&self.dir, &self.name, &bytes)?;
+        replace_atomically(&self.dir, &self.name, &[&bytes])?;
         self.file = OpenOptions::new()
             .append(true)
             .open(&self.path)

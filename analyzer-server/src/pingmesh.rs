@@ -60,6 +60,9 @@ pub const BATCH_LOG_NAME: &str = "pingmesh-batches.log";
 /// incarnation and number mean nothing).
 pub const CARRIED: u64 = 1 << 63;
 
+/// Addresses one comm-info request may ask for.
+pub const MAX_COMM_INFO_IPS: usize = 4096;
+
 /// Batches of one incarnation remembered for deduplication.
 pub const DEDUP_WINDOW: usize = 4096;
 
@@ -936,6 +939,53 @@ impl Controller {
                 inter_tor_interval_ns: list.inter_tor_interval_ns.unwrap_or(0),
                 targets,
             });
+        }
+        Ok(reply)
+    }
+
+    /// The comm info of the RNICs behind `request.ips` (service tracing's targets).
+    pub fn comm_info(
+        &self,
+        request: &pb::CommInfoRequest,
+    ) -> Result<pb::CommInfoReply, RequestError> {
+        let node = self.host_node(&request.host)?;
+        if !self.hosts.get(&node).is_some_and(|h| h.registered) {
+            return Err(RequestError::Precondition(format!(
+                "host {} has not registered: register its RNICs first",
+                request.host
+            )));
+        }
+        if request.ips.len() > MAX_COMM_INFO_IPS {
+            return Err(RequestError::Exhausted(format!(
+                "{} addresses asked, at most {MAX_COMM_INFO_IPS} per request: split it",
+                request.ips.len()
+            )));
+        }
+        let mut reply = pb::CommInfoReply::default();
+        for text in &request.ips {
+            let Ok(ip) = text.parse::<std::net::Ipv4Addr>() else {
+                reply.unknown.push(format!("{text:?}: not an IPv4 address"));
+                continue;
+            };
+            let Some(id) = self
+                .inventory
+                .rnics()
+                .iter()
+                .position(|r| r.ipv4 == ip.octets())
+                .map(|i| i as RnicId)
+            else {
+                reply
+                    .unknown
+                    .push(format!("{ip}: no RNIC of the fabric has it"));
+                continue;
+            };
+            match self.target(id, 0, pb::ProbeKind::ServiceTracing) {
+                Some(target) => reply.targets.push(target),
+                None => reply.unknown.push(format!(
+                    "{ip}: {} has not registered",
+                    self.inventory.label(id)
+                )),
+            }
         }
         Ok(reply)
     }

@@ -246,6 +246,21 @@ impl PingmeshController for PingmeshService {
         Ok(tonic::Response::new(reply))
     }
 
+    async fn get_comm_info(
+        &self,
+        request: Request<pb::CommInfoRequest>,
+    ) -> Result<tonic::Response<pb::CommInfoReply>, Status> {
+        self.check_identity(&request, &request.get_ref().host)?;
+        let request = request.into_inner();
+        let reply = self
+            .shared
+            .with(move |c| c.comm_info(&request))
+            .await
+            .map_err(internal)?
+            .map_err(|e| refused(e, "comm info"))?;
+        Ok(tonic::Response::new(reply))
+    }
+
     async fn upload_results(
         &self,
         request: Request<pb::ResultBatch>,

@@ -246,15 +246,19 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
     }
 }
 
-/// Writes `lines` to `dir/name.tmp`, syncs it, renames it to `dir/name` and syncs the
-/// directory: the file is replaced whole or not at all.
-fn replace_atomically(dir: &Path, name: &str, lines: &[String]) -> Result<(), StoreError> {
+/// Writes `parts` (lines, or a whole file's bytes) to `dir/name.tmp`, syncs it, renames it
+/// to `dir/name` and syncs the directory: the file is replaced whole or not at all.
+pub(crate) fn replace_atomically<B: AsRef<[u8]>>(
+    dir: &Path,
+    name: &str,
+    parts: &[B],
+) -> Result<(), StoreError> {
     let tmp = dir.join(format!("{name}.tmp"));
     let target = dir.join(name);
     {
         let mut file = File::create(&tmp).map_err(io(&tmp))?;
-        for line in lines {
-            if let Err(error) = file.write_all(line.as_bytes()) {
+        for part in parts {
+            if let Err(error) = file.write_all(part.as_ref()) {
                 drop(file);
                 let _ = std::fs::remove_file(&tmp);
                 return Err(io(&tmp)(error));

@@ -286,6 +286,29 @@ async fn agents_register_fetch_upload_and_a_lossy_link_is_located() {
         assert_eq!(t.gid.len(), 16);
     }
 
+    // Service tracing's targets: the comm info behind the remote addresses of h0's
+    // connections (a restarted agent's new QPN once it re-registers).
+    let info = c
+        .get_comm_info(pb::CommInfoRequest {
+            host: "h0".into(),
+            ips: vec!["10.0.5.1".into(), "10.0.9.9".into(), "x".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.targets.len(), 1);
+    assert_eq!(
+        (info.targets[0].host.as_str(), info.targets[0].qpn),
+        ("h5", 105)
+    );
+    assert_eq!(info.targets[0].kind, pb::ProbeKind::ServiceTracing as i32);
+    assert_eq!(info.unknown.len(), 2, "{:?}", info.unknown);
+    assert!(
+        info.unknown[0].contains("10.0.9.9: no RNIC"),
+        "{:?}",
+        info.unknown
+    );
+
     // Results in batches, out of order; a resent batch is a duplicate.
     for a in 0..4 {
         let results = results_of(a, P0, true);

@@ -29,7 +29,7 @@ use hawkmesh_wire::probe::{ProbeKind, ProbeRepr, PROBE_PAYLOAD_BYTES};
 use hawkmesh_wire::telemetry::{FiveTuple, ROCEV2_UDP_PORT};
 use hawkmesh_wire::topology::NodeId;
 
-use crate::pingmesh::{CpuLoad, ProbingError};
+use crate::pingmesh::{CpuLoad, HostCpus, ProbingError};
 
 /// How the simulated Hostmesh agents probe.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -86,8 +86,7 @@ struct State {
     hosts: Vec<HostState>,
     ips: Vec<[u8; 4]>,
     host_of: Vec<NodeId>,
-    cpu_free_at: HashMap<NodeId, u64>,
-    loads: Vec<CpuLoad>,
+    cpus: HostCpus,
     /// By probe sequence number.
     in_flight: BTreeMap<u64, InFlight>,
     next_seq: u64,
@@ -96,19 +95,6 @@ struct State {
 }
 
 impl State {
-    fn cpu(&mut self, host: NodeId, now: u64) -> u64 {
-        let extra: u64 = self
-            .loads
-            .iter()
-            .filter(|l| l.host == host && l.from_ns <= now && now < l.until_ns)
-            .map(|l| l.extra_ns)
-            .sum();
-        let free = self.cpu_free_at.entry(host).or_insert(0);
-        let done = (*free).max(now) + self.config.cpu_cost_ns + extra;
-        *free = done;
-        done
-    }
-
     fn wakeup(&mut self, now: u64, emit: &mut Vec<HostEmit>) {
         // Lost: not received within the timeout.
         let expired: Vec<u64> = self
@@ -203,7 +189,7 @@ impl State {
             return;
         };
         let host = self.host_of[f.dst as usize];
-        let handled = self.cpu(host, now);
+        let handled = self.cpus.handle(host, now);
         // ② precedes ③ (the last bit left before the first arrived); without it (cannot
         // happen in netsim) the latency is counted from ①.
         let sent = f.sent_ns.unwrap_or(f.posted_ns);
@@ -273,8 +259,7 @@ impl NetsimHostmesh {
                 hosts,
                 ips,
                 host_of,
-                cpu_free_at: HashMap::new(),
-                loads,
+                cpus: HostCpus::new(loads, config.cpu_cost_ns),
                 in_flight: BTreeMap::new(),
                 next_seq: 1,
                 records: Vec::new(),

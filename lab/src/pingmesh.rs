@@ -123,6 +123,39 @@ pub struct CpuLoad {
     pub until_ns: u64,
 }
 
+/// The modelled host CPUs (R-Pingmesh's ① and ⑥, a responder's delay): one queue per host;
+/// each packet handled costs `cost_ns` plus the [`CpuLoad`]s on that host at the time.
+#[derive(Clone, Debug)]
+pub(crate) struct HostCpus {
+    free_at: HashMap<NodeId, u64>,
+    loads: Vec<CpuLoad>,
+    cost_ns: u64,
+}
+
+impl HostCpus {
+    pub(crate) fn new(loads: Vec<CpuLoad>, cost_ns: u64) -> Self {
+        HostCpus {
+            free_at: HashMap::new(),
+            loads,
+            cost_ns,
+        }
+    }
+
+    /// When (ns) `host`'s CPU finishes handling one more packet that arrived at `now` (ns).
+    pub(crate) fn handle(&mut self, host: NodeId, now: u64) -> u64 {
+        let extra: u64 = self
+            .loads
+            .iter()
+            .filter(|l| l.host == host && l.from_ns <= now && now < l.until_ns)
+            .map(|l| l.extra_ns)
+            .sum();
+        let free = self.free_at.entry(host).or_insert(0);
+        let done = (*free).max(now) + self.cost_ns + extra;
+        *free = done;
+        done
+    }
+}
+
 /// Something that happens to a host's agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AgentEventKind {
@@ -215,8 +248,7 @@ struct State {
     inventory: Inventory,
     lists: Pinglists,
     rnics: Vec<Rnic>,
-    cpu_free_at: HashMap<NodeId, Time>,
-    loads: Vec<CpuLoad>,
+    cpus: HostCpus,
     /// Agent events not yet applied, in time order.
     events: Vec<AgentEvent>,
     /// Hosts that went down, and when (ns).
@@ -242,16 +274,7 @@ struct State {
 impl State {
     /// When (ns) the host's CPU finishes handling one more packet that arrived at `now` (ns).
     fn cpu(&mut self, host: NodeId, now: u64) -> u64 {
-        let extra: u64 = self
-            .loads
-            .iter()
-            .filter(|l| l.host == host && l.from_ns <= now && now < l.until_ns)
-            .map(|l| l.extra_ns)
-            .sum();
-        let free = self.cpu_free_at.entry(host).or_insert(0);
-        let done = (*free).max(now) + self.config.cpu_cost_ns + extra;
-        *free = done;
-        done
+        self.cpus.handle(host, now)
     }
 
     fn token(&mut self, what: Sent) -> u64 {
@@ -783,8 +806,7 @@ impl NetsimProbing {
                 inventory,
                 lists,
                 rnics,
-                cpu_free_at: HashMap::new(),
-                loads,
+                cpus: HostCpus::new(loads, config.cpu_cost_ns),
                 events,
                 down: HashMap::new(),
                 published_qpn,
