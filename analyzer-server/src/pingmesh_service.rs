@@ -126,18 +126,22 @@ impl PingmeshShared {
     }
 
     /// Analyses every period due at the controller's clock, stores the reports; returns the
-    /// indices analysed. Blocks: call from blocking code (see [`PingmeshShared::analyse_due`]).
+    /// indices analysed by this call (the period task may have done some already: their
+    /// reports are installed when this returns). Blocks: call from blocking code (see [`PingmeshShared::analyse_due`]).
     pub fn analyse_due_blocking(&self) -> Result<Vec<u64>, PingmeshInternal> {
+        // The analysis is one at a time, from taking the due periods to installing their
+        // reports: whoever returns second finds them installed (the period task and a
+        // caller never race).
+        let mut analyzer = self
+            .analyzer
+            .lock()
+            .map_err(|_| PingmeshInternal::Poisoned)?;
         let due = {
             let mut controller = self.lock()?;
             let now = controller.config().clock.now_ns();
             controller.take_due(now)
         };
         let mut done = Vec::with_capacity(due.len());
-        let mut analyzer = self
-            .analyzer
-            .lock()
-            .map_err(|_| PingmeshInternal::Poisoned)?;
         for period in due {
             let index = period.index;
             // The analysis runs without the controller's lock: uploads go on meanwhile.

@@ -435,8 +435,9 @@ async fn agents_register_fetch_upload_and_a_lossy_link_is_located() {
 
     // The period ends; after the grace it is analysed.
     clock.store((P0 + 1) * PERIOD + PERIOD / 2 + 1, Ordering::SeqCst);
+    // Analysed now (unless the service's own period task got there first).
     let shared = server.pingmesh.clone().unwrap();
-    assert_eq!(shared.analyse_due().await.unwrap(), vec![P0]);
+    shared.analyse_due().await.unwrap();
     let (status, body) = http_get(&server, &format!("/api/pingmesh/periods/{P0}")).await;
     assert_eq!(status, 200, "{body}");
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -492,7 +493,7 @@ async fn agents_register_fetch_upload_and_a_lossy_link_is_located() {
     assert!(again.duplicate);
     clock.store((P0 + 2) * PERIOD + PERIOD / 2 + 1, Ordering::SeqCst);
     let shared = server.pingmesh.clone().unwrap();
-    assert_eq!(shared.analyse_due().await.unwrap(), vec![P0 + 1]);
+    shared.analyse_due().await.unwrap();
     let (_, body) = http_get(&server, &format!("/api/pingmesh/periods/{}", P0 + 1)).await;
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(report["results"], 32);
