@@ -13,7 +13,14 @@
 //!
 //! Durability and recovery follow [`crate::store`]: a frame is synced (`fdatasync`) before
 //! [`FrameLog::append`] returns; a write that fails part way is cut off again, and after a
-//! failed sync the log refuses appends until it is reopened. Opening replays the frames: a
+//! failed sync the log refuses appends until it is reopened or rewritten.
+//!
+//! **Group commit.** [`FrameLog::append_deferred`] writes a frame without syncing it and
+//! returns a [`Ticket`]; [`GroupSync::wait`] returns once a sync covers that ticket. Waiters
+//! queue on one lock: the first syncs everything written so far, and those behind it whose
+//! frames that sync covered return without one. Concurrent writers (the uploads of many
+//! hosts) so share one `fdatasync` per round instead of one each, and the caller holding the
+//! writer's lock (the pingmesh controller's) does not hold it through the disk's latency. Opening replays the frames: a
 //! last frame cut short (the process stopped while writing it, never acknowledged) is cut
 //! off; a frame whose checksum does not match, or whose length runs past the end, ends the
 //! replay there (the frames after a corrupted length cannot be found again): the original
@@ -23,6 +30,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::store::{now_ms, replace_atomically, StoreError};
 
@@ -52,7 +62,132 @@ pub struct FrameLog {
     path: PathBuf,
     file: File,
     len: u64,
+    sync: Arc<GroupSync>,
+}
+
+/// A written frame's place in the order of writes: durable once a sync reaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// The log's syncing, shared with the threads that wait for their frames to be durable.
+#[derive(Debug)]
+pub struct GroupSync {
+    path: PathBuf,
+    /// Writers between [`GroupSync::enter`] and the end of their wait.
+    in_flight: AtomicUsize,
+    /// How long a sync waits for other writers' frames when some are in flight, µs.
+    delay_us: AtomicU64,
+    /// Frames written so far (the last ticket handed out).
+    written: AtomicU64,
+    /// Set when a sync failed: no write is durable any more until the log is rewritten.
+    broken: AtomicBool,
+    state: Mutex<SyncState>,
+}
+
+#[derive(Debug)]
+struct SyncState {
+    /// A handle on the log's current file (replaced when the log is rewritten).
+    file: File,
+    /// Frames known durable.
+    synced: u64,
+    /// Why the last sync failed.
     broken: Option<String>,
+    /// Syncs done (each covered one or more frames).
+    syncs: u64,
+}
+
+/// A writer in flight ([`GroupSync::enter`]): counted until dropped.
+#[derive(Debug)]
+pub struct Writer {
+    sync: Arc<GroupSync>,
+}
+
+impl Writer {
+    /// [`GroupSync::wait`], first waiting the commit delay for the frames of the other
+    /// writers in flight, if there are any (as PostgreSQL's `commit_delay` with
+    /// `commit_siblings`): under load one sync then covers many uploads.
+    pub fn wait(&self, ticket: Ticket) -> Result<(), StoreError> {
+        let delay = if self.sync.in_flight.load(Ordering::Acquire) > 1 {
+            Duration::from_micros(self.sync.delay_us.load(Ordering::Relaxed))
+        } else {
+            Duration::ZERO
+        };
+        self.sync.wait_after(ticket, delay)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.sync.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl GroupSync {
+    /// Counts a writer in flight until the returned guard is dropped: take it before
+    /// waiting for the writer's lock, so that the syncs of the others know it is coming.
+    pub fn enter(self: &Arc<Self>) -> Writer {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        Writer {
+            sync: Arc::clone(self),
+        }
+    }
+
+    /// Sets how long a sync waits for the frames of other writers in flight (0: never).
+    pub fn set_commit_delay(&self, delay: Duration) {
+        self.delay_us.store(
+            u64::try_from(delay.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Returns once the frame of `ticket` is durable: syncs the log unless a sync since it
+    /// was written covered it already. An error means it is not (and will not become)
+    /// durable: the log failed a sync, and refuses writes until it is rewritten.
+    pub fn wait(&self, ticket: Ticket) -> Result<(), StoreError> {
+        self.wait_after(ticket, Duration::ZERO)
+    }
+
+    fn wait_after(&self, ticket: Ticket, delay: Duration) -> Result<(), StoreError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(reason) = &state.broken {
+            return Err(StoreError::Broken {
+                path: self.path.display().to_string(),
+                reason: reason.clone(),
+            });
+        }
+        if state.synced >= ticket.0 {
+            return Ok(());
+        }
+        if !delay.is_zero() {
+            // Holding the lock: the waiters behind find their frames covered by this sync.
+            std::thread::sleep(delay);
+        }
+        // Every frame counted in `written` was written before the count was raised, so this
+        // sync covers them all.
+        let target = self.written.load(Ordering::Acquire);
+        if let Err(source) = state.file.sync_data() {
+            state.broken = Some(format!("syncing failed: {source}"));
+            self.broken.store(true, Ordering::Release);
+            return Err(StoreError::Io {
+                path: self.path.display().to_string(),
+                source,
+            });
+        }
+        state.synced = target;
+        state.syncs += 1;
+        Ok(())
+    }
+
+    /// The ticket of the last frame written: waiting for it makes everything written so far
+    /// durable (a duplicate upload's answer waits for its original's frame this way).
+    pub fn latest(&self) -> Ticket {
+        Ticket(self.written.load(Ordering::Acquire))
+    }
+
+    /// Syncs done so far.
+    pub fn syncs(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).syncs
+    }
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
@@ -64,14 +199,20 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
 
 /// One frame's bytes.
 pub fn frame(tag: u64, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut out = header(tag, payload).to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A frame's header: length, CRC-32 of tag and payload, tag.
+fn header(tag: u64, payload: &[u8]) -> [u8; HEADER_BYTES] {
     let mut crc = crc32fast::Hasher::new();
     crc.update(&tag.to_le_bytes());
     crc.update(payload);
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
-    out.extend_from_slice(&tag.to_le_bytes());
-    out.extend_from_slice(payload);
+    let mut out = [0u8; HEADER_BYTES];
+    out[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    out[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
+    out[8..].copy_from_slice(&tag.to_le_bytes());
     out
 }
 
@@ -135,14 +276,27 @@ impl FrameLog {
             file.set_len(good as u64).map_err(io(&path))?;
             file.sync_all().map_err(io(&path))?;
         }
+        let handle = file.try_clone().map_err(io(&path))?;
         Ok((
             FrameLog {
                 dir: dir.to_path_buf(),
                 name: name.to_string(),
+                sync: Arc::new(GroupSync {
+                    path: path.clone(),
+                    in_flight: AtomicUsize::new(0),
+                    delay_us: AtomicU64::new(0),
+                    written: AtomicU64::new(0),
+                    broken: AtomicBool::new(false),
+                    state: Mutex::new(SyncState {
+                        file: handle,
+                        synced: 0,
+                        broken: None,
+                        syncs: 0,
+                    }),
+                }),
                 path,
                 file,
                 len: good as u64,
-                broken: None,
             },
             replay,
         ))
@@ -158,14 +312,33 @@ impl FrameLog {
         self.len == 0
     }
 
-    /// Appends a frame and syncs it; returns its length in the log. On error the frame must
-    /// be taken as not stored.
+    /// Appends a frame and syncs it; returns the bytes it took.
     pub fn append(&mut self, tag: u64, payload: &[u8]) -> Result<u64, StoreError> {
+        let (bytes, ticket) = self.append_deferred(tag, payload)?;
+        self.sync.wait(ticket)?;
+        Ok(bytes)
+    }
+
+    /// Appends a frame without syncing it; returns the bytes it took and the ticket to
+    /// [`GroupSync::wait`] for before telling anyone it is stored.
+    pub fn append_deferred(
+        &mut self,
+        tag: u64,
+        payload: &[u8],
+    ) -> Result<(u64, Ticket), StoreError> {
         let path = || self.path.display().to_string();
-        if let Some(reason) = &self.broken {
+        if self.sync.broken.load(Ordering::Acquire) {
+            let reason = self
+                .sync
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .broken
+                .clone()
+                .unwrap_or_default();
             return Err(StoreError::Broken {
                 path: path(),
-                reason: reason.clone(),
+                reason,
             });
         }
         if payload.len() > MAX_PAYLOAD {
@@ -177,27 +350,35 @@ impl FrameLog {
                 )),
             });
         }
-        let bytes = frame(tag, payload);
-        if let Err(source) = self.file.write_all(&bytes) {
+        // Header and payload as two writes: the payload (up to megabytes) is not copied. A
+        // crash between them leaves a torn tail, which the replay cuts off.
+        let header = header(tag, payload);
+        let written = self
+            .file
+            .write_all(&header)
+            .and_then(|()| self.file.write_all(payload));
+        if let Err(source) = written {
             if let Err(cut) = self.file.set_len(self.len) {
-                self.broken = Some(format!(
+                let mut state = self.sync.state.lock().unwrap_or_else(|p| p.into_inner());
+                state.broken = Some(format!(
                     "a failed write ({source}) could not be cut off: {cut}"
                 ));
+                self.sync.broken.store(true, Ordering::Release);
             }
             return Err(StoreError::Io {
                 path: path(),
                 source,
             });
         }
-        if let Err(source) = self.file.sync_data() {
-            self.broken = Some(format!("syncing failed: {source}"));
-            return Err(StoreError::Io {
-                path: path(),
-                source,
-            });
-        }
-        self.len += bytes.len() as u64;
-        Ok(bytes.len() as u64)
+        let bytes = (HEADER_BYTES + payload.len()) as u64;
+        self.len += bytes;
+        let ticket = self.sync.written.fetch_add(1, Ordering::AcqRel) + 1;
+        Ok((bytes, Ticket(ticket)))
+    }
+
+    /// The log's syncing, for waiting outside the writer's lock.
+    pub fn group_sync(&self) -> Arc<GroupSync> {
+        Arc::clone(&self.sync)
     }
 
     /// Replaces the log with `frames` atomically.
@@ -209,13 +390,20 @@ impl FrameLog {
         for (tag, payload) in frames {
             bytes.extend_from_slice(&frame(tag, payload));
         }
+        // Held across the swap: no sync runs on the old file meanwhile, and every frame
+        // written so far is durable in the new one (or was dropped by the caller as no
+        // longer needed) once it is in place.
+        let mut state = self.sync.state.lock().unwrap_or_else(|p| p.into_inner());
         replace_atomically(&self.dir, &self.name, &[&bytes])?;
         self.file = OpenOptions::new()
             .append(true)
             .open(&self.path)
             .map_err(io(&self.path))?;
+        state.file = self.file.try_clone().map_err(io(&self.path))?;
+        state.synced = self.sync.written.load(Ordering::Acquire);
+        state.broken = None;
+        self.sync.broken.store(false, Ordering::Release);
         self.len = bytes.len() as u64;
-        self.broken = None;
         Ok(())
     }
 }
@@ -229,6 +417,68 @@ mod tests {
             std::env::temp_dir().join(format!("hawkmesh-framelog-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn one_sync_covers_every_frame_written_before_it() {
+        let d = dir("group");
+        let (mut log, _) = FrameLog::open(&d, "f.log").unwrap();
+        let sync = log.group_sync();
+        let (_, first) = log.append_deferred(1, b"one").unwrap();
+        let (_, second) = log.append_deferred(2, b"two").unwrap();
+        assert!(first < second);
+        assert_eq!(sync.syncs(), 0);
+        // The later ticket's wait syncs both; the earlier one's finds itself covered.
+        sync.wait(second).unwrap();
+        sync.wait(first).unwrap();
+        assert_eq!(sync.syncs(), 1);
+        let (_, third) = log.append_deferred(3, b"three").unwrap();
+        assert_eq!(sync.latest(), third);
+        sync.wait(third).unwrap();
+        assert_eq!(sync.syncs(), 2);
+        // A rewrite leaves everything written durable in the new file: no further sync.
+        let (_, fourth) = log.append_deferred(4, b"four").unwrap();
+        log.rewrite([(4u64, &b"four"[..])]).unwrap();
+        sync.wait(fourth).unwrap();
+        assert_eq!(sync.syncs(), 2);
+        // Appends after the rewrite go to the new file and are synced there.
+        let (_, fifth) = log.append_deferred(5, b"five").unwrap();
+        sync.wait(fifth).unwrap();
+        assert_eq!(sync.syncs(), 3);
+        drop(log);
+        let (_, replay) = FrameLog::open(&d, "f.log").unwrap();
+        let tags: Vec<u64> = replay.frames.iter().map(|f| f.0).collect();
+        assert_eq!(tags, [4, 5]);
+    }
+
+    #[test]
+    fn a_lone_writer_is_not_delayed_and_writers_in_flight_share_a_sync() {
+        let d = dir("writers");
+        let (mut log, _) = FrameLog::open(&d, "f.log").unwrap();
+        let sync = log.group_sync();
+        // A long commit delay: a lone writer must not wait it.
+        sync.set_commit_delay(Duration::from_secs(10));
+        let lone = sync.enter();
+        let (_, ticket) = log.append_deferred(1, b"alone").unwrap();
+        let start = std::time::Instant::now();
+        lone.wait(ticket).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "a lone writer waited"
+        );
+        drop(lone);
+        assert_eq!(sync.syncs(), 1);
+        // Two in flight: the first to wait holds the sync for the delay, and the second's
+        // frame, written meanwhile, is covered by that one sync.
+        sync.set_commit_delay(Duration::from_secs(1));
+        let (a, b) = (sync.enter(), sync.enter());
+        let (_, ta) = log.append_deferred(2, b"a").unwrap();
+        let waiting = std::thread::spawn(move || a.wait(ta));
+        std::thread::sleep(Duration::from_millis(20));
+        let (_, tb) = log.append_deferred(3, b"b").unwrap();
+        waiting.join().unwrap().unwrap();
+        b.wait(tb).unwrap();
+        assert_eq!(sync.syncs(), 2);
     }
 
     #[test]

@@ -239,12 +239,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     }
     let service =
         CollectorServer::new(collector).max_decoding_message_size(grpc::MAX_CHUNK_BYTES + 1024);
-    let pingmesh_grpc = pingmesh.as_ref().map(|shared| {
-        hawkmesh_proto::v1::pingmesh_controller_server::PingmeshControllerServer::new(
-            pingmesh_service::PingmeshService::new(shared.clone(), tls_on),
-        )
-        .max_decoding_message_size(pingmesh_service::MAX_MESSAGE_BYTES)
-    });
+    let pingmesh_grpc = pingmesh
+        .as_ref()
+        .map(|shared| pingmesh_service::PingmeshGrpc::new(shared.clone(), tls_on));
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder

@@ -31,6 +31,7 @@
 //!   deduplication windows, the reports.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +48,7 @@ use hawkmesh_wire::topology::{FabricTopology, NodeId, NodeKind, PortNo, PortRef}
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::framelog::FrameLog;
+use crate::framelog::{FrameLog, GroupSync, Ticket};
 use crate::store::{from_hex, to_hex, Store, StoreError};
 
 /// The controller's log in the data directory (registrations, dedup windows, reports).
@@ -138,6 +139,10 @@ pub struct PingmeshConfig {
     pub max_clock_skew_ns: u64,
     /// Intake caps.
     pub limits: PingmeshLimits,
+    /// How long the batch log's sync waits for other uploads in flight, so that one sync
+    /// covers them all (group commit, [`crate::framelog::Writer::wait`]); 0 syncs at once.
+    /// An upload's answer is delayed by at most this; a lone upload is never delayed.
+    pub commit_delay_us: u64,
     /// The time base.
     pub clock: Clock,
 }
@@ -155,6 +160,7 @@ impl Default for PingmeshConfig {
             rotation_ns: 3_600_000_000_000,
             max_clock_skew_ns: 60_000_000_000,
             limits: PingmeshLimits::default(),
+            commit_delay_us: 2_000,
             clock: Clock::System,
         }
     }
@@ -512,8 +518,10 @@ pub struct DuePeriod {
 pub struct Controller {
     config: PingmeshConfig,
     inventory: Arc<Inventory>,
-    node_ids: HashMap<String, NodeId>,
-    node_kinds: HashMap<NodeId, NodeKind>,
+    /// Every node by name, with its kind: looked up twice per probe result (the target, the
+    /// hops of inline paths), so hashed with FNV-1a rather than SipHash (names come from the
+    /// fabric description; the map never grows from input).
+    node_ids: HashMap<String, (NodeId, NodeKind), BuildHasherDefault<Fnv1a>>,
     cabled: HashSet<PortRef>,
     peers: Arc<HashMap<PortRef, PortRef>>,
     /// Per node id: its RNICs as (NIC, id) (a host has a handful: a scan beats hashing).
@@ -580,9 +588,8 @@ impl Controller {
         let node_ids = topology
             .nodes
             .iter()
-            .map(|n| (n.name.clone(), n.id))
+            .map(|n| (n.name.clone(), (n.id, n.kind)))
             .collect();
-        let node_kinds = topology.nodes.iter().map(|n| (n.id, n.kind)).collect();
         let cabled = topology.links.iter().flat_map(|l| [l.a, l.b]).collect();
         let peers = topology
             .links
@@ -597,6 +604,9 @@ impl Controller {
         }
         let (store, replay) = Store::<LogRecord>::open_named(data_dir, LOG_NAME)?;
         let (batches, frames) = FrameLog::open(data_dir, BATCH_LOG_NAME)?;
+        batches
+            .group_sync()
+            .set_commit_delay(std::time::Duration::from_micros(config.commit_delay_us));
         let now = config.clock.now_ns();
         let mut controller = Controller {
             next_period: now / config.period_ns,
@@ -604,7 +614,6 @@ impl Controller {
             config,
             inventory: Arc::new(inventory),
             node_ids,
-            node_kinds,
             cabled,
             peers: Arc::new(peers),
             rnic_ids,
@@ -656,7 +665,7 @@ impl Controller {
                     floor,
                     seqs,
                 } => match controller.node_ids.get(&host) {
-                    Some(node) => {
+                    Some((node, _)) => {
                         let entry = controller.hosts.entry(*node).or_default();
                         let window = entry.windows.entry(incarnation).or_default();
                         window.floor = window.floor.max(floor);
@@ -739,7 +748,7 @@ impl Controller {
 
     fn host_node(&self, host: &str) -> Result<NodeId, RequestError> {
         match self.node_ids.get(host) {
-            Some(node) if self.node_kinds.get(node) == Some(&NodeKind::Host) => Ok(*node),
+            Some((node, NodeKind::Host)) => Ok(*node),
             Some(_) => Err(RequestError::Invalid(format!(
                 "{host:?} is a switch in the fabric description, not a host"
             ))),
@@ -991,7 +1000,7 @@ impl Controller {
     }
 
     fn hop(&self, hop: &pb::Hop) -> Result<PortRef, String> {
-        let node = *self
+        let (node, _) = *self
             .node_ids
             .get(&hop.node)
             .ok_or_else(|| format!("node {:?} is not in the fabric description", hop.node))?;
@@ -1040,8 +1049,12 @@ impl Controller {
         }
         // The batch's path table, each path checked once (an error is reported with the
         // first result that refers to it).
-        let table: Vec<Result<Vec<PortRef>, String>> =
-            batch.paths.iter().map(|p| self.path(&p.hops)).collect();
+        let table: Vec<Result<Arc<[PortRef]>, String>> = batch
+            .paths
+            .iter()
+            .map(|p| self.path(&p.hops).map(Arc::from))
+            .collect();
+        let none: Arc<[PortRef]> = Arc::new([]);
         let mut records = Vec::with_capacity(batch.results.len());
         for (i, result) in batch.results.iter().enumerate() {
             let fail = |what: String| format!("result {i}: {what}");
@@ -1104,11 +1117,13 @@ impl Controller {
                 }
             };
             let inline = |hops: &[pb::Hop], field: &str| {
-                self.path(hops).map_err(|e| fail(format!("{field}{e}")))
+                self.path(hops)
+                    .map(Arc::from)
+                    .map_err(|e| fail(format!("{field}{e}")))
             };
-            let referred = |index: u32, field: &str| -> Result<Vec<PortRef>, String> {
+            let referred = |index: u32, field: &str| -> Result<Arc<[PortRef]>, String> {
                 match table.get(index as usize - 1) {
-                    Some(Ok(path)) => Ok(path.clone()),
+                    Some(Ok(path)) => Ok(Arc::clone(path)),
                     Some(Err(e)) => Err(fail(format!("{field} {index}: paths[{}]{e}", index - 1))),
                     None => Err(fail(format!(
                         "{field} {index}: the batch has {} paths",
@@ -1117,13 +1132,13 @@ impl Controller {
                 }
             };
             let path = match (result.path.is_empty(), result.path_ref) {
-                (true, 0) => Vec::new(),
+                (true, 0) => Arc::clone(&none),
                 (false, 0) => inline(&result.path, "path")?,
                 (true, index) => referred(index, "path_ref")?,
                 (false, _) => return Err(fail("both path and path_ref are given".into())),
             };
             let ack_path = match (result.ack_path.is_empty(), result.ack_path_ref) {
-                (true, 0) => Vec::new(),
+                (true, 0) => Arc::clone(&none),
                 (false, 0) => inline(&result.ack_path, "ack_path")?,
                 (true, index) => referred(index, "ack_path_ref")?,
                 (false, _) => return Err(fail("both ack_path and ack_path_ref are given".into())),
@@ -1226,10 +1241,64 @@ impl Controller {
         batch: &pb::ResultBatch,
         now_ns: u64,
     ) -> Result<Uploaded, RequestError> {
-        let outcome = self.upload_inner(batch, now_ns);
+        let (uploaded, ticket) = self.upload_counted(batch, None, now_ns)?;
+        self.durable(ticket)?;
+        Ok(uploaded)
+    }
+
+    /// [`Controller::upload`] of a batch as it came off the wire: `bytes` are decoded here and
+    /// logged as received, not encoded again.
+    pub fn upload_encoded(&mut self, bytes: &[u8], now_ns: u64) -> Result<Uploaded, RequestError> {
+        let (uploaded, ticket) = self.upload_deferred(bytes, now_ns)?;
+        self.durable(ticket)?;
+        Ok(uploaded)
+    }
+
+    /// The service's intake: [`Controller::upload_encoded`] without waiting for the log's
+    /// sync. The answer may be given only after [`GroupSync::wait`] on the ticket (from
+    /// [`Controller::group_sync`], outside the controller's lock) succeeded: concurrent
+    /// uploads then share syncs. If that wait fails the batch is not durable; it stays
+    /// filed for analysis, and its resending is answered as a duplicate only once the log
+    /// syncs again.
+    pub fn upload_deferred(
+        &mut self,
+        bytes: &[u8],
+        now_ns: u64,
+    ) -> Result<(Uploaded, Ticket), RequestError> {
+        match pb::ResultBatch::decode(bytes) {
+            Ok(batch) => self.upload_counted(&batch, Some(bytes), now_ns),
+            Err(e) => {
+                self.stats.refused += 1;
+                Err(RequestError::Invalid(format!(
+                    "a result batch of {} bytes does not decode: {e}",
+                    bytes.len()
+                )))
+            }
+        }
+    }
+
+    /// The batch log's syncing (see [`Controller::upload_deferred`]).
+    pub fn group_sync(&self) -> Arc<GroupSync> {
+        self.batches.group_sync()
+    }
+
+    fn durable(&self, ticket: Ticket) -> Result<(), RequestError> {
+        self.batches
+            .group_sync()
+            .wait(ticket)
+            .map_err(|e| RequestError::Store(format!("the batch is not stored: {e}")))
+    }
+
+    fn upload_counted(
+        &mut self,
+        batch: &pb::ResultBatch,
+        encoded: Option<&[u8]>,
+        now_ns: u64,
+    ) -> Result<(Uploaded, Ticket), RequestError> {
+        let outcome = self.upload_inner(batch, encoded, now_ns);
         match &outcome {
-            Ok(u) if u.duplicate => self.stats.duplicate += 1,
-            Ok(u) => {
+            Ok((u, _)) if u.duplicate => self.stats.duplicate += 1,
+            Ok((u, _)) => {
                 self.stats.accepted += 1;
                 self.stats.late += u.late;
             }
@@ -1241,8 +1310,9 @@ impl Controller {
     fn upload_inner(
         &mut self,
         batch: &pb::ResultBatch,
+        encoded: Option<&[u8]>,
         now_ns: u64,
-    ) -> Result<Uploaded, RequestError> {
+    ) -> Result<(Uploaded, Ticket), RequestError> {
         let node = self.host_node(&batch.host)?;
         let name = || {
             format!(
@@ -1266,11 +1336,15 @@ impl Controller {
         })?;
         match window.seen(batch.batch_seq) {
             Some(true) => {
-                return Ok(Uploaded {
-                    accepted: 0,
-                    duplicate: true,
-                    late: 0,
-                })
+                // Acknowledged only once the original's frame is durable too.
+                return Ok((
+                    Uploaded {
+                        accepted: 0,
+                        duplicate: true,
+                        late: 0,
+                    },
+                    self.batches.group_sync().latest(),
+                ));
             }
             Some(false) => {}
             None => {
@@ -1305,9 +1379,17 @@ impl Controller {
                 limits.max_pending_results
             )));
         }
-        let bytes = self
+        let reencoded;
+        let payload = match encoded {
+            Some(bytes) => bytes,
+            None => {
+                reencoded = batch.encode_to_vec();
+                &reencoded
+            }
+        };
+        let (bytes, ticket) = self
             .batches
-            .append(now_ns & !CARRIED, &batch.encode_to_vec())
+            .append_deferred(now_ns & !CARRIED, payload)
             .map_err(|e| RequestError::Store(format!("{}: not stored: {e}", name())))?;
         let last = records.iter().map(|r| self.period_of(r.sent_ns)).max();
         let (accepted, late) = self.file(records);
@@ -1337,11 +1419,14 @@ impl Controller {
         if let Some(window) = entry.windows.get_mut(&batch.incarnation) {
             window.insert(batch.batch_seq);
         }
-        Ok(Uploaded {
-            accepted: accepted + late,
-            duplicate: false,
-            late,
-        })
+        Ok((
+            Uploaded {
+                accepted: accepted + late,
+                duplicate: false,
+                late,
+            },
+            ticket,
+        ))
     }
 
     /// The periods due for analysis at `now_ns` (ended more than the grace ago), oldest
@@ -1863,6 +1948,29 @@ pub fn view_of(
         cluster: report.cluster.into(),
         service: report.service.into(),
         service_network_innocent: report.service_network_innocent,
+    }
+}
+
+/// FNV-1a, 64 bits (Fowler, Noll, Vo; the parameters of draft-eastlake-fnv): a fast hash for
+/// the short node names of the fabric description.
+#[derive(Clone, Copy, Debug)]
+struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 

@@ -31,12 +31,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hawkmesh_proto::v1 as pb;
-use hawkmesh_proto::v1::pingmesh_controller_server::PingmeshController;
+use hawkmesh_proto::v1::pingmesh_controller_server::{
+    PingmeshController, PingmeshControllerServer,
+};
 use hawkmesh_wire::topology::FabricTopology;
+use prost::bytes::Buf;
+use prost::Message;
+use tonic::codec::DecodeBuf;
+use tonic::codegen::{http, Body, BoxFuture, Context, Poll, Service, StdError};
 use tonic::{Request, Status};
 
 use std::collections::BTreeMap;
 
+use crate::framelog::GroupSync;
 use crate::pingmesh::{Clock, Controller, PeriodAnalyzer, RequestError};
 
 /// The controller and its analysis, shared by gRPC, HTTP and the period task.
@@ -49,6 +56,8 @@ pub struct PingmeshShared {
     /// When each HAWKEYE incident's first report chunk came, on the controller's clock
     /// (the last [`EVENT_TIMES`]; not kept across restarts).
     events: Arc<Mutex<BTreeMap<u64, u64>>>,
+    /// The batch log's syncing, waited on outside the controller's lock.
+    batch_sync: Arc<GroupSync>,
 }
 
 /// Incident start times kept for the joint view.
@@ -71,6 +80,7 @@ impl PingmeshShared {
         let analyzer = PeriodAnalyzer::for_controller(&controller);
         PingmeshShared {
             clock: controller.config().clock.clone(),
+            batch_sync: controller.group_sync(),
             controller: Arc::new(Mutex::new(controller)),
             analyzer: Arc::new(Mutex::new(analyzer)),
             topology: Arc::new(topology),
@@ -265,27 +275,179 @@ impl PingmeshController for PingmeshService {
         Ok(tonic::Response::new(reply))
     }
 
+    /// Served by [`PingmeshGrpc`], which takes this method's requests before tonic decodes
+    /// them; here for a server built on [`PingmeshControllerServer`] alone (same answers, one
+    /// encoding more).
     async fn upload_results(
         &self,
         request: Request<pb::ResultBatch>,
     ) -> Result<tonic::Response<pb::UploadReply>, Status> {
         self.check_identity(&request, &request.get_ref().host)?;
-        let batch = request.into_inner();
-        let uploaded = self
+        let bytes = request.into_inner().encode_to_vec();
+        self.upload_bytes(bytes.into()).await
+    }
+}
+
+impl PingmeshService {
+    /// An upload's bytes, as received: decoded, checked and written to the batch log under
+    /// the controller's lock, then made durable outside it (group commit,
+    /// [`crate::framelog::GroupSync`]) before the answer.
+    async fn upload_bytes(
+        &self,
+        bytes: prost::bytes::Bytes,
+    ) -> Result<tonic::Response<pb::UploadReply>, Status> {
+        // Counted in flight before queueing for the lock: syncs wait for this upload's frame.
+        let writer = self.shared.batch_sync.enter();
+        let (uploaded, ticket) = self
             .shared
             .with(move |c| {
                 let now = c.config().clock.now_ns();
-                c.upload(&batch, now)
+                c.upload_deferred(&bytes, now)
             })
             .await
             .map_err(internal)?
             .map_err(|e| refused(e, "upload"))?;
+        tokio::task::spawn_blocking(move || writer.wait(ticket))
+            .await
+            .map_err(|e| internal(e.into()))?
+            .map_err(|e| {
+                refused(
+                    RequestError::Store(format!("the batch is not stored: {e}")),
+                    "upload",
+                )
+            })?;
         Ok(tonic::Response::new(pb::UploadReply {
             accepted: uploaded.accepted,
             duplicate: uploaded.duplicate,
             late: uploaded.late,
         }))
     }
+}
+
+/// The gRPC path of `UploadResults`.
+const UPLOAD_PATH: &str = "/hawkmesh.v1.PingmeshController/UploadResults";
+
+/// The controller's gRPC service as served: `UploadResults` requests keep the batch's bytes
+/// as received (decoded once, written to the batch log as they are: no second encoding,
+/// [`RawBatchCodec`]); every other method goes to tonic's generated server.
+#[derive(Clone, Debug)]
+pub struct PingmeshGrpc {
+    generated: PingmeshControllerServer<PingmeshService>,
+    service: PingmeshService,
+}
+
+impl PingmeshGrpc {
+    /// The service over `shared`; `identified` when clients present certificates.
+    pub fn new(shared: PingmeshShared, identified: bool) -> Self {
+        let service = PingmeshService::new(shared, identified);
+        PingmeshGrpc {
+            generated: PingmeshControllerServer::new(service.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+            service,
+        }
+    }
+}
+
+impl tonic::server::NamedService for PingmeshGrpc {
+    const NAME: &'static str =
+        <PingmeshControllerServer<PingmeshService> as tonic::server::NamedService>::NAME;
+}
+
+impl<B> Service<http::Request<B>> for PingmeshGrpc
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != UPLOAD_PATH {
+            return self.generated.call(request);
+        }
+        let service = self.service.clone();
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(RawBatchCodec)
+                .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), None);
+            Ok(grpc.unary(UploadRaw(service), request).await)
+        })
+    }
+}
+
+/// A received batch: its bytes, undecoded.
+#[derive(Debug)]
+pub struct RawBatch(prost::bytes::Bytes);
+
+/// `UploadResults`' codec: the request's bytes as they are (the controller decodes them),
+/// the reply by prost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawBatchCodec;
+
+/// [`RawBatchCodec`]'s decoder.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawBatchDecoder;
+
+impl tonic::codec::Decoder for RawBatchDecoder {
+    type Item = RawBatch;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<RawBatch>, Status> {
+        // The message's bytes leave tonic's buffer without a copy.
+        Ok(Some(RawBatch(buf.copy_to_bytes(buf.remaining()))))
+    }
+}
+
+impl tonic::codec::Codec for RawBatchCodec {
+    type Encode = pb::UploadReply;
+    type Decode = RawBatch;
+    type Encoder = tonic_prost::ProstEncoder<pb::UploadReply>;
+    type Decoder = RawBatchDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawBatchDecoder
+    }
+}
+
+struct UploadRaw(PingmeshService);
+
+impl tonic::server::UnaryService<RawBatch> for UploadRaw {
+    type Response = pb::UploadReply;
+    type Future = BoxFuture<tonic::Response<pb::UploadReply>, Status>;
+
+    fn call(&mut self, request: Request<RawBatch>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move {
+            if service.identified {
+                // The host named inside the batch, for the identity check (the batch is
+                // decoded whole under the lock; its host field alone is cheap to read here).
+                let host = batch_host(&request.get_ref().0)?;
+                service.check_identity(&request, &host)?;
+            }
+            service.upload_bytes(request.into_inner().0).await
+        })
+    }
+}
+
+/// The `host` field (1) of an encoded `ResultBatch`, read without decoding the results.
+fn batch_host(bytes: &[u8]) -> Result<String, Status> {
+    /// Only the host; the other fields are skipped unread.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct HostOnly {
+        #[prost(string, tag = "1")]
+        host: String,
+    }
+    HostOnly::decode(bytes)
+        .map(|h| h.host)
+        .map_err(|e| Status::invalid_argument(format!("the result batch does not decode: {e}")))
 }
 
 /// Largest gRPC message the controller decodes (a batch of

@@ -205,6 +205,32 @@ async fn agents_report_over_mutual_tls_for_their_own_switch_only() {
         .unwrap_err();
     assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
     assert!(denied.message().contains(&hosts[1].name), "{denied:?}");
+    // Uploads too (their bytes go to the controller undecoded by tonic: the host is read
+    // from them for the check).
+    let upload = |host: &str| pb::ResultBatch {
+        host: host.to_string(),
+        incarnation: 1,
+        batch_seq: 1,
+        ..pb::ResultBatch::default()
+    };
+    let denied = host_agent
+        .upload_results(upload(&hosts[1].name))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    let own = host_agent
+        .upload_results(upload(&hosts[0].name))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!own.duplicate, "{own:?}");
+    let again = host_agent
+        .upload_results(upload(&hosts[0].name))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.duplicate, "{again:?}");
+    drop(host_agent);
     let counters = server.counters();
     assert_eq!(
         counters.chunks_rejected as usize,

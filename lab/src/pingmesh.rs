@@ -940,8 +940,10 @@ impl NetsimProbing {
                     target_qpn: target.qpn,
                     sent_ns: result.sent_ns,
                     status,
-                    path: sim.path_ports(prober, target.rnic, target.tuple),
-                    ack_path: sim.path_ports(target.rnic, prober, ack_tuple(target.tuple)),
+                    path: sim.path_ports(prober, target.rnic, target.tuple).into(),
+                    ack_path: sim
+                        .path_ports(target.rnic, prober, ack_tuple(target.tuple))
+                        .into(),
                 })
             })
             .collect()

@@ -134,8 +134,8 @@ fn main() {
                 target_qpn: 1000 + target,
                 sent_ns: i * 10_000,
                 status,
-                ack_path: path.clone(),
-                path,
+                ack_path: path.clone().into(),
+                path: path.into(),
             }
         })
         .collect();

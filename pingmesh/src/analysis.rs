@@ -40,6 +40,7 @@
 //!    is innocent.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use hawkmesh_wire::topology::{NodeId, PortRef};
 
@@ -94,9 +95,10 @@ pub struct ProbeRecord {
     pub status: ProbeStatus,
     /// The links (egress ports, the prober's NIC first) the probe's 5-tuple takes, from path
     /// tracing; empty when unknown.
-    pub path: Vec<PortRef>,
+    /// Shared: a batch names each distinct path once, and its probes refer to it.
+    pub path: Arc<[PortRef]>,
     /// The links its ACKs take back.
-    pub ack_path: Vec<PortRef>,
+    pub ack_path: Arc<[PortRef]>,
 }
 
 /// The analyzer's settings (defaults: the paper's running parameters, §5).
@@ -595,7 +597,7 @@ impl Analyzer {
         let service_links: BTreeSet<PortRef> = probes
             .iter()
             .filter(|p| p.source == ProbeSource::ServiceTracing)
-            .flat_map(|p| p.path.iter().chain(&p.ack_path))
+            .flat_map(|p| p.path.iter().chain(p.ack_path.iter()))
             .map(|port| inventory.link_of(*port))
             .collect();
         let degraded = service_degradation.is_some_and(|d| d > cfg.service_degradation_threshold);
@@ -697,7 +699,7 @@ fn vote(inventory: &Inventory, anomalous: &[&ProbeRecord]) -> Suspects {
         let crossed: BTreeSet<PortRef> = probe
             .path
             .iter()
-            .chain(&probe.ack_path)
+            .chain(probe.ack_path.iter())
             .filter(|port| !inventory.is_access_port(**port))
             .map(|port| inventory.link_of(*port))
             .collect();
@@ -708,7 +710,7 @@ fn vote(inventory: &Inventory, anomalous: &[&ProbeRecord]) -> Suspects {
         let crossed: BTreeSet<NodeId> = probe
             .path
             .iter()
-            .chain(&probe.ack_path)
+            .chain(probe.ack_path.iter())
             .map(|p| p.node)
             .filter(|n| !hosts.contains(n))
             .collect();
@@ -912,7 +914,7 @@ mod tests {
             status,
             // The ACKs come back the same way: out of each next hop's port toward it.
             ack_path: path.iter().rev().filter_map(|p| lab.peer(*p)).collect(),
-            path,
+            path: path.into(),
         }
     }
 
