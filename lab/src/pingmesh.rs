@@ -32,6 +32,7 @@ use hawkmesh_netsim::Simulation;
 use hawkmesh_pingmesh::analysis::{ProbeRecord, ProbeSource, ProbeStatus};
 use hawkmesh_pingmesh::inventory::{Inventory, RnicId};
 use hawkmesh_pingmesh::pinglist::{PinglistConfig, Pinglists, ROCE_SOURCE_PORT_MIN};
+use hawkmesh_pingmesh::rng::SplitMix64;
 use hawkmesh_wire::probe::{ProbeKind, ProbeRepr, PROBE_PAYLOAD_BYTES};
 use hawkmesh_wire::telemetry::{FiveTuple, ROCEV2_UDP_PORT};
 use hawkmesh_wire::topology::NodeId;
@@ -778,12 +779,15 @@ impl NetsimProbing {
             .enumerate()
             .map(|(id, r)| {
                 let qpn = qpn_of(config.incarnation, id as RnicId);
-                // Start each RNIC's loops at a different offset within their interval, as
-                // independently started agents would.
+                // Start each RNIC's loops at a random phase within their interval (seeded),
+                // as independently started agents would: phases spread over the whole
+                // interval, so that no periodic fault (a flapping link) meets every RNIC's
+                // probes in the same place of its cycle.
                 let list = &lists.lists()[id];
-                let offset = |every: Option<u64>| {
-                    every.map_or(0, |e| (id as u64).wrapping_mul(7_919) % e.max(1))
-                };
+                let mut phase = SplitMix64::new(
+                    config.pinglists.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                );
+                let mut offset = |every: Option<u64>| every.map_or(0, |e| phase.below(e.max(1)));
                 Rnic {
                     host: r.host,
                     ip: r.ipv4,

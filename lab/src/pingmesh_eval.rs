@@ -591,7 +591,11 @@ fn run_trace(
                     reason: "no first-tier switch has two uplinks and hosts to load them".into(),
                 })?;
             fault_toml.push_str(&toml);
-            (Expected::LinkLatency { ports: hot }, what)
+            if hot.is_empty() {
+                (Expected::Nothing, what)
+            } else {
+                (Expected::LinkLatency { ports: hot }, what)
+            }
         }
     };
     let duration_us = (config.period_ns + 1_000_000) / 1000;
@@ -858,8 +862,9 @@ fn flapping(a: &str, b: &str, start_ns: u64, rng: &mut Rng) -> (String, String) 
 /// An `ecmp_imbalance` fault with the load that makes it hurt: a first-tier switch with two
 /// or more uplinks hashes every flow onto one of them (hash polarisation, R-Pingmesh §2.3),
 /// while enough of its hosts send to hosts under other switches to fill two uplinks, for
-/// about 3 ms at line rate from `start_ns`. Returns the TOML, the hot link's ports and a
-/// description; `None` when no first-tier switch qualifies.
+/// about 3 ms at line rate from `start_ns`. Returns the TOML, the hot link's ports (none
+/// when the switch's hosts cannot offer more than the uplink carries: nothing to find) and
+/// a description; `None` when no first-tier switch qualifies.
 fn imbalance(
     view: &FabricView,
     spec: &FabricSpec,
@@ -882,6 +887,12 @@ fn imbalance(
     }
     if candidates.is_empty() {
         return None;
+    }
+    // Prefer switches with hosts enough to offer more than an uplink carries: an imbalance
+    // that congests nothing is no problem (and is judged as such below).
+    let congests = |hosts: usize| hosts as f64 * spec.host_gbps > 1.05 * spec.fabric_gbps;
+    if candidates.iter().any(|c| congests(c.2.len())) {
+        candidates.retain(|c| congests(c.2.len()));
     }
     let (tor, nic, senders) = candidates.swap_remove(rng.below(candidates.len() as u64) as usize);
     let uplinks = &view.adjacency[&tor];
@@ -919,10 +930,15 @@ fn imbalance(
         .flat_map(|l| [l.a, l.b])
         .collect();
     ports.sort();
-    let what = format!(
+    let mut what = format!(
         "{tor_name} hashes every flow to {up_name}; {n} hosts send {:.1} MB each from {start_us} µs",
         size as f64 / 1e6
     );
+    if !congests(n) {
+        // At most the uplink's rate offered: no queue builds, nothing to find.
+        what.push_str(" (no more than the uplink's rate: harmless)");
+        ports.clear();
+    }
     Some((toml, ports, what))
 }
 

@@ -9,6 +9,15 @@
 //!   [`PinglistConfig::link_target_pps`], so a link above the ToRs that one of them covers
 //!   gets at least that many probes per second and direction (10 in the paper); the RNIC's
 //!   probe interval follows from how many 5-tuples it carries.
+//! - Header diversity (beyond the paper): Eq. 1 covers the paths, not the headers on them.
+//!   A fault that drops only some 5-tuples (an ACL matching a range of source ports, a bad
+//!   hash bucket) is met by a path's few 5-tuples only by chance; the paper relies on the
+//!   hourly rotation for it. With [`PinglistConfig::header_fault_share`] = f, each ToR gets
+//!   at least m = ⌈ln(1−P)/ln(1−f)⌉ 5-tuples per parallel path, so that a fault hitting a
+//!   share f of the source ports on a link meets one of the link's 5-tuples with probability
+//!   P within a period. The probes per second stay those of Eq. 1's k: the 5-tuples share
+//!   them (each probed at `link_target_pps` · k / k'), so every link still gets its target
+//!   rate and the probing overhead does not grow.
 //! - Rotation: [`Pinglists::rotate`] replaces a share of each ToR's 5-tuples (20 % every
 //!   hour in the paper) so that problems only some 5-tuples trigger (an ACL that drops a few
 //!   source ports) are met eventually.
@@ -40,6 +49,10 @@ pub struct PinglistConfig {
     pub link_target_pps: f64,
     /// Share of each ToR's inter-ToR 5-tuples replaced by [`Pinglists::rotate`].
     pub rotate_fraction: f64,
+    /// The smallest share of the source ports on a link a header-dependent fault (an ACL)
+    /// may drop and still be met within a period with probability P (0: Eq. 1 alone, as
+    /// the paper).
+    pub header_fault_share: f64,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -51,6 +64,7 @@ impl Default for PinglistConfig {
             tor_mesh_pps: 10.0,
             link_target_pps: 10.0,
             rotate_fraction: 0.2,
+            header_fault_share: 0.1,
             seed: 1,
         }
     }
@@ -105,13 +119,30 @@ impl RnicPinglist {
     }
 }
 
+/// One ToR's inter-ToR 5-tuples.
+#[derive(Clone, Debug)]
+struct TorTuples {
+    chosen: Vec<(RnicId, InterTorTarget)>,
+    /// Probes per second on each.
+    pps: f64,
+}
+
+/// m of the header-diversity rule: 5-tuples per path so that a fault dropping a share
+/// `share` of the source ports meets one with probability `p` (0 when `share` is 0).
+pub fn tuples_per_path_for_headers(p: f64, share: f64) -> u32 {
+    if share <= 0.0 {
+        return 0;
+    }
+    ((1.0 - p).ln() / (1.0 - share).ln()).ceil().max(1.0) as u32
+}
+
 /// Every RNIC's pinglist, and the state to rotate them.
 #[derive(Clone, Debug)]
 pub struct Pinglists {
     config: PinglistConfig,
     rng: SplitMix64,
-    /// Per ToR: k and its 5-tuples as (source RNIC, target).
-    tuples: BTreeMap<NodeId, (u32, Vec<(RnicId, InterTorTarget)>)>,
+    /// Per ToR: its 5-tuples as (source RNIC, target), and each 5-tuple's probes per second.
+    tuples: BTreeMap<NodeId, TorTuples>,
     lists: Vec<RnicPinglist>,
     generation: u64,
 }
@@ -129,6 +160,12 @@ impl Pinglists {
                 )));
             }
         }
+        if !(0.0..1.0).contains(&config.header_fault_share) {
+            return Err(PinglistError::Config(format!(
+                "header_fault_share = {}: must be in [0, 1)",
+                config.header_fault_share
+            )));
+        }
         if !(0.0..=1.0).contains(&config.rotate_fraction) {
             return Err(PinglistError::Config(format!(
                 "rotate_fraction = {}: must be in [0, 1]",
@@ -142,12 +179,16 @@ impl Pinglists {
             if n == 0 {
                 continue;
             }
-            let k = five_tuples_for_coverage(n, config.coverage_probability).map_err(|source| {
-                PinglistError::Coverage {
-                    tor: inventory.name(*tor).to_owned(),
-                    source,
-                }
-            })?;
+            let paths_k =
+                five_tuples_for_coverage(n, config.coverage_probability).map_err(|source| {
+                    PinglistError::Coverage {
+                        tor: inventory.name(*tor).to_owned(),
+                        source,
+                    }
+                })?;
+            let per_path =
+                tuples_per_path_for_headers(config.coverage_probability, config.header_fault_share);
+            let k = paths_k.max(n.saturating_mul(per_path));
             // Sources take turns (a shuffled round-robin) so that no RNIC carries much
             // more than k / |RNICs under the ToR| of them.
             let mut sources = members.clone();
@@ -158,7 +199,13 @@ impl Pinglists {
                     (src, draw_target(inventory, *tor, &mut rng))
                 })
                 .collect();
-            tuples.insert(*tor, (k, chosen));
+            tuples.insert(
+                *tor,
+                TorTuples {
+                    chosen,
+                    pps: config.link_target_pps * f64::from(paths_k) / f64::from(k),
+                },
+            );
         }
         let mut lists = Pinglists {
             config,
@@ -176,8 +223,8 @@ impl Pinglists {
     pub fn rotate(&mut self, inventory: &Inventory) -> usize {
         let mut replaced = 0;
         let fraction = self.config.rotate_fraction;
-        for (tor, (k, chosen)) in self.tuples.iter_mut() {
-            let count = ((f64::from(*k) * fraction).ceil() as usize).min(chosen.len());
+        for (tor, TorTuples { chosen, .. }) in self.tuples.iter_mut() {
+            let count = ((chosen.len() as f64 * fraction).ceil() as usize).min(chosen.len());
             let mut indices: Vec<usize> = (0..chosen.len()).collect();
             shuffle(&mut indices, &mut self.rng);
             for index in indices.into_iter().take(count) {
@@ -191,10 +238,12 @@ impl Pinglists {
     }
 
     fn assemble(&mut self, inventory: &Inventory) {
-        let mut inter: BTreeMap<RnicId, Vec<InterTorTarget>> = BTreeMap::new();
-        for (_, chosen) in self.tuples.values() {
-            for (src, target) in chosen {
-                inter.entry(*src).or_default().push(*target);
+        let mut inter: BTreeMap<RnicId, (Vec<InterTorTarget>, f64)> = BTreeMap::new();
+        for tor in self.tuples.values() {
+            for (src, target) in &tor.chosen {
+                let entry = inter.entry(*src).or_default();
+                entry.0.push(*target);
+                entry.1 = tor.pps;
             }
         }
         let interval = |pps: f64| (1e9 / pps).round().max(1.0) as u64;
@@ -206,13 +255,13 @@ impl Pinglists {
                     .copied()
                     .filter(|other| *other != rnic)
                     .collect();
-                let inter_tor = inter.remove(&rnic).unwrap_or_default();
+                let (inter_tor, pps) = inter.remove(&rnic).unwrap_or_default();
                 RnicPinglist {
                     rnic,
                     tor_mesh_interval_ns: (!tor_mesh.is_empty())
                         .then(|| interval(self.config.tor_mesh_pps)),
                     inter_tor_interval_ns: (!inter_tor.is_empty())
-                        .then(|| interval(self.config.link_target_pps * inter_tor.len() as f64)),
+                        .then(|| interval(pps * inter_tor.len() as f64)),
                     tor_mesh,
                     inter_tor,
                 }
@@ -225,9 +274,10 @@ impl Pinglists {
         &self.lists
     }
 
-    /// k of Eq. 1 for `tor` (`None` for a ToR without another ToR to reach).
+    /// How many inter-ToR 5-tuples `tor` has: k of Eq. 1, or more for header diversity
+    /// (`None` for a ToR without another ToR to reach).
     pub fn five_tuples_of(&self, tor: NodeId) -> Option<u32> {
-        self.tuples.get(&tor).map(|(k, _)| *k)
+        self.tuples.get(&tor).map(|t| t.chosen.len() as u32)
     }
 
     /// How many rotations have been applied.
@@ -268,17 +318,66 @@ mod tests {
     use crate::inventory::tests::leaf_spine;
     use std::collections::BTreeSet;
 
+    /// Eq. 1 alone (the paper's lists).
     fn build(seed: u64) -> (Inventory, Pinglists) {
         let inv = Inventory::from_topology(&leaf_spine(4, 3, 4)).unwrap();
         let lists = Pinglists::build(
             &inv,
             PinglistConfig {
                 seed,
+                header_fault_share: 0.0,
                 ..PinglistConfig::default()
             },
         )
         .unwrap();
         (inv, lists)
+    }
+
+    #[test]
+    fn header_diversity_adds_tuples_per_path_without_adding_probes() {
+        // m = ⌈ln 0.01 / ln 0.9⌉ = ⌈43.7⌉ = 44 per path; ⌈ln 0.01 / ln 0.75⌉ = ⌈16.008⌉ = 17
+        // (0.75^16 = 0.01002 is just above 1 − P).
+        assert_eq!(tuples_per_path_for_headers(0.99, 0.1), 44);
+        assert_eq!(tuples_per_path_for_headers(0.99, 0.25), 17);
+        assert_eq!(tuples_per_path_for_headers(0.99, 0.0), 0);
+        let inv = Inventory::from_topology(&leaf_spine(4, 3, 4)).unwrap();
+        let (_, paper) = build(1);
+        let diverse = Pinglists::build(&inv, PinglistConfig::default()).unwrap();
+        for (tor, members) in inv.by_tor() {
+            // Four spines: 4 × 44 = 176 5-tuples instead of Eq. 1's 21.
+            assert_eq!(diverse.five_tuples_of(*tor), Some(176));
+            let ports: BTreeSet<u16> = members
+                .iter()
+                .flat_map(|r| diverse.lists()[*r as usize].inter_tor.iter())
+                .map(|t| t.src_port)
+                .collect();
+            assert!(ports.len() > 150, "{} distinct source ports", ports.len());
+            // The ToR sends as many inter-ToR probes per second as with Eq. 1's k alone.
+            let rate = |lists: &Pinglists| -> f64 {
+                members
+                    .iter()
+                    .map(|r| {
+                        let l = &lists.lists()[*r as usize];
+                        l.inter_tor_interval_ns.map_or(0.0, |ns| 1e9 / ns as f64)
+                    })
+                    .sum()
+            };
+            assert!(
+                (rate(&diverse) - rate(&paper)).abs() < 0.01,
+                "{} vs {}",
+                rate(&diverse),
+                rate(&paper)
+            );
+            assert!((rate(&paper) - 210.0).abs() < 0.01);
+        }
+        let bad = PinglistConfig {
+            header_fault_share: 1.0,
+            ..PinglistConfig::default()
+        };
+        assert_eq!(
+            Pinglists::build(&inv, bad).unwrap_err().to_string(),
+            "pinglist configuration: header_fault_share = 1: must be in [0, 1)"
+        );
     }
 
     #[test]
@@ -360,6 +459,7 @@ mod tests {
     fn one_tor_has_no_inter_tor_lists_and_bad_settings_are_refused() {
         let inv = Inventory::from_topology(&leaf_spine(1, 3, 2)).unwrap();
         let lists = Pinglists::build(&inv, PinglistConfig::default()).unwrap();
+        assert_eq!(lists.five_tuples_of(inv.rnics()[0].tor), None);
         assert!(lists.lists().iter().all(|l| l.inter_tor.is_empty()));
         assert!(lists
             .lists()
