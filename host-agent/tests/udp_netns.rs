@@ -14,7 +14,9 @@
 #![cfg(target_os = "linux")]
 
 use std::fs::File;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::io::IoSliceMut;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
@@ -27,9 +29,18 @@ use hawkmesh_host_agent::transport::TimestampSource;
 use hawkmesh_host_agent::udp::{TimestampingSupport, UdpConfig, UdpStats, UdpTransport};
 use hawkmesh_wire::probe::{ProbeKind, ProbeRepr};
 use nix::sched::{setns, CloneFlags};
+use nix::sys::socket::{
+    recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage,
+};
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 const B_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+const A_IP6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1);
+const B_IP6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2);
+const A_MAC: &str = "02:00:00:99:00:01";
+const B_MAC: &str = "02:00:00:99:00:02";
+/// DSCP 26 (a common RoCE class) in the TOS byte.
+const ROCE_TOS: u8 = 26 << 2;
 /// Not the default (4791): the labs pick their own well-known port.
 const PORT: u16 = 47_910;
 const A_ID: u32 = 0x00_0A01;
@@ -117,19 +128,48 @@ fn pair(tag: &str) -> Pair {
     let a = Netns::add(&format!("{tag}a"));
     let b = Netns::add(&format!("{tag}b"));
     a.ip(&[
-        "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", &b.name,
+        "link", "add", "va", "address", A_MAC, "type", "veth", "peer", "name", "vb", "address",
+        B_MAC, "netns", &b.name,
     ]);
     a.ip(&["addr", "add", "10.99.0.1/24", "dev", "va"]);
     b.ip(&["addr", "add", "10.99.0.2/24", "dev", "vb"]);
+    // No duplicate address detection: usable as soon as the link is up.
+    a.ip(&["addr", "add", "fd99::1/64", "dev", "va", "nodad"]);
+    b.ip(&["addr", "add", "fd99::2/64", "dev", "vb", "nodad"]);
     a.ip(&["link", "set", "va", "up"]);
     b.ip(&["link", "set", "vb", "up"]);
+    // Neighbour discovery's first solicitation on a veth just raised can go unanswered,
+    // and the next waits a second (RFC 4861 §10 RetransTimer), longer than a test: the
+    // IPv6 neighbours are given (ARP resolves at once, so IPv4 keeps it, as hosts do).
+    a.ip(&[
+        "neigh",
+        "add",
+        "fd99::2",
+        "lladdr",
+        B_MAC,
+        "dev",
+        "va",
+        "nud",
+        "permanent",
+    ]);
+    b.ip(&[
+        "neigh",
+        "add",
+        "fd99::1",
+        "lladdr",
+        A_MAC,
+        "dev",
+        "vb",
+        "nud",
+        "permanent",
+    ]);
     Pair { a, b }
 }
 
-fn udp_config(local: Ipv4Addr) -> UdpConfig {
+fn udp_config(local: impl Into<IpAddr>) -> UdpConfig {
     UdpConfig {
         port: PORT,
-        ..UdpConfig::new(IpAddr::V4(local))
+        ..UdpConfig::new(local.into())
     }
 }
 
@@ -151,6 +191,10 @@ fn responder(
                 .step(Duration::from_millis(1))
                 .expect("responder step");
         }
+        // Past the send-timestamp wait, every send has completed and is counted.
+        engine
+            .run_for(Duration::from_millis(30))
+            .expect("responder drain");
         (
             engine.stats().clone(),
             engine.transport().stats(),
@@ -222,9 +266,9 @@ fn engine_config(id: u32, incarnation: u32) -> EngineConfig {
     }
 }
 
-fn target(addr: Ipv4Addr, src_port: u16, responder_id: u32) -> ProbeTarget<IpAddr> {
+fn target(addr: impl Into<IpAddr>, src_port: u16, responder_id: u32) -> ProbeTarget<IpAddr> {
     ProbeTarget {
-        addr: IpAddr::V4(addr),
+        addr: addr.into(),
         src_port,
         responder_id,
     }
@@ -318,6 +362,42 @@ fn probes_over_veth_are_answered_with_both_acks_on_software_timestamps() {
         median(measured.iter().map(|m| m.1).collect()),
         median(measured.iter().map(|m| m.2).collect()),
     );
+}
+
+/// The same over IPv6 (the error queue's messages come at the IPv6 level there).
+#[test]
+fn probes_over_ipv6_are_answered_too() {
+    let _serial = serial();
+    let lab = pair("6");
+    let stop = Arc::new(AtomicBool::new(false));
+    let b = responder(
+        &lab.b,
+        engine_config(B_ID, 2),
+        udp_config(B_IP6),
+        stop.clone(),
+    );
+    let run = prober(
+        &lab.a,
+        engine_config(A_ID, 2),
+        udp_config(A_IP6),
+        vec![target(B_IP6, 50_601, B_ID)],
+        10,
+        Duration::from_millis(1000),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (b_stats, b_udp, _) = b.join().expect("responder thread");
+    assert_eq!(run.reports.len(), 10, "{:?}", run.reports);
+    for (rtt, _, responder_delay) in answered(&run) {
+        assert!(rtt > 0 && rtt < MS && responder_delay > 0);
+    }
+    assert_eq!(
+        (run.udp.tx.software, run.udp.rx.software),
+        (10, 20),
+        "{:?}",
+        run.udp
+    );
+    assert_eq!(b_udp.tx.software, 20, "{b_udp:?}");
+    assert_eq!(b_stats.delay_acks_sent, 10);
 }
 
 /// (b) A responder that holds its first ACK D = 3 ms: the responder delay is D (plus the
@@ -416,8 +496,38 @@ fn bind(ip: Ipv4Addr, port: u16) -> UdpSocket {
     socket
 }
 
+/// Receives one datagram on `socket` (with `IP_RECVTOS` on): its sender, payload and TOS.
+fn recv_with_tos(socket: &UdpSocket) -> (SocketAddr, Vec<u8>, Option<u8>) {
+    let mut buf = [0u8; 128];
+    let mut cmsg = nix::cmsg_space!(nix::libc::c_int);
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::empty(),
+    )
+    .expect("a datagram");
+    let tos = msg.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|c| match c {
+            ControlMessageOwned::Ipv4Tos(tos) => Some(tos),
+            _ => None,
+        })
+    });
+    let peer = msg
+        .address
+        .and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| SocketAddr::new(IpAddr::V4(v4.ip()), v4.port()))
+        })
+        .expect("an IPv4 sender");
+    let n = msg.bytes;
+    (peer, buf[..n].to_vec(), tos)
+}
+
 /// (c) On the wire: a probe leaves from its target's source port, and both ACKs come back
-/// from that same source port to the prober's well-known port (the reverse 5-tuple).
+/// from that same source port to the prober's well-known port (the reverse 5-tuple), in
+/// the traffic class configured.
 #[test]
 fn acks_take_the_reverse_five_tuple_of_their_probe() {
     let _serial = serial();
@@ -427,13 +537,17 @@ fn acks_take_the_reverse_five_tuple_of_their_probe() {
     let b = responder(
         &lab.b,
         engine_config(B_ID, 1),
-        udp_config(B_IP),
+        UdpConfig {
+            tos: Some(ROCE_TOS),
+            ..udp_config(B_IP)
+        },
         stop.clone(),
     );
     let seen = lab
         .a
         .spawn(|| {
             let well_known = bind(A_IP, PORT);
+            setsockopt(&well_known, sockopt::IpRecvTos, &true).expect("IP_RECVTOS");
             let mut seen = Vec::new();
             for (seq, src_port) in [(1u64, 50_123u16), (2, 61_000)] {
                 let source = bind(A_IP, src_port);
@@ -441,11 +555,9 @@ fn acks_take_the_reverse_five_tuple_of_their_probe() {
                     .send_to(&probe_payload(seq, B_ID), (B_IP, PORT))
                     .expect("send probe");
                 for _ in 0..2 {
-                    let mut buf = [0u8; 128];
-                    let (n, peer) = well_known
-                        .recv_from(&mut buf)
-                        .expect("an ACK at the well-known port");
-                    let ack = ProbeRepr::from_bytes(&buf[..n]).expect("an ACK payload");
+                    let (peer, payload, tos) = recv_with_tos(&well_known);
+                    let ack = ProbeRepr::from_bytes(&payload).expect("an ACK payload");
+                    assert_eq!(tos, Some(ROCE_TOS), "{:?} TOS", ack.kind);
                     seen.push((src_port, peer, ack.kind, ack.seq));
                 }
                 // Nothing comes back to the source port itself.
