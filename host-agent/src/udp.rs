@@ -46,7 +46,10 @@
 //! from distinct source ports makes the responder cycle through the cache (bounded memory
 //! and descriptors), and a port another process has bound cannot be used
 //! ([`TransportError::SourcePortInUse`]). The cached sockets only send: datagrams that reach
-//! them are read and counted as stray, within a small receive buffer.
+//! them are read and counted as stray, within a small receive buffer. A child process forked
+//! while a socket is open holds it until the child execs, so a port evicted and bound again
+//! in that moment is still taken: the send is refused with that error, and the next one
+//! binds it.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -1005,5 +1008,108 @@ impl ProbeTransport for UdpTransport {
         }
         self.sweep(host_now_ns(), events);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, UdpSocket};
+
+    use super::*;
+
+    /// A port free on 127.0.0.1 a moment ago.
+    fn free_port() -> u16 {
+        UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    }
+
+    fn completions(transport: &mut UdpTransport, count: usize) -> Vec<(u64, Stamps)> {
+        let mut events = Vec::new();
+        let mut sent = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        while sent.len() < count && std::time::Instant::now() < deadline {
+            transport
+                .poll(Duration::from_millis(5), &mut events)
+                .expect("poll");
+            for event in events.drain(..) {
+                if let TransportEvent::Sent { token, stamps } = event {
+                    sent.push((token, stamps));
+                }
+            }
+        }
+        sent
+    }
+
+    /// After a failed send the socket's id counter restarts at 0 on both sides: the next
+    /// send's kernel timestamp still finds its send.
+    #[test]
+    fn a_reset_counter_keeps_send_timestamps_matched() {
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut transport = UdpTransport::new(UdpConfig {
+            port: free_port(),
+            ..UdpConfig::new(local)
+        })
+        .expect("transport on 127.0.0.1");
+        let src = free_port();
+        for token in [1, 2] {
+            transport.send(&local, src, &[0; 50], token).expect("send");
+        }
+        let first = completions(&mut transport, 2);
+        assert_eq!(first.iter().map(|c| c.0).collect::<Vec<_>>(), [1, 2]);
+        assert!(first.iter().all(|c| c.1.software.is_some()), "{first:?}");
+        // The kernel's counter is at 2 now; a reset must bring it back to 0 with ours.
+        transport.resync(src);
+        transport.send(&local, src, &[0; 50], 3).expect("send");
+        let after = completions(&mut transport, 1);
+        assert_eq!(after.len(), 1);
+        assert!(after[0].1.software.is_some(), "{after:?}");
+        let stats = transport.stats();
+        assert_eq!((stats.tx_resyncs, stats.tx_unmatched), (1, 0));
+        assert_eq!(stats.tx.software, 3);
+    }
+
+    #[test]
+    fn bad_settings_and_destinations_are_refused_naming_them() {
+        let err = UdpTransport::new(UdpConfig::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED)))
+            .expect_err("a wildcard address");
+        assert_eq!(
+            err.to_string(),
+            "UdpConfig::local: 0.0.0.0 is not a unicast interface address"
+        );
+        let err = UdpTransport::new(UdpConfig {
+            tx_timestamp_wait: Duration::ZERO,
+            ..UdpConfig::new(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        })
+        .expect_err("no wait");
+        assert!(err
+            .to_string()
+            .starts_with("UdpConfig::tx_timestamp_wait: "));
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut transport = UdpTransport::new(UdpConfig {
+            port: free_port(),
+            ..UdpConfig::new(local)
+        })
+        .expect("transport on 127.0.0.1");
+        let err = transport
+            .send(&"::1".parse().expect("an address"), 50_000, &[0; 50], 1)
+            .expect_err("another family");
+        assert_eq!(
+            err.to_string(),
+            "destination ::1: not of the address family of the interface address 127.0.0.1"
+        );
+        let err = transport.send(&local, 0, &[0; 50], 1).expect_err("port 0");
+        assert!(err.to_string().ends_with("0 is not a source port"));
+        // A port another socket holds.
+        let holder = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let taken = holder.local_addr().expect("address").port();
+        assert_eq!(
+            transport.send(&local, taken, &[0; 50], 2),
+            Err(TransportError::SourcePortInUse {
+                local: "127.0.0.1".into(),
+                port: taken
+            })
+        );
     }
 }

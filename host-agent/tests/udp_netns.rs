@@ -787,6 +787,8 @@ fn silent_absent_and_unrouted_targets() {
         "{:?}",
         run.stats
     );
+    // The refused send reset its socket's timestamp ids.
+    assert_eq!(run.udp.tx_resyncs, 1, "{:?}", run.udp);
     // B's probe left (kernel timestamp); the absent neighbour's never reached the driver.
     assert_eq!(
         (run.udp.tx.software, run.udp.tx.host_clock),
