@@ -27,7 +27,9 @@
 //!   a `sock_extended_err` whose `ee_data` is the `OPT_ID` counter: "a monotonically
 //!   increasing u32 (that wraps)" per socket, counting datagrams sent since the option was
 //!   set (timestamping.rst §1.3.3). Each socket counts its own sends to map them back. A
-//!   send that the kernel refuses may or may not have consumed an id, so after a failed
+//!   send that the kernel refuses may or may not have consumed an id (commit 4aecca4c7680
+//!   "net_tstamp: add SCM_TS_OPT_ID", Linux 6.13, whose per-send id is the fix on kernels
+//!   that have it; the counter works on all), so after a failed
 //!   send the socket's error queue is drained and its counter reset (`OPT_ID` cleared and
 //!   set again restarts it at 0, net/core/sock.c `sock_set_timestamping`); sends whose
 //!   timestamps had not come by then complete on the host clock. A software timestamp
