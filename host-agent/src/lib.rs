@@ -14,10 +14,19 @@
 //! [`probe`] is R-Pingmesh's probing bookkeeping: a [`Prober`] turns a probe's six
 //! timestamps into network RTT and both hosts' delays, a [`Responder`] answers with two ACKs;
 //! both transport-independent (verbs UD, kernel UDP, netsim).
+//!
+//! [`transport::ProbeTransport`] is what probing needs from a transport (post a datagram,
+//! learn when it left and what arrived, with NIC, kernel or host-clock timestamps);
+//! [`engine::Engine`] runs a prober and a responder over any transport; [`udp`] is the
+//! kernel-UDP transport with `SO_TIMESTAMPING` (Linux).
 
 pub mod detector;
+pub mod engine;
 pub mod pause;
 pub mod probe;
+pub mod transport;
+#[cfg(target_os = "linux")]
+pub mod udp;
 
 pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
 pub use pause::PauseHistory;

@@ -163,6 +163,7 @@ impl<T: Clone> Prober<T> {
         Some(ProbeRepr {
             kind: ProbeKind::Probe,
             hardware_timestamps: false,
+            host_clock_timestamps: false,
             seq,
             prober_qpn: self.qpn,
             responder_qpn,
@@ -171,6 +172,14 @@ impl<T: Clone> Prober<T> {
             prober_incarnation: self.incarnation,
             responder_incarnation: 0,
         })
+    }
+
+    /// Forgets the probe `seq` that never left (its transport refused to send it): it ends
+    /// in neither a result nor a timeout, since the network never saw it. Whether it was in
+    /// flight.
+    pub fn abandon(&mut self, seq: u64) -> bool {
+        // Its deadline stays queued; `expire` skips sequence numbers no longer in flight.
+        self.in_flight.remove(&seq).is_some()
     }
 
     /// ②: the probe `seq` left the NIC at `nic_ns`. Returns the result if the probe is now
@@ -304,6 +313,21 @@ pub enum ProbeRejected {
     WrongQpn,
 }
 
+/// Where a timestamp, or an interval between two, came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TimestampSource {
+    /// The NIC's clock (a CQE completion timestamp, or the `SO_TIMESTAMPING` raw hardware
+    /// timestamp): a delay ACK measured on it carries the hardware flag.
+    Hardware,
+    /// The kernel's software timestamp (`SO_TIMESTAMPING` software, taken by the driver or
+    /// the stack on the host clock): no flag.
+    Software,
+    /// A reading of the host clock taken by the agent because no timestamp was given (it
+    /// includes the agent's own scheduling): a delay ACK measured on it carries the
+    /// host-clock flag.
+    HostClock,
+}
+
 /// Identifies a probe at the responder: the prober's queue pair, incarnation and sequence.
 type ProbeKey = (u32, u32, u64);
 
@@ -367,17 +391,50 @@ impl Responder {
     /// The first ACK for `ack` left with send completion ④ = `sent_ns`: the delay ACK to send
     /// (`None` if that probe was forgotten or already answered).
     pub fn on_ack_sent(&mut self, ack: &ProbeRepr, sent_ns: u64) -> Option<ProbeRepr> {
-        let key = (ack.prober_qpn, ack.prober_incarnation, ack.seq);
-        let (received_ns, ack) = self.pending.remove(&key)?;
-        if self.order.len() > 2 * self.max_pending {
-            let live = &self.pending;
-            self.order.retain(|k| live.contains_key(k));
-        }
+        let (received_ns, ack) = self.take(ack)?;
         Some(ack.delay_ack(
             self.incarnation,
             sent_ns.saturating_sub(received_ns),
             self.hardware_timestamps,
         ))
+    }
+
+    /// The first ACK for `ack` left and the caller measured ④−③ itself as `delay_ns` on the
+    /// clock `clock` (NIC, kernel or host-clock readings): for transports where ③ and ④ may come from different clocks (kernel UDP on
+    /// a NIC that stamps sends but not receives), which pick one clock both readings share.
+    /// The delay ACK to send, flagged accordingly (`None` if that probe was forgotten or
+    /// already answered); the ③ passed to [`Self::on_probe`] is not used.
+    pub fn on_ack_sent_measured(
+        &mut self,
+        ack: &ProbeRepr,
+        delay_ns: u64,
+        clock: TimestampSource,
+    ) -> Option<ProbeRepr> {
+        let (_, ack) = self.take(ack)?;
+        Some(ProbeRepr {
+            host_clock_timestamps: clock == TimestampSource::HostClock,
+            ..ack.delay_ack(
+                self.incarnation,
+                delay_ns,
+                clock == TimestampSource::Hardware,
+            )
+        })
+    }
+
+    /// Forgets the probe behind the first ACK `ack`, which could not be sent (its prober
+    /// times out). Whether it was pending.
+    pub fn abandon(&mut self, ack: &ProbeRepr) -> bool {
+        self.take(ack).is_some()
+    }
+
+    fn take(&mut self, ack: &ProbeRepr) -> Option<(u64, ProbeRepr)> {
+        let key = (ack.prober_qpn, ack.prober_incarnation, ack.seq);
+        let taken = self.pending.remove(&key)?;
+        if self.order.len() > 2 * self.max_pending {
+            let live = &self.pending;
+            self.order.retain(|k| live.contains_key(k));
+        }
+        Some(taken)
     }
 
     /// Probes dropped from the pending set because it was full (their probers time out).
@@ -546,6 +603,37 @@ mod tests {
     }
 
     #[test]
+    fn abandoned_probes_and_measured_delays() {
+        let mut prober = Prober::new(ProberConfig::default(), 1, 1);
+        let probe = prober.probe('x', 2, 0).unwrap();
+        assert!(prober.abandon(probe.seq));
+        assert!(!prober.abandon(probe.seq));
+        assert_eq!(prober.outstanding(), 0);
+        // An abandoned probe neither completes nor times out.
+        assert!(prober.expire(u64::MAX).is_empty());
+
+        let mut responder = Responder::new(2, 9, false, 4);
+        let ack = responder.on_probe(&probe, 100).unwrap();
+        let delay = responder
+            .on_ack_sent_measured(&ack, 42, TimestampSource::HostClock)
+            .unwrap();
+        assert_eq!(delay.responder_delay_ns, 42);
+        assert!(delay.host_clock_timestamps && !delay.hardware_timestamps);
+        assert!(responder.on_ack_sent(&ack, 500).is_none());
+        let ack = responder.on_probe(&probe, 100).unwrap();
+        let delay = responder
+            .on_ack_sent_measured(&ack, 7, TimestampSource::Hardware)
+            .unwrap();
+        assert!(delay.hardware_timestamps && !delay.host_clock_timestamps);
+        let ack = responder.on_probe(&probe, 100).unwrap();
+        assert!(responder.abandon(&ack));
+        assert!(responder
+            .on_ack_sent_measured(&ack, 7, TimestampSource::Software)
+            .is_none());
+        assert_eq!(responder.forgotten(), 0);
+    }
+
+    #[test]
     fn both_sides_stay_bounded_under_a_flood() {
         let mut prober = Prober::new(
             ProberConfig {
@@ -569,6 +657,7 @@ mod tests {
             let probe = ProbeRepr {
                 kind: ProbeKind::Probe,
                 hardware_timestamps: false,
+                host_clock_timestamps: false,
                 seq,
                 prober_qpn: 1,
                 responder_qpn: 2,

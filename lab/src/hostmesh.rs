@@ -148,6 +148,7 @@ impl State {
                 let probe = ProbeRepr {
                     kind: ProbeKind::Probe,
                     hardware_timestamps: true,
+                    host_clock_timestamps: false,
                     seq,
                     prober_qpn: src,
                     responder_qpn: dst,

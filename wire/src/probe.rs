@@ -32,6 +32,11 @@ pub const PROBE_PAYLOAD_BYTES: usize = 50;
 /// `flags` bit: the responder delay comes from NIC completion timestamps (hardware); clear
 /// when the responder measured it with its host clock (software timestamps).
 pub const FLAG_HARDWARE_TIMESTAMPS: u8 = 0x01;
+/// `flags` bit: the responder had no NIC or kernel timestamp for ③ or ④ (a device without
+/// completion timestamps, a kernel that gave none) and measured the delay with host-clock
+/// readings taken by the agent, which include its own scheduling; the prober's results say
+/// so. Never set together with [`FLAG_HARDWARE_TIMESTAMPS`].
+pub const FLAG_HOST_CLOCK: u8 = 0x02;
 
 mod field {
     use core::ops::Range;
@@ -115,6 +120,9 @@ pub enum ProbeError {
         /// The value found.
         found: u8,
     },
+    /// A payload that claims both NIC and host-clock timestamps.
+    #[error("byte 6: a payload cannot claim both hardware and host-clock timestamps")]
+    ConflictingClocks,
     /// A probe carrying a responder delay, or an ACK from a responder that claims a delay
     /// in a first ACK.
     #[error(
@@ -168,11 +176,15 @@ impl<T: AsRef<[u8]>> ProbePayload<T> {
                 });
             }
         }
-        if bytes[field::FLAGS] & !FLAG_HARDWARE_TIMESTAMPS != 0 {
+        let flags = bytes[field::FLAGS];
+        if flags & !(FLAG_HARDWARE_TIMESTAMPS | FLAG_HOST_CLOCK) != 0 {
             return Err(ProbeError::Reserved {
                 at: field::FLAGS,
-                found: bytes[field::FLAGS],
+                found: flags,
             });
+        }
+        if flags & FLAG_HARDWARE_TIMESTAMPS != 0 && flags & FLAG_HOST_CLOCK != 0 {
+            return Err(ProbeError::ConflictingClocks);
         }
         let delay_ns = payload.u64_at(field::RESPONDER_DELAY_NS.start);
         if kind != ProbeKind::DelayAck && delay_ns != 0 {
@@ -206,6 +218,9 @@ pub struct ProbeRepr {
     /// The responder's delay came from NIC timestamps (delay ACKs; see
     /// [`FLAG_HARDWARE_TIMESTAMPS`]).
     pub hardware_timestamps: bool,
+    /// The responder's delay came from host-clock readings, not NIC or kernel timestamps
+    /// (delay ACKs; see [`FLAG_HOST_CLOCK`]).
+    pub host_clock_timestamps: bool,
     /// The prober's sequence number of the probe (echoed by both ACKs).
     pub seq: u64,
     /// The prober's queue pair number (its UDP port on the kernel transport).
@@ -229,6 +244,7 @@ impl ProbeRepr {
         ProbeRepr {
             kind: payload.kind(),
             hardware_timestamps: bytes[field::FLAGS] & FLAG_HARDWARE_TIMESTAMPS != 0,
+            host_clock_timestamps: bytes[field::FLAGS] & FLAG_HOST_CLOCK != 0,
             seq: payload.u64_at(field::SEQ.start),
             prober_qpn: payload.u32_at(field::PROBER_QPN.start),
             responder_qpn: payload.u32_at(field::RESPONDER_QPN.start),
@@ -249,17 +265,21 @@ impl ProbeRepr {
         ProbeRepr {
             kind: ProbeKind::Ack,
             hardware_timestamps: false,
+            host_clock_timestamps: false,
             responder_delay_ns: 0,
             responder_incarnation,
             ..*self
         }
     }
 
-    /// The second ACK, carrying the responder's delay ④−③.
+    /// The second ACK, carrying the responder's delay ④−③ (measured on NIC timestamps when
+    /// `hardware`; set [`Self::host_clock_timestamps`] on the result when it was measured on
+    /// host-clock readings).
     pub fn delay_ack(&self, responder_incarnation: u32, delay_ns: u64, hardware: bool) -> Self {
         ProbeRepr {
             kind: ProbeKind::DelayAck,
             hardware_timestamps: hardware,
+            host_clock_timestamps: false,
             responder_delay_ns: delay_ns,
             responder_incarnation,
             ..*self
@@ -277,6 +297,9 @@ impl ProbeRepr {
                 delay_ns: self.responder_delay_ns,
             });
         }
+        if self.hardware_timestamps && self.host_clock_timestamps {
+            return Err(ProbeError::ConflictingClocks);
+        }
         let b = &mut buffer[..PROBE_PAYLOAD_BYTES];
         b.fill(0);
         b[field::MAGIC].copy_from_slice(&PROBE_MAGIC.to_be_bytes());
@@ -284,6 +307,9 @@ impl ProbeRepr {
         b[field::KIND] = self.kind.code();
         if self.hardware_timestamps {
             b[field::FLAGS] = FLAG_HARDWARE_TIMESTAMPS;
+        }
+        if self.host_clock_timestamps {
+            b[field::FLAGS] = FLAG_HOST_CLOCK;
         }
         b[field::SEQ].copy_from_slice(&self.seq.to_be_bytes());
         b[field::PROBER_QPN].copy_from_slice(&self.prober_qpn.to_be_bytes());
@@ -311,6 +337,7 @@ mod tests {
         ProbeRepr {
             kind: ProbeKind::Probe,
             hardware_timestamps: false,
+            host_clock_timestamps: false,
             seq: 0x0102_0304_0506_0708,
             prober_qpn: 0x11,
             responder_qpn: 0x22,
@@ -396,5 +423,31 @@ mod tests {
         let mut wrong = probe();
         wrong.responder_delay_ns = 3;
         assert!(wrong.to_bytes().is_err());
+        // A delay measured on NIC timestamps and on host-clock readings at once.
+        let mut bad = good;
+        bad[6] = FLAG_HARDWARE_TIMESTAMPS | FLAG_HOST_CLOCK;
+        assert_eq!(
+            ProbeRepr::from_bytes(&bad),
+            Err(ProbeError::ConflictingClocks)
+        );
+        let both = ProbeRepr {
+            host_clock_timestamps: true,
+            ..probe().delay_ack(1, 5, true)
+        };
+        assert_eq!(both.to_bytes(), Err(ProbeError::ConflictingClocks));
+    }
+
+    #[test]
+    fn a_delay_measured_on_host_clock_readings_says_so() {
+        let delay = ProbeRepr {
+            host_clock_timestamps: true,
+            ..probe().delay_ack(3, 40_000, false)
+        };
+        let bytes = delay.to_bytes().unwrap();
+        assert_eq!(bytes[6], FLAG_HOST_CLOCK);
+        let back = ProbeRepr::from_bytes(&bytes).unwrap();
+        assert!(back.host_clock_timestamps && !back.hardware_timestamps);
+        // The ACKs built from a probe never inherit the flag.
+        assert!(!back.ack(3).host_clock_timestamps);
     }
 }
