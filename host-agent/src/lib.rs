@@ -18,10 +18,12 @@
 //! [`transport::ProbeTransport`] is what probing needs from a transport (post a datagram,
 //! learn when it left and what arrived, with NIC, kernel or host-clock timestamps);
 //! [`engine::Engine`] runs a prober and a responder over any transport; [`udp`] is the
-//! kernel-UDP transport with `SO_TIMESTAMPING` (Linux).
+//! kernel-UDP transport with `SO_TIMESTAMPING` (Linux); [`paths::PathTracer`] schedules
+//! path tracing of the probed 5-tuples under a rate limit.
 
 pub mod detector;
 pub mod engine;
+pub mod paths;
 pub mod pause;
 pub mod probe;
 pub mod transport;

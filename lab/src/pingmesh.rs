@@ -14,13 +14,21 @@
 //! - ① and ⑥ come from a modelled host CPU: one queue per host, each probe, ACK or delay ACK
 //!   it handles costs [`ProbingConfig::cpu_cost_ns`], plus any [`CpuLoad`] injected on that
 //!   host (a responder whose CPU is taken by the service answers late: §6's CPU noise).
-//! - Path tracing: each probe's and ACK's path is the route its 5-tuple takes
-//!   (`Simulation::path_ports`) when the results are collected.
+//! - Path tracing: the route a 5-tuple takes (`Simulation::path_ports`), traced on the
+//!   schedule the daemon's traceroute keeps ([`hawkmesh_host_agent::paths::PathTracer`], one
+//!   per host: a new 5-tuple when the budget allows, a stale one again after the refresh time,
+//!   at most [`ProbingConfig::path_tracing`]'s rate). Results carry the last traced path of
+//!   their 5-tuple and of their ACKs' (the responder's host traces those), empty before the
+//!   first trace. The agents are taken to have run before the simulation starts: every
+//!   pinglist 5-tuple is traced at time 0; what appears later (service connections) waits
+//!   for the budget.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 
+use hawkmesh_host_agent::paths::{PathTracer, PathTracingConfig};
 use hawkmesh_host_agent::probe::{ProbeOutcome, ProbeResult, Prober, ProberConfig, Responder};
 use hawkmesh_host_agent::{DetectorConfig, PollingTrigger, RttDetector};
 
@@ -35,7 +43,7 @@ use hawkmesh_pingmesh::pinglist::{PinglistConfig, Pinglists, ROCE_SOURCE_PORT_MI
 use hawkmesh_pingmesh::rng::SplitMix64;
 use hawkmesh_wire::probe::{ProbeKind, ProbeRepr, PROBE_PAYLOAD_BYTES};
 use hawkmesh_wire::telemetry::{FiveTuple, ROCEV2_UDP_PORT};
-use hawkmesh_wire::topology::NodeId;
+use hawkmesh_wire::topology::{NodeId, PortRef};
 
 /// How the simulated agents probe.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,6 +66,8 @@ pub struct ProbingConfig {
     pub comm_refresh_ns: u64,
     /// Service tracing (probes on the service connections' own 5-tuples), or none.
     pub service_tracing: Option<ServiceTracing>,
+    /// Each host's path tracing schedule (rates per simulated second).
+    pub path_tracing: PathTracingConfig,
 }
 
 /// Service tracing (R-Pingmesh §4.1.2): every service connection a host's RNIC opened is
@@ -107,6 +117,12 @@ impl Default for ProbingConfig {
             incarnation: 1,
             comm_refresh_ns: 100_000_000,
             service_tracing: None,
+            // The daemon's default schedule at the simulation's 200-fold rates.
+            path_tracing: PathTracingConfig {
+                traces_per_s: 2_000.0,
+                refresh_ns: 1_500_000_000,
+                ..PathTracingConfig::default()
+            },
         }
     }
 }
@@ -270,7 +286,12 @@ struct State {
     detectors: BTreeMap<NodeId, RttDetector>,
     triggers: Vec<PollingTrigger>,
     triggering_stopped: bool,
+    /// Each host's path tracing.
+    tracers: HashMap<NodeId, PathTracer<PathKey, Arc<[PortRef]>>>,
 }
+
+/// A traced 5-tuple: from, to, the 5-tuple.
+type PathKey = (RnicId, RnicId, FiveTuple);
 
 impl State {
     /// When (ns) the host's CPU finishes handling one more packet that arrived at `now` (ns).
@@ -283,6 +304,27 @@ impl State {
         self.next_token += 1;
         self.sent.insert(token, what);
         token
+    }
+
+    /// The 5-tuple of a probe from `prober` to `target` on UDP source port `src_port`.
+    fn tuple(&self, prober: RnicId, target: RnicId, src_port: u16) -> Option<FiveTuple> {
+        let (from, to) = (
+            self.rnics.get(prober as usize)?,
+            self.rnics.get(target as usize)?,
+        );
+        Some(FiveTuple {
+            src_ip: from.ip,
+            dst_ip: to.ip,
+            src_port,
+            dst_port: ROCEV2_UDP_PORT,
+            protocol: 17,
+        })
+    }
+
+    /// The host tracing `key`'s path: the sender's.
+    fn tracer(&mut self, key: &PathKey) -> Option<&mut PathTracer<PathKey, Arc<[PortRef]>>> {
+        let host = self.rnics.get(key.0 as usize)?.host;
+        self.tracers.get_mut(&host)
     }
 
     /// The RNIC's current QPN (what the controller's registry holds once its agent has
@@ -422,18 +464,8 @@ impl State {
         now: Time,
         emit: &mut Vec<HostEmit>,
     ) {
-        let (Some(from), Some(to)) = (
-            self.rnics.get(prober as usize),
-            self.rnics.get(target as usize),
-        ) else {
+        let Some(tuple) = self.tuple(prober, target, src_port) else {
             return;
-        };
-        let tuple = FiveTuple {
-            src_ip: from.ip,
-            dst_ip: to.ip,
-            src_port,
-            dst_port: ROCEV2_UDP_PORT,
-            protocol: 17,
         };
         // The target's QPN as the prober's pinglist has it (refreshed periodically).
         let qpn = self
@@ -500,8 +532,7 @@ impl State {
                     self.rnics[index].tor_mesh_index += 1;
                     self.rnics[index].tor_mesh_next += every;
                     let target = tor_mesh[i];
-                    // A fixed source port per pair: ToR-mesh paths have no ECMP choice.
-                    let port = ROCE_SOURCE_PORT_MIN + (target as u16 & 0x3FFF);
+                    let port = tor_mesh_port(target);
                     self.send_probe(rnic, target, ProbeSource::TorMesh, port, now, emit);
                 }
             }
@@ -709,6 +740,11 @@ fn qpn_of(incarnation: u32, rnic: RnicId) -> u32 {
 }
 
 /// The ACK's 5-tuple: the probe's reversed, keeping its UDP source port (RC ACKs do).
+/// A ToR-mesh probe's source port: fixed per target (ToR-mesh paths have no ECMP choice).
+fn tor_mesh_port(target: RnicId) -> u16 {
+    ROCE_SOURCE_PORT_MIN + (target as u16 & 0x3FFF)
+}
+
 fn ack_tuple(probe: FiveTuple) -> FiveTuple {
     FiveTuple {
         src_ip: probe.dst_ip,
@@ -728,6 +764,9 @@ pub enum ProbingError {
     /// The pinglists could not be built.
     #[error("pinglists: {0}")]
     Pinglists(#[from] hawkmesh_pingmesh::PinglistError),
+    /// The path tracing schedule is unusable.
+    #[error("{0}")]
+    PathTracing(String),
     /// The inventory's RNIC order is not netsim's NIC order.
     #[error("RNIC {rnic} ({label}) is not netsim NIC {rnic}")]
     NicOrder {
@@ -804,6 +843,42 @@ impl NetsimProbing {
         let published_qpn = (0..rnics.len() as RnicId)
             .map(|r| qpn_of(config.incarnation, r))
             .collect();
+        // Each host's path tracing, with every pinglist 5-tuple and its ACKs' traced before
+        // the simulation starts (the agents have been running).
+        let mut tracers: HashMap<NodeId, PathTracer<PathKey, Arc<[PortRef]>>> = HashMap::new();
+        for rnic in &rnics {
+            if let std::collections::hash_map::Entry::Vacant(slot) = tracers.entry(rnic.host) {
+                slot.insert(
+                    PathTracer::new(config.path_tracing).map_err(ProbingError::PathTracing)?,
+                );
+            }
+        }
+        let tuple = |from: RnicId, to: RnicId, src_port: u16| FiveTuple {
+            src_ip: rnics[from as usize].ip,
+            dst_ip: rnics[to as usize].ip,
+            src_port,
+            dst_port: ROCEV2_UDP_PORT,
+            protocol: 17,
+        };
+        for list in lists.lists() {
+            let from = list.rnic;
+            let probed = list
+                .tor_mesh
+                .iter()
+                .map(|to| (*to, tor_mesh_port(*to)))
+                .chain(list.inter_tor.iter().map(|t| (t.dst, t.src_port)));
+            for (to, port) in probed {
+                let probe = tuple(from, to, port);
+                for key in [(from, to, probe), (to, from, ack_tuple(probe))] {
+                    let host = rnics[key.0 as usize].host;
+                    if let Some(tracer) = tracers.get_mut(&host) {
+                        tracer.need(&key, 0);
+                        let path = sim.path_ports(key.0, key.1, key.2);
+                        tracer.traced(&key, Some(path.into()), 0);
+                    }
+                }
+            }
+        }
         Ok(NetsimProbing {
             state: Rc::new(RefCell::new(State {
                 config,
@@ -825,6 +900,7 @@ impl NetsimProbing {
                 detectors: BTreeMap::new(),
                 triggers: Vec::new(),
                 triggering_stopped: false,
+                tracers,
             })),
         })
     }
@@ -915,7 +991,31 @@ impl NetsimProbing {
     /// Takes the probes finished so far as the analyzer's records, with the paths their
     /// 5-tuples and their ACKs' take in `sim` now (path tracing).
     pub fn take_records(&self, sim: &Simulation) -> Vec<ProbeRecord> {
-        let results = std::mem::take(&mut self.state.borrow_mut().results);
+        let mut state = self.state.borrow_mut();
+        let state = &mut *state;
+        let results = std::mem::take(&mut state.results);
+        let now_ns = sim.now() / NS;
+        // The 5-tuples probed, then the traces the hosts' budgets allow now.
+        let keys = |prober: RnicId, target: &Target| {
+            [
+                (prober, target.rnic, target.tuple),
+                (target.rnic, prober, ack_tuple(target.tuple)),
+            ]
+        };
+        for (prober, result) in &results {
+            for key in keys(*prober, &result.target) {
+                if let Some(tracer) = state.tracer(&key) {
+                    tracer.need(&key, result.sent_ns);
+                }
+            }
+        }
+        for tracer in state.tracers.values_mut() {
+            for key in tracer.due(now_ns) {
+                let path = sim.path_ports(key.0, key.1, key.2);
+                tracer.traced(&key, Some(path.into()), now_ns);
+            }
+        }
+        let none: Arc<[PortRef]> = Arc::new([]);
         results
             .into_iter()
             .filter_map(|(prober, result)| {
@@ -937,6 +1037,13 @@ impl NetsimProbing {
                     ProbeOutcome::Inconsistent => return None,
                 };
                 let target = result.target;
+                let [probe, ack] = keys(prober, &target).map(|key| {
+                    state
+                        .tracers
+                        .get(&state.rnics[key.0 as usize].host)
+                        .and_then(|t| t.path(&key))
+                        .map_or_else(|| Arc::clone(&none), Arc::clone)
+                });
                 Some(ProbeRecord {
                     prober,
                     target: target.rnic,
@@ -944,10 +1051,8 @@ impl NetsimProbing {
                     target_qpn: target.qpn,
                     sent_ns: result.sent_ns,
                     status,
-                    path: sim.path_ports(prober, target.rnic, target.tuple).into(),
-                    ack_path: sim
-                        .path_ports(target.rnic, prober, ack_tuple(target.tuple))
-                        .into(),
+                    path: probe,
+                    ack_path: ack,
                 })
             })
             .collect()

@@ -40,7 +40,7 @@ use hawkmesh_netsim::time::NS;
 use hawkmesh_netsim::{Scenario, Simulation};
 use hawkmesh_pingmesh::analysis::{AnalysisConfig, Analyzer, Problem, ProblemKind, TimeoutCause};
 use hawkmesh_pingmesh::inventory::Inventory;
-use hawkmesh_wire::probe::PROBE_PAYLOAD_BYTES;
+use hawkmesh_wire::probe::PROBE_FRAME_BYTES;
 use hawkmesh_wire::topology::{NodeId, NodeKind, PortRef};
 use serde::Serialize;
 
@@ -703,7 +703,7 @@ fn run_trace(
     let rnics = inventory.rnics().len();
     // A probe, its ACK and its delay ACK: payload plus Ethernet, IPv4, UDP, BTH, DETH and
     // ICRC/FCS on the wire (RoCEv2 UD SEND).
-    let wire_bytes = 3.0 * (PROBE_PAYLOAD_BYTES as f64 + 14.0 + 20.0 + 8.0 + 12.0 + 8.0 + 8.0);
+    let wire_bytes = 3.0 * PROBE_FRAME_BYTES as f64;
     Ok(TraceResult {
         trace: id.into(),
         fabric,
@@ -821,7 +821,7 @@ fn hostmesh_trace(
     let seconds = config.period_ns as f64 / 1e9;
     let rnics = inventory.rnics().len();
     // One packet per probe (no ACK): payload plus Ethernet, IPv4, UDP, BTH, DETH, ICRC/FCS.
-    let wire_bytes = PROBE_PAYLOAD_BYTES as f64 + 14.0 + 20.0 + 8.0 + 12.0 + 8.0 + 8.0;
+    let wire_bytes = PROBE_FRAME_BYTES as f64;
     let probes = agents.probes();
     Ok(TraceResult {
         trace: id.into(),

@@ -450,3 +450,91 @@ fn service_tracing_probes_connections_on_their_5_tuples_and_triggers_polling_in_
         .collect();
     assert!(incast.len() >= 8, "{} incast senders polled", incast.len());
 }
+
+/// Path tracing keeps the daemon's schedule: the pinglist 5-tuples are traced from the
+/// start, the service connections' 5-tuples (new once the connections open) only as each
+/// host's budget allows, so early results of a new 5-tuple carry no path.
+#[test]
+fn new_five_tuples_are_traced_under_each_hosts_budget() {
+    use hawkmesh_host_agent::paths::PathTracingConfig;
+    use hawkmesh_lab::pingmesh::ServiceTracing;
+    use hawkmesh_pingmesh::analysis::ProbeSource;
+    use std::collections::BTreeSet;
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/k4-incast.toml"
+    ))
+    .unwrap();
+    let loaded = Scenario::parse(&text, "k4-incast.toml", ".".into()).unwrap();
+    let run = |tracing: PathTracingConfig| {
+        let mut sim = Simulation::new(&loaded).unwrap();
+        let config = ProbingConfig {
+            service_tracing: Some(ServiceTracing {
+                trigger: None,
+                ..ServiceTracing::polling(3)
+            }),
+            path_tracing: tracing,
+            ..ProbingConfig::default()
+        };
+        let probing = NetsimProbing::new(&sim, config, Vec::new(), Vec::new()).unwrap();
+        sim.set_host_hook(Box::new(probing.clone()));
+        let mut records = Vec::new();
+        let mut now = 0;
+        while now < 3_000_000 {
+            now += 20_000;
+            sim.run_until(now * NS);
+            probing.trace_services(&sim);
+            if now % 500_000 == 0 {
+                // An upload every 500 µs: the traces the budget allows run then.
+                records.extend(probing.take_records(&sim));
+            }
+        }
+        records
+    };
+    // One trace per host per millisecond at most.
+    let tight = run(PathTracingConfig {
+        traces_per_s: 1_000.0,
+        burst: 1,
+        ..PathTracingConfig::default()
+    });
+    let (service, pinglist): (Vec<_>, Vec<_>) = tight
+        .iter()
+        .partition(|r| r.source == ProbeSource::ServiceTracing);
+    assert!(!pinglist.is_empty() && service.len() > 100);
+    assert!(
+        pinglist
+            .iter()
+            .all(|r| !r.path.is_empty() && !r.ack_path.is_empty()),
+        "every pinglist 5-tuple is traced from the start"
+    );
+    let untraced = service.iter().filter(|r| r.path.is_empty()).count();
+    assert!(
+        untraced > 0,
+        "the budget cannot have traced every new 5-tuple at once"
+    );
+    // Each host traced at most 1 + 3 new 5-tuples in the 3 ms (1 at start, then 1 per ms).
+    let distinct: BTreeSet<(u32, u32)> = service
+        .iter()
+        .filter(|r| !r.path.is_empty())
+        .map(|r| (r.prober, r.target))
+        .collect();
+    let hosts: BTreeSet<u32> = service.iter().map(|r| r.prober).collect();
+    assert!(
+        distinct.len() <= hosts.len() * 4,
+        "{} traced service 5-tuples from {} hosts",
+        distinct.len(),
+        hosts.len()
+    );
+    // With the default budget every connection's 5-tuple is traced by the next upload.
+    let ample = run(ProbingConfig::default().path_tracing);
+    let service: Vec<_> = ample
+        .iter()
+        .filter(|r| r.source == ProbeSource::ServiceTracing)
+        .collect();
+    let untraced = service.iter().filter(|r| r.path.is_empty()).count();
+    assert!(
+        service.len() > 100 && untraced == 0,
+        "{untraced} of {} untraced",
+        service.len()
+    );
+}

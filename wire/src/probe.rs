@@ -29,6 +29,10 @@ pub const PROBE_MAGIC: u32 = 0x484D_5052;
 pub const PROBE_VERSION: u8 = 1;
 /// Bytes of a probe or ACK payload (R-Pingmesh §5: 50-byte probes and ACKs).
 pub const PROBE_PAYLOAD_BYTES: usize = 50;
+/// Bytes of a probe or ACK on the wire as a RoCEv2 UD send: Ethernet header (14), IPv4 (20),
+/// UDP (8), BTH (12), DETH (8), the payload, ICRC (4) and FCS (4) (IBTA RoCEv2 Annex A17;
+/// preamble and inter-frame gap not counted).
+pub const PROBE_FRAME_BYTES: usize = 14 + 20 + 8 + 12 + 8 + PROBE_PAYLOAD_BYTES + 4 + 4;
 /// `flags` bit: the responder delay comes from NIC completion timestamps (hardware); clear
 /// when the responder measured it with its host clock (software timestamps).
 pub const FLAG_HARDWARE_TIMESTAMPS: u8 = 0x01;
