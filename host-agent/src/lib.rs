@@ -19,13 +19,15 @@
 //! learn when it left and what arrived, with NIC, kernel or host-clock timestamps);
 //! [`engine::Engine`] runs a prober and a responder over any transport; [`udp`] is the
 //! kernel-UDP transport with `SO_TIMESTAMPING` (Linux); [`paths::PathTracer`] schedules
-//! path tracing of the probed 5-tuples under a rate limit.
+//! path tracing of the probed 5-tuples under a rate limit; [`rdma_netlink`] finds service
+//! connections in the kernel's RDMA resource dump (the fallback to eBPF).
 
 pub mod detector;
 pub mod engine;
 pub mod paths;
 pub mod pause;
 pub mod probe;
+pub mod rdma_netlink;
 pub mod transport;
 #[cfg(target_os = "linux")]
 pub mod udp;

@@ -17,5 +17,6 @@ pub mod eviction;
 pub mod pfc;
 pub mod polling;
 pub mod probe;
+pub mod roce;
 pub mod telemetry;
 pub mod topology;
