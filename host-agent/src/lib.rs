@@ -20,12 +20,15 @@
 //! [`engine::Engine`] runs a prober and a responder over any transport; [`udp`] is the
 //! kernel-UDP transport with `SO_TIMESTAMPING` (Linux); [`paths::PathTracer`] schedules
 //! path tracing of the probed 5-tuples under a rate limit; [`rdma_netlink`] finds service
-//! connections in the kernel's RDMA resource dump (the fallback to eBPF).
+//! connections in the kernel's RDMA resource dump (the fallback to eBPF);
+//! [`polling_sender`] sends the HAWKEYE polling packet through a raw socket, rate-limited.
 
 pub mod detector;
 pub mod engine;
 pub mod paths;
 pub mod pause;
+#[cfg(target_os = "linux")]
+pub mod polling_sender;
 pub mod probe;
 pub mod rdma_netlink;
 pub mod transport;
