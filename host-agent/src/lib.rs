@@ -21,7 +21,8 @@
 //! kernel-UDP transport with `SO_TIMESTAMPING` (Linux); [`paths::PathTracer`] schedules
 //! path tracing of the probed 5-tuples under a rate limit; [`rdma_netlink`] finds service
 //! connections in the kernel's RDMA resource dump (the fallback to eBPF);
-//! [`polling_sender`] sends the HAWKEYE polling packet through a raw socket, rate-limited.
+//! [`polling_sender`] sends the HAWKEYE polling packet through a raw socket, rate-limited;
+//! [`services`] is where service connections come from (static list, RDMA netlink).
 
 pub mod detector;
 pub mod engine;
@@ -31,6 +32,7 @@ pub mod pause;
 pub mod polling_sender;
 pub mod probe;
 pub mod rdma_netlink;
+pub mod services;
 pub mod transport;
 #[cfg(target_os = "linux")]
 pub mod udp;

@@ -20,6 +20,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use hawkmesh_wire::roce::udp_sport;
 
+use crate::services::ServiceConnection;
+
 /// `RDMA_NL_NLDEV`.
 pub const RDMA_NL_NLDEV: u16 = 5;
 /// `RDMA_NLDEV_CMD_GET` (devices; can dump).
@@ -155,23 +157,6 @@ pub struct Dump {
     pub done: bool,
 }
 
-/// A service connection found by the dump.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ServiceConnection {
-    /// The device's index.
-    pub dev_index: u32,
-    /// This end's address.
-    pub local: IpAddr,
-    /// The peer's address.
-    pub remote: IpAddr,
-    /// Local QPN.
-    pub lqpn: u32,
-    /// Remote QPN.
-    pub rqpn: u32,
-    /// The RoCEv2 UDP source port of its packets (both directions).
-    pub src_port: u16,
-}
-
 impl Dump {
     /// Connected RC QPs joined with their cm ids' addresses; the second value counts the
     /// connected RC QPs without addresses (connected without rdma_cm).
@@ -189,12 +174,11 @@ impl Dump {
                 .find(|c| c.dev_index == qp.dev_index && c.lqpn == Some(qp.lqpn));
             match cm.and_then(|c| Some((c.src?, c.dst?))) {
                 Some((src, dst)) => found.push(ServiceConnection {
-                    dev_index: qp.dev_index,
                     local: src.ip(),
                     remote: dst.ip(),
-                    lqpn: qp.lqpn,
-                    rqpn,
                     src_port: udp_sport(0, qp.lqpn, rqpn),
+                    lqpn: Some(qp.lqpn),
+                    rqpn: Some(rqpn),
                 }),
                 None => unaddressed += 1,
             }
@@ -622,10 +606,10 @@ mod tests {
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].local, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
         assert_eq!(found[0].remote, IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1)));
-        assert_eq!((found[0].lqpn, found[0].rqpn), (0x11, 0x22));
+        assert_eq!((found[0].lqpn, found[0].rqpn), (Some(0x11), Some(0x22)));
         // rdma_calc_flow_label(0x11, 0x22) = 0x242 → port 0xC242, as both ends compute.
         assert_eq!(found[0].src_port, 0xC242);
-        assert_eq!(found[1].dev_index, 3);
+        assert_eq!(found[1].remote, IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1)));
     }
 
     #[test]
