@@ -398,6 +398,23 @@ impl<T: ProbeTransport> Engine<T> {
         Ok(())
     }
 
+    /// Changes the time between two probes (a new pinglist's rate); refuses zero. The next
+    /// probe is due one new interval after the last one.
+    pub fn set_probe_interval(&mut self, interval: Duration) -> Result<(), EngineError> {
+        if interval.is_zero() {
+            return Err(EngineError::Invalid {
+                place: "probe interval".into(),
+                reason: "must be positive".into(),
+            });
+        }
+        if let Some(next) = self.next_probe_ns {
+            let old = nanos(self.config.probe_interval);
+            self.next_probe_ns = Some(next.saturating_sub(old).saturating_add(nanos(interval)));
+        }
+        self.config.probe_interval = interval;
+        Ok(())
+    }
+
     /// The transport.
     pub fn transport(&self) -> &T {
         &self.transport

@@ -20,7 +20,13 @@
 //! [`engine::Engine`] runs a prober and a responder over any transport; [`udp`] is the
 //! kernel-UDP transport with `SO_TIMESTAMPING` (Linux); [`paths::PathTracer`] schedules
 //! path tracing of the probed 5-tuples under a rate limit.
+//!
+//! With the cargo feature `daemon` (Linux), [`daemon`] is `hawkmesh host-agent`: the agent
+//! an operator runs on every host, registering with the pingmesh controller, probing its
+//! pinglist over kernel UDP and uploading the results.
 
+#[cfg(all(feature = "daemon", target_os = "linux"))]
+pub mod daemon;
 pub mod detector;
 pub mod engine;
 pub mod paths;

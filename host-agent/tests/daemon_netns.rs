@@ -1,0 +1,523 @@
+//! `hawkmesh host-agent` as it runs on hosts: real daemons, each in its own network
+//! namespace (a host), probing each other over veth with the kernel-UDP transport, against
+//! the real analyzer service (its pingmesh controller, real gRPC with mutual TLS over a
+//! management network: a bridge in a namespace of its own).
+//!
+//! Each daemon runs on a thread that entered its host's namespace before the daemon made
+//! its runtime and threads (they inherit it). Everything the tests create is removed when
+//! they end, failed or not (namespaces, temporary directories).
+
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hawkmesh_analyzer_server::pingmesh::{PeriodView, PingmeshConfig};
+use hawkmesh_analyzer_server::pingmesh_service::PingmeshShared;
+use hawkmesh_analyzer_server::tls::{Pki, TlsMode};
+use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
+use hawkmesh_host_agent::daemon::{self, DaemonConfig, DaemonError, DaemonSummary};
+use hawkmesh_pingmesh::analysis::AnalysisConfig;
+use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeKind, PortRef};
+use support::{serial, Netns};
+
+/// The analyzer's address on the management bridge, and its gRPC port.
+const ANALYZER_IP: &str = "192.168.77.1";
+const ANALYZER_PORT: u16 = 50_051;
+/// The analysis period of these labs (the paper's is 20 s).
+const PERIOD_NS: u64 = 2_000_000_000;
+/// The agents' well-known port.
+const PORT: u16 = 47_920;
+
+/// A temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("hawkmesh-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        TempDir(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Builds a fabric description: `hosts` (name, base address, NIC count) cabled to
+/// switches as `cables` say ((host index, NIC) → (switch index, port)), and switch-switch
+/// `trunks` ((switch, port), (switch, port)).
+struct FabricBuilder {
+    nodes: Vec<NodeDesc>,
+    links: Vec<LinkDesc>,
+}
+
+impl FabricBuilder {
+    fn new() -> Self {
+        FabricBuilder {
+            nodes: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+
+    fn node(&mut self, name: &str, kind: NodeKind, tier: Option<u8>, ipv4: Option<[u8; 4]>) -> u32 {
+        let id = self.nodes.len() as u32;
+        self.nodes.push(NodeDesc {
+            id,
+            name: name.into(),
+            kind,
+            tier,
+            ipv4,
+        });
+        id
+    }
+
+    fn link(&mut self, a: (u32, u16), b: (u32, u16)) {
+        self.links.push(LinkDesc {
+            a: PortRef {
+                node: a.0,
+                port: a.1,
+            },
+            b: PortRef {
+                node: b.0,
+                port: b.1,
+            },
+            gbps: 100.0,
+            delay_ns: 1_000,
+        });
+    }
+
+    fn build(self) -> FabricTopology {
+        let topology = FabricTopology {
+            nodes: self.nodes,
+            links: self.links,
+        };
+        topology.validate().expect("a valid fabric");
+        topology
+    }
+}
+
+/// The analyzer service in the management namespace, stopped and started again on the
+/// same data directory and port.
+struct Analyzer {
+    runtime: tokio::runtime::Runtime,
+    server: Option<RunningServer>,
+    config: ServerConfig,
+}
+
+impl Analyzer {
+    /// Its runtime's threads live in `mgmt` (created there), so its sockets do.
+    fn start(mgmt: &Netns, config: ServerConfig) -> Analyzer {
+        let runtime = mgmt
+            .spawn(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("the analyzer's runtime")
+            })
+            .join()
+            .expect("runtime thread");
+        let mut analyzer = Analyzer {
+            runtime,
+            server: None,
+            config,
+        };
+        analyzer.restart();
+        analyzer
+    }
+
+    fn restart(&mut self) {
+        assert!(self.server.is_none());
+        let config = self.config.clone();
+        // Spawned, not run on this thread: the listeners are bound by a worker, in mgmt.
+        let server = self
+            .runtime
+            .block_on(self.runtime.spawn(start(config)))
+            .expect("the start task")
+            .expect("the analyzer starts");
+        self.server = Some(server);
+    }
+
+    fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            self.runtime
+                .block_on(self.runtime.spawn(server.stop()))
+                .expect("the stop task");
+        }
+    }
+
+    fn pingmesh(&self) -> PingmeshShared {
+        self.server
+            .as_ref()
+            .and_then(|s| s.pingmesh.clone())
+            .expect("a running pingmesh controller")
+    }
+
+    /// Every period report kept.
+    fn periods(&self) -> Vec<PeriodView> {
+        let shared = self.pingmesh();
+        let controller = shared.lock().expect("the controller");
+        controller.periods(None, 1000).0
+    }
+}
+
+impl Drop for Analyzer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The lab's PKI: a CA, the analyzer's certificate, one per host.
+fn pki(dir: &Path, hosts: &[&str]) -> Pki {
+    let pki = Pki::create(dir, "hawkmesh lab CA").expect("a CA");
+    pki.issue("analyzer", &["analyzer.lab".to_string()])
+        .expect("the analyzer's certificate");
+    for host in hosts {
+        pki.issue(host, &[]).expect("a host certificate");
+    }
+    pki
+}
+
+fn analyzer_config(topology: FabricTopology, data: &Path, pki: &Pki) -> ServerConfig {
+    let mut config = ServerConfig::loopback(
+        topology,
+        data.to_path_buf(),
+        format!("{ANALYZER_IP}:{ANALYZER_PORT}")
+            .parse()
+            .expect("an address"),
+    );
+    config.tls = TlsMode::Mutual {
+        cert: pki.cert_path("analyzer"),
+        key: pki.key_path("analyzer"),
+        client_ca: pki.cert_path("ca"),
+    };
+    config.pingmesh = Some(PingmeshConfig {
+        // Over veth a network RTT is some hundred ns to a few µs, set by the kernel's
+        // scheduling: a multiple of the period's median is noise there, not congestion.
+        // The absolute bound (1 ms) stays.
+        analysis: AnalysisConfig {
+            high_rtt_factor: 0.0,
+            ..AnalysisConfig::default()
+        },
+        period_ns: PERIOD_NS,
+        grace_ns: PERIOD_NS / 2,
+        upload_interval_ms: 500,
+        pinglist_refresh_ms: 1_000,
+        probe_timeout_ms: 200,
+        ..PingmeshConfig::default()
+    });
+    config
+}
+
+/// The management network: a bridge in `mgmt` holding the analyzer's address; each host
+/// gets a veth into it (`mgmt0`, 192.168.77.(10 + index)).
+fn management(mgmt: &Netns) {
+    mgmt.ip(&["link", "add", "br0", "type", "bridge"]);
+    mgmt.ip(&["addr", "add", &format!("{ANALYZER_IP}/24"), "dev", "br0"]);
+    mgmt.ip(&["link", "set", "br0", "up"]);
+}
+
+fn attach_management(mgmt: &Netns, host: &Netns, index: usize) {
+    let port = format!("m{index}");
+    host.ip(&[
+        "link", "add", "mgmt0", "type", "veth", "peer", "name", &port, "netns", &mgmt.name,
+    ]);
+    mgmt.ip(&["link", "set", &port, "master", "br0", "up"]);
+    host.ip(&[
+        "addr",
+        "add",
+        &format!("192.168.77.{}/24", 10 + index),
+        "dev",
+        "mgmt0",
+    ]);
+    host.ip(&["link", "set", "mgmt0", "up"]);
+}
+
+/// A host's daemon configuration: its interfaces (NIC, address, id), the lab's short
+/// intervals, TLS to the analyzer, metrics on the namespace's loopback.
+fn daemon_config(
+    host: &str,
+    state: &Path,
+    pki: &Pki,
+    interfaces: &[(u32, &str, u32)],
+    extra: &str,
+) -> DaemonConfig {
+    let mut text = format!(
+        r#"
+host = "{host}"
+state_dir = "{state}"
+[analyzer]
+endpoint = "https://{ANALYZER_IP}:{ANALYZER_PORT}"
+ca = "{ca}"
+cert = "{cert}"
+key = "{key}"
+name = "analyzer.lab"
+[probing]
+port = {PORT}
+timeout_ms = 200
+pinglist_refresh_ms = 1000
+{extra}
+[upload]
+interval_ms = 500
+max_backoff_ms = 400
+drain_ms = 10000
+[metrics]
+listen = "127.0.0.1:9464"
+"#,
+        state = state.display(),
+        ca = pki.cert_path("ca").display(),
+        cert = pki.cert_path(host).display(),
+        key = pki.key_path(host).display(),
+    );
+    for (nic, ip, id) in interfaces {
+        text.push_str(&format!(
+            "[[interface]]\nnic = {nic}\nip = \"{ip}\"\nid = {id}\n"
+        ));
+    }
+    DaemonConfig::parse(&text, &format!("{host}.toml")).expect("a valid configuration")
+}
+
+/// A daemon running in `ns` until its stop flag is set.
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<DaemonSummary, DaemonError>>,
+}
+
+fn start_daemon(ns: &Netns, config: DaemonConfig) -> Running {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = ns.spawn(move || daemon::run(&config, flag));
+    Running { stop, thread }
+}
+
+impl Running {
+    fn stop(self) -> DaemonSummary {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .expect("the daemon's thread")
+            .expect("the daemon ran")
+    }
+}
+
+/// `GET /metrics` on the daemon in `ns` (its namespace's loopback), if it answers.
+fn try_scrape(ns: &Netns) -> Option<String> {
+    ns.spawn(|| {
+        let addr: SocketAddr = "127.0.0.1:9464".parse().expect("an address");
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        Some(response)
+    })
+    .join()
+    .expect("the scrape thread")
+}
+
+/// `GET /metrics` on the daemon in `ns`, which must answer.
+fn scrape(ns: &Netns) -> String {
+    try_scrape(ns).expect("the daemon's metrics endpoint answers")
+}
+
+/// The value of the metric line starting with `prefix`.
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in the metrics:\n{text}"))
+}
+
+/// Waits until `done` holds, at most `limit`.
+fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The analyzer's period reports hold `n` results in all (analysed or late).
+fn stored_results(periods: &[PeriodView]) -> u64 {
+    periods.iter().map(|p| p.results + p.late_results).sum()
+}
+
+/// Two hosts under one ToR (the veth between them stands for it): the daemons register,
+/// probe each other and upload; the period reports have their probes, answered, on kernel
+/// timestamps. The analyzer is stopped in the middle and started again on the same data
+/// directory: the daemons keep their batches meanwhile and deliver them when it is back,
+/// and every acknowledged result is in the reports once. A daemon restarted on its state
+/// directory registers the next incarnation. Stopped daemons deliver everything.
+#[test]
+fn daemons_upload_through_an_analyzer_restart_and_a_restart_takes_the_next_incarnation() {
+    let _serial = serial();
+    let started = Instant::now();
+    let dirs = TempDir::new("daemon-lab");
+    let mut fabric = FabricBuilder::new();
+    let tor = fabric.node("tor0", NodeKind::Switch, Some(0), None);
+    let h0 = fabric.node("h0", NodeKind::Host, None, Some([10, 0, 0, 1]));
+    let h1 = fabric.node("h1", NodeKind::Host, None, Some([10, 0, 1, 1]));
+    fabric.link((h0, 0), (tor, 0));
+    fabric.link((h1, 0), (tor, 1));
+    let topology = fabric.build();
+
+    let mgmt = Netns::add("mgmt");
+    let a = Netns::add("h0");
+    let b = Netns::add("h1");
+    management(&mgmt);
+    attach_management(&mgmt, &a, 0);
+    attach_management(&mgmt, &b, 1);
+    a.ip(&[
+        "link", "add", "nic0", "type", "veth", "peer", "name", "nic0", "netns", &b.name,
+    ]);
+    a.ip(&["addr", "add", "10.0.0.1/16", "dev", "nic0"]);
+    b.ip(&["addr", "add", "10.0.1.1/16", "dev", "nic0"]);
+    a.ip(&["link", "set", "nic0", "up"]);
+    b.ip(&["link", "set", "nic0", "up"]);
+
+    let pki = pki(&dirs.path().join("pki"), &["h0", "h1"]);
+    let mut analyzer = Analyzer::start(
+        &mgmt,
+        analyzer_config(topology, &dirs.path().join("analyzer"), &pki),
+    );
+    let config_a = daemon_config(
+        "h0",
+        &dirs.path().join("h0"),
+        &pki,
+        &[(0, "10.0.0.1", 0xa01)],
+        "",
+    );
+    let config_b = daemon_config(
+        "h1",
+        &dirs.path().join("h1"),
+        &pki,
+        &[(0, "10.0.1.1", 0xb01)],
+        "",
+    );
+    let daemon_a = start_daemon(&a, config_a);
+    let daemon_b = start_daemon(&b, config_b.clone());
+
+    // A period with both hosts' probes, answered.
+    wait_for(
+        Duration::from_secs(12),
+        "a period report with answered probes",
+        || {
+            analyzer
+                .periods()
+                .iter()
+                .any(|p| p.cluster.network_rtt.count >= 10)
+        },
+    );
+    let report = analyzer
+        .periods()
+        .into_iter()
+        .find(|p| p.cluster.network_rtt.count >= 10)
+        .expect("a report");
+    assert!(report.problems.is_empty(), "{report:?}");
+    assert!(report.timeouts.is_empty(), "{report:?}");
+    let rtt = report.cluster.network_rtt;
+    assert!(
+        rtt.p50 > 0 && rtt.p99 < 1_000_000,
+        "network RTT over veth: {rtt:?}"
+    );
+    let metrics = scrape(&a);
+    let sent = metric(
+        &metrics,
+        "hawkmesh_host_probes_sent_total{host=\"h0\",nic=\"0\"}",
+    );
+    let answered = metric(
+        &metrics,
+        "hawkmesh_host_probes_answered_total{host=\"h0\",nic=\"0\"}",
+    );
+    assert!(
+        sent >= 10.0 && answered >= 10.0,
+        "sent {sent}, answered {answered}"
+    );
+    assert!(metric(&metrics, "hawkmesh_host_uploads_ok_total{host=\"h0\"}") >= 1.0);
+    assert!(
+        metric(
+            &metrics,
+            "hawkmesh_host_network_rtt_seconds_count{host=\"h0\",nic=\"0\"}"
+        ) >= 10.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "hawkmesh_host_host_clock_results_total{host=\"h0\",nic=\"0\"}"
+        ),
+        0.0,
+        "veth gives kernel timestamps"
+    );
+
+    // The analyzer goes away: uploads fail, batches wait.
+    analyzer.stop();
+    wait_for(Duration::from_secs(5), "h0 buffering its batches", || {
+        let m = scrape(&a);
+        metric(&m, "hawkmesh_host_uploads_failed_total{host=\"h0\"}") >= 1.0
+            && metric(&m, "hawkmesh_host_buffered_batches{host=\"h0\"}") >= 2.0
+    });
+    let buffered = metric(&scrape(&a), "hawkmesh_host_buffered_batches{host=\"h0\"}");
+    // It comes back on the same data directory: the buffered batches arrive.
+    analyzer.restart();
+    wait_for(Duration::from_secs(8), "h0's buffer delivered", || {
+        metric(&scrape(&a), "hawkmesh_host_buffered_bytes{host=\"h0\"}") == 0.0
+    });
+
+    // h1 restarts: the next incarnation, registered (a lower one would be refused).
+    let first_b = daemon_b.stop();
+    assert_eq!(first_b.undelivered(), 0, "{first_b:?}");
+    let daemon_b = start_daemon(&b, config_b);
+    wait_for(Duration::from_secs(5), "the restarted h1 uploading", || {
+        try_scrape(&b)
+            .is_some_and(|m| metric(&m, "hawkmesh_host_uploads_ok_total{host=\"h1\"}") >= 1.0)
+    });
+    assert_eq!(
+        metric(&scrape(&b), "hawkmesh_host_agent_incarnation{host=\"h1\"}") as u64,
+        first_b.incarnation + 1
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let second_b = daemon_b.stop();
+    let last_a = daemon_a.stop();
+    assert_eq!(second_b.incarnation, first_b.incarnation + 1);
+    for summary in [&first_b, &second_b, &last_a] {
+        assert_eq!(summary.undelivered(), 0, "{summary:?}");
+        assert!(summary.results > 0, "{summary:?}");
+    }
+    assert!(last_a.upload_failures >= 1, "{last_a:?}");
+
+    // Every result delivered is in the reports once (analysed, or late for a period
+    // analysed while it waited in a daemon's buffer).
+    let delivered =
+        first_b.results_delivered + second_b.results_delivered + last_a.results_delivered;
+    wait_for(
+        Duration::from_millis(2 * PERIOD_NS / 1_000_000 + 2_000),
+        "every period with results analysed",
+        || stored_results(&analyzer.periods()) >= delivered,
+    );
+    let periods = analyzer.periods();
+    assert_eq!(stored_results(&periods), delivered, "{periods:#?}");
+    println!(
+        "daemon lab: {delivered} results delivered over {} periods; h0 buffered {buffered} batches during the analyzer's absence ({} failed uploads); {:.1} s",
+        periods.len(),
+        last_a.upload_failures,
+        started.elapsed().as_secs_f64()
+    );
+}
