@@ -521,3 +521,439 @@ fn daemons_upload_through_an_analyzer_restart_and_a_restart_takes_the_next_incar
         started.elapsed().as_secs_f64()
     );
 }
+
+// ───────────────────────── The routed fabric lab (issue 25's proof) ─────────────────────────
+
+/// Hosts, ToRs and spines of the routed lab.
+const HOSTS: usize = 4;
+const NICS: usize = 2;
+const TORS: usize = 4;
+const SPINES: usize = 2;
+
+/// The ToR of host `h`'s NIC `n`: hosts 0–1 hang off tor0 (NIC 0) and tor1 (NIC 1),
+/// hosts 2–3 off tor2 and tor3; the host is the ToR's port `h % 2`.
+fn tor_of(h: usize, n: usize) -> usize {
+    (h / 2) * 2 + n
+}
+
+/// Router `r`'s (ToRs 0–3, spines 4–5) address on its port `p`: 172.16.r.(p + 1).
+fn router_ip(r: usize, p: usize) -> String {
+    format!("172.16.{r}.{}", p + 1)
+}
+
+/// RNIC address: the fabric's host address 10.0.h.1 plus the NIC.
+fn rnic_ip(h: usize, n: usize) -> String {
+    format!("10.0.{h}.{}", 1 + n)
+}
+
+/// The fabric description of the lab: ToRs (ids 0–3), spines (4–5), hosts (6–9). ToR
+/// ports 0–1 face hosts, 2 + s spine s; spine port t faces tor t; host port n is NIC n.
+fn routed_fabric() -> FabricTopology {
+    let mut f = FabricBuilder::new();
+    let tors: Vec<u32> = (0..TORS)
+        .map(|t| f.node(&format!("tor{t}"), NodeKind::Switch, Some(0), None))
+        .collect();
+    let spines: Vec<u32> = (0..SPINES)
+        .map(|s| f.node(&format!("spine{s}"), NodeKind::Switch, Some(1), None))
+        .collect();
+    let hosts: Vec<u32> = (0..HOSTS)
+        .map(|h| {
+            f.node(
+                &format!("h{h}"),
+                NodeKind::Host,
+                None,
+                Some([10, 0, h as u8, 1]),
+            )
+        })
+        .collect();
+    for h in 0..HOSTS {
+        for n in 0..NICS {
+            f.link((hosts[h], n as u16), (tors[tor_of(h, n)], (h % 2) as u16));
+        }
+    }
+    for (t, tor) in tors.iter().enumerate() {
+        for (s, spine) in spines.iter().enumerate() {
+            f.link((*tor, (2 + s) as u16), (*spine, t as u16));
+        }
+    }
+    f.build()
+}
+
+/// The `[[port_address]]` rows of every router interface, as operators would generate
+/// them from their switch configurations.
+fn port_address_rows() -> String {
+    let mut rows = String::new();
+    let mut row = |ip: String, node: String, port: usize| {
+        rows.push_str(&format!(
+            "[[port_address]]\nip = \"{ip}\"\nnode = \"{node}\"\nport = {port}\n"
+        ));
+    };
+    for t in 0..TORS {
+        for p in 0..2 + SPINES {
+            row(router_ip(t, p), format!("tor{t}"), p);
+        }
+    }
+    for s in 0..SPINES {
+        for t in 0..TORS {
+            row(router_ip(TORS + s, t), format!("spine{s}"), t);
+        }
+    }
+    rows
+}
+
+/// Every namespace of the routed lab (each deleted when the lab is dropped).
+#[allow(dead_code)] // the management and ToR namespaces are only held, for their Drop
+struct RoutedLab {
+    mgmt: Netns,
+    hosts: Vec<Netns>,
+    tors: Vec<Netns>,
+    spines: Vec<Netns>,
+}
+
+fn bring_up(ns: &Netns, interfaces: &[String]) {
+    for i in interfaces {
+        ns.ip(&["link", "set", i, "up"]);
+    }
+}
+
+/// Builds the lab: Linux routers with L4-hashed ECMP over the spines, hosts with one
+/// address per NIC and source routing (each NIC's traffic leaves by that NIC, also to the
+/// host's other NIC, which the kernel would otherwise deliver locally), the management
+/// bridge.
+fn routed_lab() -> RoutedLab {
+    let mgmt = Netns::add("mgmt");
+    management(&mgmt);
+    let hosts: Vec<Netns> = (0..HOSTS).map(|h| Netns::add(&format!("h{h}"))).collect();
+    let tors: Vec<Netns> = (0..TORS).map(|t| Netns::add(&format!("tor{t}"))).collect();
+    let spines: Vec<Netns> = (0..SPINES).map(|s| Netns::add(&format!("sp{s}"))).collect();
+    for (h, host) in hosts.iter().enumerate() {
+        attach_management(&mgmt, host, h);
+    }
+    // Cables: veth pairs named after the port at each end.
+    for (h, host) in hosts.iter().enumerate() {
+        for n in 0..NICS {
+            let (t, p) = (tor_of(h, n), h % 2);
+            host.ip(&[
+                "link",
+                "add",
+                &format!("nic{n}"),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &format!("p{p}"),
+                "netns",
+                &tors[t].name,
+            ]);
+        }
+    }
+    for (t, tor) in tors.iter().enumerate() {
+        for (s, spine) in spines.iter().enumerate() {
+            tor.ip(&[
+                "link",
+                "add",
+                &format!("p{}", 2 + s),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &format!("p{t}"),
+                "netns",
+                &spine.name,
+            ]);
+        }
+    }
+    let routers = tors.iter().chain(spines.iter());
+    for (r, router) in routers.enumerate() {
+        let ports = if r < TORS { 2 + SPINES } else { TORS };
+        for setting in [
+            "net.ipv4.ip_forward=1",
+            // ECMP on the 5-tuple (ports included), as switches hash RoCE.
+            "net.ipv4.fib_multipath_hash_policy=1",
+            // Time-exceeded from the address of the port the datagram came in by.
+            "net.ipv4.icmp_errors_use_inbound_ifaddr=1",
+            // Linux limits ICMP errors to one a second per destination after a burst of 6;
+            // switches have their own control-plane policing, the agents' trace rate is
+            // the limit here.
+            "net.ipv4.icmp_ratelimit=0",
+            "net.ipv4.icmp_msgs_per_sec=100000",
+            "net.ipv4.conf.all.rp_filter=0",
+            "net.ipv4.conf.default.rp_filter=0",
+        ] {
+            router.sysctl(setting);
+        }
+        let names: Vec<String> = (0..ports).map(|p| format!("p{p}")).collect();
+        for (p, name) in names.iter().enumerate() {
+            router.ip(&[
+                "addr",
+                "add",
+                &format!("{}/32", router_ip(r, p)),
+                "dev",
+                name,
+            ]);
+        }
+        bring_up(router, &names);
+    }
+    for (h, host) in hosts.iter().enumerate() {
+        for setting in [
+            "net.ipv4.conf.all.rp_filter=0",
+            "net.ipv4.conf.default.rp_filter=0",
+            "net.ipv4.conf.all.accept_local=1",
+            "net.ipv4.conf.default.accept_local=1",
+        ] {
+            host.sysctl(setting);
+        }
+        for n in 0..NICS {
+            let nic = format!("nic{n}");
+            host.sysctl(&format!("net.ipv4.conf.{nic}.rp_filter=0"));
+            host.sysctl(&format!("net.ipv4.conf.{nic}.accept_local=1"));
+            host.ip(&["addr", "add", &format!("{}/32", rnic_ip(h, n)), "dev", &nic]);
+            bring_up(host, std::slice::from_ref(&nic));
+            let table = format!("{}", 100 + n);
+            host.ip(&[
+                "rule",
+                "add",
+                "pref",
+                &table,
+                "from",
+                &rnic_ip(h, n),
+                "iif",
+                "lo",
+                "lookup",
+                &table,
+            ]);
+            host.ip(&[
+                "route",
+                "add",
+                "default",
+                "via",
+                &router_ip(tor_of(h, n), h % 2),
+                "dev",
+                &nic,
+                "onlink",
+                "table",
+                &table,
+            ]);
+        }
+        // The local table after the NICs' rules: a datagram from one NIC to the other
+        // leaves by the first and comes back in by the second (accept_local).
+        host.ip(&["rule", "add", "pref", "200", "lookup", "local"]);
+        host.ip(&["rule", "del", "pref", "0"]);
+    }
+    for (t, tor) in tors.iter().enumerate() {
+        for h in 0..HOSTS {
+            for n in 0..NICS {
+                let ip = format!("{}/32", rnic_ip(h, n));
+                if tor_of(h, n) == t {
+                    tor.ip(&["route", "add", &ip, "dev", &format!("p{}", h % 2)]);
+                } else {
+                    let mut args = vec!["route".to_string(), "add".into(), ip];
+                    for s in 0..SPINES {
+                        args.extend([
+                            "nexthop".into(),
+                            "via".into(),
+                            router_ip(TORS + s, t),
+                            "dev".into(),
+                            format!("p{}", 2 + s),
+                            "onlink".into(),
+                        ]);
+                    }
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    tor.ip(&args);
+                }
+            }
+        }
+    }
+    for (s, spine) in spines.iter().enumerate() {
+        for h in 0..HOSTS {
+            for n in 0..NICS {
+                let t = tor_of(h, n);
+                spine.ip(&[
+                    "route",
+                    "add",
+                    &format!("{}/32", rnic_ip(h, n)),
+                    "via",
+                    &router_ip(t, 2 + s),
+                    "dev",
+                    &format!("p{t}"),
+                    "onlink",
+                ]);
+            }
+        }
+    }
+    RoutedLab {
+        mgmt,
+        hosts,
+        tors,
+        spines,
+    }
+}
+
+/// Packets received on `dev` in `ns` so far.
+fn rx_packets(ns: &Netns, dev: &str) -> u64 {
+    let json = ns.ip_output(&["-j", "-s", "link", "show", "dev", dev]);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("ip's JSON");
+    value[0]["stats64"]["rx"]["packets"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no rx packet count in {json}"))
+}
+
+/// Stage 2 over real routers: UDP traceroutes from h0's NIC 0 to h2's NIC 0 (tor0 →
+/// spine → tor2) on 16 source ports, each keeping the probe's 5-tuple. Linux routers hash
+/// the 5-tuple (policy 1) over both spines; each trace names the egress ports of its path
+/// (router addresses → ingress ports → the fabric's peers), and probes sent on that 5-tuple
+/// afterwards cross exactly the spine its trace named.
+#[test]
+fn traces_keep_the_probe_five_tuple_over_ecmp_and_name_the_egress_ports() {
+    use hawkmesh_host_agent::daemon::trace::{
+        PortAddress, PortMap, TraceKey, TraceSettings, Tracer,
+    };
+    use hawkmesh_host_agent::paths::PathTracingConfig;
+    use hawkmesh_host_agent::transport::ProbeTransport;
+    use hawkmesh_host_agent::udp::{UdpConfig, UdpTransport};
+    use std::net::IpAddr;
+
+    let _serial = serial();
+    let lab = routed_lab();
+    let rows: Vec<PortAddress> = {
+        let text = port_address_rows();
+        let config = DaemonConfig::parse(
+            &format!(
+                "host = \"h0\"\nstate_dir = \"/tmp\"\n[analyzer]\nendpoint = \"http://127.0.0.1:1\"\n\
+                 [[interface]]\nnic = 0\nip = \"10.0.0.1\"\nid = 1\n{text}"
+            ),
+            "rows",
+        )
+        .expect("the rows parse");
+        config
+            .port_addresses
+            .iter()
+            .map(|r| PortAddress {
+                ip: r.ip,
+                node: r.node.clone(),
+                port: r.port,
+            })
+            .collect()
+    };
+    let map = Arc::new(PortMap::new(routed_fabric(), &rows).expect("the port map"));
+    const PORTS: u16 = 16;
+    let peer: IpAddr = rnic_ip(2, 0).parse().expect("an address");
+    let paths = lab.hosts[0]
+        .spawn(move || {
+            let mut transport = UdpTransport::new(UdpConfig {
+                port: PORT,
+                trace: true,
+                ..UdpConfig::new(rnic_ip(0, 0).parse().expect("an address"))
+            })
+            .expect("h0's transport");
+            let settings = TraceSettings {
+                schedule: PathTracingConfig {
+                    traces_per_s: 1_000.0,
+                    burst: 64,
+                    refresh_ns: 600_000_000_000,
+                    capacity: 64,
+                },
+                max_ttl: 8,
+                hop_timeout_ns: 200_000_000,
+            };
+            let mut tracer = Tracer::new(settings, map, "h0", 0).expect("h0's tracer");
+            let keys: Vec<TraceKey> = (0..PORTS)
+                .map(|i| TraceKey {
+                    peer,
+                    src_port: 50_000 + i,
+                })
+                .collect();
+            let now = || transport_now();
+            for key in &keys {
+                tracer.need(*key, now());
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut events = Vec::new();
+            while tracer.counts().completed + tracer.counts().failed < u64::from(PORTS)
+                && Instant::now() < deadline
+            {
+                let mut sends = tracer.poll(now());
+                transport
+                    .poll(Duration::from_millis(2), &mut events)
+                    .expect("poll");
+                events.clear();
+                for report in transport.take_icmp() {
+                    sends.extend(tracer.on_icmp(&report, now()));
+                }
+                for s in sends {
+                    transport
+                        .send_trace(&s.key.peer, s.key.src_port, s.ttl, &s.payload)
+                        .expect("a trace datagram");
+                }
+            }
+            assert_eq!(
+                tracer.counts().completed,
+                u64::from(PORTS),
+                "{:?} {:?}",
+                tracer.counts(),
+                tracer.last_failure
+            );
+            keys.iter()
+                .map(|k| {
+                    let path = tracer.need(*k, now()).expect("a path");
+                    path.iter()
+                        .map(|h| format!("{}:{}", h.node, h.port))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .expect("h0's tracing thread");
+    let mut spines_seen = [0; SPINES];
+    for (i, path) in paths.iter().enumerate() {
+        let s = match path.get(1).map(String::as_str) {
+            Some("tor0:2") => 0,
+            Some("tor0:3") => 1,
+            other => panic!(
+                "port {}: {path:?} does not leave tor0 to a spine ({other:?})",
+                50_000 + i
+            ),
+        };
+        assert_eq!(
+            path,
+            &vec![
+                "h0:0".to_string(),
+                format!("tor0:{}", 2 + s),
+                format!("spine{s}:2"),
+                "tor2:0".to_string()
+            ]
+        );
+        spines_seen[s] += 1;
+        // Probes on this 5-tuple take the traced spine (its port facing tor0 counts them).
+        let before: Vec<u64> = lab.spines.iter().map(|sp| rx_packets(sp, "p0")).collect();
+        let port = 50_000 + i as u16;
+        lab.hosts[0]
+            .spawn(move || {
+                let socket = std::net::UdpSocket::bind((rnic_ip(0, 0).as_str(), port))
+                    .expect("the 5-tuple's source port");
+                for _ in 0..10 {
+                    socket
+                        .send_to(&[0u8; 50], (rnic_ip(2, 0).as_str(), PORT))
+                        .expect("a probe-sized datagram");
+                }
+            })
+            .join()
+            .expect("the sending thread");
+        std::thread::sleep(Duration::from_millis(20));
+        let after: Vec<u64> = lab.spines.iter().map(|sp| rx_packets(sp, "p0")).collect();
+        let crossed: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert!(
+            crossed[s] >= 10 && crossed[1 - s] < 10,
+            "port {port}: traced over spine{s}, probes crossed {crossed:?}"
+        );
+    }
+    assert!(
+        spines_seen.iter().all(|n| *n > 0),
+        "ECMP spread 16 source ports over both spines: {spines_seen:?}"
+    );
+    println!("traces over ECMP: source ports per spine {spines_seen:?}");
+}
+
+fn transport_now() -> u64 {
+    hawkmesh_host_agent::udp::host_now_ns()
+}

@@ -74,6 +74,13 @@ pub struct DaemonConfig {
     /// The Prometheus endpoint.
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// Path tracing of the 5-tuples probed and answered on.
+    #[serde(default)]
+    pub path_tracing: PathTracingSection,
+    /// The router interface addresses path tracing meets, by fabric port (`[[port_address]]`:
+    /// operators generate the rows from their switch configurations).
+    #[serde(default, rename = "port_address")]
+    pub port_addresses: Vec<PortAddressSection>,
     /// The RNICs (or, on kernel UDP, the interfaces standing for them) the agent probes
     /// from and answers on.
     #[serde(rename = "interface")]
@@ -190,6 +197,60 @@ impl Default for MetricsSection {
     }
 }
 
+/// `[path_tracing]` (R-Pingmesh §4.1; `daemon::trace`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PathTracingSection {
+    /// Trace the paths of the 5-tuples probed (and of the ACKs answered) with a UDP
+    /// traceroute that keeps the 5-tuple. Needs `topology` and the `[[port_address]]` table.
+    pub enabled: bool,
+    /// The fabric description (`topology.json`): its cabling turns the routers' ingress
+    /// ports into the egress ports a path is made of.
+    pub topology: Option<PathBuf>,
+    /// Traces started per second and interface at most (each costs a datagram and an ICMP
+    /// answer per hop, and switch CPU for the answers).
+    pub traces_per_s: f64,
+    /// Traces that may start at once after a quiet time.
+    pub burst: u32,
+    /// A traced path older than this is traced again (routes change), ms.
+    pub refresh_ms: u64,
+    /// 5-tuples remembered per interface at most.
+    pub capacity: usize,
+    /// The largest TTL a trace tries.
+    pub max_ttl: u8,
+    /// How long a hop has to answer before it is asked again (twice at most), ms.
+    pub hop_timeout_ms: u64,
+}
+
+impl Default for PathTracingSection {
+    fn default() -> Self {
+        let schedule = crate::paths::PathTracingConfig::default();
+        PathTracingSection {
+            enabled: false,
+            topology: None,
+            traces_per_s: schedule.traces_per_s,
+            burst: schedule.burst,
+            refresh_ms: schedule.refresh_ns / 1_000_000,
+            capacity: schedule.capacity,
+            max_ttl: 8,
+            hop_timeout_ms: 200,
+        }
+    }
+}
+
+/// `[[port_address]]`: a router interface's address and the fabric port it is on.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortAddressSection {
+    /// The address (what the router answers time-exceeded from: the interface a datagram
+    /// came in by).
+    pub ip: IpAddr,
+    /// The switch's name in the fabric description.
+    pub node: String,
+    /// The port.
+    pub port: u16,
+}
+
 /// `[[interface]]`: one RNIC.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -298,6 +359,44 @@ impl DaemonConfig {
                 return Err(bad(format!("{key}: must be at least 1")));
             }
         }
+        let t = &self.path_tracing;
+        if t.enabled {
+            if t.topology.is_none() {
+                return Err(bad(
+                    "path_tracing.topology: path tracing needs the fabric description".into(),
+                ));
+            }
+            if self.port_addresses.is_empty() {
+                return Err(bad(
+                    "path_tracing: enabled without a [[port_address]] table (router addresses → fabric ports)"
+                        .into(),
+                ));
+            }
+            if !(t.traces_per_s.is_finite() && t.traces_per_s > 0.0) {
+                return Err(bad(format!(
+                    "path_tracing.traces_per_s: {} must be above 0",
+                    t.traces_per_s
+                )));
+            }
+            if t.burst == 0 || t.capacity == 0 || t.max_ttl == 0 || t.hop_timeout_ms == 0 {
+                return Err(bad(
+                    "path_tracing: burst, capacity, max_ttl and hop_timeout_ms must be above 0"
+                        .into(),
+                ));
+            }
+            if t.max_ttl > 64 {
+                return Err(bad(format!(
+                    "path_tracing.max_ttl: {} is more hops than a fabric has (at most 64)",
+                    t.max_ttl
+                )));
+            }
+        }
+        let mut addresses = BTreeSet::new();
+        for (i, row) in self.port_addresses.iter().enumerate() {
+            if !addresses.insert(row.ip) {
+                return Err(bad(format!("port_address[{i}]: ip {} given twice", row.ip)));
+            }
+        }
         if self.interfaces.is_empty() {
             return Err(bad(
                 "no [[interface]]: give each RNIC's nic, ip and id".into()
@@ -351,6 +450,49 @@ impl DaemonConfig {
     /// The pinglist refresh interval.
     pub fn pinglist_refresh(&self) -> Duration {
         Duration::from_millis(self.probing.pinglist_refresh_ms)
+    }
+
+    /// Path tracing's settings.
+    pub fn trace_settings(&self) -> super::trace::TraceSettings {
+        let t = &self.path_tracing;
+        super::trace::TraceSettings {
+            schedule: crate::paths::PathTracingConfig {
+                traces_per_s: t.traces_per_s,
+                burst: t.burst,
+                refresh_ns: t.refresh_ms.saturating_mul(1_000_000),
+                capacity: t.capacity,
+            },
+            max_ttl: t.max_ttl,
+            hop_timeout_ns: t.hop_timeout_ms.saturating_mul(1_000_000),
+        }
+    }
+
+    /// The router address table and the fabric's cabling (reads the fabric description),
+    /// when path tracing is on; errors name the file or the row.
+    pub fn port_map(&self) -> Result<Option<super::trace::PortMap>, DaemonError> {
+        let t = &self.path_tracing;
+        let (true, Some(path)) = (t.enabled, &t.topology) else {
+            return Ok(None);
+        };
+        let bad = |reason: String| DaemonError::Config {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let fabric: hawkmesh_wire::topology::FabricTopology = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("not a fabric description: {e}")))?;
+        let rows: Vec<super::trace::PortAddress> = self
+            .port_addresses
+            .iter()
+            .map(|r| super::trace::PortAddress {
+                ip: r.ip,
+                node: r.node.clone(),
+                port: r.port,
+            })
+            .collect();
+        super::trace::PortMap::new(fabric, &rows)
+            .map(Some)
+            .map_err(bad)
     }
 }
 
@@ -422,6 +564,16 @@ id = 0x0a01
         );
         assert_eq!(config.upload, UploadSection::default());
         assert_eq!(config.metrics, MetricsSection::default());
+        assert_eq!(
+            config.path_tracing,
+            PathTracingSection {
+                enabled: true,
+                topology: Some("/etc/hawkmesh/topology.json".into()),
+                ..PathTracingSection::default()
+            }
+        );
+        assert_eq!(config.port_addresses.len(), 3);
+        assert_eq!(config.port_addresses[2].node, "spine0");
     }
 
     #[test]
@@ -458,6 +610,24 @@ id = 0x0a01
             (
                 MINIMAL.replace("[analyzer]", "[probing]\nprot = 1\n[analyzer]"),
                 "agent.toml: TOML parse error at line 5",
+            ),
+            (
+                MINIMAL.replace("[analyzer]", "[path_tracing]\nenabled = true\n[analyzer]"),
+                "agent.toml: path_tracing.topology: path tracing needs the fabric description",
+            ),
+            (
+                MINIMAL.replace(
+                    "[analyzer]",
+                    "[path_tracing]\nenabled = true\ntopology = \"t.json\"\n[analyzer]",
+                ),
+                "agent.toml: path_tracing: enabled without a [[port_address]] table",
+            ),
+            (
+                format!(
+                    "{MINIMAL}[[port_address]]\nip = \"172.16.0.1\"\nnode = \"tor0\"\nport = 1\n\
+                     [[port_address]]\nip = \"172.16.0.1\"\nnode = \"tor0\"\nport = 2\n"
+                ),
+                "agent.toml: port_address[1]: ip 172.16.0.1 given twice",
             ),
         ];
         for (text, expected) in cases {

@@ -1,6 +1,7 @@
 //! One interface's thread: an [`Engine`] over its [`UdpTransport`], probing the targets
 //! of its current [`Plan`] and answering other agents' probes, turning each finished probe
-//! into the `pb::ProbeResult` the controller takes.
+//! into the `pb::ProbeResult` the controller takes, and, with path tracing, tracing the
+//! 5-tuples it probes and answers on ([`Tracer`]) between the engine's steps.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -13,10 +14,11 @@ use hawkmesh_proto::v1 as pb;
 
 use super::metrics::InterfaceMetrics;
 use super::plan::{Plan, TargetInfo, TargetKey};
+use super::trace::{Path, PortMap, TraceKey, Tracer};
 use crate::engine::{Engine, EngineStats, ProbeClocks, ProbeReport};
 use crate::probe::ProbeOutcome;
 use crate::transport::TimestampSource;
-use crate::udp::UdpTransport;
+use crate::udp::{host_now_ns, IcmpKind, UdpTransport};
 
 /// Longest wait of one engine step (a timeout is noticed at most this late).
 const STEP: Duration = Duration::from_millis(5);
@@ -27,10 +29,36 @@ const NOT_SENT_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Targets whose last refusal is remembered for the log's rate limit at most.
 const NOT_SENT_LOG_TARGETS: usize = 4096;
 
-/// Results waiting for the next batch, bounded: beyond the bound the oldest are dropped.
+/// A result waiting for its batch, with its traced path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finished {
+    /// The result (without paths: the batch puts them in its path table).
+    pub result: pb::ProbeResult,
+    /// The probe 5-tuple's traced path, if known.
+    pub path: Option<Path>,
+}
+
+/// A path this interface traced for the ACKs it sends, waiting for its batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// This interface's NIC.
+    pub nic: u32,
+    /// The prober's host.
+    pub prober_host: String,
+    /// The prober's NIC.
+    pub prober_nic: u32,
+    /// The 5-tuple's source port.
+    pub src_port: u16,
+    /// The path.
+    pub path: Path,
+}
+
+/// Results and ACK routes waiting for the next batch, each bounded: beyond the bound the
+/// oldest are dropped.
 #[derive(Debug)]
 pub struct Pending {
-    results: VecDeque<pb::ProbeResult>,
+    results: VecDeque<Finished>,
+    routes: VecDeque<Route>,
     limit: usize,
     dropped: u64,
 }
@@ -40,13 +68,27 @@ impl Pending {
     pub fn new(limit: usize) -> Self {
         Pending {
             results: VecDeque::new(),
+            routes: VecDeque::new(),
             limit: limit.max(1),
             dropped: 0,
         }
     }
 
+    /// Adds an ACK route (the oldest dropped beyond the bound: it is traced again later).
+    pub fn push_route(&mut self, route: Route) {
+        while self.routes.len() >= self.limit {
+            self.routes.pop_front();
+        }
+        self.routes.push_back(route);
+    }
+
+    /// Takes every ACK route waiting.
+    pub fn take_routes(&mut self) -> Vec<Route> {
+        self.routes.drain(..).collect()
+    }
+
     /// Adds a result; returns how many old ones were dropped for it.
-    pub fn push(&mut self, result: pb::ProbeResult) -> u64 {
+    pub fn push(&mut self, result: Finished) -> u64 {
         let mut dropped = 0;
         while self.results.len() >= self.limit {
             self.results.pop_front();
@@ -58,7 +100,7 @@ impl Pending {
     }
 
     /// Takes every result waiting.
-    pub fn take(&mut self) -> Vec<pb::ProbeResult> {
+    pub fn take(&mut self) -> Vec<Finished> {
         self.results.drain(..).collect()
     }
 
@@ -100,6 +142,7 @@ pub fn result_of(
         target_nic: known.nic,
         target_qpn: target.responder_id,
         kind: known.kind as i32,
+        src_port: u32::from(target.src_port),
         // ① on CLOCK_REALTIME (UdpTransport::now_ns): the wall clock the analyzer groups
         // results into periods by and checks against its own.
         sent_ns: result.sent_ns,
@@ -150,17 +193,23 @@ pub struct Interface {
 }
 
 /// Settings of an interface's thread.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Settings {
     /// NIC index.
     pub nic: u32,
     /// The probe timeout (a stop waits this long for the probes in flight).
     pub timeout: Duration,
+    /// Path tracing, when on: the interface's tracer and the address map.
+    pub tracing: Option<(Tracer, Arc<PortMap>)>,
+    /// Lab hook: the responder's ACK hold in µs, read at every step.
+    pub ack_hold_us: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Lab hook: every result is also sent here (dropped when full).
+    pub tap: Option<std::sync::mpsc::SyncSender<pb::ProbeResult>>,
 }
 
 /// Starts the thread of an interface whose engine is built; results go to `pending`.
 pub fn spawn(
-    settings: Settings,
+    mut settings: Settings,
     mut engine: Engine<UdpTransport>,
     metrics: Arc<super::metrics::Metrics>,
     index: usize,
@@ -179,6 +228,9 @@ pub fn spawn(
                 return engine.stats().clone();
             };
             let mut run = Run {
+                tracing: settings.tracing.take(),
+                hold_us: 0,
+                icmp_logged: HashMap::new(),
                 settings,
                 info: HashMap::new(),
                 previous: HashMap::new(),
@@ -203,10 +255,12 @@ pub fn spawn(
                 {
                     run.install(&mut engine, plan, m);
                 }
+                run.hold(&mut engine);
                 if let Err(error) = engine.step(STEP) {
                     tracing::warn!(nic, %error, "polling the interface's sockets failed");
                     std::thread::sleep(STEP);
                 }
+                run.trace(&mut engine, m, &pending);
                 run.reports(&mut engine, m, &pending, &metrics);
                 run.copy_stats(&engine, m, false);
             }
@@ -224,6 +278,11 @@ pub fn spawn(
 
 struct Run {
     settings: Settings,
+    tracing: Option<(Tracer, Arc<PortMap>)>,
+    /// The ACK hold in force, µs.
+    hold_us: u64,
+    /// When ICMP errors about each destination were last logged.
+    icmp_logged: HashMap<IpAddr, Instant>,
     info: HashMap<TargetKey, TargetInfo>,
     /// The plan before: probes to its targets may still be in flight.
     previous: HashMap<TargetKey, TargetInfo>,
@@ -250,6 +309,18 @@ impl Run {
         }
         // Results of probes to targets no longer listed still find their names.
         self.previous = std::mem::replace(&mut self.info, plan.info);
+        if let Some((tracer, _)) = &mut self.tracing {
+            let now = host_now_ns();
+            for key in self.info.keys() {
+                tracer.need(
+                    TraceKey {
+                        peer: key.0,
+                        src_port: key.1,
+                    },
+                    now,
+                );
+            }
+        }
         m.targets.store(count as u64, Ordering::Relaxed);
         tracing::info!(
             nic,
@@ -308,7 +379,17 @@ impl Run {
                     let key = (t.addr, t.src_port, t.responder_id);
                     let known = self.info.get(&key).or_else(|| self.previous.get(&key));
                     if let Some(r) = result_of(self.settings.nic, known, &result, clocks) {
-                        results.push(r);
+                        let path = self.tracing.as_mut().and_then(|(tracer, _)| {
+                            let key = TraceKey {
+                                peer: t.addr,
+                                src_port: t.src_port,
+                            };
+                            tracer.need(key, host_now_ns())
+                        });
+                        if let Some(tap) = &self.settings.tap {
+                            let _ = tap.try_send(r.clone());
+                        }
+                        results.push(Finished { result: r, path });
                     }
                 }
                 ProbeReport::NotSent { target, error, .. } => {
@@ -342,6 +423,99 @@ impl Run {
         metrics
             .results_dropped_pending
             .fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// Applies the lab hook's ACK hold when it changed.
+    fn hold(&mut self, engine: &mut Engine<UdpTransport>) {
+        let Some(hook) = &self.settings.ack_hold_us else {
+            return;
+        };
+        let hold = hook.load(Ordering::Relaxed);
+        if hold != self.hold_us {
+            self.hold_us = hold;
+            engine.set_ack_hold(Duration::from_micros(hold));
+        }
+    }
+
+    /// Path tracing between steps: the ACK 5-tuples answered on are needed too; ICMP
+    /// answers move traces on; due traces start; finished ones become ACK routes.
+    fn trace(
+        &mut self,
+        engine: &mut Engine<UdpTransport>,
+        m: &InterfaceMetrics,
+        pending: &Mutex<Pending>,
+    ) {
+        let nic = self.settings.nic;
+        let Some((tracer, map)) = &mut self.tracing else {
+            let _ = engine.take_answered();
+            return;
+        };
+        let now = host_now_ns();
+        for (peer, src_port) in engine.take_answered() {
+            tracer.need(TraceKey { peer, src_port }, now);
+        }
+        let mut sends = Vec::new();
+        for report in engine.transport_mut().take_icmp() {
+            if let IcmpKind::Unreachable(code) = report.kind {
+                m.icmp_unreachable.fetch_add(1, Ordering::Relaxed);
+                if let Some((to, port)) = report.destination {
+                    let due = self
+                        .icmp_logged
+                        .get(&to)
+                        .is_none_or(|at| at.elapsed() >= NOT_SENT_LOG_EVERY);
+                    if due {
+                        if self.icmp_logged.len() >= NOT_SENT_LOG_TARGETS {
+                            self.icmp_logged.clear();
+                        }
+                        self.icmp_logged.insert(to, Instant::now());
+                        tracing::warn!(
+                            nic,
+                            "datagrams from source port {} to {to}:{port} are answered ICMP destination unreachable (code {code}) by {:?}: no agent listens there, or it is not routed",
+                            report.src_port,
+                            report.offender
+                        );
+                    }
+                }
+            }
+            sends.extend(tracer.on_icmp(&report, now));
+        }
+        sends.extend(tracer.poll(now));
+        for send in sends {
+            if let Err(error) = engine.transport_mut().send_trace(
+                &send.key.peer,
+                send.key.src_port,
+                send.ttl,
+                &send.payload,
+            ) {
+                tracing::debug!(nic, %error, "a trace datagram was not sent");
+            }
+        }
+        let finished = tracer.take_finished();
+        if !finished.is_empty() {
+            if let Ok(mut p) = pending.lock() {
+                for (key, path) in finished {
+                    if let Some((prober_host, prober_nic)) = map.rnic(key.peer) {
+                        p.push_route(Route {
+                            nic,
+                            prober_host,
+                            prober_nic,
+                            src_port: key.src_port,
+                            path,
+                        });
+                    }
+                }
+            }
+        }
+        let counts = tracer.counts();
+        m.traces_started.store(counts.started, Ordering::Relaxed);
+        m.traces_completed
+            .store(counts.completed, Ordering::Relaxed);
+        if counts.failed > m.traces_failed.load(Ordering::Relaxed) {
+            if let Some(reason) = &tracer.last_failure {
+                tracing::debug!(nic, "{reason}");
+            }
+        }
+        m.traces_failed.store(counts.failed, Ordering::Relaxed);
     }
 
     fn copy_stats(&mut self, engine: &Engine<UdpTransport>, m: &InterfaceMetrics, now: bool) {
@@ -443,14 +617,17 @@ mod tests {
         let mut pending = Pending::new(3);
         let dropped: u64 = (0..5u64)
             .map(|i| {
-                pending.push(pb::ProbeResult {
-                    sent_ns: i,
-                    ..pb::ProbeResult::default()
+                pending.push(Finished {
+                    result: pb::ProbeResult {
+                        sent_ns: i,
+                        ..pb::ProbeResult::default()
+                    },
+                    path: None,
                 })
             })
             .sum();
         assert_eq!(dropped, 2);
-        let kept: Vec<u64> = pending.take().iter().map(|r| r.sent_ns).collect();
+        let kept: Vec<u64> = pending.take().iter().map(|f| f.result.sent_ns).collect();
         assert_eq!(kept, [2, 3, 4]);
         assert!(pending.is_empty());
     }

@@ -99,6 +99,15 @@ pub struct InterfaceMetrics {
     pub datagrams_dropped: AtomicU64,
     /// Probe targets in the current pinglist.
     pub targets: AtomicU64,
+    /// Path traces started.
+    pub traces_started: AtomicU64,
+    /// Path traces that gave a path.
+    pub traces_completed: AtomicU64,
+    /// Path traces that failed (see the log for why).
+    pub traces_failed: AtomicU64,
+    /// ICMP destination-unreachable answers to probes or ACKs (with path tracing on: the
+    /// sockets then read ICMP errors).
+    pub icmp_unreachable: AtomicU64,
     /// Network RTT of answered probes.
     pub network_rtt: Histogram,
     /// Responder delay of answered probes.
@@ -179,7 +188,7 @@ impl Metrics {
             get(&self.incarnation)
         );
         type Field = fn(&InterfaceMetrics) -> &AtomicU64;
-        let per_interface: [(&str, &str, &str, Field); 9] = [
+        let per_interface: [(&str, &str, &str, Field); 13] = [
             (
                 "hawkmesh_host_probes_sent_total",
                 "counter",
@@ -233,6 +242,30 @@ impl Metrics {
                 "gauge",
                 "Targets in the current pinglist.",
                 |m| &m.targets,
+            ),
+            (
+                "hawkmesh_host_traces_started_total",
+                "counter",
+                "Path traces started.",
+                |m| &m.traces_started,
+            ),
+            (
+                "hawkmesh_host_traces_completed_total",
+                "counter",
+                "Path traces that gave a path.",
+                |m| &m.traces_completed,
+            ),
+            (
+                "hawkmesh_host_traces_failed_total",
+                "counter",
+                "Path traces that failed.",
+                |m| &m.traces_failed,
+            ),
+            (
+                "hawkmesh_host_icmp_unreachable_total",
+                "counter",
+                "ICMP destination-unreachable answers to probes, ACKs or traces.",
+                |m| &m.icmp_unreachable,
             ),
         ];
         for (name, kind, help, field) in per_interface {

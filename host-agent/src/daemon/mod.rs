@@ -35,6 +35,7 @@ pub mod interface;
 pub mod metrics;
 pub mod plan;
 pub mod state;
+pub mod trace;
 pub mod uplink;
 
 use std::net::{IpAddr, SocketAddr};
@@ -50,7 +51,7 @@ pub use config::{DaemonConfig, DaemonError};
 use crate::engine::{Engine, EngineConfig};
 use crate::probe::ProberConfig;
 use crate::udp::{TimestampingSupport, UdpConfig, UdpTransport};
-use interface::{Interface, Pending, Settings};
+use interface::{Finished, Interface, Pending, Route, Settings};
 use metrics::Metrics;
 use uplink::{Controller, Delivery, Outbox};
 
@@ -122,29 +123,79 @@ pub fn registration(config: &DaemonConfig, incarnation: u64) -> pb::RegisterRequ
     }
 }
 
-/// Results as batches of at most `max` results each, numbered from `next_seq`; one empty
-/// batch when there is none (it tells the analyzer the agent is alive: R-Pingmesh §4.3.1,
-/// a host that uploads nothing is down).
+/// A batch's path table: each distinct path once, numbered from 1.
+#[derive(Default)]
+struct PathTable {
+    paths: Vec<pb::Path>,
+    numbers: std::collections::HashMap<Vec<(String, u32)>, u32>,
+}
+
+impl PathTable {
+    fn number(&mut self, path: &[pb::Hop]) -> u32 {
+        if path.is_empty() {
+            return 0;
+        }
+        let key: Vec<(String, u32)> = path.iter().map(|h| (h.node.clone(), h.port)).collect();
+        let paths = &mut self.paths;
+        *self.numbers.entry(key).or_insert_with(|| {
+            paths.push(pb::Path {
+                hops: path.to_vec(),
+            });
+            paths.len() as u32
+        })
+    }
+}
+
+/// Results as batches of at most `max` results each, numbered from `next_seq`, each
+/// distinct path once in its batch's table; the ACK routes go with the first batch. One
+/// empty batch when there is nothing (it tells the analyzer the agent is alive:
+/// R-Pingmesh §4.3.1, a host that uploads nothing is down).
 pub fn batches(
     host: &str,
     incarnation: u64,
     next_seq: &AtomicU64,
-    results: Vec<pb::ProbeResult>,
+    results: Vec<Finished>,
+    routes: Vec<Route>,
     max: usize,
 ) -> Vec<pb::ResultBatch> {
     let mut out = Vec::new();
     let mut results = results.into_iter().peekable();
+    let mut routes = Some(routes);
     loop {
-        let chunk: Vec<pb::ProbeResult> = results.by_ref().take(max.max(1)).collect();
+        let mut table = PathTable::default();
+        let chunk: Vec<pb::ProbeResult> = results
+            .by_ref()
+            .take(max.max(1))
+            .map(|f| {
+                let mut result = f.result;
+                if let Some(path) = f.path {
+                    result.path_ref = table.number(&path);
+                }
+                result
+            })
+            .collect();
         if chunk.is_empty() && !out.is_empty() {
             break;
         }
+        let ack_routes = routes
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| pb::AckRoute {
+                nic: r.nic,
+                prober_host: r.prober_host,
+                prober_nic: r.prober_nic,
+                src_port: u32::from(r.src_port),
+                path_ref: table.number(&r.path),
+            })
+            .collect();
         out.push(pb::ResultBatch {
             host: host.to_string(),
             incarnation,
             batch_seq: next_seq.fetch_add(1, Ordering::Relaxed),
             results: chunk,
-            paths: Vec::new(),
+            paths: table.paths,
+            ack_routes,
         });
         if results.peek().is_none() {
             break;
@@ -170,6 +221,7 @@ fn engines(
             max_source_sockets: config.probing.max_source_sockets,
             hardware_tx: config.probing.hardware_tx,
             tos: config.probing.dscp.map(|d| d << 2),
+            trace: config.path_tracing.enabled,
             ..UdpConfig::new(interface.ip)
         };
         let transport = UdpTransport::new(udp).map_err(|e| bad(e.to_string()))?;
@@ -261,12 +313,16 @@ fn flush(
     delivery: &Delivery,
     metrics: &Metrics,
 ) {
-    let results = pending.lock().map(|mut p| p.take()).unwrap_or_default();
+    let (results, routes) = pending
+        .lock()
+        .map(|mut p| (p.take(), p.take_routes()))
+        .unwrap_or_default();
     for batch in batches(
         &config.host,
         incarnation,
         next_seq,
         results,
+        routes,
         config.upload.max_batch_results,
     ) {
         metrics.batches.fetch_add(1, Ordering::Relaxed);
@@ -305,10 +361,30 @@ async fn serve_metrics(
     }
 }
 
+/// Hooks for labs and tests; none in production ([`run`]).
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    /// Every result is also sent here as it is queued for upload (dropped when full).
+    pub results: Option<std::sync::mpsc::SyncSender<pb::ProbeResult>>,
+    /// The responders' ACK hold in µs, read by every interface at each step (it replaces
+    /// `probing.ack_hold_us` while the daemon runs): a lab varies a responder's delay.
+    pub ack_hold_us: Option<Arc<AtomicU64>>,
+}
+
 /// Runs the daemon until `stop` is set, then drains (see the module's documentation).
 /// Blocks; creates its own threads and runtime, in the calling thread's network namespace.
 pub fn run(config: &DaemonConfig, stop: Arc<AtomicBool>) -> Result<DaemonSummary, DaemonError> {
+    run_with(config, stop, Hooks::default())
+}
+
+/// [`run`] with lab hooks.
+pub fn run_with(
+    config: &DaemonConfig,
+    stop: Arc<AtomicBool>,
+    hooks: Hooks,
+) -> Result<DaemonSummary, DaemonError> {
     let config = Arc::new(config.clone());
+    let port_map = config.port_map()?.map(Arc::new);
     let incarnation = state::next_incarnation(&config.state_dir)?;
     let nics: Vec<u32> = config.interfaces.iter().map(|i| i.nic).collect();
     let metrics = Arc::new(Metrics::new(&nics));
@@ -340,9 +416,37 @@ pub fn run(config: &DaemonConfig, stop: Arc<AtomicBool>) -> Result<DaemonSummary
     let pending = Arc::new(Mutex::new(Pending::new(config.upload.max_pending_results)));
     let mut interfaces: Vec<Interface> = Vec::new();
     for (index, (engine, section)) in engines.into_iter().zip(&config.interfaces).enumerate() {
+        let tracing = match &port_map {
+            Some(map) => {
+                match trace::Tracer::new(
+                    config.trace_settings(),
+                    map.clone(),
+                    &config.host,
+                    section.nic,
+                ) {
+                    Ok(tracer) => Some((tracer, map.clone())),
+                    Err(reason) => {
+                        stop_interfaces(interfaces);
+                        return Err(DaemonError::Config {
+                            path: config
+                                .path_tracing
+                                .topology
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
+                            reason,
+                        });
+                    }
+                }
+            }
+            None => None,
+        };
         let settings = Settings {
             nic: section.nic,
             timeout: config.probe_timeout(),
+            tracing,
+            ack_hold_us: hooks.ack_hold_us.clone(),
+            tap: hooks.results.clone(),
         };
         let started = interface::spawn(settings, engine, metrics.clone(), index, pending.clone())
             .map_err(|e| DaemonError::Interface {
@@ -588,27 +692,93 @@ fn log_counters(metrics: &Metrics) {
 mod tests {
     use super::*;
 
+    fn hop(node: &str, port: u32) -> pb::Hop {
+        pb::Hop {
+            node: node.into(),
+            port,
+        }
+    }
+
     #[test]
     fn results_are_split_into_numbered_batches_and_none_makes_one_empty_batch() {
         let seq = AtomicU64::new(7);
-        let results: Vec<pb::ProbeResult> = (0..5)
-            .map(|i| pb::ProbeResult {
-                sent_ns: i,
-                ..pb::ProbeResult::default()
+        let results: Vec<Finished> = (0..5)
+            .map(|i| Finished {
+                result: pb::ProbeResult {
+                    sent_ns: i,
+                    ..pb::ProbeResult::default()
+                },
+                path: None,
             })
             .collect();
-        let made = batches("h0", 3, &seq, results, 2);
+        let made = batches("h0", 3, &seq, results, Vec::new(), 2);
         let shape: Vec<(u64, usize)> = made
             .iter()
             .map(|b| (b.batch_seq, b.results.len()))
             .collect();
         assert_eq!(shape, [(7, 2), (8, 2), (9, 1)]);
         assert!(made.iter().all(|b| b.host == "h0" && b.incarnation == 3));
-        let empty = batches("h0", 3, &seq, Vec::new(), 2);
+        let empty = batches("h0", 3, &seq, Vec::new(), Vec::new(), 2);
         assert_eq!(empty.len(), 1);
         assert_eq!((empty[0].batch_seq, empty[0].results.len()), (10, 0));
-        let exact = batches("h0", 3, &seq, made[0].results.clone(), 2);
+        let two = made[0]
+            .results
+            .iter()
+            .map(|r| Finished {
+                result: r.clone(),
+                path: None,
+            })
+            .collect();
+        let exact = batches("h0", 3, &seq, two, Vec::new(), 2);
         assert_eq!(exact.len(), 1);
+    }
+
+    #[test]
+    fn each_distinct_path_is_once_in_its_batch_and_routes_refer_to_it() {
+        let up: trace::Path = vec![
+            hop("h0", 0),
+            hop("tor0", 2),
+            hop("spine0", 1),
+            hop("tor1", 0),
+        ]
+        .into();
+        let other: trace::Path = vec![hop("h0", 0), hop("tor0", 1)].into();
+        let finished = |path: Option<&trace::Path>| Finished {
+            result: pb::ProbeResult::default(),
+            path: path.cloned(),
+        };
+        let results = vec![
+            finished(Some(&up)),
+            finished(None),
+            finished(Some(&other)),
+            // The same hops in another allocation.
+            finished(Some(&up.to_vec().into())),
+        ];
+        let routes = vec![Route {
+            nic: 0,
+            prober_host: "h3".into(),
+            prober_nic: 1,
+            src_port: 50_000,
+            path: up.clone(),
+        }];
+        let made = batches("h0", 1, &AtomicU64::new(0), results, routes, 10);
+        assert_eq!(made.len(), 1);
+        let b = &made[0];
+        assert_eq!(b.paths.len(), 2);
+        let refs: Vec<u32> = b.results.iter().map(|r| r.path_ref).collect();
+        assert_eq!(refs, [1, 0, 2, 1]);
+        assert_eq!(b.paths[0].hops, up.to_vec());
+        assert_eq!(b.ack_routes.len(), 1);
+        let route = &b.ack_routes[0];
+        assert_eq!(
+            (
+                route.prober_host.as_str(),
+                route.prober_nic,
+                route.src_port,
+                route.path_ref
+            ),
+            ("h3", 1, 50_000, 1)
+        );
     }
 
     #[test]

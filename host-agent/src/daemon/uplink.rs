@@ -460,6 +460,7 @@ mod tests {
                 results
             ],
             paths: Vec::new(),
+            ack_routes: Vec::new(),
         }
     }
 

@@ -75,6 +75,13 @@ impl Netns {
         run("ip", &all);
     }
 
+    /// `ip -n <ns> args…`, its standard output.
+    pub fn ip_output(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
     /// `ip netns exec <ns> program args…`, its standard output.
     pub fn exec(&self, program: &str, args: &[&str]) -> String {
         let mut all = vec!["netns", "exec", self.name.as_str(), program];
