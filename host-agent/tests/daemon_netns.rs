@@ -7,10 +7,11 @@
 //! its runtime and threads (they inherit it). Everything the tests create is removed when
 //! they end, failed or not (daemons stopped, namespaces with their interfaces and nftables
 //! rules deleted, temporary directories removed). Root, iproute2 and nftables (`nft`) are
-//! needed; the three tests take about 35 s together.
+//! needed; the four tests take about 36 s together.
 //!
 //! - Two hosts on one veth: uploads, a known added delay kept out of the network RTT to the
 //!   µs, an analyzer restart, an agent restart.
+//! - An analyzer that lost its data: the daemon registers again (FAILED_PRECONDITION).
 //! - A routed fabric (four ToRs, two spines, Linux routers hashing the 5-tuple): path
 //!   tracing keeps the probe's 5-tuple.
 //! - The same fabric with a daemon per host: the analyzer blames a lossy link, marks a busy
@@ -626,6 +627,76 @@ fn daemons_upload_through_an_analyzer_restart_and_a_restart_takes_the_next_incar
         last_a.upload_failures,
         started.elapsed().as_secs_f64()
     );
+}
+
+/// An analyzer that lost its data (started again on an empty data directory) answers the
+/// daemon's uploads FAILED_PRECONDITION (an unknown host): the daemon registers again and
+/// its buffered batches are delivered.
+#[test]
+fn a_daemon_registers_again_when_the_analyzer_forgot_it() {
+    let _serial = serial();
+    let dirs = TempDir::new("daemon-forgotten");
+    let mut fabric = FabricBuilder::new();
+    let tor = fabric.node("tor0", NodeKind::Switch, Some(0), None);
+    let h0 = fabric.node("h0", NodeKind::Host, None, Some([10, 0, 0, 1]));
+    fabric.link((h0, 0), (tor, 0));
+    let topology = fabric.build();
+    let mgmt = Netns::add("mgmt");
+    let a = Netns::add("h0");
+    management(&mgmt);
+    attach_management(&mgmt, &a, 0);
+    // Its RNIC's address on a veth of its own (no peer agent: it only uploads).
+    a.ip(&[
+        "link", "add", "nic0", "type", "veth", "peer", "name", "nic0p",
+    ]);
+    a.ip(&["addr", "add", "10.0.0.1/24", "dev", "nic0"]);
+    a.ip(&["link", "set", "nic0", "up"]);
+    a.ip(&["link", "set", "nic0p", "up"]);
+    let pki = pki(&dirs.path().join("pki"), &["h0"]);
+    let config = |data: &str| {
+        analyzer_config(
+            topology.clone(),
+            &dirs.path().join(data),
+            &pki,
+            lab_pingmesh(),
+        )
+    };
+    let mut analyzer = Analyzer::start(&mgmt, config("first"));
+    let daemon = start_daemon(
+        &a,
+        daemon_config(
+            "h0",
+            &dirs.path().join("h0"),
+            &pki,
+            &[(0, "10.0.0.1", 0xa01)],
+            "",
+        ),
+    );
+    let uploads = |m: &str| metric(m, "hawkmesh_host_uploads_ok_total{host=\"h0\"}");
+    wait_for(Duration::from_secs(5), "the first uploads", || {
+        try_scrape(&a).is_some_and(|m| uploads(&m) >= 2.0)
+    });
+    analyzer.stop();
+    analyzer.config = config("second");
+    analyzer.restart();
+    let before = uploads(&scrape(&a));
+    wait_for(
+        Duration::from_secs(5),
+        "uploads to the new analyzer",
+        || {
+            let m = scrape(&a);
+            uploads(&m) >= before + 2.0
+                && metric(&m, "hawkmesh_host_registrations_total{host=\"h0\"}") >= 2.0
+                && metric(&m, "hawkmesh_host_buffered_batches{host=\"h0\"}") == 0.0
+        },
+    );
+    let summary = daemon.stop();
+    assert_eq!(summary.undelivered(), 0, "{summary:?}");
+    assert!(summary.upload_failures >= 1, "{summary:?}");
+    // The new analyzer has the host registered again and its batches.
+    let status = analyzer.pingmesh().lock().expect("the controller").status();
+    assert_eq!(status.hosts_registered, 1, "{status:?}");
+    assert!(status.batches_accepted >= 2, "{status:?}");
 }
 
 // ───────────────────────── The routed fabric lab (issue 25's proof) ─────────────────────────

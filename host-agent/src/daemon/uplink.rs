@@ -347,6 +347,8 @@ pub async fn deliver(
 ) {
     let mut backoff = FIRST_BACKOFF;
     let mut failing = false;
+    // The last answer was FAILED_PRECONDITION and a registration followed it.
+    let mut just_registered = false;
     loop {
         let next = delivery.outbox.lock().ok().and_then(|o| o.front());
         let Some(batch) = next else {
@@ -357,7 +359,11 @@ pub async fn deliver(
         };
         let seq = batch.batch_seq;
         let results = batch.results.len() as u64;
-        match controller.upload(batch).await {
+        let answer = controller.upload(batch).await;
+        if !matches!(&answer, Err(s) if s.code() == Code::FailedPrecondition) {
+            just_registered = false;
+        }
+        match answer {
             Ok(reply) => {
                 if delivery.remove(seq, &metrics).is_none() {
                     // Pushed out of a full buffer while in flight, yet delivered.
@@ -412,15 +418,22 @@ pub async fn deliver(
                             "the analyzer does not know this incarnation ({}); registering again",
                             status.message()
                         );
-                        if let Err(again) = controller.register().await {
+                        let registered = controller.register().await;
+                        if let Err(again) = &registered {
                             tracing::warn!(
                                 "registering again failed ({}: {})",
                                 again.code(),
                                 again.message()
                             );
+                        }
+                        // Resent at once after a registration; a batch the analyzer still
+                        // does not take (or a failed registration) waits the back-off.
+                        if registered.is_err() || just_registered {
                             tokio::time::sleep(backoff).await;
                             backoff = (backoff * 2).min(max_backoff);
                         }
+                        just_registered = registered.is_ok();
+                        continue;
                     }
                     code => {
                         if !failing {
