@@ -261,6 +261,9 @@ async fn refresh_pinglists(
 ) {
     let refresh = config.pinglist_refresh();
     let mut generation = None;
+    // The plan each interface probes: handed over again only when it changed (a new one
+    // restarts the round robin).
+    let mut current: Vec<Option<plan::Plan>> = vec![None; mailboxes.len()];
     loop {
         let wait = match controller.pinglist().await {
             Ok(reply) => {
@@ -280,13 +283,17 @@ async fn refresh_pinglists(
                         );
                     }
                 }
-                for (nic, ip, shared) in &mailboxes {
+                for ((nic, ip, shared), current) in mailboxes.iter().zip(current.iter_mut()) {
                     let plan = match reply.rnics.iter().find(|l| l.nic == *nic) {
                         Some(list) => plan::plan(*ip, list),
                         None => plan::Plan::default(),
                     };
+                    if current.as_ref() == Some(&plan) {
+                        continue;
+                    }
                     if let Ok(mut slot) = shared.plan.lock() {
-                        *slot = Some(plan);
+                        *slot = Some(plan.clone());
+                        *current = Some(plan);
                     }
                 }
                 refresh
