@@ -189,6 +189,7 @@ fn batch(host: u32, seq: u64, start_ns: u64, rng: &mut SplitMix64) -> pb::Result
         batch_seq: seq,
         results,
         paths,
+        ack_routes: Vec::new(),
     }
 }
 

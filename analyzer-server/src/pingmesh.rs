@@ -67,6 +67,47 @@ pub const MAX_COMM_INFO_IPS: usize = 4096;
 /// Batches of one incarnation remembered for deduplication.
 pub const DEDUP_WINDOW: usize = 4096;
 
+/// ACK routes remembered at most (one per (responder RNIC, prober RNIC, source port); the
+/// oldest forgotten first).
+pub const MAX_ACK_ROUTES: usize = 1 << 20;
+
+/// The key of an ACK route: the responder RNIC, the prober RNIC, the 5-tuple's source port.
+type AckKey = (RnicId, RnicId, u16);
+
+/// A batch as the controller files it: its records and its ACK routes.
+type Converted = (Vec<ProbeRecord>, Vec<(AckKey, Arc<[PortRef]>)>);
+
+/// The paths responders traced for the ACKs they send (`ResultBatch.ack_routes`), by
+/// 5-tuple: a prober's result on that 5-tuple without an ACK path of its own gets it
+/// (R-Pingmesh §4.1: the ACK's path is traced by the side that sends it). Kept in memory,
+/// rebuilt by replaying the batch log; responders trace their 5-tuples again within the
+/// refresh time, so a compaction forgetting old ones costs nothing lasting.
+#[derive(Debug, Default)]
+struct AckRoutes {
+    paths: HashMap<AckKey, Arc<[PortRef]>>,
+    order: VecDeque<AckKey>,
+}
+
+impl AckRoutes {
+    fn insert(&mut self, key: AckKey, path: Arc<[PortRef]>) {
+        if self.paths.insert(key, path).is_none() {
+            self.order.push_back(key);
+        }
+        while self.paths.len() > MAX_ACK_ROUTES {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.paths.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn get(&self, key: &AckKey) -> Option<Arc<[PortRef]>> {
+        self.paths.get(key).cloned()
+    }
+}
+
 /// Where the controller's time comes from (ns since the Unix epoch).
 #[derive(Clone, Debug, Default)]
 pub enum Clock {
@@ -541,6 +582,7 @@ pub struct Controller {
     /// Log bytes of batches per last period they hold results of.
     batch_bytes: BTreeMap<u64, u64>,
     dead_bytes: u64,
+    ack_routes: AckRoutes,
     stats: Stats,
 }
 
@@ -628,6 +670,7 @@ impl Controller {
             batches,
             batch_bytes: BTreeMap::new(),
             dead_bytes: 0,
+            ack_routes: AckRoutes::default(),
             stats: Stats::default(),
         };
         let mut report = PingmeshReplay {
@@ -1033,14 +1076,15 @@ impl Controller {
             .collect()
     }
 
-    /// Checks a batch against the inventory and the clock and converts it; the error names
-    /// the result and field.
+    /// Checks a batch against the inventory and the clock and converts it: its records
+    /// (results without an ACK path get the ACK route known for their 5-tuple) and its ACK
+    /// routes; the error names the result or route and field.
     fn convert(
         &self,
         node: NodeId,
         batch: &pb::ResultBatch,
         now_ns: u64,
-    ) -> Result<Vec<ProbeRecord>, String> {
+    ) -> Result<Converted, String> {
         if batch.paths.len() > self.config.limits.max_batch_results.saturating_mul(2) {
             return Err(format!(
                 "{} paths, more than two per result allowed",
@@ -1137,7 +1181,13 @@ impl Controller {
                 (true, index) => referred(index, "path_ref")?,
                 (false, _) => return Err(fail("both path and path_ref are given".into())),
             };
+            let src_port = u16::try_from(result.src_port)
+                .map_err(|_| fail(format!("src_port {} is not a UDP port", result.src_port)))?;
             let ack_path = match (result.ack_path.is_empty(), result.ack_path_ref) {
+                (true, 0) if src_port != 0 => self
+                    .ack_routes
+                    .get(&(target, prober, src_port))
+                    .unwrap_or_else(|| Arc::clone(&none)),
                 (true, 0) => Arc::clone(&none),
                 (false, 0) => inline(&result.ack_path, "ack_path")?,
                 (true, index) => referred(index, "ack_path_ref")?,
@@ -1169,7 +1219,69 @@ impl Controller {
                 ack_path,
             });
         }
-        Ok(records)
+        let mut routes = Vec::with_capacity(batch.ack_routes.len());
+        for (i, route) in batch.ack_routes.iter().enumerate() {
+            let fail = |what: String| format!("ack_routes[{i}]: {what}");
+            let nic = PortNo::try_from(route.nic)
+                .map_err(|_| fail(format!("nic {} is not a port number", route.nic)))?;
+            let responder = self
+                .rnic_id(node, nic)
+                .ok_or_else(|| fail(format!("nic {nic} is not an RNIC of {}", batch.host)))?;
+            let prober_node = self
+                .host_node(&route.prober_host)
+                .map_err(|e| fail(format!("prober_host: {e}")))?;
+            let prober_nic = PortNo::try_from(route.prober_nic).map_err(|_| {
+                fail(format!(
+                    "prober_nic {} is not a port number",
+                    route.prober_nic
+                ))
+            })?;
+            let prober = self.rnic_id(prober_node, prober_nic).ok_or_else(|| {
+                fail(format!(
+                    "prober_nic {prober_nic} is not an RNIC of {}",
+                    route.prober_host
+                ))
+            })?;
+            let src_port = match u16::try_from(route.src_port) {
+                Ok(p) if p != 0 => p,
+                _ => {
+                    return Err(fail(format!(
+                        "src_port {} is not a UDP port",
+                        route.src_port
+                    )))
+                }
+            };
+            let path = match table.get((route.path_ref as usize).wrapping_sub(1)) {
+                Some(Ok(path)) if !path.is_empty() => Arc::clone(path),
+                Some(Ok(_)) => {
+                    return Err(fail(format!("path_ref {}: an empty path", route.path_ref)))
+                }
+                Some(Err(e)) => {
+                    return Err(fail(format!(
+                        "path_ref {}: paths[{}]{e}",
+                        route.path_ref,
+                        route.path_ref - 1
+                    )))
+                }
+                None => {
+                    return Err(fail(format!(
+                        "path_ref {}: the batch has {} paths",
+                        route.path_ref,
+                        table.len()
+                    )))
+                }
+            };
+            if path[0] != (PortRef { node, port: nic }) {
+                return Err(fail(format!(
+                    "the path starts at {}:{}, not at the responder's NIC {}:{nic}",
+                    self.inventory.name(path[0].node),
+                    path[0].port,
+                    batch.host
+                )));
+            }
+            routes.push(((responder, prober, src_port), path));
+        }
+        Ok((records, routes))
     }
 
     fn period_of(&self, sent_ns: u64) -> u64 {
@@ -1205,7 +1317,11 @@ impl Controller {
         bytes: u64,
     ) -> Result<(), String> {
         let node = self.host_node(&batch.host).map_err(|e| e.to_string())?;
-        let records = self.convert(node, &batch, u64::MAX - self.config.max_clock_skew_ns)?;
+        let (records, routes) =
+            self.convert(node, &batch, u64::MAX - self.config.max_clock_skew_ns)?;
+        for (key, path) in routes {
+            self.ack_routes.insert(key, path);
+        }
         let last = records.iter().map(|r| self.period_of(r.sent_ns)).max();
         let entry = self.hosts.entry(node).or_default();
         if !carried {
@@ -1364,7 +1480,7 @@ impl Controller {
                 limits.max_batch_results
             )));
         }
-        let records = self
+        let (records, routes) = self
             .convert(node, batch, now_ns)
             .map_err(|e| RequestError::Invalid(format!("{}: {e}", name())))?;
         let fresh = records
@@ -1392,6 +1508,9 @@ impl Controller {
             .append_deferred(now_ns & !CARRIED, payload)
             .map_err(|e| RequestError::Store(format!("{}: not stored: {e}", name())))?;
         let last = records.iter().map(|r| self.period_of(r.sent_ns)).max();
+        for (key, path) in routes {
+            self.ack_routes.insert(key, path);
+        }
         let (accepted, late) = self.file(records);
         if late > 0 {
             // The late results' counts, durable as well (they are in the batch record too).
@@ -1787,6 +1906,7 @@ pub fn batch_of<'a>(
         batch_seq,
         results,
         paths,
+        ack_routes: Vec::new(),
     }
 }
 
@@ -2067,6 +2187,7 @@ mod tests {
             incarnation: 1,
             batch_seq: seq,
             paths: Vec::new(),
+            ack_routes: Vec::new(),
             results: (0..n)
                 .map(|i| pb::ProbeResult {
                     target_host: "h2".into(),
@@ -2079,6 +2200,117 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    fn hop(node: &str, port: u32) -> pb::Hop {
+        pb::Hop {
+            node: node.into(),
+            port,
+        }
+    }
+
+    /// A responder's ACK route reaches the prober's results on that 5-tuple (and only
+    /// those without an ACK path of their own), survives a restart, and a bad route refuses
+    /// its batch naming it.
+    #[test]
+    fn ack_routes_give_probers_their_ack_paths_and_bad_ones_are_refused_by_name() {
+        let d = dir("ack-routes");
+        let clock = Arc::new(AtomicU64::new(10 * PERIOD));
+        let mut c = open(&d, &clock, PingmeshLimits::default());
+        register(&mut c, 0, 1).unwrap();
+        register(&mut c, 2, 1).unwrap();
+        let now = clock.load(Ordering::SeqCst);
+        let ack = vec![
+            hop("h2", 0),
+            hop("tor1", 2),
+            hop("spine0", 0),
+            hop("tor0", 0),
+        ];
+        let route = |path_ref: u32, prober_host: &str| pb::ResultBatch {
+            host: "h2".into(),
+            incarnation: 1,
+            batch_seq: 1,
+            results: Vec::new(),
+            paths: vec![pb::Path { hops: ack.clone() }],
+            ack_routes: vec![pb::AckRoute {
+                nic: 0,
+                prober_host: prober_host.into(),
+                prober_nic: 0,
+                src_port: 50_000,
+                path_ref,
+            }],
+        };
+        for (bad, expected) in [
+            (
+                route(2, "h0"),
+                "ack_routes[0]: path_ref 2: the batch has 1 paths",
+            ),
+            (
+                route(1, "h9"),
+                "ack_routes[0]: prober_host: host \"h9\" is not in",
+            ),
+            (
+                pb::ResultBatch {
+                    paths: vec![pb::Path {
+                        hops: ack[1..].to_vec(),
+                    }],
+                    ..route(1, "h0")
+                },
+                "ack_routes[0]: the path starts at tor1:2, not at the responder's NIC h2:0",
+            ),
+        ] {
+            let e = c.upload(&bad, now).unwrap_err();
+            assert!(
+                matches!(&e, RequestError::Invalid(m) if m.contains(expected)),
+                "{e:?}"
+            );
+        }
+        c.upload(&route(1, "h0"), now).unwrap();
+        let result = |src_port: u32, ack_path: Vec<pb::Hop>| pb::ProbeResult {
+            target_host: "h2".into(),
+            target_qpn: 103,
+            kind: pb::ProbeKind::InterTor as i32,
+            sent_ns: 10 * PERIOD + 1,
+            status: pb::ProbeStatus::Timeout as i32,
+            src_port,
+            ack_path,
+            ..pb::ProbeResult::default()
+        };
+        let own = vec![hop("h2", 0), hop("tor1", 2)];
+        let probes = |seq: u64| pb::ResultBatch {
+            host: "h0".into(),
+            incarnation: 1,
+            batch_seq: seq,
+            results: vec![
+                result(50_000, Vec::new()),
+                result(50_001, Vec::new()),
+                result(50_000, own.clone()),
+            ],
+            paths: Vec::new(),
+            ack_routes: Vec::new(),
+        };
+        c.upload(&probes(1), now).unwrap();
+        // Rebuilt from the batch log on a restart.
+        drop(c);
+        let mut c = open(&d, &clock, PingmeshLimits::default());
+        c.upload(&probes(2), now).unwrap();
+        let due = c.take_due(11 * PERIOD + PERIOD / 2);
+        assert_eq!(due.len(), 1);
+        let ports = |hops: &[pb::Hop]| -> Vec<PortRef> {
+            hops.iter()
+                .map(|h| c.hop(h).expect("a cabled port"))
+                .collect()
+        };
+        let (joined, own) = (ports(&ack), ports(&own));
+        let ack_paths: Vec<Vec<PortRef>> =
+            due[0].results.iter().map(|r| r.ack_path.to_vec()).collect();
+        let expected: Vec<Vec<PortRef>> = [joined, Vec::new(), own]
+            .into_iter()
+            .cycle()
+            .take(6)
+            .collect();
+        assert_eq!(ack_paths, expected);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

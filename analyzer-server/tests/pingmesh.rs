@@ -211,6 +211,7 @@ fn batch(a: u32, incarnation: u64, seq: u64, results: Vec<pb::ProbeResult>) -> p
         batch_seq: seq,
         results,
         paths: Vec::new(),
+        ack_routes: Vec::new(),
     }
 }
 

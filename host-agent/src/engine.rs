@@ -32,6 +32,10 @@ use crate::transport::{ProbeTransport, Stamps, TimestampSource, TransportError, 
 /// The largest id (a QPN is 24 bits).
 pub const MAX_ID: u32 = 0x00FF_FFFF;
 
+/// ACK 5-tuples remembered for [`Engine::take_answered`] at most (more are not kept until
+/// the caller takes them).
+const MAX_ANSWERED: usize = 4096;
+
 /// Probes sent in one step at most when the engine fell behind its rate (a stalled thread
 /// catches up by skipping, not by a burst).
 const MAX_PROBE_BURST: u64 = 8;
@@ -298,6 +302,9 @@ pub struct Engine<T: ProbeTransport> {
     held: VecDeque<Held<T::Addr>>,
     reports: VecDeque<ProbeReport<T::Addr>>,
     events: Vec<TransportEvent<T::Addr>>,
+    /// The (prober address, source port) of probes answered since the last
+    /// [`Engine::take_answered`]: the 5-tuples this responder's ACKs take.
+    answered: Vec<(T::Addr, u16)>,
     stats: EngineStats,
 }
 
@@ -386,6 +393,7 @@ impl<T: ProbeTransport> Engine<T> {
             held: VecDeque::new(),
             reports: VecDeque::new(),
             events: Vec::new(),
+            answered: Vec::new(),
             stats: EngineStats::default(),
         })
     }
@@ -395,6 +403,23 @@ impl<T: ProbeTransport> Engine<T> {
         check_targets(&targets)?;
         self.targets = targets;
         self.next_target = 0;
+        Ok(())
+    }
+
+    /// Changes the time between two probes (a new pinglist's rate); refuses zero. The next
+    /// probe is due one new interval after the last one.
+    pub fn set_probe_interval(&mut self, interval: Duration) -> Result<(), EngineError> {
+        if interval.is_zero() {
+            return Err(EngineError::Invalid {
+                place: "probe interval".into(),
+                reason: "must be positive".into(),
+            });
+        }
+        if let Some(next) = self.next_probe_ns {
+            let old = nanos(self.config.probe_interval);
+            self.next_probe_ns = Some(next.saturating_sub(old).saturating_add(nanos(interval)));
+        }
+        self.config.probe_interval = interval;
         Ok(())
     }
 
@@ -422,6 +447,19 @@ impl<T: ProbeTransport> Engine<T> {
     /// completion (their probers time out).
     pub fn responder_forgotten(&self) -> u64 {
         self.responder.forgotten()
+    }
+
+    /// The (prober address, source port) of the probes answered since the last call (at
+    /// most 4,096; repeated ones too): the reverse 5-tuples the ACKs took, for path tracing
+    /// of the ACKs' paths by their sender.
+    pub fn take_answered(&mut self) -> Vec<(T::Addr, u16)> {
+        std::mem::take(&mut self.answered)
+    }
+
+    /// Changes the responder's hold of first ACKs ([`EngineConfig::ack_hold`]) for the
+    /// probes handled from now on (labs vary a responder's delay while it runs).
+    pub fn set_ack_hold(&mut self, hold: Duration) {
+        self.config.ack_hold = hold;
     }
 
     /// The reports since the last call, oldest first.
@@ -693,6 +731,9 @@ impl<T: ProbeTransport> Engine<T> {
         match repr.kind {
             ProbeKind::Probe => match self.responder.on_probe(&repr, stamps.best().0) {
                 Ok(ack) => {
+                    if self.answered.len() < MAX_ANSWERED {
+                        self.answered.push((from.clone(), src_port));
+                    }
                     if self.config.ack_hold.is_zero() {
                         self.send_ack(ack, from, src_port, stamps);
                     } else {

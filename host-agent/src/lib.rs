@@ -23,7 +23,13 @@
 //! connections in the kernel's RDMA resource dump (the fallback to eBPF);
 //! [`polling_sender`] sends the HAWKEYE polling packet through a raw socket, rate-limited;
 //! [`services`] is where service connections come from (static list, RDMA netlink).
+//!
+//! With the cargo feature `daemon` (Linux), [`daemon`] is `hawkmesh host-agent`: the agent
+//! an operator runs on every host, registering with the pingmesh controller, probing its
+//! pinglist over kernel UDP and uploading the results.
 
+#[cfg(all(feature = "daemon", target_os = "linux"))]
+pub mod daemon;
 pub mod detector;
 pub mod engine;
 pub mod paths;

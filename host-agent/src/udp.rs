@@ -55,8 +55,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::io::IoSliceMut;
-use std::net::{IpAddr, SocketAddr};
+use std::io::{IoSlice, IoSliceMut};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -64,8 +64,8 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::poll::{ppoll, PollFd, PollFlags};
 use nix::sys::socket::{
-    self, sockopt, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType,
-    SockaddrStorage, TimestampingFlag,
+    self, sockopt, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, SockaddrStorage, TimestampingFlag,
 };
 use nix::sys::time::TimeSpec;
 
@@ -90,6 +90,41 @@ const MAX_EVENTS_PER_POLL: usize = 256;
 const MAX_READS_PER_SOCKET: usize = 64;
 /// How long [`UdpTransport::new`] waits for the kernel to start stamping received packets.
 const RX_WARM_UP: Duration = Duration::from_millis(200);
+
+/// ICMP reports kept for [`UdpTransport::take_icmp`] at most (the oldest beyond are dropped,
+/// counted).
+const MAX_ICMP_REPORTS: usize = 4096;
+/// Bytes of the original datagram's payload an [`IcmpReport`] keeps.
+const ICMP_PAYLOAD_BYTES: usize = 64;
+
+/// What an ICMP error said about a datagram a socket sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IcmpKind {
+    /// Time exceeded in transit: a router's answer to a datagram whose TTL ran out (ICMP
+    /// type 11, ICMPv6 type 3).
+    TimeExceeded,
+    /// Destination unreachable, with its code (ICMP type 3, ICMPv6 type 1).
+    Unreachable(u8),
+    /// Another message: (type, code).
+    Other(u8, u8),
+}
+
+/// An ICMP error the kernel queued on a socket (with [`UdpConfig::trace`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IcmpReport {
+    /// The source port of the socket (the 5-tuple's) whose datagram caused it.
+    pub src_port: u16,
+    /// The datagram's destination address and port.
+    pub destination: Option<(IpAddr, u16)>,
+    /// Who sent the ICMP message (a router's interface address).
+    pub offender: Option<IpAddr>,
+    /// What it said.
+    pub kind: IcmpKind,
+    /// The first bytes of the datagram's payload, as the ICMP message quoted it.
+    pub payload: Vec<u8>,
+    /// When it was read (host clock).
+    pub at_ns: u64,
+}
 
 /// Receive buffer of a source-port socket: room for a burst of send timestamps (the error
 /// queue counts against it) and nothing more for stray datagrams.
@@ -117,6 +152,11 @@ pub struct UdpConfig {
     /// IP TOS / IPv6 traffic class of probes and ACKs (DSCP << 2), so they can ride the
     /// RoCE traffic class; `None` keeps the system's.
     pub tos: Option<u8>,
+    /// Path tracing: ask for the ICMP errors the sockets' datagrams cause
+    /// (`IP_RECVERR` / `IPV6_RECVERR`, ip(7)): time-exceeded answers to
+    /// [`UdpTransport::send_trace`], and unreachables for probes and ACKs, read from the
+    /// error queue as [`IcmpReport`]s.
+    pub trace: bool,
 }
 
 impl UdpConfig {
@@ -131,6 +171,7 @@ impl UdpConfig {
             max_pending_tx: 4096,
             hardware_tx: false,
             tos: None,
+            trace: false,
         }
     }
 
@@ -224,6 +265,16 @@ pub struct UdpStats {
     pub sockets_opened: u64,
     /// Source-port sockets closed to make room.
     pub sockets_evicted: u64,
+    /// Trace datagrams sent ([`UdpTransport::send_trace`]).
+    pub trace_sent: u64,
+    /// ICMP time-exceeded messages read (with [`UdpConfig::trace`]).
+    pub icmp_time_exceeded: u64,
+    /// ICMP destination-unreachable messages read.
+    pub icmp_unreachable: u64,
+    /// Other ICMP messages read.
+    pub icmp_other: u64,
+    /// ICMP reports dropped because nobody took them.
+    pub icmp_dropped: u64,
 }
 
 /// Waits, at most [`RX_WARM_UP`], until the kernel stamps received packets, by sending
@@ -307,11 +358,16 @@ struct PendingTx {
     posted_ns: u64,
     software: Option<u64>,
     hardware: Option<u64>,
+    /// A caller's send (probe, ACK), reported when it completes; a trace datagram's
+    /// completion is only counted.
+    report: bool,
 }
 
 #[derive(Debug)]
 struct Sock {
     fd: OwnedFd,
+    /// The port it is bound to.
+    port: u16,
     /// The next `OPT_ID` the kernel will give a send on this socket.
     next_key: u32,
     /// Sends waiting for their timestamp, in send order.
@@ -333,6 +389,8 @@ pub struct UdpTransport {
     /// Completions made outside `poll` (evictions, resets, overflow), bounded by the
     /// pending sends they came from.
     ready: VecDeque<TransportEvent<IpAddr>>,
+    /// ICMP errors read, for [`UdpTransport::take_icmp`] (bounded).
+    icmp: VecDeque<IcmpReport>,
     stats: UdpStats,
 }
 
@@ -421,6 +479,14 @@ fn open_socket(
         };
         result.map_err(|e| os("setsockopt IP_TOS", local, e))?;
     }
+    if config.trace {
+        let result = if config.local.is_ipv4() {
+            socket::setsockopt(&fd, sockopt::Ipv4RecvErr, &true)
+        } else {
+            socket::setsockopt(&fd, sockopt::Ipv6RecvErr, &true)
+        };
+        result.map_err(|e| os("setsockopt IP_RECVERR", local, e))?;
+    }
     if let Some(bytes) = rcvbuf {
         socket::setsockopt(&fd, sockopt::RcvBuf, &bytes)
             .map_err(|e| os("setsockopt SO_RCVBUF", local, e))?;
@@ -435,31 +501,55 @@ fn open_socket(
     }
 }
 
-/// A send completed: its event, counted.
-fn complete(p: PendingTx, stats: &mut UdpStats) -> TransportEvent<IpAddr> {
+/// A send completed: its event (none for a trace datagram), counted.
+fn complete(p: PendingTx, stats: &mut UdpStats) -> Option<TransportEvent<IpAddr>> {
     let stamps = Stamps {
         hardware: p.hardware,
         software: p.software,
         host_ns: p.posted_ns,
     };
     stats.tx.count(&stamps);
-    TransportEvent::Sent {
+    p.report.then_some(TransportEvent::Sent {
         token: p.token,
         stamps,
+    })
+}
+
+fn ipv4(addr: &libc::sockaddr_in) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr)))
+}
+
+fn ipv6(addr: &libc::sockaddr_in6) -> IpAddr {
+    IpAddr::V6(Ipv6Addr::from(addr.sin6_addr.s6_addr))
+}
+
+/// Queues an ICMP report, dropping the oldest beyond the bound.
+fn queue_icmp(icmp: &mut VecDeque<IcmpReport>, report: IcmpReport, stats: &mut UdpStats) {
+    match report.kind {
+        IcmpKind::TimeExceeded => stats.icmp_time_exceeded += 1,
+        IcmpKind::Unreachable(_) => stats.icmp_unreachable += 1,
+        IcmpKind::Other(..) => stats.icmp_other += 1,
     }
+    while icmp.len() >= MAX_ICMP_REPORTS {
+        icmp.pop_front();
+        stats.icmp_dropped += 1;
+    }
+    icmp.push_back(report);
 }
 
 impl Sock {
-    /// Reads this socket's error queue: send timestamps completing its pending sends.
+    /// Reads this socket's error queue: send timestamps completing its pending sends, and
+    /// ICMP errors (with [`UdpConfig::trace`]) into `icmp`.
     fn drain_errqueue(
         &mut self,
         hardware_tx: bool,
         stats: &mut UdpStats,
         pending_total: &mut usize,
         out: &mut Vec<TransportEvent<IpAddr>>,
+        icmp: &mut VecDeque<IcmpReport>,
     ) {
         let fd = self.fd.as_raw_fd();
-        let mut data = [0u8; 64];
+        let mut data = [0u8; ICMP_PAYLOAD_BYTES];
         let mut cmsg = nix::cmsg_space!(
             [libc::timespec; 3],
             libc::sock_extended_err,
@@ -467,7 +557,7 @@ impl Sock {
         );
         for _ in 0..MAX_READS_PER_SOCKET {
             let mut iov = [IoSliceMut::new(&mut data)];
-            let msg = match socket::recvmsg::<()>(
+            let msg = match socket::recvmsg::<SockaddrStorage>(
                 fd,
                 &mut iov,
                 Some(&mut cmsg),
@@ -483,11 +573,32 @@ impl Sock {
             };
             let mut stamp = None;
             let mut key = None;
+            let mut error = None;
             if let Ok(cmsgs) = msg.cmsgs() {
                 for c in cmsgs {
                     match c {
                         ControlMessageOwned::ScmTimestampsns(ts) => {
                             stamp = Some((timespec_ns(&ts.system), timespec_ns(&ts.hw_raw)));
+                        }
+                        ControlMessageOwned::Ipv4RecvErr(ee, offender)
+                            if ee.ee_origin == libc::SO_EE_ORIGIN_ICMP =>
+                        {
+                            let kind = match (ee.ee_type, ee.ee_code) {
+                                (11, _) => IcmpKind::TimeExceeded,
+                                (3, code) => IcmpKind::Unreachable(code),
+                                (t, code) => IcmpKind::Other(t, code),
+                            };
+                            error = Some((kind, offender.as_ref().map(ipv4)));
+                        }
+                        ControlMessageOwned::Ipv6RecvErr(ee, offender)
+                            if ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6 =>
+                        {
+                            let kind = match (ee.ee_type, ee.ee_code) {
+                                (3, _) => IcmpKind::TimeExceeded,
+                                (1, code) => IcmpKind::Unreachable(code),
+                                (t, code) => IcmpKind::Other(t, code),
+                            };
+                            error = Some((kind, offender.as_ref().map(ipv6)));
                         }
                         ControlMessageOwned::Ipv4RecvErr(ee, _)
                         | ControlMessageOwned::Ipv6RecvErr(ee, _)
@@ -500,6 +611,20 @@ impl Sock {
                         _ => {}
                     }
                 }
+            }
+            if let Some((kind, offender)) = error {
+                let destination = msg.address.as_ref().and_then(ip_port);
+                let bytes = msg.bytes.min(ICMP_PAYLOAD_BYTES);
+                let report = IcmpReport {
+                    src_port: self.port,
+                    destination,
+                    offender,
+                    kind,
+                    payload: data[..bytes].to_vec(),
+                    at_ns: host_now_ns(),
+                };
+                queue_icmp(icmp, report, stats);
+                continue;
             }
             let (Some(key), Some((software, hardware))) = (key, stamp) else {
                 stats.errqueue_other += 1;
@@ -526,7 +651,7 @@ impl Sock {
             if p.software.is_some() && (p.hardware.is_some() || !hardware_tx) {
                 if let Some(p) = self.pending.remove(at) {
                     *pending_total -= 1;
-                    out.push(complete(p, stats));
+                    out.extend(complete(p, stats));
                 }
             }
         }
@@ -541,7 +666,7 @@ impl Sock {
     ) {
         for p in self.pending.drain(..) {
             *pending_total -= 1;
-            out.push_back(complete(p, stats));
+            out.extend(complete(p, stats));
         }
     }
 
@@ -585,6 +710,7 @@ impl UdpTransport {
                         rx_ready,
                         listen: Sock {
                             fd,
+                            port: config.port,
                             next_key: 0,
                             pending: VecDeque::new(),
                             last_used: 0,
@@ -596,6 +722,7 @@ impl UdpTransport {
                         use_tick: 0,
                         pending_total: 0,
                         ready: VecDeque::new(),
+                        icmp: VecDeque::new(),
                         stats: UdpStats::default(),
                     });
                 }
@@ -680,6 +807,7 @@ impl UdpTransport {
                     &mut self.stats,
                     &mut self.pending_total,
                     &mut out,
+                    &mut self.icmp,
                 );
                 self.ready.extend(out);
                 sock.flush_pending(&mut self.stats, &mut self.pending_total, &mut self.ready);
@@ -692,6 +820,7 @@ impl UdpTransport {
             port,
             Sock {
                 fd,
+                port,
                 next_key: 0,
                 pending: VecDeque::new(),
                 last_used: self.use_tick,
@@ -716,7 +845,7 @@ impl UdpTransport {
             }
         };
         let mut out = Vec::new();
-        sock.drain_errqueue(hardware_tx, stats, pending_total, &mut out);
+        sock.drain_errqueue(hardware_tx, stats, pending_total, &mut out, &mut self.icmp);
         self.ready.extend(out);
         sock.flush_pending(stats, pending_total, &mut self.ready);
         let without_id = flags - TimestampingFlag::SOF_TIMESTAMPING_OPT_ID;
@@ -743,7 +872,7 @@ impl UdpTransport {
             {
                 if let Some(p) = sock.pending.pop_front() {
                     *pending_total -= 1;
-                    out.push(complete(p, stats));
+                    out.extend(complete(p, stats));
                 }
             }
         }
@@ -779,7 +908,7 @@ impl UdpTransport {
         };
         if let Some(p) = sock.pending.pop_front() {
             *pending_total -= 1;
-            self.ready.push_back(complete(p, stats));
+            self.ready.extend(complete(p, stats));
         }
     }
 
@@ -841,6 +970,109 @@ impl UdpTransport {
     }
 }
 
+/// Reads and clears the socket's pending error (`SO_ERROR`). With `IP_RECVERR` the kernel
+/// sets it for every ICMP error the socket's datagrams cause, also on an unconnected socket
+/// (net/ipv4/udp.c `__udp4_lib_err`), and the next send would fail with it
+/// (`sock_alloc_send_pskb` returns `sock_error`): an answer to a trace datagram must not
+/// fail the next probe from that port. Reading the error queue clears it too; this covers
+/// an error that arrived since.
+fn clear_socket_error(sock: &Sock) {
+    let _ = socket::getsockopt(&sock.fd, sockopt::SocketError);
+}
+
+impl UdpTransport {
+    /// Sends a trace datagram with `payload` to `to`'s well-known port from the socket of
+    /// source port `src_port` (the 5-tuple of the probes, or of the ACKs, it traces) with
+    /// TTL (IPv6: hop limit) `ttl`. Routers answer with ICMP time-exceeded, read with
+    /// [`Self::take_icmp`] when [`UdpConfig::trace`] is on. Its send completion is counted
+    /// but not reported.
+    pub fn send_trace(
+        &mut self,
+        to: &IpAddr,
+        src_port: u16,
+        ttl: u8,
+        payload: &[u8],
+    ) -> Result<(), TransportError> {
+        let local = self.config.local;
+        if to.is_ipv4() != local.is_ipv4() {
+            return Err(TransportError::Invalid {
+                place: format!("trace destination {to}"),
+                reason: format!("not of the address family of the interface address {local}"),
+            });
+        }
+        if src_port == 0 || ttl == 0 {
+            return Err(TransportError::Invalid {
+                place: format!("trace to {to} from source port {src_port} with TTL {ttl}"),
+                reason: "source port and TTL must be above 0".into(),
+            });
+        }
+        self.use_tick += 1;
+        let tick = self.use_tick;
+        self.ensure_source(src_port)?;
+        let destination = SocketAddr::new(*to, self.config.port);
+        let timestamped = self.flags.is_some();
+        let Some(sock) = self.sock_mut(src_port) else {
+            return Err(TransportError::Invalid {
+                place: format!("source port {src_port}"),
+                reason: "no socket for it".into(),
+            });
+        };
+        sock.last_used = tick;
+        clear_socket_error(sock);
+        let hops = libc::c_int::from(ttl);
+        let cmsg = if local.is_ipv4() {
+            ControlMessage::Ipv4Ttl(&hops)
+        } else {
+            ControlMessage::Ipv6HopLimit(&hops)
+        };
+        let before_ns = host_now_ns();
+        let sent = socket::sendmsg(
+            sock.fd.as_raw_fd(),
+            &[IoSlice::new(payload)],
+            &[cmsg],
+            MsgFlags::empty(),
+            Some(&SockaddrStorage::from(destination)),
+        );
+        let posted_ns = host_now_ns();
+        match sent {
+            Ok(_) => {
+                if timestamped {
+                    // The datagram takes an OPT_ID like any send: keep the count.
+                    sock.pending.push_back(PendingTx {
+                        key: sock.next_key,
+                        token: 0,
+                        before_ns,
+                        posted_ns,
+                        software: None,
+                        hardware: None,
+                        report: false,
+                    });
+                    sock.next_key = sock.next_key.wrapping_add(1);
+                    self.pending_total += 1;
+                    if self.pending_total > self.config.max_pending_tx {
+                        self.complete_oldest();
+                    }
+                }
+                self.stats.trace_sent += 1;
+                Ok(())
+            }
+            Err(errno) => {
+                self.resync(src_port);
+                Err(os(
+                    "sendmsg (trace)",
+                    format!("{local}:{src_port} -> {destination} TTL {ttl}"),
+                    errno,
+                ))
+            }
+        }
+    }
+
+    /// The ICMP errors read since the last call, oldest first (with [`UdpConfig::trace`]).
+    pub fn take_icmp(&mut self) -> Vec<IcmpReport> {
+        self.icmp.drain(..).collect()
+    }
+}
+
 impl ProbeTransport for UdpTransport {
     type Addr = IpAddr;
 
@@ -873,6 +1105,7 @@ impl ProbeTransport for UdpTransport {
         self.ensure_source(src_port)?;
         let destination = SocketAddr::new(*to, self.config.port);
         let timestamped = self.flags.is_some();
+        let trace = self.config.trace;
         let Some(sock) = self.sock_mut(src_port) else {
             return Err(TransportError::Invalid {
                 place: format!("source port {src_port}"),
@@ -880,6 +1113,9 @@ impl ProbeTransport for UdpTransport {
             });
         };
         sock.last_used = tick;
+        if trace {
+            clear_socket_error(sock);
+        }
         let before_ns = host_now_ns();
         let sent = socket::sendto(
             sock.fd.as_raw_fd(),
@@ -898,6 +1134,7 @@ impl ProbeTransport for UdpTransport {
                         posted_ns,
                         software: None,
                         hardware: None,
+                        report: true,
                     });
                     sock.next_key = sock.next_key.wrapping_add(1);
                     self.pending_total += 1;
@@ -987,8 +1224,13 @@ impl ProbeTransport for UdpTransport {
             match port {
                 None => {
                     if revents.contains(PollFlags::POLLERR) {
-                        self.listen
-                            .drain_errqueue(hardware_tx, stats, pending_total, events);
+                        self.listen.drain_errqueue(
+                            hardware_tx,
+                            stats,
+                            pending_total,
+                            events,
+                            &mut self.icmp,
+                        );
                     }
                     if revents.contains(PollFlags::POLLIN) {
                         let budget = MAX_EVENTS_PER_POLL.saturating_sub(events.len() - start);
@@ -1000,7 +1242,13 @@ impl ProbeTransport for UdpTransport {
                         continue;
                     };
                     if revents.contains(PollFlags::POLLERR) {
-                        sock.drain_errqueue(hardware_tx, stats, pending_total, events);
+                        sock.drain_errqueue(
+                            hardware_tx,
+                            stats,
+                            pending_total,
+                            events,
+                            &mut self.icmp,
+                        );
                     }
                     if revents.contains(PollFlags::POLLIN) {
                         sock.drain_stray(stats);

@@ -7,20 +7,18 @@
 //! between, so the network RTT measured is a few microseconds of kernel forwarding and
 //! does not move with what the agents' threads do.
 //!
-//! The tests run one at a time ([`serial`]): a test's `ip` commands are forked from this
-//! process, and a child holds copies of every socket the process has open until it execs
-//! `ip`, so another test re-binding a port it just closed could find it still bound.
+//! The tests run one at a time (`support::serial`).
 
 #![cfg(target_os = "linux")]
 
-use std::fs::File;
+mod support;
+
 use std::io::IoSliceMut;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::thread::{self, JoinHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hawkmesh_host_agent::engine::{Engine, EngineConfig, EngineStats, ProbeReport, ProbeTarget};
@@ -28,10 +26,10 @@ use hawkmesh_host_agent::probe::{ProbeOutcome, ProberConfig};
 use hawkmesh_host_agent::transport::TimestampSource;
 use hawkmesh_host_agent::udp::{TimestampingSupport, UdpConfig, UdpStats, UdpTransport};
 use hawkmesh_wire::probe::{ProbeKind, ProbeRepr};
-use nix::sched::{setns, CloneFlags};
 use nix::sys::socket::{
     recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage,
 };
+use support::{serial, Netns};
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 const B_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
@@ -46,77 +44,6 @@ const PORT: u16 = 47_910;
 const A_ID: u32 = 0x00_0A01;
 const B_ID: u32 = 0x00_0B02;
 const MS: u64 = 1_000_000;
-
-static NEXT_NS: AtomicU32 = AtomicU32::new(0);
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Holds the tests apart (see the module's comment); a failed test does not block others.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A network namespace, deleted (with its interfaces) when dropped, whatever the test did.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn add(tag: &str) -> Netns {
-        let name = format!(
-            "hm-{tag}-{}-{}",
-            std::process::id(),
-            NEXT_NS.fetch_add(1, Ordering::Relaxed)
-        );
-        let out = Command::new("ip")
-            .args(["netns", "add", &name])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run `ip` (iproute2 is needed): {e}"));
-        assert!(
-            out.status.success(),
-            "`ip netns add {name}` failed; these tests need root (CAP_SYS_ADMIN) and iproute2: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let out = Command::new("ip")
-            .arg("-n")
-            .arg(&self.name)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run `ip`: {e}"));
-        assert!(
-            out.status.success(),
-            "`ip -n {} {}` failed: {}",
-            self.name,
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Runs `f` on a new thread inside this namespace (setns changes only that thread).
-    fn spawn<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> JoinHandle<R> {
-        let path = format!("/run/netns/{}", self.name);
-        thread::spawn(move || {
-            let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-            setns(&file, CloneFlags::CLONE_NEWNET).unwrap_or_else(|e| panic!("setns {path}: {e}"));
-            f()
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
 
 /// Hosts A (10.99.0.1) and B (10.99.0.2) on one veth pair.
 struct Pair {

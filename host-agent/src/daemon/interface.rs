@@ -1,0 +1,634 @@
+//! One interface's thread: an [`Engine`] over its [`UdpTransport`], probing the targets
+//! of its current [`Plan`] and answering other agents' probes, turning each finished probe
+//! into the `pb::ProbeResult` the controller takes, and, with path tracing, tracing the
+//! 5-tuples it probes and answers on ([`Tracer`]) between the engine's steps.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hawkmesh_proto::v1 as pb;
+
+use super::metrics::InterfaceMetrics;
+use super::plan::{Plan, TargetInfo, TargetKey};
+use super::trace::{Path, PortMap, TraceKey, Tracer};
+use crate::engine::{Engine, EngineStats, ProbeClocks, ProbeReport};
+use crate::probe::ProbeOutcome;
+use crate::transport::TimestampSource;
+use crate::udp::{host_now_ns, IcmpKind, UdpTransport};
+
+/// Longest wait of one engine step (a timeout is noticed at most this late).
+const STEP: Duration = Duration::from_millis(5);
+/// How often the engine's counters are copied to the metrics.
+const STATS_EVERY: Duration = Duration::from_millis(200);
+/// How often the same unsendable target is logged at most.
+const NOT_SENT_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Targets whose last refusal is remembered for the log's rate limit at most.
+const NOT_SENT_LOG_TARGETS: usize = 4096;
+
+/// A result waiting for its batch, with its traced path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finished {
+    /// The result (without paths: the batch puts them in its path table).
+    pub result: pb::ProbeResult,
+    /// The probe 5-tuple's traced path, if known.
+    pub path: Option<Path>,
+}
+
+/// A path this interface traced for the ACKs it sends, waiting for its batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// This interface's NIC.
+    pub nic: u32,
+    /// The prober's host.
+    pub prober_host: String,
+    /// The prober's NIC.
+    pub prober_nic: u32,
+    /// The 5-tuple's source port.
+    pub src_port: u16,
+    /// The path.
+    pub path: Path,
+}
+
+/// Results and ACK routes waiting for the next batch, each bounded: beyond the bound the
+/// oldest are dropped.
+#[derive(Debug)]
+pub struct Pending {
+    results: VecDeque<Finished>,
+    routes: VecDeque<Route>,
+    limit: usize,
+    dropped: u64,
+}
+
+impl Pending {
+    /// At most `limit` results.
+    pub fn new(limit: usize) -> Self {
+        Pending {
+            results: VecDeque::new(),
+            routes: VecDeque::new(),
+            limit: limit.max(1),
+            dropped: 0,
+        }
+    }
+
+    /// Adds an ACK route (the oldest dropped beyond the bound: it is traced again later).
+    pub fn push_route(&mut self, route: Route) {
+        while self.routes.len() >= self.limit {
+            self.routes.pop_front();
+        }
+        self.routes.push_back(route);
+    }
+
+    /// Takes every ACK route waiting.
+    pub fn take_routes(&mut self) -> Vec<Route> {
+        self.routes.drain(..).collect()
+    }
+
+    /// Adds a result; returns how many old ones were dropped for it.
+    pub fn push(&mut self, result: Finished) -> u64 {
+        let mut dropped = 0;
+        while self.results.len() >= self.limit {
+            self.results.pop_front();
+            dropped += 1;
+        }
+        self.dropped += dropped;
+        self.results.push_back(result);
+        dropped
+    }
+
+    /// Takes every result waiting.
+    pub fn take(&mut self) -> Vec<Finished> {
+        self.results.drain(..).collect()
+    }
+
+    /// Results waiting.
+    pub fn len(&self) -> usize {
+        self.results.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+}
+
+/// How a probe's clock is told to the controller.
+pub fn clock(source: Option<TimestampSource>) -> pb::TimestampSource {
+    match source {
+        Some(TimestampSource::Hardware) => pb::TimestampSource::Nic,
+        Some(TimestampSource::Software) => pb::TimestampSource::Kernel,
+        Some(TimestampSource::HostClock) => pb::TimestampSource::HostClock,
+        None => pb::TimestampSource::Unspecified,
+    }
+}
+
+/// The result to upload for a finished probe of the interface `nic` to the target `known`
+/// stands for, or `None` for one that is not a measurement (its timestamps contradict each
+/// other) or whose target is unknown.
+pub fn result_of(
+    nic: u32,
+    known: Option<&TargetInfo>,
+    result: &crate::probe::ProbeResult<crate::engine::ProbeTarget<IpAddr>>,
+    clocks: ProbeClocks,
+) -> Option<pb::ProbeResult> {
+    let target = &result.target;
+    let known = known?;
+    let mut out = pb::ProbeResult {
+        prober_nic: nic,
+        target_host: known.host.clone(),
+        target_nic: known.nic,
+        target_qpn: target.responder_id,
+        kind: known.kind as i32,
+        src_port: u32::from(target.src_port),
+        // ① on CLOCK_REALTIME (UdpTransport::now_ns): the wall clock the analyzer groups
+        // results into periods by and checks against its own.
+        sent_ns: result.sent_ns,
+        ..pb::ProbeResult::default()
+    };
+    match result.outcome {
+        ProbeOutcome::Answered {
+            network_rtt_ns,
+            prober_delay_ns,
+            responder_delay_ns,
+            ..
+        } => {
+            out.status = pb::ProbeStatus::Answered as i32;
+            out.network_rtt_ns = network_rtt_ns;
+            out.prober_delay_ns = prober_delay_ns;
+            out.responder_delay_ns = responder_delay_ns;
+            out.prober_clock = clock(clocks.prober) as i32;
+            out.responder_clock = clock(clocks.responder) as i32;
+        }
+        ProbeOutcome::Timeout { ack, delay_ack } => {
+            out.status = pb::ProbeStatus::Timeout as i32;
+            out.ack = ack;
+            out.delay_ack = delay_ack;
+        }
+        ProbeOutcome::Inconsistent => return None,
+    }
+    Some(out)
+}
+
+/// What the interface thread shares with the daemon.
+#[derive(Debug)]
+pub struct Shared {
+    /// The next plan to take (the latest wins).
+    pub plan: Mutex<Option<Plan>>,
+    /// Stop probing, finish the probes in flight, return.
+    pub stop: AtomicBool,
+}
+
+/// A running interface.
+#[derive(Debug)]
+pub struct Interface {
+    /// Its NIC index.
+    pub nic: u32,
+    /// Shared with its thread.
+    pub shared: Arc<Shared>,
+    /// Its thread, returning the engine's counters.
+    pub thread: JoinHandle<EngineStats>,
+}
+
+/// Settings of an interface's thread.
+#[derive(Debug)]
+pub struct Settings {
+    /// NIC index.
+    pub nic: u32,
+    /// The probe timeout (a stop waits this long for the probes in flight).
+    pub timeout: Duration,
+    /// Path tracing, when on: the interface's tracer and the address map.
+    pub tracing: Option<(Tracer, Arc<PortMap>)>,
+    /// Lab hook: the responder's ACK hold in µs, read at every step.
+    pub ack_hold_us: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Lab hook: every result is also sent here (dropped when full).
+    pub tap: Option<std::sync::mpsc::SyncSender<pb::ProbeResult>>,
+}
+
+/// Starts the thread of an interface whose engine is built; results go to `pending`.
+pub fn spawn(
+    mut settings: Settings,
+    mut engine: Engine<UdpTransport>,
+    metrics: Arc<super::metrics::Metrics>,
+    index: usize,
+    pending: Arc<Mutex<Pending>>,
+) -> std::io::Result<Interface> {
+    let shared = Arc::new(Shared {
+        plan: Mutex::new(None),
+        stop: AtomicBool::new(false),
+    });
+    let thread_shared = shared.clone();
+    let nic = settings.nic;
+    let thread = std::thread::Builder::new()
+        .name(format!("hawkmesh-nic{nic}"))
+        .spawn(move || {
+            let Some(m) = metrics.interfaces.get(index) else {
+                return engine.stats().clone();
+            };
+            let mut run = Run {
+                tracing: settings.tracing.take(),
+                hold_us: 0,
+                icmp_logged: HashMap::new(),
+                settings,
+                info: HashMap::new(),
+                previous: HashMap::new(),
+                not_sent_logged: HashMap::new(),
+                last_stats: Instant::now(),
+            };
+            let mut stopping_since: Option<Instant> = None;
+            loop {
+                if stopping_since.is_none() && thread_shared.stop.load(Ordering::Acquire) {
+                    // Stop probing; keep answering while our probes in flight finish.
+                    let _ = engine.set_targets(Vec::new());
+                    stopping_since = Some(Instant::now());
+                }
+                if let Some(since) = stopping_since {
+                    let waited = since.elapsed();
+                    if engine.outstanding() == 0 && waited >= STEP
+                        || waited > run.settings.timeout + Duration::from_millis(100)
+                    {
+                        break;
+                    }
+                } else if let Some(plan) = thread_shared.plan.lock().ok().and_then(|mut p| p.take())
+                {
+                    run.install(&mut engine, plan, m);
+                }
+                run.hold(&mut engine);
+                if let Err(error) = engine.step(STEP) {
+                    tracing::warn!(nic, %error, "polling the interface's sockets failed");
+                    std::thread::sleep(STEP);
+                }
+                run.trace(&mut engine, m, &pending);
+                run.reports(&mut engine, m, &pending, &metrics);
+                run.copy_stats(&engine, m, false);
+            }
+            // The last reports, including the timeouts of probes still in flight.
+            run.reports(&mut engine, m, &pending, &metrics);
+            run.copy_stats(&engine, m, true);
+            engine.stats().clone()
+        })?;
+    Ok(Interface {
+        nic,
+        shared,
+        thread,
+    })
+}
+
+struct Run {
+    settings: Settings,
+    tracing: Option<(Tracer, Arc<PortMap>)>,
+    /// The ACK hold in force, µs.
+    hold_us: u64,
+    /// When ICMP errors about each destination were last logged.
+    icmp_logged: HashMap<IpAddr, Instant>,
+    info: HashMap<TargetKey, TargetInfo>,
+    /// The plan before: probes to its targets may still be in flight.
+    previous: HashMap<TargetKey, TargetInfo>,
+    not_sent_logged: HashMap<IpAddr, Instant>,
+    last_stats: Instant,
+}
+
+impl Run {
+    fn install(&mut self, engine: &mut Engine<UdpTransport>, plan: Plan, m: &InterfaceMetrics) {
+        let nic = self.settings.nic;
+        for reason in &plan.refused {
+            tracing::warn!(nic, "{reason}");
+        }
+        let count = plan.targets.len();
+        if count > 0 {
+            if let Err(error) = engine.set_probe_interval(plan.interval) {
+                tracing::error!(nic, %error, "the pinglist's probe interval is refused");
+                return;
+            }
+        }
+        if let Err(error) = engine.set_targets(plan.targets) {
+            tracing::error!(nic, %error, "the pinglist's targets are refused");
+            return;
+        }
+        // Results of probes to targets no longer listed still find their names.
+        self.previous = std::mem::replace(&mut self.info, plan.info);
+        if let Some((tracer, _)) = &mut self.tracing {
+            let now = host_now_ns();
+            for key in self.info.keys() {
+                tracer.need(
+                    TraceKey {
+                        peer: key.0,
+                        src_port: key.1,
+                    },
+                    now,
+                );
+            }
+        }
+        m.targets.store(count as u64, Ordering::Relaxed);
+        tracing::info!(
+            nic,
+            targets = count,
+            interval_us = plan.interval.as_micros() as u64,
+            "probing a new pinglist"
+        );
+    }
+
+    fn reports(
+        &mut self,
+        engine: &mut Engine<UdpTransport>,
+        m: &InterfaceMetrics,
+        pending: &Mutex<Pending>,
+        metrics: &super::metrics::Metrics,
+    ) {
+        let reports = engine.take_reports();
+        if reports.is_empty() {
+            return;
+        }
+        let mut results = Vec::with_capacity(reports.len());
+        for report in reports {
+            match report {
+                ProbeReport::Finished { result, clocks, .. } => {
+                    match result.outcome {
+                        ProbeOutcome::Answered {
+                            network_rtt_ns,
+                            responder_delay_ns,
+                            ..
+                        } => {
+                            m.probes_answered.fetch_add(1, Ordering::Relaxed);
+                            m.network_rtt.observe(network_rtt_ns);
+                            m.responder_delay.observe(responder_delay_ns);
+                            if [clocks.prober, clocks.responder]
+                                .contains(&Some(TimestampSource::HostClock))
+                            {
+                                m.host_clock_results.fetch_add(1, Ordering::Relaxed);
+                                if m.host_clock_results.load(Ordering::Relaxed) == 1 {
+                                    tracing::warn!(
+                                        nic = self.settings.nic,
+                                        prober = ?clocks.prober,
+                                        responder = ?clocks.responder,
+                                        "a probe was measured on the host clock: no kernel or NIC timestamp came (results say so in prober_clock / responder_clock)"
+                                    );
+                                }
+                            }
+                        }
+                        ProbeOutcome::Timeout { .. } => {
+                            m.probes_timeout.fetch_add(1, Ordering::Relaxed);
+                        }
+                        ProbeOutcome::Inconsistent => {
+                            m.probes_inconsistent.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    let t = &result.target;
+                    let key = (t.addr, t.src_port, t.responder_id);
+                    let known = self.info.get(&key).or_else(|| self.previous.get(&key));
+                    if let Some(r) = result_of(self.settings.nic, known, &result, clocks) {
+                        let path = self.tracing.as_mut().and_then(|(tracer, _)| {
+                            let key = TraceKey {
+                                peer: t.addr,
+                                src_port: t.src_port,
+                            };
+                            tracer.need(key, host_now_ns())
+                        });
+                        if let Some(tap) = &self.settings.tap {
+                            let _ = tap.try_send(r.clone());
+                        }
+                        results.push(Finished { result: r, path });
+                    }
+                }
+                ProbeReport::NotSent { target, error, .. } => {
+                    let now = Instant::now();
+                    let due = self
+                        .not_sent_logged
+                        .get(&target.addr)
+                        .is_none_or(|at| now.duration_since(*at) >= NOT_SENT_LOG_EVERY);
+                    if due {
+                        if self.not_sent_logged.len() >= NOT_SENT_LOG_TARGETS {
+                            self.not_sent_logged.clear();
+                        }
+                        self.not_sent_logged.insert(target.addr, now);
+                        tracing::error!(
+                            nic = self.settings.nic,
+                            target = %target.addr,
+                            "a probe cannot be sent: {error} (is the target's RNIC address routed from this interface?)"
+                        );
+                    }
+                }
+            }
+        }
+        let produced = results.len() as u64;
+        let dropped = match pending.lock() {
+            Ok(mut p) => results.into_iter().map(|r| p.push(r)).sum(),
+            Err(_) => produced,
+        };
+        metrics
+            .results
+            .fetch_add(produced, std::sync::atomic::Ordering::Relaxed);
+        metrics
+            .results_dropped_pending
+            .fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// Applies the lab hook's ACK hold when it changed.
+    fn hold(&mut self, engine: &mut Engine<UdpTransport>) {
+        let Some(hook) = &self.settings.ack_hold_us else {
+            return;
+        };
+        let hold = hook.load(Ordering::Relaxed);
+        if hold != self.hold_us {
+            self.hold_us = hold;
+            engine.set_ack_hold(Duration::from_micros(hold));
+        }
+    }
+
+    /// Path tracing between steps: the ACK 5-tuples answered on are needed too; ICMP
+    /// answers move traces on; due traces start; finished ones become ACK routes.
+    fn trace(
+        &mut self,
+        engine: &mut Engine<UdpTransport>,
+        m: &InterfaceMetrics,
+        pending: &Mutex<Pending>,
+    ) {
+        let nic = self.settings.nic;
+        let Some((tracer, map)) = &mut self.tracing else {
+            let _ = engine.take_answered();
+            return;
+        };
+        let now = host_now_ns();
+        for (peer, src_port) in engine.take_answered() {
+            tracer.need(TraceKey { peer, src_port }, now);
+        }
+        let mut sends = Vec::new();
+        for report in engine.transport_mut().take_icmp() {
+            if let IcmpKind::Unreachable(code) = report.kind {
+                m.icmp_unreachable.fetch_add(1, Ordering::Relaxed);
+                if let Some((to, port)) = report.destination {
+                    let due = self
+                        .icmp_logged
+                        .get(&to)
+                        .is_none_or(|at| at.elapsed() >= NOT_SENT_LOG_EVERY);
+                    if due {
+                        if self.icmp_logged.len() >= NOT_SENT_LOG_TARGETS {
+                            self.icmp_logged.clear();
+                        }
+                        self.icmp_logged.insert(to, Instant::now());
+                        tracing::warn!(
+                            nic,
+                            "datagrams from source port {} to {to}:{port} are answered ICMP destination unreachable (code {code}) by {:?}: no agent listens there, or it is not routed",
+                            report.src_port,
+                            report.offender
+                        );
+                    }
+                }
+            }
+            sends.extend(tracer.on_icmp(&report, now));
+        }
+        sends.extend(tracer.poll(now));
+        for send in sends {
+            if let Err(error) = engine.transport_mut().send_trace(
+                &send.key.peer,
+                send.key.src_port,
+                send.ttl,
+                &send.payload,
+            ) {
+                tracing::debug!(nic, %error, "a trace datagram was not sent");
+            }
+        }
+        let finished = tracer.take_finished();
+        if !finished.is_empty() {
+            if let Ok(mut p) = pending.lock() {
+                for (key, path) in finished {
+                    if let Some((prober_host, prober_nic)) = map.rnic(key.peer) {
+                        p.push_route(Route {
+                            nic,
+                            prober_host,
+                            prober_nic,
+                            src_port: key.src_port,
+                            path,
+                        });
+                    }
+                }
+            }
+        }
+        let counts = tracer.counts();
+        m.traces_started.store(counts.started, Ordering::Relaxed);
+        m.traces_completed
+            .store(counts.completed, Ordering::Relaxed);
+        if counts.failed > m.traces_failed.load(Ordering::Relaxed) {
+            if let Some(reason) = &tracer.last_failure {
+                tracing::debug!(nic, "{reason}");
+            }
+        }
+        m.traces_failed.store(counts.failed, Ordering::Relaxed);
+    }
+
+    fn copy_stats(&mut self, engine: &Engine<UdpTransport>, m: &InterfaceMetrics, now: bool) {
+        if !now && self.last_stats.elapsed() < STATS_EVERY {
+            return;
+        }
+        self.last_stats = Instant::now();
+        let s = engine.stats();
+        m.probes_sent.store(s.probes_sent, Ordering::Relaxed);
+        m.probes_not_sent
+            .store(s.probes_not_sent, Ordering::Relaxed);
+        m.acks_sent
+            .store(s.acks_sent + s.delay_acks_sent, Ordering::Relaxed);
+        m.datagrams_dropped
+            .store(s.drops.malformed() + s.drops.refused(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ProbeTarget;
+
+    #[test]
+    fn results_name_their_target_and_say_which_clock_measured_them() {
+        let addr: IpAddr = "10.0.1.1".parse().expect("an address");
+        let mut info = HashMap::new();
+        info.insert(
+            (addr, 50_000, 77),
+            TargetInfo {
+                host: "h1".into(),
+                nic: 1,
+                kind: pb::ProbeKind::InterTor,
+            },
+        );
+        let target = ProbeTarget {
+            addr,
+            src_port: 50_000,
+            responder_id: 77,
+        };
+        let answered = crate::probe::ProbeResult {
+            target,
+            seq: 3,
+            sent_ns: 1_700_000_000_000_000_000,
+            outcome: ProbeOutcome::Answered {
+                network_rtt_ns: 9_000,
+                prober_delay_ns: 20_000,
+                responder_delay_ns: 15_000,
+                hardware_timestamps: false,
+            },
+        };
+        let clocks = ProbeClocks {
+            prober: Some(TimestampSource::Software),
+            responder: Some(TimestampSource::HostClock),
+        };
+        let known = info.get(&(addr, 50_000, 77));
+        let r = result_of(2, known, &answered, clocks).expect("a result");
+        assert_eq!(
+            (
+                r.prober_nic,
+                r.target_host.as_str(),
+                r.target_nic,
+                r.target_qpn
+            ),
+            (2, "h1", 1, 77)
+        );
+        assert_eq!(r.kind, pb::ProbeKind::InterTor as i32);
+        assert_eq!(r.status, pb::ProbeStatus::Answered as i32);
+        assert_eq!(
+            (r.network_rtt_ns, r.prober_delay_ns, r.responder_delay_ns),
+            (9_000, 20_000, 15_000)
+        );
+        assert_eq!(r.prober_clock, pb::TimestampSource::Kernel as i32);
+        assert_eq!(r.responder_clock, pb::TimestampSource::HostClock as i32);
+        assert_eq!(r.sent_ns, 1_700_000_000_000_000_000);
+
+        let timeout = crate::probe::ProbeResult {
+            outcome: ProbeOutcome::Timeout {
+                ack: true,
+                delay_ack: false,
+            },
+            ..answered.clone()
+        };
+        let r = result_of(2, known, &timeout, clocks).expect("a result");
+        assert_eq!(r.status, pb::ProbeStatus::Timeout as i32);
+        assert!(r.ack && !r.delay_ack);
+        assert_eq!(r.prober_clock, 0);
+
+        let inconsistent = crate::probe::ProbeResult {
+            outcome: ProbeOutcome::Inconsistent,
+            ..answered.clone()
+        };
+        assert_eq!(result_of(2, known, &inconsistent, clocks), None);
+        assert_eq!(result_of(2, None, &answered, clocks), None);
+    }
+
+    #[test]
+    fn pending_results_stay_bounded_dropping_the_oldest() {
+        let mut pending = Pending::new(3);
+        let dropped: u64 = (0..5u64)
+            .map(|i| {
+                pending.push(Finished {
+                    result: pb::ProbeResult {
+                        sent_ns: i,
+                        ..pb::ProbeResult::default()
+                    },
+                    path: None,
+                })
+            })
+            .sum();
+        assert_eq!(dropped, 2);
+        let kept: Vec<u64> = pending.take().iter().map(|f| f.result.sent_ns).collect();
+        assert_eq!(kept, [2, 3, 4]);
+        assert!(pending.is_empty());
+    }
+}

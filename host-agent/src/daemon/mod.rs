@@ -1,0 +1,806 @@
+//! `hawkmesh host-agent`: the host agent as the daemon an operator runs on every RDMA host
+//! (cargo feature `daemon`), probing over the kernel-UDP transport.
+//!
+//! What it does, in order:
+//! 1. reads its configuration ([`DaemonConfig`], TOML) and takes the next incarnation from
+//!    its state directory ([`state`]);
+//! 2. opens one [`UdpTransport`] per interface (its address, the well-known port) and
+//!    runs an [`Engine`] on a thread of its own per interface ([`interface`]): it answers
+//!    other agents' probes at once, and probes its targets once it has a pinglist;
+//! 3. registers its RNICs with the pingmesh controller (each interface's address, GID
+//!    `::ffff:a.b.c.d`, QPN [`config::qpn_of`]), retrying while the controller is
+//!    unreachable; a refusal (a host or address the fabric does not have) stops it with
+//!    the controller's reason;
+//! 4. fetches its pinglist, turns each RNIC's into its engine's targets and rate
+//!    ([`plan`]), and fetches it again every `probing.pinglist_refresh_ms` (R-Pingmesh §5:
+//!    5 minutes);
+//! 5. every `upload.interval_ms` (R-Pingmesh §5: 5 s) batches the results finished since
+//!    the last batch (an empty batch too: it says the agent is alive), numbers it, and
+//!    queues it for delivery ([`uplink`]: byte-bounded, resent with back-off, nothing lost
+//!    on an analyzer restart);
+//! 6. serves its counters at `GET /metrics` ([`metrics`], Prometheus text format);
+//! 7. on stop (SIGTERM in the CLI): stops probing, lets the probes in flight finish (one
+//!    probe timeout), batches the last results and gives the buffer up to
+//!    `upload.drain_ms` (10 s) to be delivered; returns what it did ([`DaemonSummary`]),
+//!    including what it could not deliver.
+//!
+//! Threads: one per interface (the probing path: no lock but the results queue's, taken
+//! once per step with reports), and a small Tokio runtime (two workers) for gRPC, the
+//! upload schedule and the metrics endpoint. Every thread is created after the caller's
+//! network namespace is in place, so a caller that enters a namespace first runs the
+//! whole agent in it.
+
+pub mod config;
+pub mod interface;
+pub mod metrics;
+pub mod plan;
+pub mod state;
+pub mod trace;
+pub mod uplink;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hawkmesh_proto::v1 as pb;
+use tokio::sync::Notify;
+
+pub use config::{DaemonConfig, DaemonError};
+
+use crate::engine::{Engine, EngineConfig};
+use crate::probe::ProberConfig;
+use crate::udp::{TimestampingSupport, UdpConfig, UdpTransport};
+use interface::{Finished, Interface, Pending, Route, Settings};
+use metrics::Metrics;
+use uplink::{Controller, Delivery, Outbox};
+
+/// How often a running daemon logs its counters.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+/// How long a failed pinglist fetch waits before the next try (at most the refresh time).
+const PINGLIST_RETRY: Duration = Duration::from_secs(5);
+
+/// What a daemon run did, at its end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DaemonSummary {
+    /// The host.
+    pub host: String,
+    /// The incarnation it ran as.
+    pub incarnation: u64,
+    /// Probes sent, over all interfaces.
+    pub probes_sent: u64,
+    /// Of which answered.
+    pub probes_answered: u64,
+    /// Of which timed out.
+    pub probes_timeout: u64,
+    /// Probes the kernel refused to send.
+    pub probes_not_sent: u64,
+    /// Results produced for upload.
+    pub results: u64,
+    /// Results the analyzer acknowledged.
+    pub results_delivered: u64,
+    /// Results still buffered when the drain time ran out.
+    pub results_unsent: u64,
+    /// Results dropped: buffer full, refused by the analyzer, or too many waiting.
+    pub results_dropped: u64,
+    /// Batches made.
+    pub batches: u64,
+    /// Uploads that failed (and were retried unless refused for good).
+    pub upload_failures: u64,
+}
+
+impl DaemonSummary {
+    /// Results that did not reach the analyzer.
+    pub fn undelivered(&self) -> u64 {
+        self.results_unsent + self.results_dropped
+    }
+}
+
+/// The GID of a RoCEv2 RNIC with the IPv4 address `ip`: the IPv4-mapped IPv6 address
+/// `::ffff:a.b.c.d` (IBTA RoCEv2 Annex A17.4.5.1); an IPv6 address is its own GID.
+pub fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The registration of `config`'s interfaces as incarnation `incarnation`.
+pub fn registration(config: &DaemonConfig, incarnation: u64) -> pb::RegisterRequest {
+    pb::RegisterRequest {
+        host: config.host.clone(),
+        incarnation,
+        rnics: config
+            .interfaces
+            .iter()
+            .map(|i| pb::RnicInfo {
+                nic: i.nic,
+                gid: gid_of(i.ip).to_vec(),
+                ip: i.ip.to_string(),
+                qpn: config::qpn_of(i.id, incarnation),
+            })
+            .collect(),
+    }
+}
+
+/// A batch's path table: each distinct path once, numbered from 1.
+#[derive(Default)]
+struct PathTable {
+    paths: Vec<pb::Path>,
+    numbers: std::collections::HashMap<Vec<(String, u32)>, u32>,
+}
+
+impl PathTable {
+    fn number(&mut self, path: &[pb::Hop]) -> u32 {
+        if path.is_empty() {
+            return 0;
+        }
+        let key: Vec<(String, u32)> = path.iter().map(|h| (h.node.clone(), h.port)).collect();
+        let paths = &mut self.paths;
+        *self.numbers.entry(key).or_insert_with(|| {
+            paths.push(pb::Path {
+                hops: path.to_vec(),
+            });
+            paths.len() as u32
+        })
+    }
+}
+
+/// Results as batches of at most `max` results each, numbered from `next_seq`, each
+/// distinct path once in its batch's table; the ACK routes go with the first batch. One
+/// empty batch when there is nothing (it tells the analyzer the agent is alive:
+/// R-Pingmesh §4.3.1, a host that uploads nothing is down).
+pub fn batches(
+    host: &str,
+    incarnation: u64,
+    next_seq: &AtomicU64,
+    results: Vec<Finished>,
+    routes: Vec<Route>,
+    max: usize,
+) -> Vec<pb::ResultBatch> {
+    let mut out = Vec::new();
+    let mut results = results.into_iter().peekable();
+    let mut routes = Some(routes);
+    loop {
+        let mut table = PathTable::default();
+        let chunk: Vec<pb::ProbeResult> = results
+            .by_ref()
+            .take(max.max(1))
+            .map(|f| {
+                let mut result = f.result;
+                if let Some(path) = f.path {
+                    result.path_ref = table.number(&path);
+                }
+                result
+            })
+            .collect();
+        if chunk.is_empty() && !out.is_empty() {
+            break;
+        }
+        let ack_routes = routes
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| pb::AckRoute {
+                nic: r.nic,
+                prober_host: r.prober_host,
+                prober_nic: r.prober_nic,
+                src_port: u32::from(r.src_port),
+                path_ref: table.number(&r.path),
+            })
+            .collect();
+        out.push(pb::ResultBatch {
+            host: host.to_string(),
+            incarnation,
+            batch_seq: next_seq.fetch_add(1, Ordering::Relaxed),
+            results: chunk,
+            paths: table.paths,
+            ack_routes,
+        });
+        if results.peek().is_none() {
+            break;
+        }
+    }
+    out
+}
+
+/// Opens the interface transports and builds their engines, naming the interface on error.
+fn engines(
+    config: &DaemonConfig,
+    incarnation: u64,
+) -> Result<Vec<Engine<UdpTransport>>, DaemonError> {
+    let mut engines = Vec::new();
+    for interface in &config.interfaces {
+        let bad = |reason: String| DaemonError::Interface {
+            nic: interface.nic,
+            ip: interface.ip,
+            reason,
+        };
+        let udp = UdpConfig {
+            port: config.probing.port,
+            max_source_sockets: config.probing.max_source_sockets,
+            hardware_tx: config.probing.hardware_tx,
+            tos: config.probing.dscp.map(|d| d << 2),
+            trace: config.path_tracing.enabled,
+            ..UdpConfig::new(interface.ip)
+        };
+        let transport = UdpTransport::new(udp).map_err(|e| bad(e.to_string()))?;
+        match transport.timestamping() {
+            TimestampingSupport::None => tracing::warn!(
+                nic = interface.nic,
+                "the kernel refused SO_TIMESTAMPING: every probe on this interface is measured on the host clock (results say so)"
+            ),
+            _ if !transport.rx_timestamps_ready() => tracing::warn!(
+                nic = interface.nic,
+                "the kernel did not stamp a received packet within 200 ms: the first probes may be measured on the host clock (results say so)"
+            ),
+            support => tracing::info!(nic = interface.nic, ?support, "interface open"),
+        }
+        let qpn = config::qpn_of(interface.id, incarnation);
+        let engine_config = EngineConfig {
+            prober: ProberConfig {
+                timeout_ns: config.probing.timeout_ms.saturating_mul(1_000_000),
+                max_outstanding: config.probing.max_in_flight,
+            },
+            ack_hold: Duration::from_micros(config.probing.ack_hold_us),
+            max_pending_acks: config.probing.max_in_flight,
+            ..EngineConfig::new(qpn, incarnation as u32)
+        };
+        let engine =
+            Engine::new(transport, engine_config, Vec::new()).map_err(|e| bad(e.to_string()))?;
+        engines.push(engine);
+    }
+    Ok(engines)
+}
+
+/// Fetches the pinglist every `refresh` and hands each interface its plan.
+async fn refresh_pinglists(
+    mut controller: Controller,
+    config: Arc<DaemonConfig>,
+    mailboxes: Vec<(u32, IpAddr, Arc<interface::Shared>)>,
+) {
+    let refresh = config.pinglist_refresh();
+    let mut generation = None;
+    // The plan each interface probes: handed over again only when it changed (a new one
+    // restarts the round robin).
+    let mut current: Vec<Option<plan::Plan>> = vec![None; mailboxes.len()];
+    loop {
+        let wait = match controller.pinglist().await {
+            Ok(reply) => {
+                if generation != Some(reply.generation) || reply.unregistered_targets > 0 {
+                    tracing::info!(
+                        generation = reply.generation,
+                        unregistered_targets = reply.unregistered_targets,
+                        "pinglist fetched"
+                    );
+                }
+                generation = Some(reply.generation);
+                for list in &reply.rnics {
+                    if !mailboxes.iter().any(|(nic, _, _)| *nic == list.nic) {
+                        tracing::warn!(
+                            nic = list.nic,
+                            "the pinglist has a NIC this agent has no [[interface]] for"
+                        );
+                    }
+                }
+                for ((nic, ip, shared), current) in mailboxes.iter().zip(current.iter_mut()) {
+                    let plan = match reply.rnics.iter().find(|l| l.nic == *nic) {
+                        Some(list) => plan::plan(*ip, list),
+                        None => plan::Plan::default(),
+                    };
+                    if current.as_ref() == Some(&plan) {
+                        continue;
+                    }
+                    if let Ok(mut slot) = shared.plan.lock() {
+                        *slot = Some(plan.clone());
+                        *current = Some(plan);
+                    }
+                }
+                refresh
+            }
+            Err(status) => {
+                tracing::warn!(
+                    "fetching the pinglist failed ({}: {}); probing the last one meanwhile",
+                    status.code(),
+                    status.message()
+                );
+                refresh.min(PINGLIST_RETRY)
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Batches the waiting results and queues them for delivery.
+fn flush(
+    config: &DaemonConfig,
+    incarnation: u64,
+    next_seq: &AtomicU64,
+    pending: &Mutex<Pending>,
+    delivery: &Delivery,
+    metrics: &Metrics,
+) {
+    let (results, routes) = pending
+        .lock()
+        .map(|mut p| (p.take(), p.take_routes()))
+        .unwrap_or_default();
+    for batch in batches(
+        &config.host,
+        incarnation,
+        next_seq,
+        results,
+        routes,
+        config.upload.max_batch_results,
+    ) {
+        metrics.batches.fetch_add(1, Ordering::Relaxed);
+        delivery.queue(batch, metrics);
+    }
+}
+
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    host: Arc<str>,
+    stop: Arc<Notify>,
+) {
+    use axum::http::header;
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let text = metrics.render(&host);
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    text,
+                )
+            }
+        }),
+    );
+    if let Err(error) = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.notified().await })
+        .await
+    {
+        tracing::error!(%error, "the metrics endpoint stopped");
+    }
+}
+
+/// Hooks for labs and tests; none in production ([`run`]).
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    /// Every result is also sent here as it is queued for upload (dropped when full).
+    pub results: Option<std::sync::mpsc::SyncSender<pb::ProbeResult>>,
+    /// The responders' ACK hold in µs, read by every interface at each step (it replaces
+    /// `probing.ack_hold_us` while the daemon runs): a lab varies a responder's delay.
+    pub ack_hold_us: Option<Arc<AtomicU64>>,
+}
+
+/// Runs the daemon until `stop` is set, then drains (see the module's documentation).
+/// Blocks; creates its own threads and runtime, in the calling thread's network namespace.
+pub fn run(config: &DaemonConfig, stop: Arc<AtomicBool>) -> Result<DaemonSummary, DaemonError> {
+    run_with(config, stop, Hooks::default())
+}
+
+/// [`run`] with lab hooks.
+pub fn run_with(
+    config: &DaemonConfig,
+    stop: Arc<AtomicBool>,
+    hooks: Hooks,
+) -> Result<DaemonSummary, DaemonError> {
+    let config = Arc::new(config.clone());
+    let port_map = config.port_map()?.map(Arc::new);
+    let incarnation = state::next_incarnation(&config.state_dir)?;
+    let nics: Vec<u32> = config.interfaces.iter().map(|i| i.nic).collect();
+    let metrics = Arc::new(Metrics::new(&nics));
+    metrics.incarnation.store(incarnation, Ordering::Relaxed);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("hawkmesh-host-rt")
+        .enable_all()
+        .build()
+        .map_err(|e| DaemonError::Setup(format!("starting the runtime: {e}")))?;
+    let engines = engines(&config, incarnation)?;
+
+    let metrics_stop = Arc::new(Notify::new());
+    if let Some(listen) = config.metrics.listen {
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(listen))
+            .map_err(|e| DaemonError::Setup(format!("metrics.listen {listen}: {e}")))?;
+        runtime.spawn(serve_metrics(
+            listener,
+            metrics.clone(),
+            Arc::from(config.host.as_str()),
+            metrics_stop.clone(),
+        ));
+        tracing::info!(%listen, "serving /metrics");
+    }
+    let bound: Option<SocketAddr> = config.metrics.listen;
+
+    // Answer other agents' probes from now on; probe once a pinglist comes.
+    let pending = Arc::new(Mutex::new(Pending::new(config.upload.max_pending_results)));
+    let mut interfaces: Vec<Interface> = Vec::new();
+    for (index, (engine, section)) in engines.into_iter().zip(&config.interfaces).enumerate() {
+        let tracing = match &port_map {
+            Some(map) => {
+                match trace::Tracer::new(
+                    config.trace_settings(),
+                    map.clone(),
+                    &config.host,
+                    section.nic,
+                ) {
+                    Ok(tracer) => Some((tracer, map.clone())),
+                    Err(reason) => {
+                        stop_interfaces(interfaces);
+                        return Err(DaemonError::Config {
+                            path: config
+                                .path_tracing
+                                .topology
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
+                            reason,
+                        });
+                    }
+                }
+            }
+            None => None,
+        };
+        let settings = Settings {
+            nic: section.nic,
+            timeout: config.probe_timeout(),
+            tracing,
+            ack_hold_us: hooks.ack_hold_us.clone(),
+            tap: hooks.results.clone(),
+        };
+        let started = interface::spawn(settings, engine, metrics.clone(), index, pending.clone())
+            .map_err(|e| DaemonError::Interface {
+                nic: section.nic,
+                ip: section.ip,
+                reason: format!("starting its thread: {e}"),
+            });
+        match started {
+            Ok(i) => interfaces.push(i),
+            Err(e) => {
+                stop_interfaces(interfaces);
+                return Err(e);
+            }
+        }
+    }
+
+    let channel = {
+        let _entered = runtime.enter();
+        uplink::channel(&config.analyzer)
+    };
+    let channel = match channel {
+        Ok(c) => c,
+        Err(e) => {
+            stop_interfaces(interfaces);
+            return Err(e);
+        }
+    };
+    let mut controller =
+        Controller::new(channel, registration(&config, incarnation), metrics.clone());
+    let max_backoff = Duration::from_millis(config.upload.max_backoff_ms);
+    let registered =
+        runtime.block_on(controller.register_until(max_backoff, || stop.load(Ordering::Acquire)));
+    match registered {
+        Ok(Some(reply)) => {
+            let advised = [
+                (
+                    "upload.interval_ms",
+                    config.upload.interval_ms,
+                    reply.upload_interval_ms,
+                ),
+                (
+                    "probing.pinglist_refresh_ms",
+                    config.probing.pinglist_refresh_ms,
+                    reply.pinglist_refresh_ms,
+                ),
+                (
+                    "probing.timeout_ms",
+                    config.probing.timeout_ms,
+                    reply.probe_timeout_ms,
+                ),
+            ];
+            for (key, ours, theirs) in advised {
+                if theirs != 0 && ours != theirs {
+                    tracing::info!(
+                        "{key} = {ours}; the controller advises {theirs} (this agent keeps its configuration)"
+                    );
+                }
+            }
+        }
+        Ok(None) => {
+            stop_interfaces(interfaces);
+            metrics_stop.notify_one();
+            return Ok(DaemonSummary {
+                host: config.host.clone(),
+                incarnation,
+                ..DaemonSummary::default()
+            });
+        }
+        Err(e) => {
+            stop_interfaces(interfaces);
+            metrics_stop.notify_one();
+            return Err(e);
+        }
+    }
+
+    let delivery = Arc::new(Delivery {
+        outbox: Mutex::new(Outbox::new(config.upload.max_buffered_bytes)),
+        wake: Notify::new(),
+    });
+    let next_seq = Arc::new(AtomicU64::new(0));
+    let deliverer = runtime.spawn(uplink::deliver(
+        controller.clone(),
+        delivery.clone(),
+        metrics.clone(),
+        max_backoff,
+    ));
+    let mailboxes = config
+        .interfaces
+        .iter()
+        .zip(&interfaces)
+        .map(|(section, i)| (section.nic, section.ip, i.shared.clone()))
+        .collect();
+    let refresher = runtime.spawn(refresh_pinglists(
+        controller.clone(),
+        config.clone(),
+        mailboxes,
+    ));
+    let batcher = {
+        let (config, next_seq, pending, delivery, metrics) = (
+            config.clone(),
+            next_seq.clone(),
+            pending.clone(),
+            delivery.clone(),
+            metrics.clone(),
+        );
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(config.upload_interval());
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                flush(
+                    &config,
+                    incarnation,
+                    &next_seq,
+                    &pending,
+                    &delivery,
+                    &metrics,
+                );
+            }
+        })
+    };
+    tracing::info!(
+        host = config.host,
+        incarnation,
+        interfaces = interfaces.len(),
+        metrics = ?bound,
+        "host agent running"
+    );
+
+    let mut last_log = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(20));
+        if last_log.elapsed() >= LOG_EVERY {
+            last_log = Instant::now();
+            log_counters(&metrics);
+        }
+    }
+
+    // Stop: no more probes; the ones in flight finish; the last results are batched; the
+    // buffer gets the drain time to reach the analyzer.
+    let deadline = Instant::now() + Duration::from_millis(config.upload.drain_ms);
+    tracing::info!("stopping: finishing the probes in flight, delivering the buffered results");
+    refresher.abort();
+    batcher.abort();
+    let stats = stop_interfaces(interfaces);
+    flush(
+        &config,
+        incarnation,
+        &next_seq,
+        &pending,
+        &delivery,
+        &metrics,
+    );
+    delivery.wake.notify_one();
+    while Instant::now() < deadline
+        && delivery
+            .outbox
+            .lock()
+            .map(|o| !o.is_empty())
+            .unwrap_or(false)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    deliverer.abort();
+    metrics_stop.notify_one();
+    let unsent = delivery.outbox.lock().map(|o| o.results()).unwrap_or(0)
+        + pending.lock().map(|p| p.len() as u64).unwrap_or(0);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let summary = DaemonSummary {
+        host: config.host.clone(),
+        incarnation,
+        probes_sent: stats.iter().map(|s| s.probes_sent).sum(),
+        probes_answered: metrics
+            .interfaces
+            .iter()
+            .map(|m| get(&m.probes_answered))
+            .sum(),
+        probes_timeout: metrics
+            .interfaces
+            .iter()
+            .map(|m| get(&m.probes_timeout))
+            .sum(),
+        probes_not_sent: stats.iter().map(|s| s.probes_not_sent).sum(),
+        results: get(&metrics.results),
+        results_delivered: get(&metrics.results_delivered),
+        results_unsent: unsent,
+        results_dropped: get(&metrics.results_dropped) + get(&metrics.results_dropped_pending),
+        batches: get(&metrics.batches),
+        upload_failures: get(&metrics.uploads_failed),
+    };
+    if summary.undelivered() > 0 {
+        tracing::error!(
+            unsent = summary.results_unsent,
+            dropped = summary.results_dropped,
+            "some results did not reach the analyzer"
+        );
+    }
+    Ok(summary)
+}
+
+/// Stops the interfaces' threads (each finishes its probes in flight) and returns their
+/// engines' counters.
+fn stop_interfaces(interfaces: Vec<Interface>) -> Vec<crate::engine::EngineStats> {
+    for i in &interfaces {
+        i.shared.stop.store(true, Ordering::Release);
+    }
+    interfaces
+        .into_iter()
+        .filter_map(|i| match i.thread.join() {
+            Ok(stats) => Some(stats),
+            Err(_) => {
+                tracing::error!(nic = i.nic, "the interface's thread panicked");
+                None
+            }
+        })
+        .collect()
+}
+
+fn log_counters(metrics: &Metrics) {
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let sum = |f: fn(&metrics::InterfaceMetrics) -> &AtomicU64| -> u64 {
+        metrics.interfaces.iter().map(|m| get(f(m))).sum()
+    };
+    tracing::info!(
+        probes_sent = sum(|m| &m.probes_sent),
+        answered = sum(|m| &m.probes_answered),
+        timeouts = sum(|m| &m.probes_timeout),
+        not_sent = sum(|m| &m.probes_not_sent),
+        results_delivered = get(&metrics.results_delivered),
+        uploads_failed = get(&metrics.uploads_failed),
+        buffered_bytes = get(&metrics.buffered_bytes),
+        batches_dropped = get(&metrics.batches_dropped_full)
+            + get(&metrics.batches_dropped_invalid)
+            + get(&metrics.batches_dropped_too_old),
+        "host agent counters"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(node: &str, port: u32) -> pb::Hop {
+        pb::Hop {
+            node: node.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn results_are_split_into_numbered_batches_and_none_makes_one_empty_batch() {
+        let seq = AtomicU64::new(7);
+        let results: Vec<Finished> = (0..5)
+            .map(|i| Finished {
+                result: pb::ProbeResult {
+                    sent_ns: i,
+                    ..pb::ProbeResult::default()
+                },
+                path: None,
+            })
+            .collect();
+        let made = batches("h0", 3, &seq, results, Vec::new(), 2);
+        let shape: Vec<(u64, usize)> = made
+            .iter()
+            .map(|b| (b.batch_seq, b.results.len()))
+            .collect();
+        assert_eq!(shape, [(7, 2), (8, 2), (9, 1)]);
+        assert!(made.iter().all(|b| b.host == "h0" && b.incarnation == 3));
+        let empty = batches("h0", 3, &seq, Vec::new(), Vec::new(), 2);
+        assert_eq!(empty.len(), 1);
+        assert_eq!((empty[0].batch_seq, empty[0].results.len()), (10, 0));
+        let two = made[0]
+            .results
+            .iter()
+            .map(|r| Finished {
+                result: r.clone(),
+                path: None,
+            })
+            .collect();
+        let exact = batches("h0", 3, &seq, two, Vec::new(), 2);
+        assert_eq!(exact.len(), 1);
+    }
+
+    #[test]
+    fn each_distinct_path_is_once_in_its_batch_and_routes_refer_to_it() {
+        let up: trace::Path = vec![
+            hop("h0", 0),
+            hop("tor0", 2),
+            hop("spine0", 1),
+            hop("tor1", 0),
+        ]
+        .into();
+        let other: trace::Path = vec![hop("h0", 0), hop("tor0", 1)].into();
+        let finished = |path: Option<&trace::Path>| Finished {
+            result: pb::ProbeResult::default(),
+            path: path.cloned(),
+        };
+        let results = vec![
+            finished(Some(&up)),
+            finished(None),
+            finished(Some(&other)),
+            // The same hops in another allocation.
+            finished(Some(&up.to_vec().into())),
+        ];
+        let routes = vec![Route {
+            nic: 0,
+            prober_host: "h3".into(),
+            prober_nic: 1,
+            src_port: 50_000,
+            path: up.clone(),
+        }];
+        let made = batches("h0", 1, &AtomicU64::new(0), results, routes, 10);
+        assert_eq!(made.len(), 1);
+        let b = &made[0];
+        assert_eq!(b.paths.len(), 2);
+        let refs: Vec<u32> = b.results.iter().map(|r| r.path_ref).collect();
+        assert_eq!(refs, [1, 0, 2, 1]);
+        assert_eq!(b.paths[0].hops, up.to_vec());
+        assert_eq!(b.ack_routes.len(), 1);
+        let route = &b.ack_routes[0];
+        assert_eq!(
+            (
+                route.prober_host.as_str(),
+                route.prober_nic,
+                route.src_port,
+                route.path_ref
+            ),
+            ("h3", 1, 50_000, 1)
+        );
+    }
+
+    #[test]
+    fn registration_gives_ipv4_mapped_gids_and_incarnation_qpns() {
+        let config = DaemonConfig::parse(config::tests::MINIMAL, "agent.toml").expect("parses");
+        let r = registration(&config, 5);
+        assert_eq!((r.host.as_str(), r.incarnation), ("h0", 5));
+        assert_eq!(r.rnics.len(), 1);
+        let rnic = &r.rnics[0];
+        assert_eq!(
+            rnic.gid,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1]
+        );
+        assert_eq!(rnic.ip, "10.0.0.1");
+        assert_eq!(rnic.qpn, config::qpn_of(0x0a01, 5));
+        assert_ne!(rnic.qpn, registration(&config, 6).rnics[0].qpn);
+    }
+}
