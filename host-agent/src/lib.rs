@@ -22,7 +22,9 @@
 //! path tracing of the probed 5-tuples under a rate limit; [`rdma_netlink`] finds service
 //! connections in the kernel's RDMA resource dump (the fallback to eBPF);
 //! [`polling_sender`] sends the HAWKEYE polling packet through a raw socket, rate-limited;
-//! [`services`] is where service connections come from (static list, RDMA netlink).
+//! [`services`] is where service connections come from (static list, RDMA netlink);
+//! `verbs` (feature `verbs`, Linux) is the RDMA verbs UD transport with NIC completion
+//! timestamps.
 
 pub mod detector;
 pub mod engine;
@@ -36,6 +38,8 @@ pub mod services;
 pub mod transport;
 #[cfg(target_os = "linux")]
 pub mod udp;
+#[cfg(all(target_os = "linux", feature = "verbs"))]
+pub mod verbs;
 
 pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
 pub use pause::PauseHistory;
