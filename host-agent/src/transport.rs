@@ -37,8 +37,9 @@ pub struct Stamps {
     pub hardware: Option<u64>,
     /// The kernel's software timestamp (ns on the host clock), if it gave one.
     pub software: Option<u64>,
-    /// The host clock when the transport saw the event: for a send, right after the post
-    /// returned; for a reception, when it was read. Always present.
+    /// The host clock when the transport saw the event: for a send, at its post (kernel
+    /// UDP: right after `sendto` returned; verbs: right before the post, since Soft-RoCE
+    /// may transmit inside it); for a reception, when it was read. Always present.
     pub host_ns: u64,
 }
 

@@ -34,8 +34,9 @@
 //!    `hca_core_clock` (kHz) after undoing the wrap at `completion_timestamp_mask`
 //!    ([`TickClock`]): the NIC's own clock, which is all an interval needs since ②→⑤ and
 //!    ③→④ are each taken on one NIC;
-//! 4. a CQ without timestamps → host-clock readings: a send at its post, a receive when
-//!    polled ([`Stamps::host_only`]).
+//! 4. a CQ without timestamps → host-clock readings: a send right before its post (Soft-RoCE
+//!    may transmit inside the post call, so a later reading could follow the answer's
+//!    arrival), a receive when polled ([`Stamps::host_only`]).
 //!
 //! Source ports (the 5-tuple ECMP hashes): a send to port `p` uses an address handle whose
 //! GRH flow label maps to `p` ([`flow_label_for_udp_sport`]; RoCEv2 ports are 0xC000 and
@@ -430,6 +431,7 @@ fn kernel_devices() -> Vec<String> {
 #[derive(Clone, Copy, Debug)]
 struct SendSlot {
     token: u64,
+    /// The host clock right before the post (see [`VerbsTransport::send`]'s body).
     posted_ns: u64,
     ah_key: ([u8; 16], u32),
 }
@@ -886,6 +888,12 @@ impl VerbsTransport {
     /// The port's active MTU (bytes): the largest payload a send takes.
     pub fn mtu(&self) -> usize {
         self.mtu
+    }
+
+    /// The largest payload sent inline (copied into the work request by the post: 0 when
+    /// the device granted no inline data).
+    pub fn max_inline(&self) -> u32 {
+        self.max_inline
     }
 
     /// Where the events' timestamps come from.
@@ -1438,11 +1446,18 @@ impl ProbeTransport for VerbsTransport {
             remote_qkey: self.config.qkey,
         };
         let mut bad = ptr::null_mut();
+        // The host-clock reading of the send is taken *before* the post: Soft-RoCE may put
+        // the packet on the wire inside the call (its requester task can run in the
+        // caller's context, Linux drivers/infiniband/sw/rxe/rxe_verbs.c `rxe_post_send`),
+        // and a vCPU or thread descheduled before the call returns would read a time after
+        // the answer had already been received — ⑤−② shorter than ④−③, a result the
+        // prober must call inconsistent (seen in the VM test). A reading before the post
+        // never follows the departure, so on host clocks ⑤−② ≥ ④−③ (clock rates aside).
+        let posted_ns = host_now_ns();
         // SAFETY: the QP and AH are live; `wr` and `sge` live across the call; the slot's
         // bytes are in the registered send buffer and stay untouched until its completion
         // (the slot is not free until then).
         let rc = unsafe { ffi::ibv_post_send(self.res.qp, &mut wr, &mut bad) };
-        let posted_ns = host_now_ns();
         if rc != 0 {
             return Err(os_error(
                 "ibv_post_send",

@@ -170,11 +170,12 @@ fn open(args: &Args) -> Result<VerbsTransport, String> {
     .map_err(|e| e.to_string())?;
     let local = transport.local_addr();
     println!(
-        "HM local device={} gid_index={} addr={local} qpn={} mtu={}",
+        "HM local device={} gid_index={} addr={local} qpn={} mtu={} inline={}",
         transport.device(),
         transport.gid_index(),
         local.qpn,
-        transport.mtu()
+        transport.mtu(),
+        transport.max_inline()
     );
     println!("HM clock {}", transport.completion_clock());
     Ok(transport)
@@ -270,6 +271,21 @@ fn probe(args: &Args) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let responder = discover(&control, peer_control, deadline)?;
     println!("HM peer addr={responder} qpn={}", responder.qpn);
+    // What a real device must refuse, before anything is sent: a source port no flow
+    // label gives, and a message longer than one MTU.
+    let mut transport = transport;
+    let oversize = vec![0u8; transport.mtu() + 1];
+    for (port, payload) in [(4791u16, &[0u8; 50][..]), (0xC000, &oversize[..])] {
+        match transport.send(&responder, port, payload, u64::MAX) {
+            Ok(_) => {
+                return Err(format!(
+                    "a send from port {port} of {} bytes was posted",
+                    payload.len()
+                ))
+            }
+            Err(e) => println!("HM refused {e}"),
+        }
+    }
     let targets: Vec<ProbeTarget<UdAddr>> = args
         .src_ports
         .iter()
