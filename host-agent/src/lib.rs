@@ -24,9 +24,14 @@
 //! [`polling_sender`] sends the HAWKEYE polling packet through a raw socket, rate-limited;
 //! [`services`] is where service connections come from (static list, RDMA netlink);
 //! `verbs` (feature `verbs`, Linux) is the RDMA verbs UD transport with NIC completion
-//! timestamps.
+//! timestamps; `ebpf` (feature `ebpf`, Linux x86-64) traces the service's RC connections
+//! with kprobes on the kernel verbs, the offsets it needs read by [`btf`] from the kernel's
+//! BTF.
 
+pub mod btf;
 pub mod detector;
+#[cfg(all(target_os = "linux", target_arch = "x86_64", feature = "ebpf"))]
+pub mod ebpf;
 pub mod engine;
 pub mod paths;
 pub mod pause;

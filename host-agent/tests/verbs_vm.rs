@@ -57,12 +57,18 @@ modprobe rdma_rxe || { say "error modprobe rdma_rxe"; finish; }
 rdma link add rxe0 type rxe netdev ens3 || { say "error rdma link add"; finish; }
 say "rxe uptime=$(cut -d' ' -f1 /proc/uptime) $(rdma link show rxe0/1 | tr '\n' ' ')"
 if [ "$ROLE" = respond ]; then
+  # The eBPF service tracer first (ib_core is loaded now), then the RC service it must see.
+  /opt/hawkmesh-qp-trace --seconds 200 > /tmp/trace.txt 2>&1 &
+  TRACE=$!
+  for i in $(seq 1 100); do grep -q "HM trace" /tmp/trace.txt && break; sleep 0.2; done
   timeout 150 ibv_rc_pingpong -d rxe0 -g 1 -s 64 -n 3 > /tmp/rc.txt 2>&1 &
   RC=$!
   /opt/hawkmesh-verbs-probe respond --device rxe0 --seconds 150
   say "exit $?"
   wait $RC
+  sleep 1; kill $TRACE; wait $TRACE
   sed 's/^/HM rc /' /tmp/rc.txt
+  cat /tmp/trace.txt
 else
   tcpdump -i ens3 -nn -l -q -c 400 udp port 4791 > /tmp/ud.txt 2>/dev/null &
   DUMP=$!
@@ -440,9 +446,12 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     let binary = opt.join("hawkmesh-verbs-probe");
     fs::copy(env!("CARGO_BIN_EXE_hawkmesh-verbs-probe"), &binary)
         .unwrap_or_else(|e| fail(format!("copying the probe program: {e}")));
+    let tracer = opt.join("hawkmesh-qp-trace");
+    fs::copy(env!("CARGO_BIN_EXE_hawkmesh-qp-trace"), &tracer)
+        .unwrap_or_else(|e| fail(format!("copying the tracer: {e}")));
     let script = opt.join("test.sh");
     fs::write(&script, GUEST_SCRIPT).unwrap_or_else(|e| fail(format!("{e}")));
-    for path in [&binary, &script] {
+    for path in [&binary, &tracer, &script] {
         fs::set_permissions(path, fs::Permissions::from_mode(0o755))
             .unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
     }
@@ -670,11 +679,40 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
         rc_from_prober.iter().chain(&rc_from_responder).all(|p| *p == expected),
         "RC QPNs {local:#x}/{remote:#x}: expected source port {expected}, wire {rc_from_prober:?} / {rc_from_responder:?}"
     );
+    let responder_rc = lines(responder, "rc");
     assert!(
-        lines(responder, "rc")
-            .iter()
-            .any(|l| l.contains("bytes in")),
+        responder_rc.iter().any(|l| l.contains("bytes in")),
         "the RC server side finished: {}",
+        context()
+    );
+
+    // 6. The eBPF service tracer in the responder's VM (aya, kprobes on the kernel verbs,
+    //    offsets from ib_core's BTF) saw that RC connection made, with the kernel's port,
+    //    and destroyed.
+    assert!(
+        lines(responder, "trace-error").is_empty(),
+        "the tracer could not run: {}",
+        context()
+    );
+    assert_eq!(lines(responder, "trace ready").len(), 1, "{}", context());
+    let server_qpn = pingpong_qpn(&responder_rc, "local address");
+    let client_qpn = pingpong_qpn(&responder_rc, "remote address");
+    assert_eq!((server_qpn, client_qpn), (remote, local));
+    let connects = lines(responder, "trace connect");
+    assert_eq!(
+        connects,
+        [format!(
+            "qpn={server_qpn:#x} dest_qpn={client_qpn:#x} dgid=::ffff:{PROBER_IP} \
+             flow_label=0x0 src_port={expected} local={RESPONDER_IP} remote={PROBER_IP}"
+        )],
+        "{}",
+        context()
+    );
+    assert!(
+        lines(responder, "trace destroy")
+            .iter()
+            .any(|l| *l == format!("qpn={server_qpn:#x}")),
+        "no destroy of QP {server_qpn:#x}: {}",
         context()
     );
 
