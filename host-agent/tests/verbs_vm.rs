@@ -60,7 +60,9 @@ if [ "$ROLE" = respond ]; then
   # The eBPF service tracer first (ib_core is loaded now), then the RC service it must see.
   /opt/hawkmesh-qp-trace --seconds 200 > /tmp/trace.txt 2>&1 &
   TRACE=$!
-  for i in $(seq 1 100); do grep -q "HM trace" /tmp/trace.txt && break; sleep 0.2; done
+  for i in $(seq 1 300); do grep -q "HM trace" /tmp/trace.txt && break; sleep 0.2; done
+  grep -q "HM trace" /tmp/trace.txt || say "error the tracer printed nothing in 60 s"
+  say "tracer uptime=$(cut -d' ' -f1 /proc/uptime)"
   timeout 150 ibv_rc_pingpong -d rxe0 -g 1 -s 64 -n 3 > /tmp/rc.txt 2>&1 &
   RC=$!
   /opt/hawkmesh-verbs-probe respond --device rxe0 --seconds 150
@@ -719,7 +721,7 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     rtts.sort_unstable();
     eprintln!(
         "verbs VM lab: rootfs {rootfs_s:.1} s, image {:.1} s, VMs {vms_s:.1} s (script start at \
-         uptime {:.1}/{:.1} s, rxe up at {:.1}/{:.1} s); probe RTT through rxe (host clocks, \
+         uptime {:.1}/{:.1} s, rxe up at {:.1}/{:.1} s, tracer loaded at {:.1} s); probe RTT through rxe (host clocks, \
          TCG) min {} µs, median {} µs, max {} µs; UD source ports on the wire {prober_port} \
          (prober QP {prober_qpn:#x}) and {responder_port} (responder QP {responder_qpn:#x}), \
          asked {SRC_PORTS:?}; RC QPs {local:#x}/{remote:#x} on port {expected}; total {:.1} s",
@@ -728,6 +730,7 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
         up(responder, "up"),
         up(prober, "rxe"),
         up(responder, "rxe"),
+        up(responder, "tracer"),
         rtts[0] / 1_000,
         rtts[rtts.len() / 2] / 1_000,
         rtts[rtts.len() - 1] / 1_000,
