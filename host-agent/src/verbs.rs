@@ -617,6 +617,89 @@ fn open_device(wanted: Option<&str>) -> Result<Opened, VerbsError> {
     result
 }
 
+/// An opened device port: the context (in `res`), its RoCE v2 GID and MTU.
+struct Port {
+    res: Resources,
+    name: String,
+    gid_index: u32,
+    gid: [u8; 16],
+    mtu: usize,
+    mtu_code: u32,
+    dev_attr: ffi::ibv_device_attr_ex,
+}
+
+/// Opens the configured device, checks its port (active, Ethernet), finds the GID and
+/// reads the device's attributes.
+fn open_port(config: &VerbsConfig) -> Result<Port, VerbsError> {
+    check_library()?;
+    let opened = open_device(config.device.as_deref())?;
+    let res = Resources {
+        context: opened.context,
+        pd: ptr::null_mut(),
+        channel: ptr::null_mut(),
+        cq: ptr::null_mut(),
+        qp: ptr::null_mut(),
+        send_mr: ptr::null_mut(),
+        recv_mr: ptr::null_mut(),
+        ahs: HashMap::new(),
+    };
+    let name = opened.name;
+    let port = config.port;
+    let place = format!("{name} port {port}");
+
+    // The port: active, Ethernet, its MTU.
+    // SAFETY: a zeroed ibv_port_attr is a valid out-parameter (plain integers).
+    let mut port_attr: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the context is open; `port_attr` is a valid out-pointer.
+    let rc = unsafe { ffi::ibv_query_port(res.context, port, &mut port_attr) };
+    if rc != 0 {
+        return Err(os_error("ibv_query_port", &place, rc).into());
+    }
+    if port_attr.state != ffi::ibv_port_state::IBV_PORT_ACTIVE {
+        return Err(VerbsError::NoDevice(format!(
+            "{place} is not active (port state {})",
+            port_attr.state
+        )));
+    }
+    if port_attr.link_layer != LINK_LAYER_ETHERNET {
+        return Err(VerbsError::NoDevice(format!(
+            "{place} is not RoCE (link layer {}, Ethernet is {LINK_LAYER_ETHERNET})",
+            port_attr.link_layer
+        )));
+    }
+    let mtu = mtu_bytes(port_attr.active_mtu).ok_or_else(|| TransportError::Invalid {
+        place: place.clone(),
+        reason: format!("active MTU code {} is not 1..=5", port_attr.active_mtu),
+    })?;
+
+    // The GID.
+    let (gid_index, gid) = find_gid(
+        res.context,
+        port,
+        port_attr.gid_tbl_len,
+        config.gid_index,
+        &place,
+    )?;
+
+    // The device's attributes (timestamp capabilities).
+    // SAFETY: zeroed ibv_device_attr_ex is a valid out-parameter (integers and arrays).
+    let mut dev_attr: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+    // SAFETY: the context is open; a null input is allowed (verbs.h ibv_query_device_ex).
+    let rc = unsafe { ffi::ibv_query_device_ex(res.context, ptr::null(), &mut dev_attr) };
+    if rc != 0 {
+        return Err(os_error("ibv_query_device_ex", &name, rc).into());
+    }
+    Ok(Port {
+        res,
+        name,
+        gid_index,
+        gid,
+        mtu,
+        mtu_code: port_attr.active_mtu,
+        dev_attr,
+    })
+}
+
 impl VerbsTransport {
     /// Opens the device and port, finds the GID, and sets up the UD queue pair, its
     /// completion queue (with the best completion timestamps the device has) and buffers.
@@ -625,64 +708,15 @@ impl VerbsTransport {
     /// without a usable device, otherwise the failing verb and its place.
     pub fn open(config: VerbsConfig) -> Result<Self, VerbsError> {
         config.validate()?;
-        check_library()?;
-        let opened = open_device(config.device.as_deref())?;
-        let mut res = Resources {
-            context: opened.context,
-            pd: ptr::null_mut(),
-            channel: ptr::null_mut(),
-            cq: ptr::null_mut(),
-            qp: ptr::null_mut(),
-            send_mr: ptr::null_mut(),
-            recv_mr: ptr::null_mut(),
-            ahs: HashMap::new(),
-        };
-        let name = opened.name;
-        let port = config.port;
-        let place = format!("{name} port {port}");
-
-        // The port: active, Ethernet, its MTU.
-        // SAFETY: a zeroed ibv_port_attr is a valid out-parameter (plain integers).
-        let mut port_attr: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: the context is open; `port_attr` is a valid out-pointer.
-        let rc = unsafe { ffi::ibv_query_port(res.context, port, &mut port_attr) };
-        if rc != 0 {
-            return Err(os_error("ibv_query_port", &place, rc).into());
-        }
-        if port_attr.state != ffi::ibv_port_state::IBV_PORT_ACTIVE {
-            return Err(VerbsError::NoDevice(format!(
-                "{place} is not active (port state {})",
-                port_attr.state
-            )));
-        }
-        if port_attr.link_layer != LINK_LAYER_ETHERNET {
-            return Err(VerbsError::NoDevice(format!(
-                "{place} is not RoCE (link layer {}, Ethernet is {LINK_LAYER_ETHERNET})",
-                port_attr.link_layer
-            )));
-        }
-        let mtu = mtu_bytes(port_attr.active_mtu).ok_or_else(|| TransportError::Invalid {
-            place: place.clone(),
-            reason: format!("active MTU code {} is not 1..=5", port_attr.active_mtu),
-        })?;
-
-        // The GID.
-        let (gid_index, gid) = find_gid(
-            res.context,
-            port,
-            port_attr.gid_tbl_len,
-            config.gid_index,
-            &place,
-        )?;
-
-        // The device's timestamp capabilities.
-        // SAFETY: zeroed ibv_device_attr_ex is a valid out-parameter (integers and arrays).
-        let mut dev_attr: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
-        // SAFETY: the context is open; a null input is allowed (verbs.h ibv_query_device_ex).
-        let rc = unsafe { ffi::ibv_query_device_ex(res.context, ptr::null(), &mut dev_attr) };
-        if rc != 0 {
-            return Err(os_error("ibv_query_device_ex", &name, rc).into());
-        }
+        let Port {
+            mut res,
+            name,
+            gid_index,
+            gid,
+            mtu,
+            mtu_code: _,
+            dev_attr,
+        } = open_port(&config)?;
 
         // SAFETY: the context is open.
         res.pd = unsafe { ffi::ibv_alloc_pd(res.context) };
@@ -1497,6 +1531,346 @@ impl ProbeTransport for VerbsTransport {
         self.wait_for_completions(wait)?;
         self.drain(MAX_EVENTS_PER_POLL, events)?;
         Ok(())
+    }
+}
+
+/// One end of a reliable connection: what the peer needs to connect to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RcEndpoint {
+    /// The port GID.
+    pub gid: [u8; 16],
+    /// The RC queue pair number.
+    pub qpn: u32,
+    /// Its first packet sequence number (24 bits).
+    pub psn: u32,
+}
+
+/// An RC queue pair connected to one peer with a chosen GRH flow label: a service
+/// connection for labs (the Soft-RoCE test's flow label → UDP source port check on the
+/// wire, and something for the eBPF tracer to see), not used by probing. Created in INIT
+/// with one receive posted; [`Self::connect`] takes it to RTR and RTS (IBTA 10.3.1; the
+/// attributes `ibv_rc_pingpong` uses); [`Self::exchange`] sends or answers one message.
+pub struct RcConnection {
+    device: String,
+    port: u8,
+    gid_index: u32,
+    mtu_code: u32,
+    local: RcEndpoint,
+    res: Resources,
+    /// Slot 0 sends, slot 1 receives (64 bytes each), registered as `send_mr`.
+    buf: Box<[u8]>,
+    /// Bytes of the last message received.
+    received_len: usize,
+}
+
+// SAFETY: as for `VerbsTransport`: libibverbs objects may be used from any thread, and
+// the connection owns them alone behind `&mut self`.
+unsafe impl Send for RcConnection {}
+
+impl fmt::Debug for RcConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RcConnection")
+            .field("device", &self.device)
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+const RC_SLOT: usize = 64;
+
+impl RcConnection {
+    /// Opens the device and port of `config` (device, port, GID index) and creates the RC
+    /// queue pair in INIT with one receive posted.
+    pub fn create(config: &VerbsConfig) -> Result<Self, VerbsError> {
+        config.validate()?;
+        let Port {
+            mut res,
+            name,
+            gid_index,
+            gid,
+            mtu: _,
+            mtu_code,
+            dev_attr,
+        } = open_port(config)?;
+        let place = format!("{name} port {}", config.port);
+        // SAFETY: the context is open.
+        res.pd = unsafe { ffi::ibv_alloc_pd(res.context) };
+        if res.pd.is_null() {
+            return Err(os_error("ibv_alloc_pd", &name, errno()).into());
+        }
+        let (cq, _) = create_cq(&res, 8, &dev_attr, false, &name)?;
+        res.cq = cq;
+        let mut buf = vec![0u8; 2 * RC_SLOT].into_boxed_slice();
+        // SAFETY: the PD is live; `buf` is owned by the connection, its heap block never
+        // moves and outlives the MR (`res` is declared before `buf`, so its drop, which
+        // deregisters the MR, runs first).
+        res.send_mr = unsafe {
+            ffi::ibv_reg_mr(
+                res.pd,
+                buf.as_mut_ptr().cast::<c_void>(),
+                buf.len(),
+                ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as c_int,
+            )
+        };
+        if res.send_mr.is_null() {
+            return Err(os_error("ibv_reg_mr", format!("{name} RC buffer"), errno()).into());
+        }
+        // SAFETY: the CQ is live.
+        let cq = unsafe { ffi::ibv_cq_ex_to_cq(res.cq) };
+        // SAFETY: a zeroed ibv_qp_init_attr is valid (null pointers, zero numbers).
+        let mut init: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.cap.max_send_wr = 2;
+        init.cap.max_recv_wr = 2;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        init.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
+        // SAFETY: the PD and CQ are live; `init` is initialised.
+        res.qp = unsafe { ffi::ibv_create_qp(res.pd, &mut init) };
+        if res.qp.is_null() {
+            return Err(os_error("ibv_create_qp (RC)", &place, errno()).into());
+        }
+        // SAFETY: the QP is live.
+        let qpn = unsafe { (*res.qp).qp_num };
+        let psn = (host_now_ns() as u32) & 0x00FF_FFFF;
+        let mut connection = RcConnection {
+            device: name,
+            port: config.port,
+            gid_index,
+            mtu_code,
+            local: RcEndpoint { gid, qpn, psn },
+            res,
+            buf,
+            received_len: 0,
+        };
+        use ffi::ibv_qp_attr_mask as m;
+        // SAFETY: a zeroed ibv_qp_attr is valid; only the masked fields are read.
+        let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ffi::ibv_qp_state::IBV_QPS_INIT;
+        attr.pkey_index = 0;
+        attr.port_num = connection.port;
+        attr.qp_access_flags = 0;
+        connection.modify(
+            &mut attr,
+            m::IBV_QP_STATE.0
+                | m::IBV_QP_PKEY_INDEX.0
+                | m::IBV_QP_PORT.0
+                | m::IBV_QP_ACCESS_FLAGS.0,
+            "INIT",
+        )?;
+        connection.post_recv()?;
+        Ok(connection)
+    }
+
+    /// What the peer needs to connect to this end.
+    pub fn local(&self) -> RcEndpoint {
+        self.local
+    }
+
+    fn modify(
+        &mut self,
+        attr: &mut ffi::ibv_qp_attr,
+        mask: u32,
+        state: &str,
+    ) -> Result<(), TransportError> {
+        // SAFETY: the QP is live, `attr` initialised, the mask names what is set.
+        let rc = unsafe { ffi::ibv_modify_qp(self.res.qp, attr, mask as c_int) };
+        if rc != 0 {
+            return Err(TransportError::Os {
+                op: "ibv_modify_qp",
+                place: format!("{} RC QP {:#x} to {state}", self.device, self.local.qpn),
+                errno: rc,
+            });
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self) -> Result<(), TransportError> {
+        let mut sge = ffi::ibv_sge {
+            addr: self.buf[RC_SLOT..].as_mut_ptr() as u64,
+            length: RC_SLOT as u32,
+            // SAFETY: the MR is live.
+            lkey: unsafe { (*self.res.send_mr).lkey },
+        };
+        // SAFETY: a zeroed ibv_recv_wr is valid.
+        let mut wr: ffi::ibv_recv_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = 1;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and `sge` live across the call; slot 1 is in the
+        // registered buffer and no other receive uses it.
+        let rc = unsafe { ffi::ibv_post_recv(self.res.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(os_error(
+                "ibv_post_recv",
+                format!("{} RC QP {:#x}", self.device, self.local.qpn),
+                rc,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to `peer` with the GRH `flow_label` (0: the stack derives one from both
+    /// QPNs): RTR (path MTU of the port, the peer's QPN and PSN, the address vector with
+    /// the label) then RTS.
+    pub fn connect(&mut self, peer: RcEndpoint, flow_label: u32) -> Result<(), TransportError> {
+        if flow_label > hawkmesh_wire::roce::FLOW_LABEL_MASK {
+            return Err(TransportError::Invalid {
+                place: format!("flow label of RC QP {:#x}", self.local.qpn),
+                reason: format!("{flow_label:#x} is more than 20 bits"),
+            });
+        }
+        use ffi::ibv_qp_attr_mask as m;
+        // SAFETY: a zeroed ibv_qp_attr is valid; only the masked fields are read.
+        let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
+        attr.path_mtu = self.mtu_code;
+        attr.dest_qp_num = peer.qpn;
+        attr.rq_psn = peer.psn & 0x00FF_FFFF;
+        attr.max_dest_rd_atomic = 1;
+        attr.min_rnr_timer = 12;
+        attr.ah_attr.is_global = 1;
+        attr.ah_attr.port_num = self.port;
+        attr.ah_attr.grh.dgid = ffi::ibv_gid { raw: peer.gid };
+        attr.ah_attr.grh.sgid_index = self.gid_index as u8;
+        attr.ah_attr.grh.flow_label = flow_label;
+        attr.ah_attr.grh.hop_limit = 64;
+        self.modify(
+            &mut attr,
+            m::IBV_QP_STATE.0
+                | m::IBV_QP_AV.0
+                | m::IBV_QP_PATH_MTU.0
+                | m::IBV_QP_DEST_QPN.0
+                | m::IBV_QP_RQ_PSN.0
+                | m::IBV_QP_MAX_DEST_RD_ATOMIC.0
+                | m::IBV_QP_MIN_RNR_TIMER.0,
+            "RTR",
+        )?;
+        // SAFETY: as above.
+        let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RTS;
+        attr.timeout = 14;
+        attr.retry_cnt = 7;
+        attr.rnr_retry = 7;
+        attr.sq_psn = self.local.psn;
+        attr.max_rd_atomic = 1;
+        self.modify(
+            &mut attr,
+            m::IBV_QP_STATE.0
+                | m::IBV_QP_TIMEOUT.0
+                | m::IBV_QP_RETRY_CNT.0
+                | m::IBV_QP_RNR_RETRY.0
+                | m::IBV_QP_SQ_PSN.0
+                | m::IBV_QP_MAX_QP_RD_ATOMIC.0,
+            "RTS",
+        )
+    }
+
+    fn post_send(&mut self, message: &[u8]) -> Result<(), TransportError> {
+        let len = message.len().min(RC_SLOT);
+        self.buf[..len].copy_from_slice(&message[..len]);
+        let mut sge = ffi::ibv_sge {
+            addr: self.buf.as_mut_ptr() as u64,
+            length: len as u32,
+            // SAFETY: the MR is live.
+            lkey: unsafe { (*self.res.send_mr).lkey },
+        };
+        // SAFETY: a zeroed ibv_send_wr is valid.
+        let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = 0;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and `sge` live across the call; slot 0 stays
+        // untouched until the send completes (`exchange` waits for it).
+        let rc = unsafe { ffi::ibv_post_send(self.res.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(os_error(
+                "ibv_post_send",
+                format!("{} RC QP {:#x}", self.device, self.local.qpn),
+                rc,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits (polling every millisecond) until the completion `wr_id` comes, at most
+    /// until `deadline`.
+    fn wait_for(&mut self, wr_id: u64, deadline: std::time::Instant) -> Result<(), TransportError> {
+        let place = || format!("{} RC QP {:#x}", self.device, self.local.qpn);
+        loop {
+            let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
+            // SAFETY: the CQ is live; one completion per start/end pair (see `drain`).
+            let rc = unsafe { ffi::ibv_start_poll(self.res.cq, &mut attr) };
+            if rc == 0 {
+                // SAFETY: positioned on a completion until end_poll; the CQ has BYTE_LEN.
+                let (id, status, len) = unsafe {
+                    (
+                        (*self.res.cq).wr_id,
+                        (*self.res.cq).status,
+                        ffi::ibv_wc_read_byte_len(self.res.cq),
+                    )
+                };
+                if id == 1 {
+                    self.received_len = (len as usize).min(RC_SLOT);
+                }
+                // SAFETY: ends the poll started above.
+                unsafe { ffi::ibv_end_poll(self.res.cq) };
+                if status != ffi::ibv_wc_status::IBV_WC_SUCCESS {
+                    return Err(TransportError::Invalid {
+                        place: place(),
+                        reason: format!(
+                            "{} completion: {}",
+                            if id == 0 { "send" } else { "receive" },
+                            status_text(status)
+                        ),
+                    });
+                }
+                if id == wr_id {
+                    return Ok(());
+                }
+                continue;
+            }
+            if rc != libc::ENOENT {
+                return Err(os_error("ibv_start_poll", place(), rc));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(TransportError::Invalid {
+                    place: place(),
+                    reason: format!(
+                        "no {} completion in time",
+                        if wr_id == 0 { "send" } else { "receive" }
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// One round trip on the connection, within `timeout`: the client sends `message` and
+    /// waits for the answer; the server waits for a message and sends `message` back.
+    /// Returns the message received. Messages are at most 64 bytes (longer ones are cut).
+    pub fn exchange(
+        &mut self,
+        client: bool,
+        message: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, TransportError> {
+        let deadline = std::time::Instant::now() + timeout;
+        if client {
+            self.post_send(message)?;
+            self.wait_for(0, deadline)?;
+            self.wait_for(1, deadline)?;
+        } else {
+            self.wait_for(1, deadline)?;
+            self.post_send(message)?;
+            self.wait_for(0, deadline)?;
+        }
+        Ok(self.buf[RC_SLOT..RC_SLOT + self.received_len].to_vec())
     }
 }
 

@@ -26,6 +26,9 @@ const PACKAGES: &str = "linux-image-amd64,initramfs-tools,rdma-core,ibverbs-util
 const SUITE: &str = "bookworm";
 const PROBES: usize = 12;
 const SRC_PORTS: [u16; 3] = [0xC001, 0xD00D, 0xFFFF];
+/// The GRH flow label of the second RC connection (`hawkmesh-verbs-probe rc-serve` /
+/// `rc-connect`, both ends): 0x1234, which maps to UDP source port 0xD234.
+const RC_FLOW_LABEL: u32 = 0x1234;
 const PROBER_IP: &str = "10.77.0.1";
 const RESPONDER_IP: &str = "10.77.0.2";
 /// Both VMs must have powered off by then.
@@ -46,6 +49,7 @@ for arg in $(cat /proc/cmdline); do
     hm_peer=*) PEER="${arg#hm_peer=}" ;;
     hm_probes=*) PROBES="${arg#hm_probes=}" ;;
     hm_ports=*) PORTS="${arg#hm_ports=}" ;;
+    hm_flow=*) FLOW="${arg#hm_flow=}" ;;
   esac
 done
 say() { echo "HM $*"; }
@@ -65,11 +69,16 @@ if [ "$ROLE" = respond ]; then
   say "tracer uptime=$(cut -d' ' -f1 /proc/uptime)"
   timeout 150 ibv_rc_pingpong -d rxe0 -g 1 -s 64 -n 3 > /tmp/rc.txt 2>&1 &
   RC=$!
+  /opt/hawkmesh-verbs-probe rc-serve --device rxe0 --control-port 18601 \
+    --flow-label "$FLOW" --seconds 150 > /tmp/rcfl.txt 2>&1 &
+  RCFL=$!
   /opt/hawkmesh-verbs-probe respond --device rxe0 --seconds 150
   say "exit $?"
   wait $RC
+  wait $RCFL
   sleep 1; kill $TRACE; wait $TRACE
   sed 's/^/HM rc /' /tmp/rc.txt
+  cat /tmp/rcfl.txt
   cat /tmp/trace.txt
 else
   tcpdump -i ens3 -nn -l -q -c 400 udp port 4791 > /tmp/ud.txt 2>/dev/null &
@@ -91,6 +100,14 @@ else
   sleep 1; kill $DUMP; wait $DUMP
   sed 's/^/HM rc /' /tmp/rc.txt
   sed 's/^/HM wire-rc /' /tmp/rcw.txt
+  # A second RC connection whose QPs both set a flow label.
+  tcpdump -i ens3 -nn -l -q -c 400 udp port 4791 > /tmp/flw.txt 2>/dev/null &
+  DUMP=$!
+  sleep 2
+  /opt/hawkmesh-verbs-probe rc-connect --device rxe0 --peer "$PEER" --control-port 18601 \
+    --flow-label "$FLOW" --seconds 60
+  sleep 1; kill $DUMP; wait $DUMP
+  sed 's/^/HM wire-fl /' /tmp/flw.txt
 fi
 finish
 "#;
@@ -484,7 +501,10 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
             &image,
             (port_b, port_a),
             "52:54:00:77:00:02",
-            &format!("hm_role=respond hm_ip={RESPONDER_IP} hm_peer={PROBER_IP}"),
+            &format!(
+                "hm_role=respond hm_ip={RESPONDER_IP} hm_peer={PROBER_IP} \
+                 hm_flow={RC_FLOW_LABEL:#x}"
+            ),
         ),
         boot(
             "prober",
@@ -495,7 +515,7 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
             "52:54:00:77:00:01",
             &format!(
                 "hm_role=probe hm_ip={PROBER_IP} hm_peer={RESPONDER_IP} hm_probes={PROBES} \
-                 hm_ports={ports}"
+                 hm_ports={ports} hm_flow={RC_FLOW_LABEL:#x}"
             ),
         ),
     ];
@@ -688,9 +708,55 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
         context()
     );
 
-    // 6. The eBPF service tracer in the responder's VM (aya, kprobes on the kernel verbs,
-    //    offsets from ib_core's BTF) saw that RC connection made, with the kernel's port,
-    //    and destroyed.
+    // 6. An RC connection whose QPs both set flow label 0x1234 (verbs::RcConnection): rxe
+    //    honours a connected QP's label (unlike a UD address handle's), so both ends' packets
+    //    leave from flow_label_to_udp_sport(0x1234) = 0xD234, not the QPN-derived port.
+    let fl = lines(prober, "rc-fl");
+    let fl_responder = lines(responder, "rc-fl");
+    assert_eq!((fl.len(), fl_responder.len()), (1, 1), "{}", context());
+    assert!(
+        fl[0].ends_with("received=\"hawkmesh rc pong\""),
+        "{}",
+        fl[0]
+    );
+    assert!(
+        fl_responder[0].ends_with("received=\"hawkmesh rc ping\""),
+        "{}",
+        fl_responder[0]
+    );
+    let fl_local = number(fl[0], "local_qpn") as u32;
+    let fl_remote = number(fl[0], "remote_qpn") as u32;
+    assert_eq!(number(fl[0], "flow_label"), u64::from(RC_FLOW_LABEL));
+    assert_eq!(
+        (
+            number(fl_responder[0], "local_qpn") as u32,
+            number(fl_responder[0], "remote_qpn") as u32
+        ),
+        (fl_remote, fl_local)
+    );
+    let labelled = flow_label_to_udp_sport(RC_FLOW_LABEL);
+    assert_eq!(labelled, 0xD234);
+    let fl_wire = lines(prober, "wire-fl");
+    let fl_from_prober = wire_ports(&fl_wire, PROBER_IP);
+    let fl_from_responder = wire_ports(&fl_wire, RESPONDER_IP);
+    assert!(
+        !fl_from_prober.is_empty() && !fl_from_responder.is_empty(),
+        "{fl_wire:?}"
+    );
+    assert!(
+        fl_from_prober
+            .iter()
+            .chain(&fl_from_responder)
+            .all(|p| *p == labelled),
+        "flow label {RC_FLOW_LABEL:#x}: expected source port {labelled}, wire {fl_from_prober:?} \
+         / {fl_from_responder:?} (QPN-derived: {})",
+        udp_sport(0, fl_local, fl_remote)
+    );
+    assert_ne!(udp_sport(0, fl_local, fl_remote), labelled);
+
+    // 7. The eBPF service tracer in the responder's VM (aya, kprobes on the kernel verbs,
+    //    offsets from ib_core's BTF) saw both RC connections made, with their flow labels
+    //    and the ports the wire shows, and destroyed.
     assert!(
         lines(responder, "trace-error").is_empty(),
         "the tracer could not run: {}",
@@ -700,23 +766,30 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     let server_qpn = pingpong_qpn(&responder_rc, "local address");
     let client_qpn = pingpong_qpn(&responder_rc, "remote address");
     assert_eq!((server_qpn, client_qpn), (remote, local));
-    let connects = lines(responder, "trace connect");
-    assert_eq!(
-        connects,
-        [format!(
+    let mut connects = lines(responder, "trace connect");
+    connects.sort_unstable();
+    let mut wanted = vec![
+        format!(
             "qpn={server_qpn:#x} dest_qpn={client_qpn:#x} dgid=::ffff:{PROBER_IP} \
              flow_label=0x0 src_port={expected} local={RESPONDER_IP} remote={PROBER_IP}"
-        )],
-        "{}",
-        context()
-    );
-    assert!(
-        lines(responder, "trace destroy")
-            .iter()
-            .any(|l| *l == format!("qpn={server_qpn:#x}")),
-        "no destroy of QP {server_qpn:#x}: {}",
-        context()
-    );
+        ),
+        format!(
+            "qpn={fl_remote:#x} dest_qpn={fl_local:#x} dgid=::ffff:{PROBER_IP} \
+             flow_label={RC_FLOW_LABEL:#x} src_port={labelled} local={RESPONDER_IP} \
+             remote={PROBER_IP}"
+        ),
+    ];
+    wanted.sort_unstable();
+    assert_eq!(connects, wanted, "{}", context());
+    for qpn in [server_qpn, fl_remote] {
+        assert!(
+            lines(responder, "trace destroy")
+                .iter()
+                .any(|l| *l == format!("qpn={qpn:#x}")),
+            "no destroy of QP {qpn:#x}: {}",
+            context()
+        );
+    }
 
     rtts.sort_unstable();
     eprintln!(
@@ -724,7 +797,8 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
          uptime {:.1}/{:.1} s, rxe up at {:.1}/{:.1} s, tracer loaded at {:.1} s); probe RTT through rxe (host clocks, \
          TCG) min {} µs, median {} µs, max {} µs; UD source ports on the wire {prober_port} \
          (prober QP {prober_qpn:#x}) and {responder_port} (responder QP {responder_qpn:#x}), \
-         asked {SRC_PORTS:?}; RC QPs {local:#x}/{remote:#x} on port {expected}; total {:.1} s",
+         asked {SRC_PORTS:?}; RC QPs {local:#x}/{remote:#x} on port {expected}, RC with flow \
+         label {RC_FLOW_LABEL:#x} on port {labelled}; total {:.1} s",
         image_s - rootfs_s,
         up(prober, "up"),
         up(responder, "up"),

@@ -5,7 +5,13 @@
 //! hawkmesh-verbs-probe respond [--device D] [--gid-index N] [--control-port P] [--seconds S]
 //! hawkmesh-verbs-probe probe --peer IPV4 [--device D] [--gid-index N] [--control-port P]
 //!                      [--probes N] [--interval-ms MS] [--src-ports P,P,...] [--seconds S]
+//! hawkmesh-verbs-probe rc-serve [--flow-label L] [--device D] [--control-port P] [--seconds S]
+//! hawkmesh-verbs-probe rc-connect --peer IPV4 [--flow-label L] [--device D] [--control-port P]
 //! ```
+//!
+//! `rc-serve`/`rc-connect` open one RC connection with the GRH flow label `L` on both ends
+//! (`verbs::RcConnection`) and exchange one message on it: a service connection for the
+//! flow label → UDP source port check on the wire and for the eBPF tracer.
 //!
 //! The two sides learn each other's UD address over a kernel UDP exchange on the control
 //! port (the prober asks `HELLO`, the responder answers `QPN <qpn> GID <gid>`; `DONE` ends
@@ -20,17 +26,27 @@ use std::time::{Duration, Instant};
 
 use hawkmesh_host_agent::engine::{Engine, EngineConfig, ProbeReport, ProbeTarget};
 use hawkmesh_host_agent::transport::{ProbeTransport, TransportError, TransportEvent};
-use hawkmesh_host_agent::verbs::{UdAddr, VerbsConfig, VerbsTransport};
+use hawkmesh_host_agent::verbs::{RcConnection, RcEndpoint, UdAddr, VerbsConfig, VerbsTransport};
 use hawkmesh_host_agent::{ProbeOutcome, ProberConfig};
 use hawkmesh_wire::probe::{ProbeKind, ProbeRepr};
 
-const USAGE: &str = "usage: hawkmesh-verbs-probe respond|probe [--peer IPV4] [--device D] \
-                     [--gid-index N] [--control-port P] [--probes N] [--interval-ms MS] \
-                     [--src-ports P,P,...] [--seconds S]";
+const USAGE: &str = "usage: hawkmesh-verbs-probe respond|probe|rc-serve|rc-connect \
+                     [--peer IPV4] [--device D] [--gid-index N] [--control-port P] \
+                     [--probes N] [--interval-ms MS] [--src-ports P,P,...] [--flow-label L] \
+                     [--seconds S]";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Probe,
+    Respond,
+    RcServe,
+    RcConnect,
+}
 
 #[derive(Debug)]
 struct Args {
-    probe: bool,
+    role: Role,
+    flow_label: u32,
     peer: Option<Ipv4Addr>,
     device: Option<String>,
     gid_index: Option<u32>,
@@ -43,13 +59,20 @@ struct Args {
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let role = args.next().ok_or("no role given")?;
-    let probe = match role.as_str() {
-        "probe" => true,
-        "respond" => false,
-        other => return Err(format!("role {other:?}: not probe or respond")),
+    let role = match role.as_str() {
+        "probe" => Role::Probe,
+        "respond" => Role::Respond,
+        "rc-serve" => Role::RcServe,
+        "rc-connect" => Role::RcConnect,
+        other => {
+            return Err(format!(
+                "role {other:?}: not probe, respond, rc-serve or rc-connect"
+            ))
+        }
     };
     let mut parsed = Args {
-        probe,
+        role,
+        flow_label: 0,
         peer: None,
         device: None,
         gid_index: None,
@@ -85,11 +108,22 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
             }
             "--seconds" => parsed.seconds = value.parse().map_err(|e| bad(&e))?,
+            "--flow-label" => {
+                let label = match value.strip_prefix("0x") {
+                    Some(hex) => u32::from_str_radix(hex, 16),
+                    None => value.parse(),
+                }
+                .map_err(|e| bad(&e))?;
+                if label > 0xF_FFFF {
+                    return Err(bad(&"a flow label has 20 bits"));
+                }
+                parsed.flow_label = label;
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if parsed.probe && parsed.peer.is_none() {
-        return Err("probe: --peer is required".into());
+    if matches!(parsed.role, Role::Probe | Role::RcConnect) && parsed.peer.is_none() {
+        return Err(format!("{role:?}: --peer is required"));
     }
     Ok(parsed)
 }
@@ -363,6 +397,96 @@ fn probe(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+fn endpoint_text(e: &RcEndpoint) -> String {
+    format!("RC {} {} {}", e.qpn, e.psn, std::net::Ipv6Addr::from(e.gid))
+}
+
+fn parse_endpoint(text: &str) -> Result<RcEndpoint, String> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let ["RC", qpn, psn, gid] = fields.as_slice() else {
+        return Err(format!("{text:?}: not RC <qpn> <psn> <gid>"));
+    };
+    Ok(RcEndpoint {
+        qpn: qpn.parse().map_err(|e| format!("{text:?}: QPN: {e}"))?,
+        psn: psn.parse().map_err(|e| format!("{text:?}: PSN: {e}"))?,
+        gid: gid
+            .parse::<std::net::Ipv6Addr>()
+            .map_err(|e| format!("{text:?}: GID: {e}"))?
+            .octets(),
+    })
+}
+
+/// One RC connection with the flow label on both ends, one message each way.
+fn rc(args: &Args) -> Result<(), String> {
+    let config = VerbsConfig {
+        device: args.device.clone(),
+        gid_index: args.gid_index,
+        ..VerbsConfig::default()
+    };
+    let mut connection = RcConnection::create(&config).map_err(|e| e.to_string())?;
+    let local = connection.local();
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let mut buf = [0u8; 128];
+    let (peer, client) = if args.role == Role::RcServe {
+        let control = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, args.control_port))
+            .map_err(|e| format!("control socket on port {}: {e}", args.control_port))?;
+        control
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .map_err(|e| format!("control socket: {e}"))?;
+        loop {
+            if Instant::now() > deadline {
+                return Err("no RC client came".into());
+            }
+            let Ok((n, from)) = control.recv_from(&mut buf) else {
+                continue;
+            };
+            let peer = parse_endpoint(&String::from_utf8_lossy(&buf[..n]))?;
+            control
+                .send_to(endpoint_text(&local).as_bytes(), from)
+                .map_err(|e| format!("reply to {from}: {e}"))?;
+            break (peer, false);
+        }
+    } else {
+        let peer_ip = args.peer.ok_or("no --peer")?;
+        let control = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
+            .map_err(|e| format!("control socket: {e}"))?;
+        control
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .map_err(|e| format!("control socket: {e}"))?;
+        let server = SocketAddr::from((peer_ip, args.control_port));
+        loop {
+            if Instant::now() > deadline {
+                return Err(format!("no RC server answered at {server}"));
+            }
+            control
+                .send_to(endpoint_text(&local).as_bytes(), server)
+                .map_err(|e| format!("to {server}: {e}"))?;
+            if let Ok((n, _)) = control.recv_from(&mut buf) {
+                break (parse_endpoint(&String::from_utf8_lossy(&buf[..n]))?, true);
+            }
+        }
+    };
+    connection
+        .connect(peer, args.flow_label)
+        .map_err(|e| e.to_string())?;
+    let message = if client {
+        &b"hawkmesh rc ping"[..]
+    } else {
+        &b"hawkmesh rc pong"[..]
+    };
+    let got = connection
+        .exchange(client, message, Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
+    println!(
+        "HM rc-fl local_qpn={:#x} remote_qpn={:#x} flow_label={:#x} received={:?}",
+        local.qpn,
+        peer.qpn,
+        args.flow_label,
+        String::from_utf8_lossy(&got)
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,
@@ -371,10 +495,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = if args.probe {
-        probe(&args)
-    } else {
-        respond(&args)
+    let result = match args.role {
+        Role::Probe => probe(&args),
+        Role::Respond => respond(&args),
+        Role::RcServe | Role::RcConnect => rc(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
