@@ -29,6 +29,11 @@ const SRC_PORTS: [u16; 3] = [0xC001, 0xD00D, 0xFFFF];
 /// The GRH flow label of the second RC connection (`hawkmesh-verbs-probe rc-serve` /
 /// `rc-connect`, both ends): 0x1234, which maps to UDP source port 0xD234.
 const RC_FLOW_LABEL: u32 = 0x1234;
+/// A second probing run with netem delaying the prober's egress by this much.
+const NETEM_DELAY_MS: u64 = 20;
+const NETEM_PROBES: usize = 6;
+/// The netem run's only source port (its lines are told from the first run's by it).
+const NETEM_PORT: u16 = 0xE001;
 const PROBER_IP: &str = "10.77.0.1";
 const RESPONDER_IP: &str = "10.77.0.2";
 /// Both VMs must have powered off by then.
@@ -50,6 +55,9 @@ for arg in $(cat /proc/cmdline); do
     hm_probes=*) PROBES="${arg#hm_probes=}" ;;
     hm_ports=*) PORTS="${arg#hm_ports=}" ;;
     hm_flow=*) FLOW="${arg#hm_flow=}" ;;
+    hm_netem=*) NETEM="${arg#hm_netem=}" ;;
+    hm_netem_probes=*) NETEM_PROBES="${arg#hm_netem_probes=}" ;;
+    hm_netem_port=*) NETEM_PORT="${arg#hm_netem_port=}" ;;
   esac
 done
 say() { echo "HM $*"; }
@@ -86,10 +94,18 @@ else
   # tcpdump needs a moment to start; the program waits for the responder itself.
   sleep 2
   /opt/hawkmesh-verbs-probe probe --device rxe0 --peer "$PEER" --probes "$PROBES" \
-    --src-ports "$PORTS" --interval-ms 50 --seconds 150
+    --src-ports "$PORTS" --interval-ms 50 --seconds 150 --no-done
   say "exit $?"
   sleep 1; kill $DUMP; wait $DUMP
   sed 's/^/HM wire-ud /' /tmp/ud.txt
+  # Again with netem delaying this side's egress: the RTT must carry the delay.
+  say "netem on"
+  tc qdisc add dev ens3 root netem delay "${NETEM}ms" || say "error tc qdisc add netem"
+  /opt/hawkmesh-verbs-probe probe --device rxe0 --peer "$PEER" --probes "$NETEM_PROBES" \
+    --src-ports "$NETEM_PORT" --interval-ms 50 --seconds 60
+  say "exit $?"
+  tc qdisc del dev ens3 root
+  say "netem off"
   tcpdump -i ens3 -nn -l -q -c 400 udp port 4791 > /tmp/rcw.txt 2>/dev/null &
   DUMP=$!
   sleep 2
@@ -515,16 +531,25 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
             "52:54:00:77:00:01",
             &format!(
                 "hm_role=probe hm_ip={PROBER_IP} hm_peer={RESPONDER_IP} hm_probes={PROBES} \
-                 hm_ports={ports} hm_flow={RC_FLOW_LABEL:#x}"
+                 hm_ports={ports} hm_flow={RC_FLOW_LABEL:#x} hm_netem={NETEM_DELAY_MS} \
+                 hm_netem_probes={NETEM_PROBES} hm_netem_port={NETEM_PORT}"
             ),
         ),
     ];
     let logs = wait_all(&mut vms, boot_start + VM_DEADLINE);
     let vms_s = boot_start.elapsed().as_secs_f64();
-    let (responder, prober) = (&logs[0], &logs[1]);
-    let context = || format!("--- prober\n{prober}\n--- responder\n{responder}");
+    let (responder, prober_all) = (&logs[0], &logs[1]);
+    // The prober's first run, and its netem run.
+    let (prober, netem_run) = match prober_all.split_once("HM netem on") {
+        Some((first, rest)) => match rest.split_once("HM netem off") {
+            Some((netem, _)) => (first, netem),
+            None => fail(format!("no `HM netem off` line\n{prober_all}")),
+        },
+        None => fail(format!("no `HM netem on` line\n{prober_all}")),
+    };
+    let context = || format!("--- prober\n{prober_all}\n--- responder\n{responder}");
 
-    for (name, log) in [("prober", prober), ("responder", responder)] {
+    for (name, log) in [("prober", prober_all.as_str()), ("responder", responder)] {
         if let Some(error) = lines(log, "error").first() {
             fail(format!("{name}: {error}\n{}", context()));
         }
@@ -597,16 +622,25 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     }
     let responder_summary = lines(responder, "responder");
     assert_eq!(responder_summary.len(), 1, "{}", context());
-    assert_eq!(number(responder_summary[0], "acks"), PROBES as u64);
-    assert_eq!(number(responder_summary[0], "delay_acks"), PROBES as u64);
+    let all_probes = (PROBES + NETEM_PROBES) as u64;
+    assert_eq!(number(responder_summary[0], "acks"), all_probes);
+    assert_eq!(number(responder_summary[0], "delay_acks"), all_probes);
     assert_eq!(field(responder_summary[0], "done"), Some("true"));
 
     // 3. Source ports: each probe's carried port is its target's; the responder read it
     //    from the payload and both ACKs left on it and carried it back.
     let prober_tx = lines(prober, "tx");
     let prober_rx = lines(prober, "rx");
-    let responder_rx = lines(responder, "rx");
-    let responder_tx = lines(responder, "tx");
+    // The responder's lines of the first run (the netem run used its own port).
+    let first_run = |l: &&str| field(l, "payload_src_port") != Some(&NETEM_PORT.to_string());
+    let responder_rx: Vec<&str> = lines(responder, "rx")
+        .into_iter()
+        .filter(first_run)
+        .collect();
+    let responder_tx: Vec<&str> = lines(responder, "tx")
+        .into_iter()
+        .filter(first_run)
+        .collect();
     for seq in 0..PROBES as u64 {
         let pick = |set: &[&str], kind: &str| -> Vec<u64> {
             set.iter()
@@ -657,6 +691,35 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
         .iter()
         .all(|l| field(l, "from") == Some(format!("{PROBER_IP}/qp{prober_qpn:#x}").as_str())));
 
+    // The netem run: every probe answered, each RTT at least the added delay (② is read
+    // before the probe leaves, ⑤ after the ACK came, ③ after the probe came and ④ before
+    // the ACK left, so (⑤−②) − (④−③) holds the whole delay), and not far above the
+    // first run's.
+    let netem_results = lines(netem_run, "result");
+    assert_eq!(netem_results.len(), NETEM_PROBES, "{}", context());
+    let mut netem_rtts = Vec::new();
+    for r in &netem_results {
+        assert_eq!(field(r, "outcome"), Some("answered"), "{r}\n{}", context());
+        assert_eq!(number(r, "src_port"), u64::from(NETEM_PORT), "{r}");
+        netem_rtts.push(number(r, "rtt_ns"));
+    }
+    netem_rtts.sort_unstable();
+    let mut base_rtts = rtts.clone();
+    base_rtts.sort_unstable();
+    let delay_ns = NETEM_DELAY_MS * 1_000_000;
+    assert!(
+        netem_rtts[0] >= delay_ns,
+        "netem {NETEM_DELAY_MS} ms: RTTs {netem_rtts:?}"
+    );
+    let (base_median, netem_median) = (
+        base_rtts[base_rtts.len() / 2],
+        netem_rtts[netem_rtts.len() / 2],
+    );
+    assert!(
+        netem_median <= base_median + delay_ns + 60_000_000,
+        "netem {NETEM_DELAY_MS} ms: median {netem_median} ns against {base_median} ns without"
+    );
+
     // 4. The wire: rxe sends a UD QP's packets from one port derived from its QPN, whatever
     //    the address handle's flow label asks for (docs/verbs-transport.md).
     let ud = lines(prober, "wire-ud");
@@ -686,8 +749,8 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
 
     // 5. An RC connection (ibv_rc_pingpong, flow label 0): rxe derives the port from both
     //    QPNs, rdma_get_udp_sport (the symmetric label of wire::roce::udp_sport), each way.
-    let rc = lines(prober, "rc");
-    let rc_wire = lines(prober, "wire-rc");
+    let rc = lines(prober_all, "rc");
+    let rc_wire = lines(prober_all, "wire-rc");
     let local = pingpong_qpn(&rc, "local address");
     let remote = pingpong_qpn(&rc, "remote address");
     let expected = udp_sport(0, local, remote);
@@ -711,7 +774,7 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     // 6. An RC connection whose QPs both set flow label 0x1234 (verbs::RcConnection): rxe
     //    honours a connected QP's label (unlike a UD address handle's), so both ends' packets
     //    leave from flow_label_to_udp_sport(0x1234) = 0xD234, not the QPN-derived port.
-    let fl = lines(prober, "rc-fl");
+    let fl = lines(prober_all, "rc-fl");
     let fl_responder = lines(responder, "rc-fl");
     assert_eq!((fl.len(), fl_responder.len()), (1, 1), "{}", context());
     assert!(
@@ -736,7 +799,7 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     );
     let labelled = flow_label_to_udp_sport(RC_FLOW_LABEL);
     assert_eq!(labelled, 0xD234);
-    let fl_wire = lines(prober, "wire-fl");
+    let fl_wire = lines(prober_all, "wire-fl");
     let fl_from_prober = wire_ports(&fl_wire, PROBER_IP);
     let fl_from_responder = wire_ports(&fl_wire, RESPONDER_IP);
     assert!(
@@ -797,7 +860,7 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
          uptime {:.1}/{:.1} s, rxe up at {:.1}/{:.1} s, tracer loaded at {:.1} s); probe RTT through rxe (host clocks, \
          TCG) min {} µs, median {} µs, max {} µs; UD source ports on the wire {prober_port} \
          (prober QP {prober_qpn:#x}) and {responder_port} (responder QP {responder_qpn:#x}), \
-         asked {SRC_PORTS:?}; RC QPs {local:#x}/{remote:#x} on port {expected}, RC with flow \
+         asked {SRC_PORTS:?}; with netem {NETEM_DELAY_MS} ms median RTT {} µs (min {} µs); RC QPs {local:#x}/{remote:#x} on port {expected}, RC with flow \
          label {RC_FLOW_LABEL:#x} on port {labelled}; total {:.1} s",
         image_s - rootfs_s,
         up(prober, "up"),
@@ -808,6 +871,8 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
         rtts[0] / 1_000,
         rtts[rtts.len() / 2] / 1_000,
         rtts[rtts.len() - 1] / 1_000,
+        netem_median / 1_000,
+        netem_rtts[0] / 1_000,
         started.elapsed().as_secs_f64()
     );
 }

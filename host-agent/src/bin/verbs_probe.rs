@@ -5,6 +5,7 @@
 //! hawkmesh-verbs-probe respond [--device D] [--gid-index N] [--control-port P] [--seconds S]
 //! hawkmesh-verbs-probe probe --peer IPV4 [--device D] [--gid-index N] [--control-port P]
 //!                      [--probes N] [--interval-ms MS] [--src-ports P,P,...] [--seconds S]
+//!                      [--no-done]
 //! hawkmesh-verbs-probe rc-serve [--flow-label L] [--device D] [--control-port P] [--seconds S]
 //! hawkmesh-verbs-probe rc-connect --peer IPV4 [--flow-label L] [--device D] [--control-port P]
 //! ```
@@ -33,7 +34,7 @@ use hawkmesh_wire::probe::{ProbeKind, ProbeRepr};
 const USAGE: &str = "usage: hawkmesh-verbs-probe respond|probe|rc-serve|rc-connect \
                      [--peer IPV4] [--device D] [--gid-index N] [--control-port P] \
                      [--probes N] [--interval-ms MS] [--src-ports P,P,...] [--flow-label L] \
-                     [--seconds S]";
+                     [--seconds S] [--no-done]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -46,6 +47,9 @@ enum Role {
 #[derive(Debug)]
 struct Args {
     role: Role,
+    /// The prober tells the responder to stop when it is done (`--no-done`: it does not,
+    /// for another run against the same responder).
+    done: bool,
     flow_label: u32,
     peer: Option<Ipv4Addr>,
     device: Option<String>,
@@ -72,6 +76,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     };
     let mut parsed = Args {
         role,
+        done: true,
         flow_label: 0,
         peer: None,
         device: None,
@@ -83,6 +88,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         seconds: 120,
     };
     while let Some(flag) = args.next() {
+        if flag == "--no-done" {
+            parsed.done = false;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag}: no value"))?;
         let bad = |e: &dyn std::fmt::Display| format!("{flag} {value:?}: {e}");
         match flag.as_str() {
@@ -380,6 +389,9 @@ fn probe(args: &Args) -> Result<(), String> {
         }
     }
     for _ in 0..3 {
+        if !args.done {
+            break;
+        }
         let _ = control.send_to(b"DONE", peer_control);
     }
     let stats = engine.stats();
