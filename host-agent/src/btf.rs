@@ -1,5 +1,5 @@
 //! Struct member offsets from the kernel's BTF (Linux Documentation/bpf/btf.rst), for the
-//! eBPF service tracer ([`crate::ebpf`]): the RDMA structures it reads (`struct ib_qp`,
+//! eBPF service tracer (`crate::ebpf`, feature `ebpf`): the RDMA structures it reads (`struct ib_qp`,
 //! `struct ib_qp_attr`, …) live in the `ib_core` module, whose BTF
 //! (`/sys/kernel/btf/ib_core`) is split BTF on top of `/sys/kernel/btf/vmlinux` (type ids
 //! and string offsets continue the base's), which the loader's own relocation does not

@@ -54,6 +54,10 @@
 //! [`TransportEvent::Received::src_port`] is read from there (0 when a datagram carries
 //! none). The sender's address is its GID (from the GRH area: the IPv4 source address,
 //! mapped, or the IPv6 header's source GID) and its QPN (the completion's source QP).
+//!
+//! [`RcConnection`] is a lab service connection on the same device: an RC QP connected with
+//! a chosen flow label, one message each way (the Soft-RoCE test checks its source port on
+//! the wire, and the eBPF tracer sees it).
 
 // The one module of the agent with unsafe code: each block says why it is sound.
 #![allow(unsafe_code)]
