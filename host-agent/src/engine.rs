@@ -596,10 +596,12 @@ impl<T: ProbeTransport> Engine<T> {
         self.next_target = (self.next_target + 1) % self.targets.len();
         // ① is read before the post, so the send completion ② follows it.
         let sent_ns = self.transport.now_ns();
-        let Some(probe) = self
-            .prober
-            .probe(target.clone(), target.responder_id, sent_ns)
-        else {
+        let Some(probe) = self.prober.probe_from(
+            target.clone(),
+            target.responder_id,
+            target.src_port,
+            sent_ns,
+        ) else {
             self.stats.probes_refused += 1;
             return;
         };

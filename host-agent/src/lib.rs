@@ -22,15 +22,22 @@
 //! path tracing of the probed 5-tuples under a rate limit; [`rdma_netlink`] finds service
 //! connections in the kernel's RDMA resource dump (the fallback to eBPF);
 //! [`polling_sender`] sends the HAWKEYE polling packet through a raw socket, rate-limited;
-//! [`services`] is where service connections come from (static list, RDMA netlink).
+//! [`services`] is where service connections come from (static list, RDMA netlink);
+//! `verbs` (feature `verbs`, Linux) is the RDMA verbs UD transport with NIC completion
+//! timestamps; `ebpf` (feature `ebpf`, Linux x86-64) traces the service's RC connections
+//! with kprobes on the kernel verbs, the offsets it needs read by [`btf`] from the kernel's
+//! BTF.
 //!
 //! With the cargo feature `daemon` (Linux), [`daemon`] is `hawkmesh host-agent`: the agent
 //! an operator runs on every host, registering with the pingmesh controller, probing its
 //! pinglist over kernel UDP and uploading the results.
 
+pub mod btf;
 #[cfg(all(feature = "daemon", target_os = "linux"))]
 pub mod daemon;
 pub mod detector;
+#[cfg(all(target_os = "linux", target_arch = "x86_64", feature = "ebpf"))]
+pub mod ebpf;
 pub mod engine;
 pub mod paths;
 pub mod pause;
@@ -42,6 +49,8 @@ pub mod services;
 pub mod transport;
 #[cfg(target_os = "linux")]
 pub mod udp;
+#[cfg(all(target_os = "linux", feature = "verbs"))]
+pub mod verbs;
 
 pub use detector::{DetectorConfig, PollingTrigger, RttDetector};
 pub use pause::PauseHistory;

@@ -104,6 +104,7 @@ pub enum AckRejected {
 struct InFlight<T> {
     target: T,
     responder_qpn: u32,
+    src_port: u16,
     sent_ns: u64,
     send_completion_ns: Option<u64>,
     ack: Option<(u64, u64)>,
@@ -139,8 +140,21 @@ impl<T: Clone> Prober<T> {
 
     /// Starts a probe to `target`'s queue pair `responder_qpn` at ① = `now_ns`: the payload
     /// to send, or `None` when [`ProberConfig::max_outstanding`] probes are in flight
-    /// (counted in [`Self::refused`]).
+    /// (counted in [`Self::refused`]). The payload carries no source port (0); see
+    /// [`Self::probe_from`].
     pub fn probe(&mut self, target: T, responder_qpn: u32, now_ns: u64) -> Option<ProbeRepr> {
+        self.probe_from(target, responder_qpn, 0, now_ns)
+    }
+
+    /// [`Self::probe`] for a probe leaving from the 5-tuple source port `src_port`, which the
+    /// payload carries (a UD responder learns it only from there) and its ACKs must echo.
+    pub fn probe_from(
+        &mut self,
+        target: T,
+        responder_qpn: u32,
+        src_port: u16,
+        now_ns: u64,
+    ) -> Option<ProbeRepr> {
         if self.in_flight.len() >= self.config.max_outstanding {
             self.refused += 1;
             return None;
@@ -152,6 +166,7 @@ impl<T: Clone> Prober<T> {
             InFlight {
                 target,
                 responder_qpn,
+                src_port,
                 sent_ns: now_ns,
                 send_completion_ns: None,
                 ack: None,
@@ -171,6 +186,7 @@ impl<T: Clone> Prober<T> {
             responder_delay_ns: 0,
             prober_incarnation: self.incarnation,
             responder_incarnation: 0,
+            src_port,
         })
     }
 
@@ -208,7 +224,12 @@ impl<T: Clone> Prober<T> {
             .in_flight
             .get_mut(&ack.seq)
             .ok_or(AckRejected::Unknown)?;
-        if probe.sent_ns != ack.sent_ns || probe.responder_qpn != ack.responder_qpn {
+        // A version-1 ACK carries no source port (0); one that carries another than the
+        // probe's is damaged or forged.
+        if probe.sent_ns != ack.sent_ns
+            || probe.responder_qpn != ack.responder_qpn
+            || (ack.src_port != 0 && ack.src_port != probe.src_port)
+        {
             return Err(AckRejected::Mismatch);
         }
         match ack.kind {
@@ -561,8 +582,16 @@ mod tests {
     fn stale_forged_and_duplicate_acks_are_rejected() {
         let mut prober = Prober::new(ProberConfig::default(), 1, 5);
         let mut responder = Responder::new(2, 1, true, 8);
-        let probe = prober.probe((), 2, 1_000).unwrap();
+        let probe = prober.probe_from((), 2, 0xC0DE, 1_000).unwrap();
+        assert_eq!(probe.src_port, 0xC0DE);
         let ack = responder.on_probe(&probe, 5).unwrap();
+        assert_eq!(ack.src_port, 0xC0DE);
+        // An ACK echoing another source port than the probe left from.
+        let moved = ProbeRepr {
+            src_port: 0xC0DF,
+            ..ack
+        };
+        assert_eq!(prober.on_ack(&moved, 0, 0), Err(AckRejected::Mismatch));
         // From an earlier incarnation of this agent (a restart in between).
         let stale = ProbeRepr {
             prober_incarnation: 4,
@@ -665,6 +694,7 @@ mod tests {
                 responder_delay_ns: 0,
                 prober_incarnation: 1,
                 responder_incarnation: 0,
+                src_port: 0xC000,
             };
             acks.push(responder.on_probe(&probe, seq).unwrap());
         }

@@ -5,8 +5,9 @@
 //!
 //! - kernel UDP ([`crate::udp`]): `SO_TIMESTAMPING` software timestamps (hardware ones where
 //!   the NIC gives them), send completions from the socket's error queue;
-//! - RDMA verbs UD (to come): send and receive CQEs with completion timestamps, the 5-tuple's
-//!   source port set through the address handle's flow label;
+//! - RDMA verbs UD (`verbs`, feature `verbs`): send and receive CQEs with completion
+//!   timestamps where the device has them, the 5-tuple's source port set through the
+//!   address handle's flow label and carried in the payload for the responder;
 //! - netsim (`hawkmesh-lab`): send completions and receptions from the simulator's host hook.
 //!
 //! Every address a transport sends to is the peer agent's (its RNIC's) address; the
@@ -37,8 +38,9 @@ pub struct Stamps {
     pub hardware: Option<u64>,
     /// The kernel's software timestamp (ns on the host clock), if it gave one.
     pub software: Option<u64>,
-    /// The host clock when the transport saw the event: for a send, right after the post
-    /// returned; for a reception, when it was read. Always present.
+    /// The host clock when the transport saw the event: for a send, at its post (kernel
+    /// UDP: right after `sendto` returned; verbs: right before the post, since Soft-RoCE
+    /// may transmit inside it); for a reception, when it was read. Always present.
     pub host_ns: u64,
 }
 

@@ -409,6 +409,7 @@ fn probe_payload(seq: u64, responder_id: u32) -> [u8; 50] {
         responder_delay_ns: 0,
         prober_incarnation: 9,
         responder_incarnation: 0,
+        src_port: 0,
     }
     .to_bytes()
     .expect("probe encodes")
@@ -587,7 +588,7 @@ fn bad_datagrams_are_counted_by_reason_and_ignored() {
             let well_known = bind(A_IP, PORT);
             let source = bind(A_IP, 50_200);
             let mut future = probe_payload(1, B_ID);
-            future[4] = 2;
+            future[4] = hawkmesh_wire::probe::PROBE_VERSION + 1;
             let mut stray_ack = probe_payload(2, B_ID);
             stray_ack[5] = 2; // an ACK for a probe B never sent
             let bad: [&[u8]; 5] = [

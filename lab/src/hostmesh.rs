@@ -156,6 +156,7 @@ impl State {
                     responder_delay_ns: 0,
                     prober_incarnation: 1,
                     responder_incarnation: 1,
+                    src_port: port,
                 };
                 let Ok(payload) = probe.to_bytes() else {
                     continue;

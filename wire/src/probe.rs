@@ -14,19 +14,32 @@
 //! ```text
 //!  0       4   5    6     7     8          16           20             24
 //!  | magic | v | kind|flags| 0   |  seq      | prober QPN | responder QPN |
-//!  24              32                    40                   44                48   50
-//!  | sent ① (ns)   | responder delay (ns) | prober incarnation | responder inc. | 0 |
+//!  24              32                    40                   44                48         50
+//!  | sent ① (ns)   | responder delay (ns) | prober incarnation | responder inc. | src port |
 //! ```
 //!
 //! On RoCEv2 the payload follows the BTH and DETH of a UD SEND (and a receiving UD queue
 //! pair sees the 40-byte GRH before it); on the kernel-UDP fallback it is the UDP payload.
+//!
+//! The source port (bytes 48..50, version 2): the outer UDP source port of the probe's
+//! 5-tuple, which both ACKs echo and leave from. A receiving UD queue pair cannot see it:
+//! over IPv4 its 40-byte GRH area holds 20 undefined bytes and the IPv4 header, no UDP
+//! header (IBTA RoCEv2 Annex A17.4.5.2), so the prober writes it here for the responder.
+//!
+//! Versions: version 1 had bytes 48..50 reserved (zero). This build writes version 2 and
+//! reads both; a version-1 payload reads as source port 0, "not carried" (a transport that
+//! sees the port itself, kernel UDP, does not need it). A version-1 build refuses version-2
+//! payloads by their version byte ("byte 4: probe payload version 2, …"), so a mixed
+//! deployment fails loudly on the old side rather than misreading the port.
 
 use thiserror::Error;
 
 /// "HMPR": a hawkmesh probe payload.
 pub const PROBE_MAGIC: u32 = 0x484D_5052;
-/// Version of the layout this module reads and writes.
-pub const PROBE_VERSION: u8 = 1;
+/// Version of the layout this module writes (2: the source port in bytes 48..50).
+pub const PROBE_VERSION: u8 = 2;
+/// The oldest version this module reads (1: bytes 48..50 reserved, read as source port 0).
+pub const PROBE_MIN_VERSION: u8 = 1;
 /// Bytes of a probe or ACK payload (R-Pingmesh §5: 50-byte probes and ACKs).
 pub const PROBE_PAYLOAD_BYTES: usize = 50;
 /// Bytes of a probe or ACK on the wire as a RoCEv2 UD send: Ethernet header (14), IPv4 (20),
@@ -56,7 +69,7 @@ mod field {
     pub const RESPONDER_DELAY_NS: Range<usize> = 32..40;
     pub const PROBER_INCARNATION: Range<usize> = 40..44;
     pub const RESPONDER_INCARNATION: Range<usize> = 44..48;
-    pub const RESERVED1: Range<usize> = 48..50;
+    pub const SRC_PORT: Range<usize> = 48..50;
 }
 
 /// What a payload is.
@@ -105,7 +118,9 @@ pub enum ProbeError {
         found: u32,
     },
     /// A layout this build does not read.
-    #[error("byte 4: probe payload version {found}, this build reads version {PROBE_VERSION}")]
+    #[error(
+        "byte 4: probe payload version {found}, this build reads versions {PROBE_MIN_VERSION} to {PROBE_VERSION}"
+    )]
     UnsupportedVersion {
         /// The version found.
         found: u8,
@@ -160,7 +175,7 @@ impl<T: AsRef<[u8]>> ProbePayload<T> {
             return Err(ProbeError::BadMagic { found: magic });
         }
         let version = bytes[field::VERSION];
-        if version != PROBE_VERSION {
+        if !(PROBE_MIN_VERSION..=PROBE_VERSION).contains(&version) {
             return Err(ProbeError::UnsupportedVersion { found: version });
         }
         let Some(kind) = ProbeKind::from_code(bytes[field::KIND]) else {
@@ -168,11 +183,17 @@ impl<T: AsRef<[u8]>> ProbePayload<T> {
                 found: bytes[field::KIND],
             });
         };
-        for at in [
-            field::RESERVED0,
-            field::RESERVED1.start,
-            field::RESERVED1.end - 1,
-        ] {
+        // Version 1 reserved the source port's bytes.
+        let reserved: &[usize] = if version == 1 {
+            &[
+                field::RESERVED0,
+                field::SRC_PORT.start,
+                field::SRC_PORT.end - 1,
+            ]
+        } else {
+            &[field::RESERVED0]
+        };
+        for &at in reserved {
             if bytes[at] != 0 {
                 return Err(ProbeError::Reserved {
                     at,
@@ -202,6 +223,11 @@ impl<T: AsRef<[u8]>> ProbePayload<T> {
         u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
     }
 
+    fn u16_at(&self, at: usize) -> u16 {
+        let b = self.buffer.as_ref();
+        u16::from_be_bytes([b[at], b[at + 1]])
+    }
+
     fn u64_at(&self, at: usize) -> u64 {
         let mut word = [0; 8];
         word.copy_from_slice(&self.buffer.as_ref()[at..at + 8]);
@@ -211,6 +237,17 @@ impl<T: AsRef<[u8]>> ProbePayload<T> {
     /// The payload's kind (checked).
     pub fn kind(&self) -> ProbeKind {
         ProbeKind::from_code(self.buffer.as_ref()[field::KIND]).unwrap_or(ProbeKind::Probe)
+    }
+
+    /// The layout version (checked: [`PROBE_MIN_VERSION`] to [`PROBE_VERSION`]).
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VERSION]
+    }
+
+    /// The 5-tuple's source port the payload carries (0 in a version-1 payload: not
+    /// carried).
+    pub fn src_port(&self) -> u16 {
+        self.u16_at(field::SRC_PORT.start)
     }
 }
 
@@ -239,6 +276,9 @@ pub struct ProbeRepr {
     pub prober_incarnation: u32,
     /// The responder agent's incarnation (0 in a probe when the prober does not know it).
     pub responder_incarnation: u32,
+    /// The outer UDP source port of the probe's 5-tuple, which its ACKs echo and leave from
+    /// (0: not carried, as in a version-1 payload). A UD receiver learns it only from here.
+    pub src_port: u16,
 }
 
 impl ProbeRepr {
@@ -256,6 +296,7 @@ impl ProbeRepr {
             responder_delay_ns: payload.u64_at(field::RESPONDER_DELAY_NS.start),
             prober_incarnation: payload.u32_at(field::PROBER_INCARNATION.start),
             responder_incarnation: payload.u32_at(field::RESPONDER_INCARNATION.start),
+            src_port: payload.src_port(),
         }
     }
 
@@ -322,6 +363,7 @@ impl ProbeRepr {
         b[field::RESPONDER_DELAY_NS].copy_from_slice(&self.responder_delay_ns.to_be_bytes());
         b[field::PROBER_INCARNATION].copy_from_slice(&self.prober_incarnation.to_be_bytes());
         b[field::RESPONDER_INCARNATION].copy_from_slice(&self.responder_incarnation.to_be_bytes());
+        b[field::SRC_PORT].copy_from_slice(&self.src_port.to_be_bytes());
         Ok(())
     }
 
@@ -349,6 +391,7 @@ mod tests {
             responder_delay_ns: 0,
             prober_incarnation: 0xAABB_CCDD,
             responder_incarnation: 0,
+            src_port: 0xC123,
         }
     }
 
@@ -362,9 +405,10 @@ mod tests {
         let ack = p.ack(7);
         let back = ProbeRepr::from_bytes(&ack.to_bytes().unwrap()).unwrap();
         assert_eq!(
-            (back.kind, back.seq, back.sent_ns),
-            (ProbeKind::Ack, p.seq, p.sent_ns)
+            (back.kind, back.seq, back.sent_ns, back.src_port),
+            (ProbeKind::Ack, p.seq, p.sent_ns, 0xC123)
         );
+        assert_eq!(&bytes[48..50], &[0xC1, 0x23]);
         assert_eq!(back.responder_incarnation, 7);
         let delay = p.delay_ack(7, 12_345, true);
         let back = ProbeRepr::from_bytes(&delay.to_bytes().unwrap()).unwrap();
@@ -390,11 +434,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("bytes 0..4"));
+        for version in [0, 3] {
+            let mut bad = good;
+            bad[4] = version;
+            assert_eq!(
+                ProbeRepr::from_bytes(&bad),
+                Err(ProbeError::UnsupportedVersion { found: version })
+            );
+        }
         let mut bad = good;
-        bad[4] = 2;
+        bad[4] = 3;
         assert_eq!(
-            ProbeRepr::from_bytes(&bad),
-            Err(ProbeError::UnsupportedVersion { found: 2 })
+            ProbeRepr::from_bytes(&bad).unwrap_err().to_string(),
+            "byte 4: probe payload version 3, this build reads versions 1 to 2"
         );
         let mut bad = good;
         bad[5] = 9;
@@ -403,10 +455,10 @@ mod tests {
             Err(ProbeError::BadKind { found: 9 })
         );
         let mut bad = good;
-        bad[49] = 1;
+        bad[7] = 1;
         assert_eq!(
             ProbeRepr::from_bytes(&bad),
-            Err(ProbeError::Reserved { at: 49, found: 1 })
+            Err(ProbeError::Reserved { at: 7, found: 1 })
         );
         let mut bad = good;
         bad[6] = 0x80;
@@ -453,5 +505,32 @@ mod tests {
         assert!(back.host_clock_timestamps && !back.hardware_timestamps);
         // The ACKs built from a probe never inherit the flag.
         assert!(!back.ack(3).host_clock_timestamps);
+    }
+
+    /// A version-1 payload (bytes 48..50 reserved) still reads, as source port 0; a
+    /// version-1 payload with those bytes set is refused as before.
+    #[test]
+    fn version_one_payloads_read_as_not_carrying_the_source_port() {
+        let mut v1 = ProbeRepr {
+            src_port: 0,
+            ..probe()
+        }
+        .to_bytes()
+        .unwrap();
+        v1[4] = 1;
+        let back = ProbeRepr::from_bytes(&v1).unwrap();
+        assert_eq!(back.src_port, 0);
+        assert_eq!(ProbePayload::new_checked(&v1[..]).unwrap().version(), 1);
+        v1[48] = 0xC0;
+        assert_eq!(
+            ProbeRepr::from_bytes(&v1),
+            Err(ProbeError::Reserved {
+                at: 48,
+                found: 0xC0
+            })
+        );
+        // The same bytes in version 2 are the port.
+        v1[4] = 2;
+        assert_eq!(ProbeRepr::from_bytes(&v1).unwrap().src_port, 0xC000);
     }
 }
