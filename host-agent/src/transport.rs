@@ -21,11 +21,73 @@
 //! is chosen per interval by [`Stamps::common_clock`], so both ends are on one clock.
 
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use thiserror::Error;
 
 pub use crate::probe::TimestampSource;
+
+/// A peer's UD address: the GID of its RNIC port and its probe queue pair's number.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UdAddr {
+    /// The port GID (RoCEv2 over IPv4: `::ffff:a.b.c.d`).
+    pub gid: [u8; 16],
+    /// The UD queue pair number (24 bits).
+    pub qpn: u32,
+}
+
+impl UdAddr {
+    /// The address of queue pair `qpn` behind the RoCEv2 IPv4 address `ip`.
+    pub fn ipv4(ip: Ipv4Addr, qpn: u32) -> Self {
+        UdAddr {
+            gid: ip.to_ipv6_mapped().octets(),
+            qpn,
+        }
+    }
+
+    /// The address of queue pair `qpn` behind the RNIC address `ip` (IPv4: its RoCEv2
+    /// IPv4-mapped GID, IBTA RoCEv2 Annex A17.4.5.1; IPv6: the address itself).
+    pub fn of_ip(ip: IpAddr, qpn: u32) -> Self {
+        match ip {
+            IpAddr::V4(v4) => UdAddr::ipv4(v4, qpn),
+            IpAddr::V6(v6) => UdAddr {
+                gid: v6.octets(),
+                qpn,
+            },
+        }
+    }
+
+    /// The RNIC's IP address the GID stands for (the IPv4 address of an IPv4-mapped GID).
+    pub fn ip(&self) -> IpAddr {
+        let v6 = self.gid_ip();
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    }
+
+    /// The GID as an IPv6 address (the IPv4-mapped form for RoCEv2 over IPv4).
+    pub fn gid_ip(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.gid)
+    }
+}
+
+impl fmt::Debug for UdAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for UdAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ip = self.gid_ip();
+        match ip.to_ipv4_mapped() {
+            Some(v4) => write!(f, "{v4}/qp{:#x}", self.qpn),
+            None => write!(f, "[{ip}]/qp{:#x}", self.qpn),
+        }
+    }
+}
 
 /// The readings of one event (a send completion or a reception).
 ///

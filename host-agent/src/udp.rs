@@ -157,6 +157,10 @@ pub struct UdpConfig {
     /// [`UdpTransport::send_trace`], and unreachables for probes and ACKs, read from the
     /// error queue as [`IcmpReport`]s.
     pub trace: bool,
+    /// The destination port of trace datagrams when it is not `port`: RoCEv2's 4791 where
+    /// the probes themselves go over RDMA verbs and these sockets only trace their paths
+    /// (then `port` may be 0: the kernel picks one, nothing is received on it).
+    pub trace_port: Option<u16>,
 }
 
 impl UdpConfig {
@@ -172,6 +176,7 @@ impl UdpConfig {
             hardware_tx: false,
             tos: None,
             trace: false,
+            trace_port: None,
         }
     }
 
@@ -186,8 +191,12 @@ impl UdpConfig {
                 format!("{} is not a unicast interface address", self.local),
             ));
         }
-        if self.port == 0 {
+        if self.port == 0 && self.trace_port.is_none() {
+            // Port 0 (an ephemeral one) only for sockets that trace and take no probes.
             return Err(invalid("port", "0 is not a well-known port".into()));
+        }
+        if self.trace_port == Some(0) {
+            return Err(invalid("trace_port", "0 is not a port".into()));
         }
         if self.max_source_sockets == 0 {
             return Err(invalid("max_source_sockets", "must be at least 1".into()));
@@ -1009,7 +1018,7 @@ impl UdpTransport {
         self.use_tick += 1;
         let tick = self.use_tick;
         self.ensure_source(src_port)?;
-        let destination = SocketAddr::new(*to, self.config.port);
+        let destination = SocketAddr::new(*to, self.config.trace_port.unwrap_or(self.config.port));
         let timestamped = self.flags.is_some();
         let Some(sock) = self.sock_mut(src_port) else {
             return Err(TransportError::Invalid {

@@ -79,6 +79,7 @@ use nix::sys::time::TimeSpec;
 use rdma_mummy_sys as ffi;
 use thiserror::Error;
 
+pub use crate::transport::UdAddr;
 use crate::transport::{
     ProbeTransport, Stamps, TransportError, TransportEvent, MAX_DATAGRAM_BYTES,
 };
@@ -102,46 +103,6 @@ const RECV_TAG: u64 = 1 << 63;
 const GID_TYPE_ROCE_V2: u32 = 2;
 /// `IBV_LINK_LAYER_ETHERNET` (an anonymous enum in verbs.h, not in the bindings).
 const LINK_LAYER_ETHERNET: u8 = 2;
-
-/// A peer's UD address: the GID of its RNIC port and its probe queue pair's number.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct UdAddr {
-    /// The port GID (RoCEv2 over IPv4: `::ffff:a.b.c.d`).
-    pub gid: [u8; 16],
-    /// The UD queue pair number (24 bits).
-    pub qpn: u32,
-}
-
-impl UdAddr {
-    /// The address of queue pair `qpn` behind the RoCEv2 IPv4 address `ip`.
-    pub fn ipv4(ip: Ipv4Addr, qpn: u32) -> Self {
-        UdAddr {
-            gid: ip.to_ipv6_mapped().octets(),
-            qpn,
-        }
-    }
-
-    /// The GID as an IPv6 address (the IPv4-mapped form for RoCEv2 over IPv4).
-    pub fn gid_ip(&self) -> Ipv6Addr {
-        Ipv6Addr::from(self.gid)
-    }
-}
-
-impl fmt::Debug for UdAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")
-    }
-}
-
-impl fmt::Display for UdAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ip = self.gid_ip();
-        match ip.to_ipv4_mapped() {
-            Some(v4) => write!(f, "{v4}/qp{:#x}", self.qpn),
-            None => write!(f, "[{ip}]/qp{:#x}", self.qpn),
-        }
-    }
-}
 
 /// Settings of one RNIC's verbs transport.
 #[derive(Clone, Debug, PartialEq, Eq)]

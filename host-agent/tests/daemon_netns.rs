@@ -6,12 +6,14 @@
 //! Each daemon runs on a thread that entered its host's namespace before the daemon made
 //! its runtime and threads (they inherit it). Everything the tests create is removed when
 //! they end, failed or not (daemons stopped, namespaces with their interfaces and nftables
-//! rules deleted, temporary directories removed). Root, iproute2 and nftables (`nft`) are
-//! needed; the four tests take about 36 s together.
+//! rules deleted, temporary directories removed). Root, iproute2 (`ip`, `tc`) and nftables (`nft`)
+//! are needed; the five tests take about 36 s together.
 //!
 //! - Two hosts on one veth: uploads, a known added delay kept out of the network RTT to the
 //!   µs, an analyzer restart, an agent restart.
 //! - An analyzer that lost its data: the daemon registers again (FAILED_PRECONDITION).
+//! - Service tracing of a listed connection, and the HAWKEYE polling packet it sends when
+//!   the connection's path queues (a token-bucket shaper, `tc`).
 //! - A routed fabric (four ToRs, two spines, Linux routers hashing the 5-tuple): path
 //!   tracing keeps the probe's 5-tuple.
 //! - The same fabric with a daemon per host: the analyzer blames a lossy link, marks a busy
@@ -697,6 +699,222 @@ fn a_daemon_registers_again_when_the_analyzer_forgot_it() {
     let status = analyzer.pingmesh().lock().expect("the controller").status();
     assert_eq!(status.hosts_registered, 1, "{status:?}");
     assert!(status.batches_accepted >= 2, "{status:?}");
+}
+
+/// Service tracing and RTT-triggered polling: a connection listed in the static file is
+/// probed on its own 5-tuple every 10 ms and uploaded as service tracing; when the path
+/// to its peer queues (a token-bucket shaper on h0's interface, flooded), its network RTT
+/// crosses the threshold and h0 sends the HAWKEYE polling packet for the connection's
+/// 5-tuple, which arrives at the peer's polling port.
+#[test]
+fn a_traced_service_connection_whose_rtt_rises_sends_hawkeye_polling_for_its_five_tuple() {
+    use hawkmesh_proto::v1::{ProbeKind, ProbeStatus};
+    use hawkmesh_wire::dataplane::POLLING_UDP_PORT;
+    use hawkmesh_wire::polling::Polling;
+
+    let _serial = serial();
+    let dirs = TempDir::new("daemon-service");
+    let mut fabric = FabricBuilder::new();
+    let tor = fabric.node("tor0", NodeKind::Switch, Some(0), None);
+    let h0 = fabric.node("h0", NodeKind::Host, None, Some([10, 0, 0, 1]));
+    let h1 = fabric.node("h1", NodeKind::Host, None, Some([10, 0, 1, 1]));
+    fabric.link((h0, 0), (tor, 0));
+    fabric.link((h1, 0), (tor, 1));
+    let topology = fabric.build();
+    let mgmt = Netns::add("mgmt");
+    let a = Netns::add("h0");
+    let b = Netns::add("h1");
+    management(&mgmt);
+    attach_management(&mgmt, &a, 0);
+    attach_management(&mgmt, &b, 1);
+    a.ip(&[
+        "link", "add", "nic0", "type", "veth", "peer", "name", "nic0", "netns", &b.name,
+    ]);
+    a.ip(&["addr", "add", "10.0.0.1/16", "dev", "nic0"]);
+    b.ip(&["addr", "add", "10.0.1.1/16", "dev", "nic0"]);
+    a.ip(&["link", "set", "nic0", "up"]);
+    b.ip(&["link", "set", "nic0", "up"]);
+    let pki = pki(&dirs.path().join("pki"), &["h0", "h1"]);
+    let analyzer = Analyzer::start(
+        &mgmt,
+        analyzer_config(
+            topology,
+            &dirs.path().join("analyzer"),
+            &pki,
+            lab_pingmesh(),
+        ),
+    );
+    const SERVICE_PORT: u16 = 0xC123;
+    let services = dirs.path().join("services.toml");
+    std::fs::write(
+        &services,
+        format!(
+            "[[connection]]\nlocal = \"10.0.0.1\"\nremote = \"10.0.1.1\"\nsrc_port = {SERVICE_PORT}\n"
+        ),
+    )
+    .expect("the service list");
+    // Polling when the RTT passes 3 × max(base, 1 ms): veth's scheduling noise stays under.
+    let extra = format!(
+        "[service_tracing]\nsource = \"static\"\nstatic_file = \"{}\"\npoll_ms = 100\ninterval_ms = 10\n\
+         [polling]\nenabled = true\nthreshold = 3.0\nmin_base_rtt_us = 1000\n",
+        services.display()
+    );
+    // The peer's polling port: where the polling packet for the connection arrives.
+    let (polls_tx, polls) = std::sync::mpsc::channel();
+    let listening = Arc::new(AtomicBool::new(true));
+    let listener = {
+        let listening = listening.clone();
+        b.spawn(move || {
+            let socket = std::net::UdpSocket::bind(("10.0.1.1", POLLING_UDP_PORT))
+                .expect("the polling port");
+            socket
+                .set_read_timeout(Some(Duration::from_millis(100)))
+                .expect("a timeout");
+            let mut buf = [0u8; 256];
+            while listening.load(Ordering::Acquire) {
+                if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                    let _ = polls_tx.send((from, Polling::parse(&buf[..n])));
+                }
+            }
+        })
+    };
+    let (tap, results) = std::sync::mpsc::sync_channel(100_000);
+    let daemon_a = start_daemon_with(
+        &a,
+        daemon_config(
+            "h0",
+            &dirs.path().join("h0"),
+            &pki,
+            &[(0, "10.0.0.1", 0xa01)],
+            &extra,
+        ),
+        Hooks {
+            results: Some(tap),
+            ..Hooks::default()
+        },
+    );
+    let daemon_b = start_daemon(
+        &b,
+        daemon_config(
+            "h1",
+            &dirs.path().join("h1"),
+            &pki,
+            &[(0, "10.0.1.1", 0xb01)],
+            "",
+        ),
+    );
+    let service = |r: &hawkmesh_proto::v1::ProbeResult| {
+        r.kind == ProbeKind::ServiceTracing as i32
+            && r.src_port == u32::from(SERVICE_PORT)
+            && r.target_host == "h1"
+    };
+    // Traced on the connection's 5-tuple, ~100 probes a second.
+    let mut seen = Vec::new();
+    wait_for(Duration::from_secs(10), "service-tracing results", || {
+        seen.extend(results.try_iter());
+        seen.iter().filter(|r| service(r)).count() >= 20
+    });
+    let first = Instant::now();
+    let before = seen.iter().filter(|r| service(r)).count();
+    std::thread::sleep(Duration::from_secs(2));
+    seen.extend(results.try_iter());
+    let in_two_seconds = seen.iter().filter(|r| service(r)).count() - before;
+    let rate = in_two_seconds as f64 / first.elapsed().as_secs_f64();
+    assert!(
+        (60.0..=130.0).contains(&rate),
+        "service tracing every 10 ms: {rate:.0} probes/s"
+    );
+    let quiet = seen
+        .iter()
+        .filter(|r| service(r) && r.status == ProbeStatus::Answered as i32)
+        .map(|r| r.network_rtt_ns)
+        .max()
+        .expect("answered service probes");
+    assert!(quiet < 3_000_000, "a quiet veth's RTT: {quiet} ns");
+    let metrics = scrape(&a);
+    assert_eq!(
+        metric(
+            &metrics,
+            "hawkmesh_host_service_connections{host=\"h0\",nic=\"0\"}"
+        ),
+        1.0
+    );
+    let quiet_polls = metric(
+        &metrics,
+        "hawkmesh_host_polls_sent_total{host=\"h0\",nic=\"0\"}",
+    );
+    assert_eq!(quiet_polls, 0.0, "no polling while the path is quiet");
+
+    // The path queues: h0's egress shaped to 20 Mbit/s with 100 kB of queue (40 ms), and
+    // flooded.
+    a.exec(
+        "tc",
+        &[
+            "qdisc", "add", "dev", "nic0", "root", "tbf", "rate", "20mbit", "burst", "16kb",
+            "limit", "100kb",
+        ],
+    );
+    let flooding = Arc::new(AtomicBool::new(true));
+    let flood = {
+        let flooding = flooding.clone();
+        a.spawn(move || {
+            let socket = std::net::UdpSocket::bind("10.0.0.1:0").expect("a flood socket");
+            socket.set_nonblocking(true).expect("non-blocking");
+            let payload = [0u8; 1400];
+            while flooding.load(Ordering::Acquire) {
+                for _ in 0..64 {
+                    let _ = socket.send_to(&payload, "10.0.1.1:9");
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        })
+    };
+    let poll = polls.recv_timeout(Duration::from_secs(10));
+    flooding.store(false, Ordering::Release);
+    let _ = flood.join();
+    let (from, poll) = poll.expect("a polling packet within 10 s of the queue building");
+    let poll = poll.expect("a well-formed polling header");
+    assert_eq!(from.ip().to_string(), "10.0.0.1");
+    assert_eq!(
+        from.port(),
+        SERVICE_PORT,
+        "the poll leaves from the victim's source port"
+    );
+    let victim = poll.victim;
+    assert_eq!(
+        (
+            victim.src_ip,
+            victim.dst_ip,
+            victim.src_port,
+            victim.dst_port,
+            victim.protocol
+        ),
+        ([10, 0, 0, 1], [10, 0, 1, 1], SERVICE_PORT, 4791, 17),
+        "the victim is the service connection's RoCEv2 5-tuple"
+    );
+    assert_ne!(poll.event_id & 0xFFFF_FFFF, 0);
+    seen.extend(results.try_iter());
+    let slow = seen
+        .iter()
+        .filter(|r| service(r) && r.status == ProbeStatus::Answered as i32)
+        .map(|r| r.network_rtt_ns)
+        .max()
+        .unwrap_or(0);
+    assert!(slow >= 3_000_000, "the queue's RTT: {slow} ns");
+    let metrics = scrape(&a);
+    assert!(
+        metric(
+            &metrics,
+            "hawkmesh_host_polls_sent_total{host=\"h0\",nic=\"0\"}"
+        ) >= 1.0
+    );
+    listening.store(false, Ordering::Release);
+    let _ = listener.join();
+    a.exec("tc", &["qdisc", "del", "dev", "nic0", "root"]);
+    let summary_a = daemon_a.stop();
+    let _ = daemon_b.stop();
+    assert!(summary_a.results_delivered > 0, "{summary_a:?}");
+    drop(analyzer);
 }
 
 // ───────────────────────── The routed fabric lab (issue 25's proof) ─────────────────────────

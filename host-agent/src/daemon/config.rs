@@ -81,6 +81,12 @@ pub struct DaemonConfig {
     /// operators generate the rows from their switch configurations).
     #[serde(default, rename = "port_address")]
     pub port_addresses: Vec<PortAddressSection>,
+    /// Service tracing: probes on the service's own connections.
+    #[serde(default)]
+    pub service_tracing: ServiceTracingSection,
+    /// HAWKEYE polling when a traced service connection's RTT crosses the threshold.
+    #[serde(default)]
+    pub polling: PollingSection,
     /// The RNICs (or, on kernel UDP, the interfaces standing for them) the agent probes
     /// from and answers on.
     #[serde(rename = "interface")]
@@ -111,6 +117,10 @@ pub struct AnalyzerSection {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbingSection {
+    /// The transport probes go over: `verbs` (a UD queue pair per RNIC, NIC completion
+    /// timestamps), `udp` (kernel UDP with `SO_TIMESTAMPING`), or `auto` (verbs where the
+    /// build has them and the interface's RDMA device opens, else UDP, saying why).
+    pub transport: TransportChoice,
     /// The well-known UDP port every agent listens on (RoCEv2's 4791 by default; pick
     /// another where an RNIC owns the address, since it consumes 4791 itself).
     pub port: u16,
@@ -136,6 +146,7 @@ pub struct ProbingSection {
 impl Default for ProbingSection {
     fn default() -> Self {
         ProbingSection {
+            transport: TransportChoice::Auto,
             port: crate::udp::DEFAULT_PROBE_PORT,
             dscp: None,
             timeout_ms: 500,
@@ -144,6 +155,108 @@ impl Default for ProbingSection {
             max_source_sockets: 256,
             hardware_tx: false,
             ack_hold_us: 0,
+        }
+    }
+}
+
+/// `probing.transport`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportChoice {
+    /// Verbs where possible, else kernel UDP.
+    Auto,
+    /// RDMA verbs UD only (the agent does not start without it).
+    Verbs,
+    /// Kernel UDP only.
+    Udp,
+}
+
+/// `[service_tracing]` (R-Pingmesh §4.1.2): each service connection this host's RNICs have
+/// open is probed on its own 5-tuple, so the probes take its path.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceTracingSection {
+    /// Where connections come from: `auto` (eBPF where this build has it and the kernel
+    /// loads it, else the kernel's RDMA netlink dump, plus `static_file` if given), `ebpf`,
+    /// `netlink`, `static` (`static_file` only), or `none`.
+    pub source: ServiceSourceChoice,
+    /// A static list of connections (`services::StaticList`'s format), read at every poll.
+    pub static_file: Option<PathBuf>,
+    /// How often the source is read, ms.
+    pub poll_ms: u64,
+    /// Time between two probes of one connection, ms (R-Pingmesh §4.1.2: 10 ms).
+    pub interval_ms: u64,
+    /// Service-tracing probes per second and interface at most: with more connections
+    /// each is probed less often (and the agent says so).
+    pub max_pps: f64,
+    /// Connections traced at most, per host.
+    pub max_connections: usize,
+}
+
+impl Default for ServiceTracingSection {
+    fn default() -> Self {
+        ServiceTracingSection {
+            source: ServiceSourceChoice::Auto,
+            static_file: None,
+            poll_ms: 1_000,
+            interval_ms: 10,
+            max_pps: 2_000.0,
+            max_connections: 1_024,
+        }
+    }
+}
+
+/// `service_tracing.source`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceSourceChoice {
+    /// eBPF, else RDMA netlink; the static file too when given.
+    Auto,
+    /// eBPF only.
+    Ebpf,
+    /// RDMA netlink only.
+    Netlink,
+    /// The static file only.
+    Static,
+    /// No service tracing.
+    None,
+}
+
+/// `[polling]`: the HAWKEYE polling packet, sent when a service connection's traced RTT
+/// crosses the threshold (HAWKEYE §3.2), through a raw socket, rate-limited.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PollingSection {
+    /// Send polling packets (needs service tracing, and the raw-socket capability).
+    pub enabled: bool,
+    /// DSCP of polling packets: the switches' control class.
+    pub dscp: u8,
+    /// A network RTT above `threshold` × the connection's base RTT (the least seen) polls
+    /// (HAWKEYE §3.2).
+    pub threshold: f64,
+    /// A connection polled is not polled again for this long unless it gets worse, ms.
+    pub suppression_ms: u64,
+    /// Base RTTs below this are taken as this, µs (a loopback-short path would poll on
+    /// scheduling noise).
+    pub min_base_rtt_us: u64,
+    /// Polls per second at most (all connections), and at once.
+    pub per_second: f64,
+    /// Polls that may leave at once.
+    pub burst: u32,
+}
+
+impl Default for PollingSection {
+    fn default() -> Self {
+        let detector = crate::detector::DetectorConfig::default();
+        let limits = crate::polling_sender::PollingLimits::default();
+        PollingSection {
+            enabled: false,
+            dscp: 48,
+            threshold: detector.threshold,
+            suppression_ms: detector.suppression_ns / 1_000_000,
+            min_base_rtt_us: 5,
+            per_second: limits.per_second,
+            burst: limits.burst,
         }
     }
 }
@@ -264,6 +377,20 @@ pub struct InterfaceSection {
     /// incarnation ([`qpn_of`]), so that a restarted agent, like a verbs agent that
     /// created a new QP, has a new one (R-Pingmesh §4.3.1, QPN reset).
     pub id: u32,
+    /// The RDMA device of this RNIC (`mlx5_0`, `rxe0`) for the verbs transport; none takes
+    /// the first device libibverbs lists (name it on multi-RNIC hosts).
+    #[serde(default)]
+    pub rdma_device: Option<String>,
+    /// The device's port.
+    #[serde(default = "default_rdma_port")]
+    pub rdma_port: u8,
+    /// The GID index; none takes the first RoCE v2 IPv4-mapped GID (it must be `ip`'s).
+    #[serde(default)]
+    pub gid_index: Option<u32>,
+}
+
+fn default_rdma_port() -> u8 {
+    1
 }
 
 /// The QPN of an interface with id `id` in incarnation `incarnation`: 2 + ((id +
@@ -391,6 +518,48 @@ impl DaemonConfig {
                 )));
             }
         }
+        let st = &self.service_tracing;
+        if st.source != ServiceSourceChoice::None {
+            if st.poll_ms < 10 || st.interval_ms == 0 {
+                return Err(bad(format!(
+                    "service_tracing: poll_ms {} (at least 10) and interval_ms {} (at least 1)",
+                    st.poll_ms, st.interval_ms
+                )));
+            }
+            if !(st.max_pps.is_finite() && st.max_pps > 0.0) || st.max_connections == 0 {
+                return Err(bad(
+                    "service_tracing: max_pps and max_connections must be above 0".into(),
+                ));
+            }
+            if st.source == ServiceSourceChoice::Static && st.static_file.is_none() {
+                return Err(bad(
+                    "service_tracing.static_file: source \"static\" needs the file".into(),
+                ));
+            }
+        }
+        let pl = &self.polling;
+        if pl.enabled {
+            if st.source == ServiceSourceChoice::None {
+                return Err(bad(
+                    "polling: enabled, but service_tracing.source is \"none\": polling is triggered by service tracing".into(),
+                ));
+            }
+            if pl.dscp > 63 {
+                return Err(bad(format!(
+                    "polling.dscp: {} is not a DSCP (0–63)",
+                    pl.dscp
+                )));
+            }
+            if !(pl.threshold.is_finite() && pl.threshold > 1.0) {
+                return Err(bad(format!(
+                    "polling.threshold: {} must be above 1 (a multiple of the base RTT)",
+                    pl.threshold
+                )));
+            }
+            if !(pl.per_second.is_finite() && pl.per_second > 0.0) || pl.burst == 0 {
+                return Err(bad("polling: per_second and burst must be above 0".into()));
+            }
+        }
         let mut addresses = BTreeSet::new();
         for (i, row) in self.port_addresses.iter().enumerate() {
             if !addresses.insert(row.ip) {
@@ -432,6 +601,11 @@ impl DaemonConfig {
             }
             if !ips.insert(ip) {
                 return Err(bad(format!("{place}: ip {ip} given twice")));
+            }
+            if interface.rdma_port == 0 {
+                return Err(bad(format!(
+                    "{place}: rdma_port 0: device ports are numbered from 1"
+                )));
             }
         }
         Ok(())
@@ -574,6 +748,10 @@ id = 0x0a01
         );
         assert_eq!(config.port_addresses.len(), 3);
         assert_eq!(config.port_addresses[2].node, "spine0");
+        assert_eq!(config.service_tracing, ServiceTracingSection::default());
+        assert_eq!(config.polling, PollingSection::default());
+        assert_eq!(config.interfaces[1].rdma_device.as_deref(), Some("mlx5_1"));
+        assert_eq!(config.interfaces[1].rdma_port, 1);
     }
 
     #[test]
@@ -610,6 +788,35 @@ id = 0x0a01
             (
                 MINIMAL.replace("[analyzer]", "[probing]\nprot = 1\n[analyzer]"),
                 "agent.toml: TOML parse error at line 5",
+            ),
+            (
+                MINIMAL.replace("[analyzer]", "[probing]\ntransport = \"rdma\"\n[analyzer]"),
+                "agent.toml: TOML parse error at line 5",
+            ),
+            (
+                MINIMAL.replace(
+                    "[analyzer]",
+                    "[service_tracing]\nsource = \"none\"\n[polling]\nenabled = true\n[analyzer]",
+                ),
+                "agent.toml: polling: enabled, but service_tracing.source is \"none\"",
+            ),
+            (
+                MINIMAL.replace(
+                    "[analyzer]",
+                    "[service_tracing]\nsource = \"static\"\n[analyzer]",
+                ),
+                "agent.toml: service_tracing.static_file: source \"static\" needs the file",
+            ),
+            (
+                MINIMAL.replace(
+                    "[analyzer]",
+                    "[polling]\nenabled = true\nthreshold = 1.0\n[analyzer]",
+                ),
+                "agent.toml: polling.threshold: 1 must be above 1",
+            ),
+            (
+                format!("{MINIMAL}rdma_port = 0\n"),
+                "agent.toml: interface[0] (nic 0): rdma_port 0",
             ),
             (
                 MINIMAL.replace("[analyzer]", "[path_tracing]\nenabled = true\n[analyzer]"),

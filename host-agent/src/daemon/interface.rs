@@ -1,7 +1,9 @@
-//! One interface's thread: an [`Engine`] over its [`UdpTransport`], probing the targets
-//! of its current [`Plan`] and answering other agents' probes, turning each finished probe
-//! into the `pb::ProbeResult` the controller takes, and, with path tracing, tracing the
-//! 5-tuples it probes and answers on ([`Tracer`]) between the engine's steps.
+//! One interface's thread: an [`Engine`] over its [`Link`] (kernel UDP or RDMA verbs),
+//! probing the targets of its current [`Plan`] and answering other agents' probes, turning
+//! each finished probe into the `pb::ProbeResult` the controller takes; with path tracing,
+//! tracing the 5-tuples it probes and answers on ([`Tracer`]) between the engine's steps;
+//! with polling, feeding the service-tracing probes' RTTs to HAWKEYE's detector and sending
+//! the polling packet for a connection whose RTT crosses the threshold ([`Trigger`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -12,13 +14,19 @@ use std::time::{Duration, Instant};
 
 use hawkmesh_proto::v1 as pb;
 
+use hawkmesh_wire::polling::Polling;
+use hawkmesh_wire::telemetry::FiveTuple;
+
+use super::link::{Link, ROCE_V2_PORT};
 use super::metrics::InterfaceMetrics;
 use super::plan::{Plan, TargetInfo, TargetKey};
 use super::trace::{Path, PortMap, TraceKey, Tracer};
-use crate::engine::{Engine, EngineStats, ProbeClocks, ProbeReport};
+use crate::detector::RttDetector;
+use crate::engine::{Engine, EngineStats, ProbeClocks, ProbeReport, ProbeTarget};
+use crate::polling_sender::{PollingSendError, PollingSender};
 use crate::probe::ProbeOutcome;
-use crate::transport::TimestampSource;
-use crate::udp::{host_now_ns, IcmpKind, UdpTransport};
+use crate::transport::{TimestampSource, UdAddr};
+use crate::udp::{host_now_ns, IcmpKind};
 
 /// Longest wait of one engine step (a timeout is noticed at most this late).
 const STEP: Duration = Duration::from_millis(5);
@@ -28,6 +36,97 @@ const STATS_EVERY: Duration = Duration::from_millis(200);
 const NOT_SENT_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Targets whose last refusal is remembered for the log's rate limit at most.
 const NOT_SENT_LOG_TARGETS: usize = 4096;
+/// Hops a polling packet may take (HAWKEYE's polling travels the victim's path and the
+/// PFC-spreading branches: a fabric's diameter and then some).
+pub const POLLING_HOP_LIMIT: u8 = 16;
+
+/// RTT-triggered polling (HAWKEYE §3.2) on an interface's service connections: the
+/// service-tracing probes' network RTTs go to the detector, and a trigger sends the
+/// polling packet for the connection's 5-tuple (RoCEv2: destination port 4791).
+#[derive(Debug)]
+pub struct Trigger {
+    /// The detector.
+    pub detector: RttDetector,
+    /// The sender (raw socket, rate-limited).
+    pub sender: PollingSender,
+}
+
+impl Trigger {
+    /// The victim 5-tuple of a service connection from `local` on `target` (IPv4 only: the
+    /// polling header carries IPv4 addresses).
+    pub fn victim(local: IpAddr, target: &ProbeTarget<UdAddr>) -> Option<FiveTuple> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (local, target.addr.ip()) else {
+            return None;
+        };
+        Some(FiveTuple {
+            src_ip: src.octets(),
+            dst_ip: dst.octets(),
+            src_port: target.src_port,
+            dst_port: ROCE_V2_PORT,
+            protocol: 17,
+        })
+    }
+
+    /// Feeds a finished service-tracing probe; sends a poll if the detector says so.
+    fn observe(
+        &mut self,
+        nic: u32,
+        local: IpAddr,
+        result: &crate::probe::ProbeResult<ProbeTarget<UdAddr>>,
+        m: &InterfaceMetrics,
+    ) {
+        let Some(victim) = Self::victim(local, &result.target) else {
+            return;
+        };
+        let now = host_now_ns();
+        let trigger = match result.outcome {
+            ProbeOutcome::Answered { network_rtt_ns, .. } => {
+                self.detector.observe(victim, network_rtt_ns, None, now)
+            }
+            // Unanswered for the whole timeout: stuck since it was sent.
+            ProbeOutcome::Timeout { .. } => {
+                self.detector
+                    .observe_stall(victim, result.sent_ns, None, now)
+            }
+            ProbeOutcome::Inconsistent => None,
+        };
+        let Some(trigger) = trigger else {
+            return;
+        };
+        let polling = Polling::new(trigger.event_id, trigger.victim, POLLING_HOP_LIMIT);
+        match self.sender.send(&polling, now) {
+            Ok(()) => {
+                m.polls_sent.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    nic,
+                    victim = %victim,
+                    rtt_us = trigger.rtt_ns / 1_000,
+                    base_rtt_us = trigger.base_rtt_ns / 1_000,
+                    event_id = format!("{:#x}", trigger.event_id),
+                    "a service connection's RTT crossed the threshold: HAWKEYE polling sent"
+                );
+            }
+            Err(PollingSendError::Limited { .. }) => {
+                m.polls_limited.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                m.polls_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(nic, victim = %victim, %error, "a polling packet was not sent");
+            }
+        }
+    }
+}
+
+/// A detector host id for the event ids of `host`'s interface `nic` (24 bits, FNV-1a):
+/// event ids must differ between the agents polling one fabric.
+pub fn detector_host_id(host: &str, nic: u32) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in host.bytes().chain(nic.to_be_bytes()) {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    (hash ^ (hash >> 24)) & 0x00FF_FFFF
+}
 
 /// A result waiting for its batch, with its traced path.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,7 +230,7 @@ pub fn clock(source: Option<TimestampSource>) -> pb::TimestampSource {
 pub fn result_of(
     nic: u32,
     known: Option<&TargetInfo>,
-    result: &crate::probe::ProbeResult<crate::engine::ProbeTarget<IpAddr>>,
+    result: &crate::probe::ProbeResult<ProbeTarget<UdAddr>>,
     clocks: ProbeClocks,
 ) -> Option<pb::ProbeResult> {
     let target = &result.target;
@@ -197,6 +296,10 @@ pub struct Interface {
 pub struct Settings {
     /// NIC index.
     pub nic: u32,
+    /// The interface's address.
+    pub local: IpAddr,
+    /// RTT-triggered polling on the service connections, when on.
+    pub trigger: Option<Trigger>,
     /// The probe timeout (a stop waits this long for the probes in flight).
     pub timeout: Duration,
     /// Path tracing, when on: the interface's tracer and the address map.
@@ -210,7 +313,7 @@ pub struct Settings {
 /// Starts the thread of an interface whose engine is built; results go to `pending`.
 pub fn spawn(
     mut settings: Settings,
-    mut engine: Engine<UdpTransport>,
+    mut engine: Engine<Link>,
     metrics: Arc<super::metrics::Metrics>,
     index: usize,
     pending: Arc<Mutex<Pending>>,
@@ -291,7 +394,7 @@ struct Run {
 }
 
 impl Run {
-    fn install(&mut self, engine: &mut Engine<UdpTransport>, plan: Plan, m: &InterfaceMetrics) {
+    fn install(&mut self, engine: &mut Engine<Link>, plan: Plan, m: &InterfaceMetrics) {
         let nic = self.settings.nic;
         for reason in &plan.refused {
             tracing::warn!(nic, "{reason}");
@@ -321,10 +424,17 @@ impl Run {
                 );
             }
         }
+        let services = self
+            .info
+            .values()
+            .filter(|i| i.kind == pb::ProbeKind::ServiceTracing)
+            .count();
         m.targets.store(count as u64, Ordering::Relaxed);
+        m.service_targets.store(services as u64, Ordering::Relaxed);
         tracing::info!(
             nic,
             targets = count,
+            service_connections = services,
             interval_us = plan.interval.as_micros() as u64,
             "probing a new pinglist"
         );
@@ -332,7 +442,7 @@ impl Run {
 
     fn reports(
         &mut self,
-        engine: &mut Engine<UdpTransport>,
+        engine: &mut Engine<Link>,
         m: &InterfaceMetrics,
         pending: &Mutex<Pending>,
         metrics: &super::metrics::Metrics,
@@ -376,12 +486,21 @@ impl Run {
                         }
                     }
                     let t = &result.target;
-                    let key = (t.addr, t.src_port, t.responder_id);
+                    let peer = t.addr.ip();
+                    let key = (peer, t.src_port, t.responder_id);
                     let known = self.info.get(&key).or_else(|| self.previous.get(&key));
+                    if known.is_some_and(|k| k.kind == pb::ProbeKind::ServiceTracing) {
+                        if matches!(result.outcome, ProbeOutcome::Answered { .. }) {
+                            m.service_probes_answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some(trigger) = &mut self.settings.trigger {
+                            trigger.observe(self.settings.nic, self.settings.local, &result, m);
+                        }
+                    }
                     if let Some(r) = result_of(self.settings.nic, known, &result, clocks) {
                         let path = self.tracing.as_mut().and_then(|(tracer, _)| {
                             let key = TraceKey {
-                                peer: t.addr,
+                                peer,
                                 src_port: t.src_port,
                             };
                             tracer.need(key, host_now_ns())
@@ -394,15 +513,16 @@ impl Run {
                 }
                 ProbeReport::NotSent { target, error, .. } => {
                     let now = Instant::now();
+                    let addr = target.addr.ip();
                     let due = self
                         .not_sent_logged
-                        .get(&target.addr)
+                        .get(&addr)
                         .is_none_or(|at| now.duration_since(*at) >= NOT_SENT_LOG_EVERY);
                     if due {
                         if self.not_sent_logged.len() >= NOT_SENT_LOG_TARGETS {
                             self.not_sent_logged.clear();
                         }
-                        self.not_sent_logged.insert(target.addr, now);
+                        self.not_sent_logged.insert(addr, now);
                         tracing::error!(
                             nic = self.settings.nic,
                             target = %target.addr,
@@ -426,7 +546,7 @@ impl Run {
     }
 
     /// Applies the lab hook's ACK hold when it changed.
-    fn hold(&mut self, engine: &mut Engine<UdpTransport>) {
+    fn hold(&mut self, engine: &mut Engine<Link>) {
         let Some(hook) = &self.settings.ack_hold_us else {
             return;
         };
@@ -439,12 +559,7 @@ impl Run {
 
     /// Path tracing between steps: the ACK 5-tuples answered on are needed too; ICMP
     /// answers move traces on; due traces start; finished ones become ACK routes.
-    fn trace(
-        &mut self,
-        engine: &mut Engine<UdpTransport>,
-        m: &InterfaceMetrics,
-        pending: &Mutex<Pending>,
-    ) {
+    fn trace(&mut self, engine: &mut Engine<Link>, m: &InterfaceMetrics, pending: &Mutex<Pending>) {
         let nic = self.settings.nic;
         let Some((tracer, map)) = &mut self.tracing else {
             let _ = engine.take_answered();
@@ -452,7 +567,13 @@ impl Run {
         };
         let now = host_now_ns();
         for (peer, src_port) in engine.take_answered() {
-            tracer.need(TraceKey { peer, src_port }, now);
+            tracer.need(
+                TraceKey {
+                    peer: peer.ip(),
+                    src_port,
+                },
+                now,
+            );
         }
         let mut sends = Vec::new();
         for report in engine.transport_mut().take_icmp() {
@@ -518,7 +639,7 @@ impl Run {
         m.traces_failed.store(counts.failed, Ordering::Relaxed);
     }
 
-    fn copy_stats(&mut self, engine: &Engine<UdpTransport>, m: &InterfaceMetrics, now: bool) {
+    fn copy_stats(&mut self, engine: &Engine<Link>, m: &InterfaceMetrics, now: bool) {
         if !now && self.last_stats.elapsed() < STATS_EVERY {
             return;
         }
@@ -552,7 +673,7 @@ mod tests {
             },
         );
         let target = ProbeTarget {
-            addr,
+            addr: UdAddr::of_ip(addr, 77),
             src_port: 50_000,
             responder_id: 77,
         };

@@ -108,6 +108,16 @@ pub struct InterfaceMetrics {
     /// ICMP destination-unreachable answers to probes or ACKs (with path tracing on: the
     /// sockets then read ICMP errors).
     pub icmp_unreachable: AtomicU64,
+    /// Service connections traced (targets of the service-tracing loop).
+    pub service_targets: AtomicU64,
+    /// Service-tracing probes answered.
+    pub service_probes_answered: AtomicU64,
+    /// HAWKEYE polling packets sent.
+    pub polls_sent: AtomicU64,
+    /// Polls the rate limits held back.
+    pub polls_limited: AtomicU64,
+    /// Polls that failed to send (see the log).
+    pub polls_failed: AtomicU64,
     /// Network RTT of answered probes.
     pub network_rtt: Histogram,
     /// Responder delay of answered probes.
@@ -188,7 +198,7 @@ impl Metrics {
             get(&self.incarnation)
         );
         type Field = fn(&InterfaceMetrics) -> &AtomicU64;
-        let per_interface: [(&str, &str, &str, Field); 13] = [
+        let per_interface: [(&str, &str, &str, Field); 18] = [
             (
                 "hawkmesh_host_probes_sent_total",
                 "counter",
@@ -266,6 +276,36 @@ impl Metrics {
                 "counter",
                 "ICMP destination-unreachable answers to probes, ACKs or traces.",
                 |m| &m.icmp_unreachable,
+            ),
+            (
+                "hawkmesh_host_service_connections",
+                "gauge",
+                "Service connections traced.",
+                |m| &m.service_targets,
+            ),
+            (
+                "hawkmesh_host_service_probes_answered_total",
+                "counter",
+                "Service-tracing probes answered.",
+                |m| &m.service_probes_answered,
+            ),
+            (
+                "hawkmesh_host_polls_sent_total",
+                "counter",
+                "HAWKEYE polling packets sent on a service connection's high RTT.",
+                |m| &m.polls_sent,
+            ),
+            (
+                "hawkmesh_host_polls_limited_total",
+                "counter",
+                "Polls held back by the polling rate limits.",
+                |m| &m.polls_limited,
+            ),
+            (
+                "hawkmesh_host_polls_failed_total",
+                "counter",
+                "Polls that failed to send.",
+                |m| &m.polls_failed,
             ),
         ];
         for (name, kind, help, field) in per_interface {

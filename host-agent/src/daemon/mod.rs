@@ -32,8 +32,10 @@
 
 pub mod config;
 pub mod interface;
+pub mod link;
 pub mod metrics;
 pub mod plan;
+pub mod services;
 pub mod state;
 pub mod trace;
 pub mod uplink;
@@ -50,8 +52,8 @@ pub use config::{DaemonConfig, DaemonError};
 
 use crate::engine::{Engine, EngineConfig};
 use crate::probe::ProberConfig;
-use crate::udp::{TimestampingSupport, UdpConfig, UdpTransport};
 use interface::{Finished, Interface, Pending, Route, Settings};
+use link::Link;
 use metrics::Metrics;
 use uplink::{Controller, Delivery, Outbox};
 
@@ -105,19 +107,45 @@ pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     }
 }
 
-/// The registration of `config`'s interfaces as incarnation `incarnation`.
-pub fn registration(config: &DaemonConfig, incarnation: u64) -> pb::RegisterRequest {
+/// What an interface registers as: its UD queue pair and GID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The queue pair number probes carry and are sent to.
+    pub qpn: u32,
+    /// The GID.
+    pub gid: [u8; 16],
+}
+
+impl Identity {
+    /// An interface's identity on kernel UDP (no queue pair): the QPN derived from its id
+    /// and the incarnation ([`config::qpn_of`]), the GID of its address ([`gid_of`]).
+    pub fn derived(interface: &config::InterfaceSection, incarnation: u64) -> Self {
+        Identity {
+            qpn: config::qpn_of(interface.id, incarnation),
+            gid: gid_of(interface.ip),
+        }
+    }
+}
+
+/// The registration of `config`'s interfaces, with their identities, as incarnation
+/// `incarnation`.
+pub fn registration(
+    config: &DaemonConfig,
+    incarnation: u64,
+    identities: &[Identity],
+) -> pb::RegisterRequest {
     pb::RegisterRequest {
         host: config.host.clone(),
         incarnation,
         rnics: config
             .interfaces
             .iter()
-            .map(|i| pb::RnicInfo {
+            .zip(identities)
+            .map(|(i, id)| pb::RnicInfo {
                 nic: i.nic,
-                gid: gid_of(i.ip).to_vec(),
+                gid: id.gid.to_vec(),
                 ip: i.ip.to_string(),
-                qpn: config::qpn_of(i.id, incarnation),
+                qpn: id.qpn,
             })
             .collect(),
     }
@@ -204,11 +232,12 @@ pub fn batches(
     out
 }
 
-/// Opens the interface transports and builds their engines, naming the interface on error.
+/// Opens the interface transports ([`Link`]: verbs or kernel UDP) and builds their
+/// engines, naming the interface on error; with each, what it registers as.
 fn engines(
     config: &DaemonConfig,
     incarnation: u64,
-) -> Result<Vec<Engine<UdpTransport>>, DaemonError> {
+) -> Result<Vec<(Engine<Link>, Identity)>, DaemonError> {
     let mut engines = Vec::new();
     for interface in &config.interfaces {
         let bad = |reason: String| DaemonError::Interface {
@@ -216,27 +245,20 @@ fn engines(
             ip: interface.ip,
             reason,
         };
-        let udp = UdpConfig {
-            port: config.probing.port,
-            max_source_sockets: config.probing.max_source_sockets,
-            hardware_tx: config.probing.hardware_tx,
-            tos: config.probing.dscp.map(|d| d << 2),
-            trace: config.path_tracing.enabled,
-            ..UdpConfig::new(interface.ip)
+        let link = Link::open(config, interface).map_err(bad)?;
+        // A verbs QP has its own number (a new one at every start, as R-Pingmesh's QPN
+        // reset rule expects); on kernel UDP one is derived from the incarnation.
+        let derived = Identity::derived(interface, incarnation);
+        let identity = Identity {
+            qpn: link.qpn().unwrap_or(derived.qpn),
+            gid: link.gid().unwrap_or(derived.gid),
         };
-        let transport = UdpTransport::new(udp).map_err(|e| bad(e.to_string()))?;
-        match transport.timestamping() {
-            TimestampingSupport::None => tracing::warn!(
-                nic = interface.nic,
-                "the kernel refused SO_TIMESTAMPING: every probe on this interface is measured on the host clock (results say so)"
-            ),
-            _ if !transport.rx_timestamps_ready() => tracing::warn!(
-                nic = interface.nic,
-                "the kernel did not stamp a received packet within 200 ms: the first probes may be measured on the host clock (results say so)"
-            ),
-            support => tracing::info!(nic = interface.nic, ?support, "interface open"),
-        }
-        let qpn = config::qpn_of(interface.id, incarnation);
+        tracing::info!(
+            nic = interface.nic,
+            qpn = format!("{:#x}", identity.qpn),
+            "probing over {}",
+            link.describe()
+        );
         let engine_config = EngineConfig {
             prober: ProberConfig {
                 timeout_ns: config.probing.timeout_ms.saturating_mul(1_000_000),
@@ -244,26 +266,62 @@ fn engines(
             },
             ack_hold: Duration::from_micros(config.probing.ack_hold_us),
             max_pending_acks: config.probing.max_in_flight,
-            ..EngineConfig::new(qpn, incarnation as u32)
+            ..EngineConfig::new(identity.qpn, incarnation as u32)
         };
         let engine =
-            Engine::new(transport, engine_config, Vec::new()).map_err(|e| bad(e.to_string()))?;
-        engines.push(engine);
+            Engine::new(link, engine_config, Vec::new()).map_err(|e| bad(e.to_string()))?;
+        engines.push((engine, identity));
     }
     Ok(engines)
+}
+
+/// What each interface's plan is made of: its pinglist and its service connections. The
+/// pinglist refresh and the service-tracing thread each update their part; a plan that
+/// changed is handed to its interface (a new one restarts the round robin).
+#[derive(Debug)]
+pub struct Planner {
+    mailboxes: Vec<(u32, IpAddr, Arc<interface::Shared>)>,
+    lists: std::collections::HashMap<u32, pb::RnicPinglist>,
+    services: std::collections::BTreeMap<u32, plan::ServiceLoop>,
+    current: Vec<Option<plan::Plan>>,
+}
+
+impl Planner {
+    fn new(mailboxes: Vec<(u32, IpAddr, Arc<interface::Shared>)>) -> Self {
+        let current = vec![None; mailboxes.len()];
+        Planner {
+            mailboxes,
+            lists: Default::default(),
+            services: Default::default(),
+            current,
+        }
+    }
+
+    fn publish(&mut self) {
+        let none = plan::ServiceLoop::default();
+        for ((nic, ip, shared), current) in self.mailboxes.iter().zip(self.current.iter_mut()) {
+            let services = self.services.get(nic).unwrap_or(&none);
+            let plan = plan::plan(*ip, self.lists.get(nic), services);
+            if current.as_ref() == Some(&plan) {
+                continue;
+            }
+            if let Ok(mut slot) = shared.plan.lock() {
+                *slot = Some(plan.clone());
+                *current = Some(plan);
+            }
+        }
+    }
 }
 
 /// Fetches the pinglist every `refresh` and hands each interface its plan.
 async fn refresh_pinglists(
     mut controller: Controller,
     config: Arc<DaemonConfig>,
-    mailboxes: Vec<(u32, IpAddr, Arc<interface::Shared>)>,
+    planner: Arc<Mutex<Planner>>,
 ) {
     let refresh = config.pinglist_refresh();
     let mut generation = None;
-    // The plan each interface probes: handed over again only when it changed (a new one
-    // restarts the round robin).
-    let mut current: Vec<Option<plan::Plan>> = vec![None; mailboxes.len()];
+    let nics: Vec<u32> = config.interfaces.iter().map(|i| i.nic).collect();
     loop {
         let wait = match controller.pinglist().await {
             Ok(reply) => {
@@ -276,25 +334,21 @@ async fn refresh_pinglists(
                 }
                 generation = Some(reply.generation);
                 for list in &reply.rnics {
-                    if !mailboxes.iter().any(|(nic, _, _)| *nic == list.nic) {
+                    if !nics.contains(&list.nic) {
                         tracing::warn!(
                             nic = list.nic,
                             "the pinglist has a NIC this agent has no [[interface]] for"
                         );
                     }
                 }
-                for ((nic, ip, shared), current) in mailboxes.iter().zip(current.iter_mut()) {
-                    let plan = match reply.rnics.iter().find(|l| l.nic == *nic) {
-                        Some(list) => plan::plan(*ip, list),
-                        None => plan::Plan::default(),
-                    };
-                    if current.as_ref() == Some(&plan) {
-                        continue;
-                    }
-                    if let Ok(mut slot) = shared.plan.lock() {
-                        *slot = Some(plan.clone());
-                        *current = Some(plan);
-                    }
+                if let Ok(mut planner) = planner.lock() {
+                    planner.lists = reply
+                        .rnics
+                        .into_iter()
+                        .filter(|l| nics.contains(&l.nic))
+                        .map(|l| (l.nic, l))
+                        .collect();
+                    planner.publish();
                 }
                 refresh
             }
@@ -403,6 +457,7 @@ pub fn run_with(
         .build()
         .map_err(|e| DaemonError::Setup(format!("starting the runtime: {e}")))?;
     let engines = engines(&config, incarnation)?;
+    let identities: Vec<Identity> = engines.iter().map(|(_, id)| *id).collect();
 
     let metrics_stop = Arc::new(Notify::new());
     if let Some(listen) = config.metrics.listen {
@@ -422,7 +477,7 @@ pub fn run_with(
     // Answer other agents' probes from now on; probe once a pinglist comes.
     let pending = Arc::new(Mutex::new(Pending::new(config.upload.max_pending_results)));
     let mut interfaces: Vec<Interface> = Vec::new();
-    for (index, (engine, section)) in engines.into_iter().zip(&config.interfaces).enumerate() {
+    for (index, ((engine, _), section)) in engines.into_iter().zip(&config.interfaces).enumerate() {
         let tracing = match &port_map {
             Some(map) => {
                 match trace::Tracer::new(
@@ -448,8 +503,42 @@ pub fn run_with(
             }
             None => None,
         };
+        let trigger = if config.polling.enabled {
+            let p = &config.polling;
+            let detector = crate::detector::DetectorConfig {
+                threshold: p.threshold,
+                suppression_ns: p.suppression_ms.saturating_mul(1_000_000),
+                min_base_rtt_ns: p.min_base_rtt_us.saturating_mul(1_000),
+                ..crate::detector::DetectorConfig::default()
+            };
+            let limits = crate::polling_sender::PollingLimits {
+                per_second: p.per_second,
+                burst: p.burst,
+                ..crate::polling_sender::PollingLimits::default()
+            };
+            match crate::polling_sender::PollingSender::new(limits, p.dscp) {
+                Ok(sender) => Some(interface::Trigger {
+                    detector: crate::detector::RttDetector::new(
+                        interface::detector_host_id(&config.host, section.nic),
+                        detector,
+                    ),
+                    sender,
+                }),
+                Err(reason) => {
+                    stop_interfaces(interfaces);
+                    return Err(DaemonError::Config {
+                        path: "polling".into(),
+                        reason,
+                    });
+                }
+            }
+        } else {
+            None
+        };
         let settings = Settings {
             nic: section.nic,
+            local: section.ip,
+            trigger,
             timeout: config.probe_timeout(),
             tracing,
             ack_hold_us: hooks.ack_hold_us.clone(),
@@ -481,8 +570,11 @@ pub fn run_with(
             return Err(e);
         }
     };
-    let mut controller =
-        Controller::new(channel, registration(&config, incarnation), metrics.clone());
+    let mut controller = Controller::new(
+        channel,
+        registration(&config, incarnation, &identities),
+        metrics.clone(),
+    );
     let max_backoff = Duration::from_millis(config.upload.max_backoff_ms);
     let registered =
         runtime.block_on(controller.register_until(max_backoff, || stop.load(Ordering::Acquire)));
@@ -546,11 +638,56 @@ pub fn run_with(
         .zip(&interfaces)
         .map(|(section, i)| (section.nic, section.ip, i.shared.clone()))
         .collect();
+    let planner = Arc::new(Mutex::new(Planner::new(mailboxes)));
     let refresher = runtime.spawn(refresh_pinglists(
         controller.clone(),
         config.clone(),
-        mailboxes,
+        planner.clone(),
     ));
+    let services_stop = Arc::new(AtomicBool::new(false));
+    let services_thread = if config.service_tracing.source == config::ServiceSourceChoice::None {
+        None
+    } else {
+        let (sources, missing) = services::open_sources(&config);
+        for reason in &missing {
+            tracing::warn!("service connections source unavailable: {reason}");
+        }
+        if sources.is_empty() {
+            tracing::warn!(
+                "service tracing is off: no source of service connections could be opened (service_tracing.source = {:?})",
+                config.service_tracing.source
+            );
+            None
+        } else {
+            tracing::info!(
+                sources = sources
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                "service tracing on"
+            );
+            let (config, controller, handle, stop, planner) = (
+                config.clone(),
+                controller.clone(),
+                runtime.handle().clone(),
+                services_stop.clone(),
+                planner.clone(),
+            );
+            std::thread::Builder::new()
+                .name("hawkmesh-services".into())
+                .spawn(move || {
+                    services::run(config, sources, controller, handle, stop, |loops| {
+                        if let Ok(mut planner) = planner.lock() {
+                            planner.services = loops;
+                            planner.publish();
+                        }
+                    })
+                })
+                .map_err(|e| tracing::error!("starting the service-tracing thread: {e}"))
+                .ok()
+        }
+    };
     let batcher = {
         let (config, next_seq, pending, delivery, metrics) = (
             config.clone(),
@@ -599,6 +736,10 @@ pub fn run_with(
     tracing::info!("stopping: finishing the probes in flight, delivering the buffered results");
     refresher.abort();
     batcher.abort();
+    services_stop.store(true, Ordering::Release);
+    if let Some(thread) = services_thread {
+        let _ = thread.join();
+    }
     let stats = stop_interfaces(interfaces);
     flush(
         &config,
@@ -791,7 +932,14 @@ mod tests {
     #[test]
     fn registration_gives_ipv4_mapped_gids_and_incarnation_qpns() {
         let config = DaemonConfig::parse(config::tests::MINIMAL, "agent.toml").expect("parses");
-        let r = registration(&config, 5);
+        let derived = |incarnation| -> Vec<Identity> {
+            config
+                .interfaces
+                .iter()
+                .map(|i| Identity::derived(i, incarnation))
+                .collect()
+        };
+        let r = registration(&config, 5, &derived(5));
         assert_eq!((r.host.as_str(), r.incarnation), ("h0", 5));
         assert_eq!(r.rnics.len(), 1);
         let rnic = &r.rnics[0];
@@ -801,6 +949,16 @@ mod tests {
         );
         assert_eq!(rnic.ip, "10.0.0.1");
         assert_eq!(rnic.qpn, config::qpn_of(0x0a01, 5));
-        assert_ne!(rnic.qpn, registration(&config, 6).rnics[0].qpn);
+        assert_ne!(rnic.qpn, registration(&config, 6, &derived(6)).rnics[0].qpn);
+        // A verbs queue pair registers its own number and GID.
+        let verbs = Identity {
+            qpn: 0x11,
+            gid: [9; 16],
+        };
+        let r = registration(&config, 5, &[verbs]);
+        assert_eq!(
+            (r.rnics[0].qpn, r.rnics[0].gid.as_slice()),
+            (0x11, [9u8; 16].as_slice())
+        );
     }
 }

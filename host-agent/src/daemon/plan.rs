@@ -9,6 +9,10 @@
 //! times are laid out and sorted, each slot taking its loop's next target; the engine then
 //! sends the cycle's slots evenly spaced over the horizon. Each loop keeps its rate; the
 //! slots' spacing is evened out.
+//!
+//! Service tracing (R-Pingmesh §4.1.2) is a third loop: the service connections this
+//! interface has open, each probed on its own 5-tuple every `interval` (10 ms), the loop's
+//! rate capped (with many connections each is probed less often).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -17,6 +21,7 @@ use std::time::Duration;
 use hawkmesh_proto::v1 as pb;
 
 use crate::engine::{ProbeTarget, MAX_ID};
+use crate::transport::UdAddr;
 
 /// Slots in one cycle at most (a cycle longer than this is cut: both loops still take
 /// turns in proportion, over a shorter horizon).
@@ -43,13 +48,60 @@ pub type TargetKey = (IpAddr, u16, u32);
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// The cycle of targets, in sending order.
-    pub targets: Vec<ProbeTarget<IpAddr>>,
+    pub targets: Vec<ProbeTarget<UdAddr>>,
     /// Time between two probes.
     pub interval: Duration,
     /// What each (address, source port, QPN) stands for.
     pub info: HashMap<TargetKey, TargetInfo>,
     /// Pinglist entries that could not be used, each with the reason.
     pub refused: Vec<String>,
+}
+
+/// A service connection to trace, with its peer's comm info.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServiceTarget {
+    /// The peer RNIC's address.
+    pub ip: IpAddr,
+    /// Its probe queue pair.
+    pub qpn: u32,
+    /// Its host.
+    pub host: String,
+    /// Its NIC index.
+    pub nic: u32,
+    /// The connection's RoCEv2 source port.
+    pub src_port: u16,
+}
+
+/// The service-tracing loop of an interface.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceLoop {
+    /// The connections, each probed once per `per_target`.
+    pub targets: Vec<ServiceTarget>,
+    /// Time between two probes of one connection, ns.
+    pub per_target_ns: u64,
+    /// Probes per second the loop may send at most.
+    pub max_pps: f64,
+}
+
+impl ServiceLoop {
+    /// The loop's interval (between two of its probes), ns: each connection once per
+    /// `per_target_ns`, no faster than `max_pps`; 0 for an empty loop.
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_for(self.targets.len())
+    }
+
+    fn interval_for(&self, count: usize) -> u64 {
+        if count == 0 {
+            return 0;
+        }
+        let even = self.per_target_ns / count as u64;
+        let floor = if self.max_pps > 0.0 {
+            (1e9 / self.max_pps).ceil() as u64
+        } else {
+            u64::MAX
+        };
+        even.max(floor).max(1)
+    }
 }
 
 /// The source port for a target whose pinglist entry leaves it to the agent (ToR mesh,
@@ -83,10 +135,13 @@ fn kind_name(kind: pb::ProbeKind) -> &'static str {
     }
 }
 
-/// The plan of the interface at `local` from its pinglist.
-pub fn plan(local: IpAddr, list: &pb::RnicPinglist) -> Plan {
+/// The plan of the interface at `local` from its pinglist (none: not fetched yet) and its
+/// service connections.
+pub fn plan(local: IpAddr, list: Option<&pb::RnicPinglist>, services: &ServiceLoop) -> Plan {
+    let empty = pb::RnicPinglist::default();
+    let list = list.unwrap_or(&empty);
     let mut plan = Plan::default();
-    let mut groups: [Vec<ProbeTarget<IpAddr>>; 2] = [Vec::new(), Vec::new()];
+    let mut groups: [Vec<ProbeTarget<UdAddr>>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     for (i, t) in list.targets.iter().enumerate() {
         let place = format!(
             "pinglist of NIC {} target {i} ({}:{})",
@@ -128,7 +183,7 @@ pub fn plan(local: IpAddr, list: &pb::RnicPinglist) -> Plan {
             },
         };
         let target = ProbeTarget {
-            addr: ip,
+            addr: UdAddr::of_ip(ip, t.qpn),
             src_port,
             responder_id: t.qpn,
         };
@@ -142,7 +197,32 @@ pub fn plan(local: IpAddr, list: &pb::RnicPinglist) -> Plan {
         let group = usize::from(kind == pb::ProbeKind::InterTor);
         groups[group].push(target);
     }
-    let intervals = [list.tor_mesh_interval_ns, list.inter_tor_interval_ns];
+    for (i, s) in services.targets.iter().enumerate() {
+        if s.ip.is_ipv4() != local.is_ipv4() || s.qpn > MAX_ID || s.src_port == 0 {
+            plan.refused.push(format!(
+                "service connection {i} to {}:{} ({} qpn {:#x} port {}): not probeable from {local}",
+                s.host, s.nic, s.ip, s.qpn, s.src_port
+            ));
+            continue;
+        }
+        plan.info
+            .entry((s.ip, s.src_port, s.qpn))
+            .or_insert_with(|| TargetInfo {
+                host: s.host.clone(),
+                nic: s.nic,
+                kind: pb::ProbeKind::ServiceTracing,
+            });
+        groups[2].push(ProbeTarget {
+            addr: UdAddr::of_ip(s.ip, s.qpn),
+            src_port: s.src_port,
+            responder_id: s.qpn,
+        });
+    }
+    let intervals = [
+        list.tor_mesh_interval_ns,
+        list.inter_tor_interval_ns,
+        services.interval_for(groups[2].len()),
+    ];
     for (g, name) in [pb::ProbeKind::TorMesh, pb::ProbeKind::InterTor]
         .iter()
         .enumerate()
@@ -158,7 +238,7 @@ pub fn plan(local: IpAddr, list: &pb::RnicPinglist) -> Plan {
         }
     }
     // The horizon: long enough for each loop to reach each of its targets once.
-    let horizon = (0..2)
+    let horizon = (0..3)
         .filter(|g| !groups[*g].is_empty())
         .map(|g| intervals[g].saturating_mul(groups[g].len() as u64))
         .max()
@@ -167,7 +247,7 @@ pub fn plan(local: IpAddr, list: &pb::RnicPinglist) -> Plan {
         return plan;
     }
     let mut slots: Vec<(u64, usize)> = Vec::new();
-    for g in 0..2 {
+    for g in 0..3 {
         if groups[g].is_empty() {
             continue;
         }
@@ -178,7 +258,7 @@ pub fn plan(local: IpAddr, list: &pb::RnicPinglist) -> Plan {
     }
     slots.sort_unstable();
     slots.truncate(MAX_CYCLE);
-    let mut next = [0usize; 2];
+    let mut next = [0usize; 3];
     let mut last_time = 0;
     for (time, g) in &slots {
         let members = &groups[*g];
@@ -241,7 +321,7 @@ mod tests {
             inter_tor_interval_ns: 25_000_000,
             targets,
         };
-        let plan = plan(local, &list);
+        let plan = plan(local, Some(&list), &ServiceLoop::default());
         assert!(plan.refused.is_empty(), "{:?}", plan.refused);
         // Horizon 200 ms: 2 ToR-mesh slots, 8 inter-ToR slots, 20 ms apart.
         assert_eq!(plan.targets.len(), 10);
@@ -269,11 +349,84 @@ mod tests {
             h1.src_port,
             chosen_source_port(local, "10.0.1.1".parse().expect("an address"), 11)
         );
-        let info = &plan.info[&(h1.addr, h1.src_port, 11)];
+        let info = &plan.info[&(h1.addr.ip(), h1.src_port, 11)];
         assert_eq!(
             (info.host.as_str(), info.kind),
             ("h1", pb::ProbeKind::TorMesh)
         );
+    }
+
+    fn service(ip: &str, qpn: u32, src_port: u16) -> ServiceTarget {
+        ServiceTarget {
+            ip: ip.parse().expect("an address"),
+            qpn,
+            host: format!("s{qpn}"),
+            nic: 0,
+            src_port,
+        }
+    }
+
+    /// Service connections are a third loop: each probed on its own source port once per
+    /// interval, beside the pinglist's loops at their rates; many connections are capped
+    /// by the loop's probe rate.
+    #[test]
+    fn service_connections_are_probed_every_interval_beside_the_pinglist() {
+        let local: IpAddr = "10.0.0.1".parse().expect("an address");
+        let list = pb::RnicPinglist {
+            nic: 0,
+            tor_mesh_interval_ns: 100_000_000,
+            inter_tor_interval_ns: 0,
+            targets: vec![
+                target("h1", "10.0.1.1", 11, 0, pb::ProbeKind::TorMesh),
+                target("h2", "10.0.2.1", 12, 0, pb::ProbeKind::TorMesh),
+            ],
+        };
+        let services = ServiceLoop {
+            targets: vec![
+                service("10.0.7.1", 0x70, 0xC007),
+                service("10.0.8.1", 0x80, 0xC008),
+            ],
+            per_target_ns: 10_000_000,
+            max_pps: 2_000.0,
+        };
+        let plan = plan(local, Some(&list), &services);
+        assert!(plan.refused.is_empty(), "{:?}", plan.refused);
+        // Horizon 200 ms: 2 ToR-mesh slots and 40 service slots (one every 5 ms).
+        assert_eq!(plan.targets.len(), 42);
+        assert_eq!(plan.interval, Duration::from_nanos(200_000_000 / 42));
+        for (qpn, port) in [(0x70, 0xC007), (0x80, 0xC008)] {
+            let each = plan
+                .targets
+                .iter()
+                .filter(|t| t.responder_id == qpn && t.src_port == port)
+                .count();
+            assert_eq!(each, 20, "every 10 ms on its own port");
+            let ip = plan
+                .targets
+                .iter()
+                .find(|t| t.responder_id == qpn)
+                .unwrap()
+                .addr
+                .ip();
+            let info = &plan.info[&(ip, port, qpn)];
+            assert_eq!(info.kind, pb::ProbeKind::ServiceTracing);
+        }
+        // Without a pinglist yet, the service loop alone.
+        let alone = super::plan(local, None, &services);
+        assert_eq!(alone.targets.len(), 2);
+        assert_eq!(alone.interval, Duration::from_millis(5));
+        // 100 connections at most 1,000 probes/s: each once per 100 ms, not per 10 ms.
+        let many = ServiceLoop {
+            targets: (0..100)
+                .map(|i| service("10.0.7.1", 0x100 + i, 0xC100 + i as u16))
+                .collect(),
+            per_target_ns: 10_000_000,
+            max_pps: 1_000.0,
+        };
+        assert_eq!(many.interval_ns(), 1_000_000);
+        let capped = super::plan(local, None, &many);
+        assert_eq!(capped.targets.len(), 100);
+        assert_eq!(capped.interval, Duration::from_millis(1));
     }
 
     #[test]
@@ -292,7 +445,15 @@ mod tests {
                 target("h7", "10.0.7.1", 17, 0, pb::ProbeKind::ServiceTracing),
             ],
         };
-        let plan = plan(local, &list);
+        let plan = plan(
+            local,
+            Some(&list),
+            &ServiceLoop {
+                targets: vec![service("fd00::9", 9, 0xC009)],
+                per_target_ns: 10_000_000,
+                max_pps: 100.0,
+            },
+        );
         assert!(plan.targets.is_empty());
         let refused = plan.refused.join("\n");
         for expected in [
@@ -302,6 +463,7 @@ mod tests {
             "target 4 (h6:0): ip fd00::6 is not of the family",
             "target 5 (h7:0): kind 3 is not a pinglist loop",
             "1 inter-ToR targets but no interval",
+            "service connection 0 to s9:0 (fd00::9 qpn 0x9 port 49161): not probeable from 10.0.0.1",
         ] {
             assert!(refused.contains(expected), "{expected} not in\n{refused}");
         }

@@ -276,6 +276,18 @@ impl Controller {
         reply
     }
 
+    /// The comm info of the RNICs behind `ips` (service tracing's peers).
+    pub async fn comm_info(
+        &mut self,
+        ips: Vec<String>,
+    ) -> Result<pb::CommInfoReply, tonic::Status> {
+        let request = pb::CommInfoRequest {
+            host: self.registration.host.clone(),
+            ips,
+        };
+        failed(tokio::time::timeout(RPC_TIMEOUT, self.client.get_comm_info(request)).await)
+    }
+
     /// Uploads one batch.
     pub async fn upload(
         &mut self,
