@@ -44,6 +44,7 @@ pub mod pause;
 #[cfg(target_os = "linux")]
 pub mod polling_sender;
 pub mod probe;
+pub mod rate;
 pub mod rdma_netlink;
 pub mod services;
 pub mod transport;

@@ -12,6 +12,7 @@
 //! [`PathTracingConfig::capacity`] 5-tuples are remembered, the least recently probed
 //! forgotten first (counted).
 
+use crate::rate::TokenBucket;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
@@ -72,8 +73,7 @@ pub struct PathTracer<K, P> {
     /// Traced, in the order they were (an entry traced again appears again; stale copies
     /// are skipped).
     by_age: VecDeque<(u64, K)>,
-    tokens: f64,
-    refilled_ns: Option<u64>,
+    budget: TokenBucket,
     stats: PathTracingStats,
 }
 
@@ -94,8 +94,7 @@ impl<K: Clone + Eq + Hash, P: Clone> PathTracer<K, P> {
             entries: HashMap::new(),
             untraced: VecDeque::new(),
             by_age: VecDeque::new(),
-            tokens: f64::from(config.burst),
-            refilled_ns: None,
+            budget: TokenBucket::new(config.traces_per_s, config.burst),
             stats: PathTracingStats::default(),
         })
     }
@@ -132,14 +131,9 @@ impl<K: Clone + Eq + Hash, P: Clone> PathTracer<K, P> {
     /// then those whose path is older than the refresh time, as many as the budget allows.
     /// The caller traces each and reports it with [`PathTracer::traced`].
     pub fn due(&mut self, now_ns: u64) -> Vec<K> {
-        let elapsed = self
-            .refilled_ns
-            .map_or(0, |then| now_ns.saturating_sub(then));
-        self.refilled_ns = Some(now_ns.max(self.refilled_ns.unwrap_or(0)));
-        self.tokens = (self.tokens + elapsed as f64 * 1e-9 * self.config.traces_per_s)
-            .min(f64::from(self.config.burst));
+        self.budget.refill(now_ns);
         let mut due = Vec::new();
-        while self.tokens >= 1.0 {
+        while self.budget.ready() {
             let Some(key) = self.untraced.pop_front() else {
                 break;
             };
@@ -150,11 +144,11 @@ impl<K: Clone + Eq + Hash, P: Clone> PathTracer<K, P> {
                 continue;
             }
             entry.queued = false;
-            self.tokens -= 1.0;
+            self.budget.take();
             self.stats.started += 1;
             due.push(key);
         }
-        while self.tokens >= 1.0 {
+        while self.budget.ready() {
             let Some((at, key)) = self.by_age.front().cloned() else {
                 break;
             };
@@ -167,7 +161,7 @@ impl<K: Clone + Eq + Hash, P: Clone> PathTracer<K, P> {
                 break;
             }
             self.by_age.pop_front();
-            self.tokens -= 1.0;
+            self.budget.take();
             self.stats.started += 1;
             self.stats.refreshed += 1;
             due.push(key);

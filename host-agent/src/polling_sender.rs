@@ -19,6 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use crate::rate::TokenBucket;
 use hawkmesh_wire::dataplane::POLLING_UDP_PORT;
 use hawkmesh_wire::polling::{Polling, POLLING_HEADER_BYTES};
 use hawkmesh_wire::telemetry::FiveTuple;
@@ -109,8 +110,7 @@ pub struct PollingSender {
     sockets: HashMap<Ipv4Addr, OwnedFd>,
     last_poll: HashMap<FiveTuple, u64>,
     order: VecDeque<FiveTuple>,
-    tokens: f64,
-    refilled_ns: Option<u64>,
+    budget: TokenBucket,
     stats: PollingStats,
 }
 
@@ -135,8 +135,7 @@ impl PollingSender {
             sockets: HashMap::new(),
             last_poll: HashMap::new(),
             order: VecDeque::new(),
-            tokens: f64::from(limits.burst),
-            refilled_ns: None,
+            budget: TokenBucket::new(limits.per_second, limits.burst),
             stats: PollingStats::default(),
         })
     }
@@ -153,13 +152,8 @@ impl PollingSender {
                 });
             }
         }
-        let elapsed = self
-            .refilled_ns
-            .map_or(0, |then| now_ns.saturating_sub(then));
-        self.refilled_ns = Some(now_ns.max(self.refilled_ns.unwrap_or(0)));
-        self.tokens = (self.tokens + elapsed as f64 * 1e-9 * self.limits.per_second)
-            .min(f64::from(self.limits.burst));
-        if self.tokens < 1.0 {
+        self.budget.refill(now_ns);
+        if !self.budget.ready() {
             self.stats.over_rate += 1;
             return Err(PollingSendError::Limited {
                 victim,
@@ -168,7 +162,7 @@ impl PollingSender {
         }
         match self.transmit(polling) {
             Ok(()) => {
-                self.tokens -= 1.0;
+                self.budget.take();
                 self.stats.sent += 1;
                 self.remember(victim, now_ns);
                 Ok(())

@@ -705,7 +705,9 @@ fn a_daemon_registers_again_when_the_analyzer_forgot_it() {
 /// probed on its own 5-tuple every 10 ms and uploaded as service tracing; when the path
 /// to its peer queues (a token-bucket shaper on h0's interface, flooded), its network RTT
 /// crosses the threshold and h0 sends the HAWKEYE polling packet for the connection's
-/// 5-tuple, which arrives at the peer's polling port.
+/// 5-tuple, which arrives at the peer's polling port. A third host whose RNIC address is
+/// not routed from the others: their probes to it are refused by the kernel, counted and
+/// logged, not silently lost.
 #[test]
 fn a_traced_service_connection_whose_rtt_rises_sends_hawkeye_polling_for_its_five_tuple() {
     use hawkmesh_proto::v1::{ProbeKind, ProbeStatus};
@@ -718,15 +720,26 @@ fn a_traced_service_connection_whose_rtt_rises_sends_hawkeye_polling_for_its_fiv
     let tor = fabric.node("tor0", NodeKind::Switch, Some(0), None);
     let h0 = fabric.node("h0", NodeKind::Host, None, Some([10, 0, 0, 1]));
     let h1 = fabric.node("h1", NodeKind::Host, None, Some([10, 0, 1, 1]));
+    // h2's RNIC address is not routed from h0's or h1's (a misconfigured host).
+    let h2 = fabric.node("h2", NodeKind::Host, None, Some([10, 9, 0, 1]));
     fabric.link((h0, 0), (tor, 0));
     fabric.link((h1, 0), (tor, 1));
+    fabric.link((h2, 0), (tor, 2));
     let topology = fabric.build();
     let mgmt = Netns::add("mgmt");
     let a = Netns::add("h0");
     let b = Netns::add("h1");
+    let c = Netns::add("h2");
     management(&mgmt);
     attach_management(&mgmt, &a, 0);
     attach_management(&mgmt, &b, 1);
+    attach_management(&mgmt, &c, 2);
+    c.ip(&[
+        "link", "add", "nic0", "type", "veth", "peer", "name", "nic0p",
+    ]);
+    c.ip(&["addr", "add", "10.9.0.1/16", "dev", "nic0"]);
+    c.ip(&["link", "set", "nic0", "up"]);
+    c.ip(&["link", "set", "nic0p", "up"]);
     a.ip(&[
         "link", "add", "nic0", "type", "veth", "peer", "name", "nic0", "netns", &b.name,
     ]);
@@ -734,7 +747,7 @@ fn a_traced_service_connection_whose_rtt_rises_sends_hawkeye_polling_for_its_fiv
     b.ip(&["addr", "add", "10.0.1.1/16", "dev", "nic0"]);
     a.ip(&["link", "set", "nic0", "up"]);
     b.ip(&["link", "set", "nic0", "up"]);
-    let pki = pki(&dirs.path().join("pki"), &["h0", "h1"]);
+    let pki = pki(&dirs.path().join("pki"), &["h0", "h1", "h2"]);
     let analyzer = Analyzer::start(
         &mgmt,
         analyzer_config(
@@ -803,6 +816,16 @@ fn a_traced_service_connection_whose_rtt_rises_sends_hawkeye_polling_for_its_fiv
             "",
         ),
     );
+    let daemon_c = start_daemon(
+        &c,
+        daemon_config(
+            "h2",
+            &dirs.path().join("h2"),
+            &pki,
+            &[(0, "10.9.0.1", 0xc01)],
+            "",
+        ),
+    );
     let service = |r: &hawkmesh_proto::v1::ProbeResult| {
         r.kind == ProbeKind::ServiceTracing as i32
             && r.src_port == u32::from(SERVICE_PORT)
@@ -839,6 +862,15 @@ fn a_traced_service_connection_whose_rtt_rises_sends_hawkeye_polling_for_its_fiv
         ),
         1.0
     );
+    // Probes to h2, whose address h0 has no route to, are refused by the kernel: counted
+    // (and logged with the kernel's error), not uploaded as losses.
+    wait_for(Duration::from_secs(5), "h0's probes to h2 refused", || {
+        metric(
+            &scrape(&a),
+            "hawkmesh_host_probes_not_sent_total{host=\"h0\",nic=\"0\"}",
+        ) >= 1.0
+    });
+    assert!(seen.iter().all(|r| r.target_host != "h2"));
     let quiet_polls = metric(
         &metrics,
         "hawkmesh_host_polls_sent_total{host=\"h0\",nic=\"0\"}",
@@ -913,7 +945,10 @@ fn a_traced_service_connection_whose_rtt_rises_sends_hawkeye_polling_for_its_fiv
     a.exec("tc", &["qdisc", "del", "dev", "nic0", "root"]);
     let summary_a = daemon_a.stop();
     let _ = daemon_b.stop();
+    let summary_c = daemon_c.stop();
     assert!(summary_a.results_delivered > 0, "{summary_a:?}");
+    assert!(summary_a.probes_not_sent >= 1, "{summary_a:?}");
+    assert!(summary_c.probes_not_sent >= 1, "{summary_c:?}");
     drop(analyzer);
 }
 

@@ -1,7 +1,9 @@
 //! The verbs UD transport on real RDMA: two qemu VMs (software emulation, Debian 12's stock
 //! kernel) with Soft-RoCE (`rdma_rxe`) on a shared emulated link, one probing the other
 //! with `hawkmesh-verbs-probe` (the probing engine over `VerbsTransport`), tcpdump in the
-//! prober's VM recording what goes on the wire. hw-lab/soft-roce.md describes the lab.
+//! prober's VM recording what goes on the wire; then both run the host agent's daemon with
+//! the verbs transport and eBPF service tracing against an analyzer on this host (reached
+//! through qemu's user network). hw-lab/soft-roce.md describes the lab.
 //!
 //! Needs root, `qemu-system-x86_64`, `debootstrap` and `mkfs.ext4` (Debian packages
 //! qemu-system-x86, debootstrap, e2fsprogs; `.ci/run` installs them) and, the first time, a
@@ -11,14 +13,20 @@
 
 use std::fs;
 use std::io::Read;
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hawkmesh_analyzer_server::pingmesh::PingmeshConfig;
+use hawkmesh_analyzer_server::tls::{Pki, TlsMode};
+use hawkmesh_analyzer_server::{start, ServerConfig};
+use hawkmesh_host_agent::daemon::config::qpn_of;
 use hawkmesh_host_agent::verbs::rxe_ud_source_port;
+use hawkmesh_proto::v1 as pb;
 use hawkmesh_wire::roce::{flow_label_to_udp_sport, udp_sport};
+use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeKind, PortRef};
 
 /// The Debian packages of the guest (FACTS.md "A real RDMA lab on this machine").
 const PACKAGES: &str = "linux-image-amd64,initramfs-tools,rdma-core,ibverbs-utils,\
@@ -34,6 +42,8 @@ const NETEM_DELAY_MS: u64 = 20;
 const NETEM_PROBES: usize = 6;
 /// The netem run's only source port (its lines are told from the first run's by it).
 const NETEM_PORT: u16 = 0xE001;
+/// The flow label of the RC connection the daemons trace in the daemon phase.
+const SERVICE_FLOW_LABEL: u32 = 0x2345;
 const PROBER_IP: &str = "10.77.0.1";
 const RESPONDER_IP: &str = "10.77.0.2";
 /// Both VMs must have powered off by then.
@@ -58,6 +68,9 @@ for arg in $(cat /proc/cmdline); do
     hm_netem=*) NETEM="${arg#hm_netem=}" ;;
     hm_netem_probes=*) NETEM_PROBES="${arg#hm_netem_probes=}" ;;
     hm_netem_port=*) NETEM_PORT="${arg#hm_netem_port=}" ;;
+    hm_host=*) HOST="${arg#hm_host=}" ;;
+    hm_aport=*) APORT="${arg#hm_aport=}" ;;
+    hm_flow2=*) FLOW2="${arg#hm_flow2=}" ;;
   esac
 done
 say() { echo "HM $*"; }
@@ -125,6 +138,54 @@ else
   sleep 1; kill $DUMP; wait $DUMP
   sed 's/^/HM wire-fl /' /tmp/flw.txt
 fi
+# The daemon phase: `hawkmesh host-agent`'s daemon with the verbs transport and eBPF service
+# tracing, against the analyzer on the host (10.0.2.2 through qemu's user network), while
+# an RC connection with flow label FLOW2 is opened and held between the two VMs.
+NET2=$(ls /sys/class/net | grep -v -e '^lo$' -e '^ens3$' | head -n 1)
+ip addr add 10.0.2.15/24 dev "$NET2" && ip link set "$NET2" up || say "error second network $NET2"
+mkdir -p /tmp/state
+cat > /tmp/agent.toml <<EOF
+host = "$HOST"
+state_dir = "/tmp/state"
+[analyzer]
+endpoint = "https://10.0.2.2:$APORT"
+ca = "/opt/pki/ca.pem"
+cert = "/opt/pki/$HOST.pem"
+key = "/opt/pki/$HOST-key.pem"
+name = "analyzer.lab"
+[probing]
+transport = "verbs"
+timeout_ms = 2000
+pinglist_refresh_ms = 2000
+[upload]
+interval_ms = 1000
+drain_ms = 5000
+[service_tracing]
+source = "ebpf"
+poll_ms = 500
+interval_ms = 100
+[metrics]
+listen = "127.0.0.1:9464"
+[[interface]]
+nic = 0
+ip = "$IP"
+id = 1
+rdma_device = "rxe0"
+EOF
+say "daemon start uptime=$(cut -d' ' -f1 /proc/uptime)"
+/opt/hawkmesh-verbs-probe daemon --config /tmp/agent.toml --seconds 55 > /tmp/daemon.txt 2>&1 &
+DAEMON=$!
+sleep 20
+if [ "$ROLE" = respond ]; then
+  /opt/hawkmesh-verbs-probe rc-serve --device rxe0 --control-port 18602 \
+    --flow-label "$FLOW2" --hold-seconds 20 --seconds 60 > /tmp/svc.txt 2>&1
+else
+  /opt/hawkmesh-verbs-probe rc-connect --device rxe0 --peer "$PEER" --control-port 18602 \
+    --flow-label "$FLOW2" --hold-seconds 20 --seconds 60 > /tmp/svc.txt 2>&1
+fi
+wait $DAEMON
+say "daemon exit $? uptime=$(cut -d' ' -f1 /proc/uptime)"
+sed 's/^HM /HM d3-/' /tmp/svc.txt /tmp/daemon.txt
 finish
 "#;
 
@@ -323,6 +384,14 @@ fn boot(
         ))
         .arg("-device")
         .arg(format!("virtio-net-pci,netdev=n0,mac={mac}"))
+        // The daemon phase's way to the analyzer on this host: 10.0.2.2 in the guest is
+        // this host's loopback (qemu's user network).
+        .args(["-netdev", "user,id=n1"])
+        .arg("-device")
+        .arg(format!(
+            "virtio-net-pci,netdev=n1,mac={}",
+            mac.replace("52:54:00:77", "52:54:00:78")
+        ))
         .arg("-append")
         .arg(format!(
             "root=/dev/vda rw console=ttyS0 quiet loglevel=3 init=/opt/test.sh panic=-1 \
@@ -445,6 +514,45 @@ fn pingpong_qpn(rc: &[&str], which: &str) -> u32 {
         .unwrap_or_else(|e| fail(format!("QPN {qpn} in {line:?}: {e}")))
 }
 
+/// The lab's fabric: the two VMs (`vm0` the prober's, `vm1` the responder's) under one ToR.
+fn lab_topology() -> FabricTopology {
+    let node = |id: u32, name: &str, kind, ipv4| NodeDesc {
+        id,
+        name: name.into(),
+        kind,
+        tier: (kind == NodeKind::Switch).then_some(0),
+        ipv4,
+    };
+    let link = |host: u32, port: u16| LinkDesc {
+        a: PortRef {
+            node: host,
+            port: 0,
+        },
+        b: PortRef { node: 0, port },
+        gbps: 10.0,
+        delay_ns: 1_000,
+    };
+    let topology = FabricTopology {
+        nodes: vec![
+            node(0, "tor0", NodeKind::Switch, None),
+            node(1, "vm0", NodeKind::Host, Some([10, 77, 0, 1])),
+            node(2, "vm1", NodeKind::Host, Some([10, 77, 0, 2])),
+        ],
+        links: vec![link(1, 0), link(2, 1)],
+    };
+    topology
+        .validate()
+        .unwrap_or_else(|e| fail(format!("the lab fabric: {e}")));
+    topology
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| fail(format!("a free TCP port: {e}")))
+}
+
 #[test]
 fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     let started = Instant::now();
@@ -484,6 +592,56 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
     let tracer = opt.join("hawkmesh-qp-trace");
     fs::copy(env!("CARGO_BIN_EXE_hawkmesh-qp-trace"), &tracer)
         .unwrap_or_else(|e| fail(format!("copying the tracer: {e}")));
+    // The daemon phase's analyzer (mutual TLS, as in production) and the VMs' certificates.
+    let pki_dir = work.join("pki");
+    let _ = fs::remove_dir_all(&pki_dir);
+    let pki = Pki::create(&pki_dir, "hawkmesh VM lab CA")
+        .unwrap_or_else(|e| fail(format!("the lab CA: {e}")));
+    pki.issue("analyzer", &["analyzer.lab".to_string()])
+        .unwrap_or_else(|e| fail(format!("the analyzer's certificate: {e}")));
+    let guest_pki = opt.join("pki");
+    let _ = fs::remove_dir_all(&guest_pki);
+    fs::create_dir_all(&guest_pki).unwrap_or_else(|e| fail(format!("{e}")));
+    fs::copy(pki.cert_path("ca"), guest_pki.join("ca.pem"))
+        .unwrap_or_else(|e| fail(format!("copying the CA: {e}")));
+    for host in ["vm0", "vm1"] {
+        pki.issue(host, &[])
+            .unwrap_or_else(|e| fail(format!("{host}'s certificate: {e}")));
+        fs::copy(pki.cert_path(host), guest_pki.join(format!("{host}.pem")))
+            .and_then(|_| {
+                fs::copy(
+                    pki.key_path(host),
+                    guest_pki.join(format!("{host}-key.pem")),
+                )
+            })
+            .unwrap_or_else(|e| fail(format!("copying {host}'s certificate: {e}")));
+    }
+    let analyzer_port = free_tcp_port();
+    let mut server_config = ServerConfig::loopback(
+        lab_topology(),
+        work.join("analyzer"),
+        SocketAddr::from(([127, 0, 0, 1], analyzer_port)),
+    );
+    let _ = fs::remove_dir_all(work.join("analyzer"));
+    server_config.tls = TlsMode::Mutual {
+        cert: pki.cert_path("analyzer"),
+        key: pki.key_path("analyzer"),
+        client_ca: pki.cert_path("ca"),
+    };
+    server_config.pingmesh = Some(PingmeshConfig {
+        upload_interval_ms: 1_000,
+        pinglist_refresh_ms: 2_000,
+        probe_timeout_ms: 2_000,
+        ..PingmeshConfig::default()
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| fail(format!("the analyzer's runtime: {e}")));
+    let server = runtime
+        .block_on(start(server_config))
+        .unwrap_or_else(|e| fail(format!("the analyzer: {e}")));
     let script = opt.join("test.sh");
     fs::write(&script, GUEST_SCRIPT).unwrap_or_else(|e| fail(format!("{e}")));
     for path in [&binary, &tracer, &script] {
@@ -519,7 +677,8 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
             "52:54:00:77:00:02",
             &format!(
                 "hm_role=respond hm_ip={RESPONDER_IP} hm_peer={PROBER_IP} \
-                 hm_flow={RC_FLOW_LABEL:#x}"
+                 hm_flow={RC_FLOW_LABEL:#x} hm_host=vm1 hm_aport={analyzer_port} \
+                 hm_flow2={SERVICE_FLOW_LABEL:#x}"
             ),
         ),
         boot(
@@ -532,7 +691,8 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
             &format!(
                 "hm_role=probe hm_ip={PROBER_IP} hm_peer={RESPONDER_IP} hm_probes={PROBES} \
                  hm_ports={ports} hm_flow={RC_FLOW_LABEL:#x} hm_netem={NETEM_DELAY_MS} \
-                 hm_netem_probes={NETEM_PROBES} hm_netem_port={NETEM_PORT}"
+                 hm_netem_probes={NETEM_PROBES} hm_netem_port={NETEM_PORT} hm_host=vm0 \
+                 hm_aport={analyzer_port} hm_flow2={SERVICE_FLOW_LABEL:#x}"
             ),
         ),
     ];
@@ -854,6 +1014,103 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
         );
     }
 
+    // 8. The daemon phase: `hawkmesh host-agent`'s daemon on both VMs with the verbs
+    //    transport registered its UD queue pair (not a derived QPN), probed the other's,
+    //    uploaded results that say host clock on both ends, and traced the RC connection its
+    //    eBPF source saw opened, on that connection's 5-tuple.
+    for (name, log) in [("prober", prober_all.as_str()), ("responder", responder)] {
+        if let Some(error) = lines(log, "d3-error").first() {
+            fail(format!("{name}'s daemon phase: {error}\n{}", context()));
+        }
+    }
+    let controller = server
+        .pingmesh
+        .clone()
+        .unwrap_or_else(|| fail("the analyzer runs no pingmesh controller"));
+    let registered = |host: &str, ip: &str| -> u32 {
+        let reply = controller
+            .lock()
+            .expect("the controller")
+            .comm_info(&pb::CommInfoRequest {
+                host: host.into(),
+                ips: vec![ip.into()],
+            })
+            .unwrap_or_else(|e| fail(format!("comm info of {ip}: {e:?}\n{}", context())));
+        reply
+            .targets
+            .first()
+            .map(|t| t.qpn)
+            .unwrap_or_else(|| fail(format!("{ip} not registered: {reply:?}\n{}", context())))
+    };
+    let service_port = flow_label_to_udp_sport(SERVICE_FLOW_LABEL);
+    let mut daemon_rtts = Vec::new();
+    let mut service_answered = [0usize; 2];
+    for (side, (log, peer, peer_ip)) in [
+        (prober_all.as_str(), "vm1", RESPONDER_IP),
+        (responder.as_str(), "vm0", PROBER_IP),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let own = if side == 0 { "vm0" } else { "vm1" };
+        let peer_qpn = registered(own, peer_ip);
+        assert_ne!(
+            peer_qpn,
+            qpn_of(1, 1),
+            "{peer} registered a derived QPN, not its UD QP's"
+        );
+        let results = lines(log, "d3-result");
+        let answered: Vec<&&str> = results
+            .iter()
+            .filter(|r| {
+                field(r, "status") == Some("1") && field(r, "target") == Some(&format!("{peer}:0"))
+            })
+            .collect();
+        assert!(
+            answered.len() >= 5,
+            "{own}: {} answered of {} results\n{}",
+            answered.len(),
+            results.len(),
+            context()
+        );
+        for r in &answered {
+            // Answered on the peer's registered queue pair, measured on host clocks (rxe
+            // has no completion timestamps), both ends saying so.
+            assert_eq!(number(r, "target_qpn") as u32, peer_qpn, "{r}");
+            assert_eq!(field(r, "prober_clock"), Some("3"), "{r}");
+            assert_eq!(field(r, "responder_clock"), Some("3"), "{r}");
+            if field(r, "kind") == Some("1") {
+                daemon_rtts.push(number(r, "network_rtt_ns"));
+            }
+        }
+        service_answered[side] = answered
+            .iter()
+            .filter(|r| {
+                field(r, "kind") == Some("3") && number(r, "src_port") == u64::from(service_port)
+            })
+            .count();
+        assert!(
+            service_answered[side] >= 3,
+            "{own}: service tracing of the RC connection with flow label \
+             {SERVICE_FLOW_LABEL:#x} (source port {service_port}): {} answered\n{}",
+            service_answered[side],
+            context()
+        );
+        let summary = lines(log, "d3-daemon-summary");
+        assert_eq!(summary.len(), 1, "{own}: {}", context());
+        assert_eq!(
+            number(summary[0], "undelivered"),
+            0,
+            "{own}: {}",
+            summary[0]
+        );
+        assert!(number(summary[0], "delivered") >= answered.len() as u64);
+    }
+    let status = controller.lock().expect("the controller").status();
+    assert_eq!(status.hosts_registered, 2, "{status:?}");
+    daemon_rtts.sort_unstable();
+    runtime.block_on(server.stop());
+
     rtts.sort_unstable();
     eprintln!(
         "verbs VM lab: rootfs {rootfs_s:.1} s, image {:.1} s, VMs {vms_s:.1} s (script start at \
@@ -861,7 +1118,7 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
          TCG) min {} µs, median {} µs, max {} µs; UD source ports on the wire {prober_port} \
          (prober QP {prober_qpn:#x}) and {responder_port} (responder QP {responder_qpn:#x}), \
          asked {SRC_PORTS:?}; with netem {NETEM_DELAY_MS} ms median RTT {} µs (min {} µs); RC QPs {local:#x}/{remote:#x} on port {expected}, RC with flow \
-         label {RC_FLOW_LABEL:#x} on port {labelled}; total {:.1} s",
+         label {RC_FLOW_LABEL:#x} on port {labelled}; daemon phase: {} ToR-mesh RTTs (median {} µs), service-tracing probes answered {service_answered:?}; total {:.1} s",
         image_s - rootfs_s,
         up(prober, "up"),
         up(responder, "up"),
@@ -873,6 +1130,8 @@ fn ud_probes_and_both_acks_cross_soft_roce_between_two_vms() {
         rtts[rtts.len() - 1] / 1_000,
         netem_median / 1_000,
         netem_rtts[0] / 1_000,
+        daemon_rtts.len(),
+        daemon_rtts.get(daemon_rtts.len() / 2).copied().unwrap_or(0) / 1_000,
         started.elapsed().as_secs_f64()
     );
 }

@@ -34,9 +34,9 @@ use crate::coverage::{five_tuples_for_coverage, CoverageError};
 use crate::inventory::{Inventory, RnicId};
 use crate::rng::SplitMix64;
 
-/// Lowest RoCEv2 UDP source port: rdma-core maps a flow label to
-/// `((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)) | 0xC000` (FACTS, "RoCEv2 details").
-pub const ROCE_SOURCE_PORT_MIN: u16 = 0xC000;
+/// Lowest RoCEv2 UDP source port ([`hawkmesh_wire::roce::UDP_SPORT_MIN`]: rdma-core maps a
+/// flow label to `((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)) | 0xC000`).
+pub const ROCE_SOURCE_PORT_MIN: u16 = hawkmesh_wire::roce::UDP_SPORT_MIN;
 
 /// The controller's settings.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -8,7 +8,14 @@
 //!                      [--no-done]
 //! hawkmesh-verbs-probe rc-serve [--flow-label L] [--device D] [--control-port P] [--seconds S]
 //! hawkmesh-verbs-probe rc-connect --peer IPV4 [--flow-label L] [--device D] [--control-port P]
+//!                      [--hold-seconds S]
+//! hawkmesh-verbs-probe daemon --config FILE [--seconds S]      (with the `daemon` feature)
 //! ```
+//!
+//! `daemon` runs `hawkmesh host-agent`'s daemon (the same code, `daemon::run_with`) for
+//! `S` seconds and prints every result it queues for upload as an `HM result` line, then
+//! its summary: the Soft-RoCE test's daemon phase, where the `hawkmesh` command line is not
+//! in the guest.
 //!
 //! `rc-serve`/`rc-connect` open one RC connection with the GRH flow label `L` on both ends
 //! (`verbs::RcConnection`) and exchange one message on it: a service connection for the
@@ -31,10 +38,10 @@ use hawkmesh_host_agent::verbs::{RcConnection, RcEndpoint, UdAddr, VerbsConfig, 
 use hawkmesh_host_agent::{ProbeOutcome, ProberConfig};
 use hawkmesh_wire::probe::{ProbeKind, ProbeRepr};
 
-const USAGE: &str = "usage: hawkmesh-verbs-probe respond|probe|rc-serve|rc-connect \
+const USAGE: &str = "usage: hawkmesh-verbs-probe respond|probe|rc-serve|rc-connect|daemon \
                      [--peer IPV4] [--device D] [--gid-index N] [--control-port P] \
                      [--probes N] [--interval-ms MS] [--src-ports P,P,...] [--flow-label L] \
-                     [--seconds S] [--no-done]";
+                     [--seconds S] [--hold-seconds S] [--config FILE] [--no-done]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -42,6 +49,7 @@ enum Role {
     Respond,
     RcServe,
     RcConnect,
+    Daemon,
 }
 
 #[derive(Debug)]
@@ -59,6 +67,10 @@ struct Args {
     interval: Duration,
     src_ports: Vec<u16>,
     seconds: u64,
+    /// An RC connection stays open this long after its exchange (a service to trace).
+    hold_seconds: u64,
+    /// The daemon's configuration.
+    config: Option<std::path::PathBuf>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -68,9 +80,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         "respond" => Role::Respond,
         "rc-serve" => Role::RcServe,
         "rc-connect" => Role::RcConnect,
+        "daemon" => Role::Daemon,
         other => {
             return Err(format!(
-                "role {other:?}: not probe, respond, rc-serve or rc-connect"
+                "role {other:?}: not probe, respond, rc-serve, rc-connect or daemon"
             ))
         }
     };
@@ -86,6 +99,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         interval: Duration::from_millis(50),
         src_ports: vec![0xC001, 0xD00D, 0xFFFF],
         seconds: 120,
+        hold_seconds: 0,
+        config: None,
     };
     while let Some(flag) = args.next() {
         if flag == "--no-done" {
@@ -117,6 +132,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
             }
             "--seconds" => parsed.seconds = value.parse().map_err(|e| bad(&e))?,
+            "--hold-seconds" => parsed.hold_seconds = value.parse().map_err(|e| bad(&e))?,
+            "--config" => parsed.config = Some(value.into()),
             "--flow-label" => {
                 let label = match value.strip_prefix("0x") {
                     Some(hex) => u32::from_str_radix(hex, 16),
@@ -496,7 +513,71 @@ fn rc(args: &Args) -> Result<(), String> {
         args.flow_label,
         String::from_utf8_lossy(&got)
     );
+    if args.hold_seconds > 0 {
+        // Kept open (its QPs alive) for the service tracing of the daemon phase.
+        std::thread::sleep(Duration::from_secs(args.hold_seconds));
+        println!("HM rc-fl closed local_qpn={:#x}", local.qpn);
+    }
     Ok(())
+}
+
+/// The daemon for `--seconds`, its results as `HM result` lines.
+#[cfg(feature = "daemon")]
+fn daemon(args: &Args) -> Result<(), String> {
+    use hawkmesh_host_agent::daemon::{self, DaemonConfig, Hooks};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let path = args.config.as_ref().ok_or("no --config")?;
+    let config = DaemonConfig::load(path).map_err(|e| e.to_string())?;
+    let (tap, results) = std::sync::mpsc::sync_channel::<hawkmesh_proto::v1::ProbeResult>(100_000);
+    let stop = Arc::new(AtomicBool::new(false));
+    let printer = std::thread::spawn(move || {
+        for r in results {
+            println!(
+                "HM result kind={} status={} target={}:{} target_qpn={:#x} src_port={} \
+                 prober_clock={} responder_clock={} network_rtt_ns={} responder_delay_ns={}",
+                r.kind,
+                r.status,
+                r.target_host,
+                r.target_nic,
+                r.target_qpn,
+                r.src_port,
+                r.prober_clock,
+                r.responder_clock,
+                r.network_rtt_ns,
+                r.responder_delay_ns
+            );
+        }
+    });
+    let flag = stop.clone();
+    let seconds = args.seconds;
+    let timer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(seconds));
+        flag.store(true, Ordering::Release);
+    });
+    let hooks = Hooks {
+        results: Some(tap),
+        ..Hooks::default()
+    };
+    let summary = daemon::run_with(&config, stop, hooks).map_err(|e| e.to_string())?;
+    let _ = timer.join();
+    let _ = printer.join();
+    println!(
+        "HM daemon-summary incarnation={} sent={} answered={} timeout={} results={} delivered={} undelivered={}",
+        summary.incarnation,
+        summary.probes_sent,
+        summary.probes_answered,
+        summary.probes_timeout,
+        summary.results,
+        summary.results_delivered,
+        summary.undelivered()
+    );
+    Ok(())
+}
+
+#[cfg(not(feature = "daemon"))]
+fn daemon(_args: &Args) -> Result<(), String> {
+    Err("built without the daemon (cargo feature `daemon`)".into())
 }
 
 fn main() -> ExitCode {
@@ -511,6 +592,7 @@ fn main() -> ExitCode {
         Role::Probe => probe(&args),
         Role::Respond => respond(&args),
         Role::RcServe | Role::RcConnect => rc(&args),
+        Role::Daemon => daemon(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

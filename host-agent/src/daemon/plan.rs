@@ -28,7 +28,7 @@ use crate::transport::UdAddr;
 pub const MAX_CYCLE: usize = 65_536;
 
 /// Lowest RoCEv2 UDP source port (rdma-core sets the top two bits: `| 0xC000`).
-const SOURCE_PORT_BASE: u16 = 0xC000;
+const SOURCE_PORT_BASE: u16 = hawkmesh_wire::roce::UDP_SPORT_MIN;
 
 /// What a probe target stands for, to name it in results.
 #[derive(Clone, Debug, PartialEq, Eq)]
