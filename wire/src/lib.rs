@@ -17,6 +17,7 @@ pub mod eviction;
 pub mod pfc;
 pub mod polling;
 pub mod probe;
+pub mod rng;
 pub mod roce;
 pub mod telemetry;
 pub mod topology;

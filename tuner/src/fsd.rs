@@ -1,0 +1,510 @@
+//! The flow-size distribution (FSD) from the ToR sketches (PARALEON §III-B).
+//!
+//! Every monitor interval λ_MI each ToR's control plane reads and resets its Elastic Sketch
+//! and hands [`TorMonitor::update`] the bytes each flow sent in the interval. The monitor
+//! keeps each flow's history and assigns one of three states (Fig. 3):
+//!
+//! 1. **elephant** (E): its aggregated bytes Φ(f) ≥ τ (τ = 1 MB, Table III);
+//! 2. **potential elephant** (PE): Φ(f) < τ, but active (bytes > 0) in each of the last δ
+//!    intervals (δ = 3, the window);
+//! 3. **mice** (M): Φ(f) < τ and active for fewer than δ intervals in a row.
+//!
+//! A flow with no bytes for δ intervals has finished and is forgotten (Fig. 4's f₃); one
+//! with no bytes in this interval is not in this interval's distribution (it is not active).
+//!
+//! A PE flow counts as an elephant with weight Φ(f)/τ and as a mouse with the rest: its
+//! "likelihood of transitioning to E", refined as more intervals elapse (§III-B leaves the
+//! formula open; Φ/τ grows with each active interval and reaches 1 at the transition).
+//!
+//! [`Fsd`] is the distribution: flows (weighted) per size bin (log₂ bins of Φ from 1 KB),
+//! elephants and mice. The switches insert each packet into one sketch only (the
+//! insert-once mark, Keypoint 1), so a flow is in exactly one ToR's monitor and the
+//! network-wide distribution is the plain sum of the local ones ([`Fsd::add`]).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use serde::Serialize;
+
+/// A flow's identity in the sketch (the data plane's fingerprint, or a 5-tuple hash).
+pub type FlowId = u64;
+
+/// Size bins: bin 0 is Φ < 1 KB, bin k (1 ≤ k < [`BINS`] − 1) is 2^(k−1) KB ≤ Φ < 2^k KB,
+/// the last bin everything from 2^(BINS−2) KB (16 MB) up.
+pub const BINS: usize = 16;
+
+/// The bin of `bytes`.
+pub fn bin_of(bytes: u64) -> usize {
+    let kb = bytes / 1_000;
+    if kb == 0 {
+        return 0;
+    }
+    ((64 - kb.leading_zeros()) as usize).min(BINS - 1)
+}
+
+/// Settings of the monitor (PARALEON Table III).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MonitorConfig {
+    /// τ: the elephant threshold, bytes (1 MB).
+    pub tau_bytes: u64,
+    /// δ: the window, intervals (3).
+    pub window: u32,
+    /// Flows a ToR remembers at most: beyond, the one idle longest is forgotten first
+    /// (a sketch readout cannot make the monitor grow without bound).
+    pub max_flows: usize,
+}
+
+impl Default for MonitorConfig {
+    fn default() -> Self {
+        MonitorConfig {
+            tau_bytes: 1_000_000,
+            window: 3,
+            max_flows: 1 << 16,
+        }
+    }
+}
+
+/// The ternary state of a flow (Fig. 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FlowState {
+    /// Φ < τ, active for fewer than δ intervals in a row.
+    Mice,
+    /// Φ < τ, active in each of the last δ intervals.
+    PotentialElephant,
+    /// Φ ≥ τ.
+    Elephant,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FlowRecord {
+    total: u64,
+    streak: u32,
+    idle: u32,
+    state: FlowState,
+    /// The interval it was last in a readout, and its bytes there.
+    seen: u64,
+    bytes: u64,
+}
+
+/// A hasher for flow ids (sketch fingerprints): one multiply-xorshift of the 64-bit id
+/// (SipHash's DoS resistance is not needed: a monitor holds at most `max_flows`, and a
+/// readout is one heavy part).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FlowIdHasher(u64);
+
+impl Hasher for FlowIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // SplitMix64's finaliser.
+        let mut z = id ^ self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        self.0 = z ^ (z >> 31);
+    }
+}
+
+type FlowMap<V> = HashMap<FlowId, V, BuildHasherDefault<FlowIdHasher>>;
+
+/// A flow-size distribution: weighted flow counts per size bin, and the weighted elephant
+/// and mouse counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Fsd {
+    /// Flows per size bin ([`bin_of`]); a PE flow's elephant weight sits in τ's bin.
+    pub bins: [f64; BINS],
+    /// Elephants (PE flows by their weight).
+    pub elephants: f64,
+    /// Mice (PE flows by the rest of their weight).
+    pub mice: f64,
+    /// Elephant flows proper (Φ ≥ τ).
+    pub elephant_flows: u32,
+    /// Potential elephants.
+    pub potential_elephants: u32,
+}
+
+/// Which flows dominate (PARALEON §III-C: the direction the knobs are driven in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Dominant {
+    /// Elephants: throughput-friendly.
+    Elephants,
+    /// Mice: delay-friendly.
+    Mice,
+}
+
+impl Fsd {
+    /// Flows in the distribution (weighted).
+    pub fn flows(&self) -> f64 {
+        self.elephants + self.mice
+    }
+
+    /// Adds another distribution (the network-wide FSD is the sum of the ToRs').
+    pub fn add(&mut self, other: &Fsd) {
+        for (a, b) in self.bins.iter_mut().zip(other.bins.iter()) {
+            *a += b;
+        }
+        self.elephants += other.elephants;
+        self.mice += other.mice;
+        self.elephant_flows += other.elephant_flows;
+        self.potential_elephants += other.potential_elephants;
+    }
+
+    /// The sum of `parts`.
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a Fsd>) -> Fsd {
+        let mut total = Fsd::default();
+        for part in parts {
+            total.add(part);
+        }
+        total
+    }
+
+    /// The elephants' share of the flows (0 when there are none).
+    pub fn elephant_share(&self) -> f64 {
+        let flows = self.flows();
+        if flows > 0.0 {
+            self.elephants / flows
+        } else {
+            0.0
+        }
+    }
+
+    /// The dominant flow type and its proportion μ (≥ 0.5), PARALEON Alg. 1 l.14. With no
+    /// flows, mice at 0.5 (nothing to favour).
+    pub fn dominant(&self) -> (Dominant, f64) {
+        let e = self.elephant_share();
+        if self.flows() > 0.0 && e >= 0.5 {
+            (Dominant::Elephants, e)
+        } else {
+            (
+                Dominant::Mice,
+                if self.flows() > 0.0 { 1.0 - e } else { 0.5 },
+            )
+        }
+    }
+
+    /// Counts one flow of `bytes` in `state` (a PE flow split by its weight).
+    fn count(&mut self, bytes: u64, state: FlowState, tau: u64) {
+        match state {
+            FlowState::Elephant => {
+                self.bins[bin_of(bytes)] += 1.0;
+                self.elephants += 1.0;
+                self.elephant_flows += 1;
+            }
+            FlowState::Mice => {
+                self.bins[bin_of(bytes)] += 1.0;
+                self.mice += 1.0;
+            }
+            FlowState::PotentialElephant => {
+                let w = (bytes as f64 / tau as f64).clamp(0.0, 1.0);
+                self.bins[bin_of(tau)] += w;
+                self.bins[bin_of(bytes)] += 1.0 - w;
+                self.elephants += w;
+                self.mice += 1.0 - w;
+                self.potential_elephants += 1;
+            }
+        }
+    }
+}
+
+/// KL(p ‖ q) over the size bins, each smoothed by `epsilon` flows so that an empty bin on
+/// one side is finite (PARALEON §III-A: tuning is triggered when KL(R_t, R_{t−1}) > θ).
+/// Both empty: 0.
+pub fn kl_divergence(p: &Fsd, q: &Fsd, epsilon: f64) -> f64 {
+    let (sp, sq): (f64, f64) = (p.bins.iter().sum(), q.bins.iter().sum());
+    if sp <= 0.0 && sq <= 0.0 {
+        return 0.0;
+    }
+    let n = BINS as f64;
+    let (np, nq) = (sp + epsilon * n, sq + epsilon * n);
+    p.bins
+        .iter()
+        .zip(q.bins.iter())
+        .map(|(a, b)| {
+            let pa = (a + epsilon) / np;
+            let qb = (b + epsilon) / nq;
+            pa * (pa / qb).ln()
+        })
+        .sum::<f64>()
+        .max(0.0)
+}
+
+/// One ToR's monitor: the sliding window over its sketch readouts.
+#[derive(Clone, Debug)]
+pub struct TorMonitor {
+    config: MonitorConfig,
+    flows: FlowMap<FlowRecord>,
+    forgotten: u64,
+    interval: u64,
+}
+
+impl TorMonitor {
+    /// An empty monitor.
+    pub fn new(config: MonitorConfig) -> Self {
+        TorMonitor {
+            config,
+            flows: FlowMap::default(),
+            forgotten: 0,
+            interval: 0,
+        }
+    }
+
+    /// Flows remembered.
+    pub fn flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Flows forgotten over [`MonitorConfig::max_flows`].
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
+    }
+
+    /// The state of `flow`, if it is remembered.
+    pub fn state(&self, flow: FlowId) -> Option<FlowState> {
+        self.flows.get(&flow).map(|r| r.state)
+    }
+
+    /// One monitor interval: the bytes each flow sent in it (a flow twice is summed; one
+    /// not given sent nothing). Returns this ToR's distribution of the active flows.
+    pub fn update(&mut self, readout: impl IntoIterator<Item = (FlowId, u64)>) -> Fsd {
+        self.interval += 1;
+        let now = self.interval;
+        // Pass 1: this interval's bytes per flow (a flow given twice is summed).
+        for (flow, bytes) in readout {
+            if bytes == 0 {
+                continue;
+            }
+            if !self.flows.contains_key(&flow) && self.flows.len() >= self.config.max_flows {
+                self.evict_one();
+            }
+            let r = self.flows.entry(flow).or_insert(FlowRecord {
+                total: 0,
+                streak: 0,
+                idle: 0,
+                state: FlowState::Mice,
+                seen: 0,
+                bytes: 0,
+            });
+            if r.seen != now {
+                r.seen = now;
+                r.bytes = 0;
+            }
+            r.bytes = r.bytes.saturating_add(bytes);
+        }
+        // Pass 2: states. Flows not in this readout are idle one more interval and are
+        // forgotten after the window; the others are counted.
+        let (tau, window) = (self.config.tau_bytes, self.config.window.max(1));
+        let mut fsd = Fsd::default();
+        self.flows.retain(|_, r| {
+            if r.seen != now {
+                r.streak = 0;
+                r.idle += 1;
+                if r.state == FlowState::PotentialElephant {
+                    r.state = FlowState::Mice;
+                }
+                return r.idle < window;
+            }
+            r.total = r.total.saturating_add(r.bytes);
+            r.streak = r.streak.saturating_add(1);
+            r.idle = 0;
+            r.state = if r.total >= tau || r.state == FlowState::Elephant {
+                FlowState::Elephant
+            } else if r.streak >= window {
+                FlowState::PotentialElephant
+            } else {
+                FlowState::Mice
+            };
+            fsd.count(r.total, r.state, tau);
+            true
+        });
+        fsd
+    }
+
+    /// Makes room: forgets an eighth of the flows at once (one sort, not a scan per new
+    /// flow), those not in this readout and idle longest first, then the smallest.
+    fn evict_one(&mut self) {
+        let now = self.interval;
+        let mut order: Vec<(bool, u32, std::cmp::Reverse<u64>, FlowId)> = self
+            .flows
+            .iter()
+            .map(|(id, r)| (r.seen != now, r.idle, std::cmp::Reverse(r.total), *id))
+            .collect();
+        let count = (order.len() / 8).max(1);
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, _, _, id) in order.into_iter().take(count) {
+            self.flows.remove(&id);
+            self.forgotten += 1;
+        }
+    }
+}
+
+/// The distribution naive Elastic Sketch gives (PARALEON §IV-B3's baseline): each interval
+/// on its own, a flow an elephant only if it sent τ within the interval.
+pub fn naive_fsd(readout: impl IntoIterator<Item = (FlowId, u64)>, tau_bytes: u64) -> Fsd {
+    let mut this: HashMap<FlowId, u64> = HashMap::new();
+    for (flow, bytes) in readout {
+        if bytes > 0 {
+            *this.entry(flow).or_insert(0) += bytes;
+        }
+    }
+    let mut fsd = Fsd::default();
+    for bytes in this.values() {
+        let state = if *bytes >= tau_bytes {
+            FlowState::Elephant
+        } else {
+            FlowState::Mice
+        };
+        fsd.count(*bytes, state, tau_bytes);
+    }
+    fsd
+}
+
+/// The distribution of flows whose true sizes are known (ground truth: the simulator's
+/// flow sizes), classified by `tau_bytes`.
+pub fn truth_fsd(sizes: impl IntoIterator<Item = u64>, tau_bytes: u64) -> Fsd {
+    let mut fsd = Fsd::default();
+    for bytes in sizes {
+        let state = if bytes >= tau_bytes {
+            FlowState::Elephant
+        } else {
+            FlowState::Mice
+        };
+        fsd.count(bytes, state, tau_bytes);
+    }
+    fsd
+}
+
+/// How well `measured` tells elephants from mice against `truth`: 1 − |e_m − e_t| over the
+/// elephant shares (1 is exact).
+pub fn accuracy(measured: &Fsd, truth: &Fsd) -> f64 {
+    1.0 - (measured.elephant_share() - truth.elephant_share()).abs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KB: u64 = 1_000;
+
+    /// PARALEON Fig. 4 (δ = 3, τ = 1 MB): f₁ an elephant at once; f₂ mice, then PE from
+    /// the third interval, then E at the seventh when Φ passes 1 MB; f₃ PE and then gone.
+    #[test]
+    fn the_papers_figure_4_walks_through_the_ternary_states() {
+        let mut m = TorMonitor::new(MonitorConfig::default());
+        let f2 = [25, 28, 33, 100, 216, 221, 423, 530];
+        let f3 = [27, 19, 13, 12, 12, 6, 4];
+        let f1 = [1_200, 2_500, 1_100];
+        let mut states = Vec::new();
+        for (i, b2) in f2.iter().enumerate() {
+            let mut readout = vec![(2, b2 * KB)];
+            if let Some(b) = f3.get(i) {
+                readout.push((3, b * KB));
+            }
+            if let Some(b) = f1.get(i) {
+                readout.push((1, b * KB));
+            }
+            m.update(readout);
+            states.push((m.state(1), m.state(2), m.state(3)));
+        }
+        use FlowState::*;
+        let f2_states: Vec<_> = states.iter().map(|s| s.1).collect();
+        assert_eq!(
+            f2_states,
+            [
+                Some(Mice),
+                Some(Mice),
+                Some(PotentialElephant),
+                Some(PotentialElephant),
+                Some(PotentialElephant),
+                Some(PotentialElephant),
+                Some(Elephant),
+                Some(Elephant)
+            ]
+        );
+        assert_eq!(states[0].0, Some(Elephant));
+        assert_eq!(states[2].2, Some(PotentialElephant));
+        // f₃ sent nothing at MI₈: not active, no longer a potential elephant.
+        assert_eq!(states[7].2, Some(Mice));
+        // f₁ idle from MI₄: forgotten once the window passed.
+        assert_eq!(states[5].0, None);
+    }
+
+    /// A potential elephant counts as an elephant by Φ/τ; the network-wide FSD is the sum.
+    #[test]
+    fn a_potential_elephant_is_weighted_and_distributions_add_up() {
+        let mut a = TorMonitor::new(MonitorConfig::default());
+        let mut fsd = Fsd::default();
+        for _ in 0..3 {
+            fsd = a.update([(7, 100 * KB), (8, 5 * KB)]);
+        }
+        // Flow 7: Φ = 300 KB, PE with weight 0.3; flow 8: Φ = 15 KB, PE with 0.015.
+        assert_eq!(fsd.potential_elephants, 2);
+        assert!((fsd.elephants - 0.315).abs() < 1e-9, "{fsd:?}");
+        assert!((fsd.flows() - 2.0).abs() < 1e-9);
+        let mut b = TorMonitor::new(MonitorConfig::default());
+        let other = b.update([(9, 2_000 * KB)]);
+        let total = Fsd::sum([&fsd, &other]);
+        assert_eq!(total.elephant_flows, 1);
+        assert!((total.flows() - 3.0).abs() < 1e-9);
+        assert_eq!(total.dominant().0, Dominant::Mice);
+        assert!((total.bins.iter().sum::<f64>() - 3.0).abs() < 1e-9);
+    }
+
+    /// Within 1-ms intervals a congested elephant sends far below τ per interval: naive
+    /// Elastic Sketch calls it a mouse for ever; the window sees it become one.
+    #[test]
+    fn the_window_finds_elephants_naive_elastic_sketch_misses() {
+        let mut m = TorMonitor::new(MonitorConfig::default());
+        let mut last = Fsd::default();
+        let mut naive = Fsd::default();
+        for _ in 0..12 {
+            let readout = [(1, 120 * KB), (2, 90 * KB)];
+            last = m.update(readout);
+            naive = naive_fsd(readout, 1_000_000);
+        }
+        let truth = truth_fsd([5_000_000, 4_000_000], 1_000_000);
+        assert_eq!(naive.elephant_share(), 0.0);
+        assert_eq!(last.elephant_share(), 1.0);
+        assert_eq!(accuracy(&last, &truth), 1.0);
+        assert_eq!(accuracy(&naive, &truth), 0.0);
+    }
+
+    #[test]
+    fn kl_divergence_is_zero_for_equal_shapes_and_grows_with_change() {
+        let a = truth_fsd([10 * KB, 20 * KB, 2_000 * KB], 1_000_000);
+        let doubled = truth_fsd(
+            [10 * KB, 10 * KB, 20 * KB, 20 * KB, 2_000 * KB, 2_000 * KB],
+            1_000_000,
+        );
+        assert!(kl_divergence(&a, &doubled, 1e-3) < 1e-3);
+        let shifted = truth_fsd([5_000 * KB, 6_000 * KB, 7_000 * KB], 1_000_000);
+        assert!(kl_divergence(&shifted, &a, 1e-3) > 1.0);
+        assert_eq!(kl_divergence(&Fsd::default(), &Fsd::default(), 1e-3), 0.0);
+        assert!(kl_divergence(&a, &Fsd::default(), 1e-3).is_finite());
+    }
+
+    /// A flood of distinct flows keeps the monitor at its bound, forgetting idle ones first.
+    #[test]
+    fn the_monitor_stays_bounded() {
+        let mut m = TorMonitor::new(MonitorConfig {
+            max_flows: 100,
+            ..MonitorConfig::default()
+        });
+        m.update([(1, 2_000_000)]);
+        for round in 0..10u64 {
+            m.update((0..1_000u64).map(|i| (1_000 + round * 1_000 + i, 1_000)));
+            assert!(m.flows() <= 100);
+        }
+        assert!(m.forgotten() >= 9_900);
+        assert_eq!(bin_of(999), 0);
+        assert_eq!(bin_of(1_000), 1);
+        assert_eq!(bin_of(1_000_000), 10);
+        assert_eq!(bin_of(u64::MAX), BINS - 1);
+    }
+}
