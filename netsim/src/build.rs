@@ -244,6 +244,8 @@ impl Simulation {
             events: EventQueue::with_capacity(1 << 16),
             rng: Rng::derive(s.seed, 0xD47A),
             p,
+            dcqcn_config: s.nic.dcqcn.clone(),
+            knob_changes: 0,
             topo,
             warnings,
             ports,

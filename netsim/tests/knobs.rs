@@ -140,3 +140,122 @@ fn every_modelled_knob_is_checked_against_its_table_range() {
     }
     assert!(rejected >= 50, "only {rejected} out-of-range values tried");
 }
+
+/// An 8-to-1 incast through one switch with DCQCN on, its ECN profile and hai rate as
+/// `ecn` and `hai` say.
+fn dcqcn_incast(ecn: &str, hai: f64) -> String {
+    format!(
+        r#"
+version = 1
+duration_us = 1500
+[topology]
+kind = "graph"
+switches = ["s0"]
+hosts = ["h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"]
+links = [{{ a = "h0", b = "s0" }}, {{ a = "h1", b = "s0" }}, {{ a = "h2", b = "s0" }}, {{ a = "h3", b = "s0" }},
+         {{ a = "h4", b = "s0" }}, {{ a = "h5", b = "s0" }}, {{ a = "h6", b = "s0" }}, {{ a = "h7", b = "s0" }},
+         {{ a = "h8", b = "s0" }}]
+[switch.ecn]
+{ecn}
+[nic.dcqcn]
+rpg_hai_rate = {hai}
+[[workload]]
+kind = "incast"
+senders = ["h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"]
+receiver = "h0"
+size_bytes = 1000000
+start_us = 10
+"#
+    )
+}
+
+fn fcts(sim: &hawkmesh_netsim::Simulation) -> Vec<Option<u64>> {
+    sim.result("k", 1, &[])
+        .flows
+        .iter()
+        .map(|f| f.fct_ns)
+        .collect()
+}
+
+/// Knobs set on a running simulation act exactly like the same knobs in its scenario; a
+/// change in the middle of a run changes what follows; a bad change is refused whole,
+/// naming the knob, and leaves the knobs as they were.
+#[test]
+fn knobs_set_while_running_act_like_the_scenarios_and_bad_changes_are_refused() {
+    use hawkmesh_netsim::Simulation;
+    let parsed = |text: &str| Scenario::parse(text, "k.toml", PathBuf::new()).expect("a scenario");
+    let defaults = parsed(&dcqcn_incast("", 50.0));
+    let tuned = parsed(&dcqcn_incast(
+        "kmin_kb_per_gbps = 0.05\nkmax_kb_per_gbps = 0.5\npmax = 1.0",
+        400.0,
+    ));
+    let mut from_file = Simulation::new(&tuned).expect("builds");
+    from_file.run();
+    let mut set = Simulation::new(&defaults).expect("builds");
+    set.set_knobs(&[
+        ("kmin_kb", 5.0),
+        ("kmax_kb", 50.0),
+        ("pmax", 1.0),
+        ("rpg_hai_rate", 400.0),
+    ])
+    .expect("valid knobs");
+    assert_eq!(set.knob_value("kmax_kb"), Some(50.0));
+    assert_eq!(set.knob_value("rpg_hai_rate"), Some(400.0));
+    set.run();
+    assert_eq!(fcts(&set), fcts(&from_file));
+    let mut untouched = Simulation::new(&defaults).expect("builds");
+    untouched.run();
+    assert_ne!(
+        fcts(&untouched),
+        fcts(&from_file),
+        "the knobs change the incast"
+    );
+
+    // Changed on the way: the reaction points cap their rate at 5 Gbit/s from 200 µs, so
+    // the 8 senders no longer fill the receiver's 100G link and finish later.
+    let mut midway = Simulation::new(&defaults).expect("builds");
+    midway.run_until(200_000);
+    midway
+        .set_knobs(&[
+            ("rpg_max_rate", 5_000.0),
+            ("kmin_kb", 5.0),
+            ("kmax_kb", 50.0),
+        ])
+        .expect("valid knobs");
+    midway.run();
+    assert_eq!(midway.knob_changes(), 1);
+    let slowest = |s: &Simulation| fcts(s).into_iter().flatten().max().unwrap_or(u64::MAX);
+    assert!(
+        slowest(&midway) > slowest(&untouched) + 500_000,
+        "{} vs {}",
+        slowest(&midway),
+        slowest(&untouched)
+    );
+
+    // Refused whole, naming the knob; nothing changed.
+    let before: Vec<Option<f64>> = ["rpg_ai_rate", "kmin_kb", "kmax_kb"]
+        .iter()
+        .map(|k| midway.knob_value(k))
+        .collect();
+    for (change, expected) in [
+        (
+            vec![("rpg_ai_rate", 10.0), ("rpg_gd", 12.0)],
+            "rpg_gd: must be within [10, 11], got 12",
+        ),
+        (vec![("rpg_colour", 1.0)], "rpg_colour"),
+        (
+            vec![("cnp_dscp", 26.0)],
+            "cnp_dscp: netsim classifies packets by 802.1p priority",
+        ),
+        (vec![("kmin_kb", 500.0)], "kmin_kb 500 above kmax_kb 50"),
+    ] {
+        let e = midway.set_knobs(&change).unwrap_err();
+        assert!(e.contains(expected), "{e}");
+    }
+    let after: Vec<Option<f64>> = ["rpg_ai_rate", "kmin_kb", "kmax_kb"]
+        .iter()
+        .map(|k| midway.knob_value(k))
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(midway.knob_changes(), 1);
+}

@@ -30,6 +30,7 @@ use hawkmesh_wire::topology::{FabricTopology, NodeId, PortNo};
 use std::collections::VecDeque;
 
 mod faults;
+mod knobs;
 mod nic;
 mod sampling;
 mod switch;
@@ -380,6 +381,11 @@ pub struct Simulation {
     pub(crate) events: EventQueue,
     pub(crate) rng: Rng,
     pub(crate) p: Params,
+    /// The NICs' DCQCN knobs in force, as the scenario writes them (`set_knobs` changes
+    /// them).
+    pub(crate) dcqcn_config: crate::scenario::DcqcnConfig,
+    /// Knob changes made while running.
+    pub(crate) knob_changes: u64,
     pub(crate) topo: FabricTopology,
     /// Warnings about the scenario's inputs, from building it.
     pub(crate) warnings: Vec<crate::fabric::Warning>,
