@@ -94,6 +94,36 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Set DCQCN/ECN knobs on this machine's devices (what the PARALEON tuner dispatches):
+    /// ConnectX RNIC knobs through the mlx5 sysfs files of each --interface (or mlxconfig
+    /// firmware settings with --mlxconfig-device), switch ECN knobs through SONiC's
+    /// `config ecn` with --sonic-profile. --dry-run prints what would be written.
+    /// Values in the knob table's units: `hawkmesh knobs-set --interface eth2
+    /// rpg_hai_rate=150 rate_reduce_monitor_period=80`.
+    #[command(name = "knobs-set")]
+    KnobsSet {
+        /// RNIC interfaces whose sysfs knobs to set (mlx5: /sys/class/net/IF/ecn/).
+        #[arg(long = "interface")]
+        interfaces: Vec<String>,
+        /// Prefix of the sysfs paths (a copy of the tree, for a trial run).
+        #[arg(long, default_value = "/")]
+        sysfs_root: PathBuf,
+        /// Set the knobs as mlxconfig firmware settings of this device instead.
+        #[arg(long)]
+        mlxconfig_device: Option<String>,
+        /// The device port for mlxconfig's `_P<port>` names.
+        #[arg(long, default_value_t = 1)]
+        mlxconfig_port: u8,
+        /// Set the switch ECN knobs in this SONiC WRED profile (e.g. AZURE_LOSSLESS).
+        #[arg(long)]
+        sonic_profile: Option<String>,
+        /// Print what would be written; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// knob=value pairs (names from the knob table: rpg_hai_rate, kmax_kb, pmax...).
+        #[arg(required = true)]
+        values: Vec<String>,
+    },
     /// Send one HAWKEYE polling packet for a victim flow out of a network interface (lab
     /// bring-up of a switch running the program; the host agent sends them on its own when
     /// a flow's RTT crosses its threshold). Needs CAP_NET_RAW.
@@ -271,6 +301,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::SwitchAgent { config } => switch_agent(&config),
         Command::HostAgent { config } => host_agent(&config),
+        Command::KnobsSet {
+            interfaces,
+            sysfs_root,
+            mlxconfig_device,
+            mlxconfig_port,
+            sonic_profile,
+            dry_run,
+            values,
+        } => knobs_set(
+            &interfaces,
+            &sysfs_root,
+            mlxconfig_device.as_deref().map(|d| (d, mlxconfig_port)),
+            sonic_profile.as_deref(),
+            dry_run,
+            &values,
+        ),
         Command::Poll {
             interface,
             victim,
@@ -701,6 +747,66 @@ fn switch_agent(config: &Path) -> anyhow::Result<()> {
     );
     if summary.reports_unsent + summary.reports_dropped + summary.events_unreported > 0 {
         anyhow::bail!("some polling events were not delivered to the analyzer");
+    }
+    Ok(())
+}
+
+fn knobs_set(
+    interfaces: &[String],
+    sysfs_root: &Path,
+    mlxconfig: Option<(&str, u8)>,
+    sonic_profile: Option<&str>,
+    dry_run: bool,
+    values: &[String],
+) -> anyhow::Result<()> {
+    use hawkmesh_knobs::apply::{changes, parse_assignments, KnobWriter};
+    use hawkmesh_knobs::Device;
+
+    let pairs = parse_assignments(values).map_err(anyhow::Error::msg)?;
+    let named: Vec<(&str, f64)> = pairs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let changes = changes(&named)?;
+    let mut writers: Vec<Box<dyn KnobWriter>> = Vec::new();
+    if let Some((device, port)) = mlxconfig {
+        writers.push(Box::new(hawkmesh_host_agent::knob_writer::Mlxconfig::new(
+            device, port, dry_run,
+        )));
+    } else if !interfaces.is_empty() {
+        writers.push(Box::new(
+            hawkmesh_host_agent::knob_writer::ConnectxSysfs::new(
+                sysfs_root,
+                interfaces.to_vec(),
+                dry_run,
+            ),
+        ));
+    }
+    if let Some(profile) = sonic_profile {
+        writers.push(Box::new(hawkmesh_switch_agent::ecn_writer::SonicEcn::new(
+            profile, dry_run,
+        )));
+    }
+    for c in &changes {
+        let device = c.knob.device();
+        if !writers.iter().any(|w| w.device() == device) {
+            anyhow::bail!(
+                "{}: a {} knob, and no writer for it was given ({})",
+                c.knob.name,
+                if device == Device::Rnic {
+                    "RNIC"
+                } else {
+                    "switch"
+                },
+                if device == Device::Rnic {
+                    "--interface or --mlxconfig-device"
+                } else {
+                    "--sonic-profile"
+                }
+            );
+        }
+    }
+    for writer in &mut writers {
+        for applied in writer.apply(&changes)? {
+            println!("{applied}");
+        }
     }
     Ok(())
 }

@@ -39,6 +39,7 @@ pub mod detector;
 #[cfg(all(target_os = "linux", target_arch = "x86_64", feature = "ebpf"))]
 pub mod ebpf;
 pub mod engine;
+pub mod knob_writer;
 pub mod paths;
 pub mod pause;
 #[cfg(target_os = "linux")]

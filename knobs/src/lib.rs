@@ -50,6 +50,7 @@
 use serde::Serialize;
 use std::fmt;
 
+pub mod apply;
 mod table;
 
 pub use table::*;
