@@ -63,6 +63,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::errno::Errno;
 use nix::libc;
 use nix::poll::{ppoll, PollFd, PollFlags};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::socket::{
     self, sockopt, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
     SockType, SockaddrStorage, TimestampingFlag,
@@ -384,6 +385,9 @@ struct Sock {
     last_used: u64,
 }
 
+/// The epoll key of the well-known socket (source sockets are keyed by their port).
+const LISTEN_KEY: u64 = u64::MAX;
+
 /// The kernel-UDP transport of one agent interface (Linux).
 #[derive(Debug)]
 pub struct UdpTransport {
@@ -393,6 +397,9 @@ pub struct UdpTransport {
     rx_ready: bool,
     listen: Sock,
     sources: HashMap<u16, Sock>,
+    /// Every socket's readiness (epoll(7)): a wait costs what is ready, not what is open.
+    /// A source socket leaves it when it is closed.
+    epoll: Epoll,
     use_tick: u64,
     pending_total: usize,
     /// Completions made outside `poll` (evictions, resets, overflow), bounded by the
@@ -715,7 +722,19 @@ impl UdpTransport {
             match open_socket(&config, config.port, flags, None) {
                 Ok(fd) => {
                     let rx_ready = flags.is_some() && wait_for_rx_timestamps(config.local);
+                    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+                        .map_err(|e| os("epoll_create1", config.local, e))?;
+                    epoll
+                        .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, LISTEN_KEY))
+                        .map_err(|e| {
+                            os(
+                                "epoll_ctl ADD",
+                                format!("{}:{}", config.local, config.port),
+                                e,
+                            )
+                        })?;
                     return Ok(UdpTransport {
+                        epoll,
                         rx_ready,
                         listen: Sock {
                             fd,
@@ -824,6 +843,9 @@ impl UdpTransport {
             }
         }
         let fd = open_socket(&self.config, port, self.flags, Some(SOURCE_RCVBUF_BYTES))?;
+        self.epoll
+            .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, u64::from(port)))
+            .map_err(|e| os("epoll_ctl ADD", format!("{}:{port}", self.config.local), e))?;
         self.stats.sockets_opened += 1;
         self.sources.insert(
             port,
@@ -1199,40 +1221,45 @@ impl ProbeTransport for UdpTransport {
         if let Some(deadline) = self.next_deadline() {
             timeout = timeout.min(Duration::from_nanos(deadline.saturating_sub(now)));
         }
-        let readable: Vec<(Option<u16>, PollFlags)> = {
-            let mut fds = Vec::with_capacity(1 + self.sources.len());
-            let mut ports = Vec::with_capacity(1 + self.sources.len());
-            fds.push(PollFd::new(self.listen.fd.as_fd(), PollFlags::POLLIN));
-            ports.push(None);
-            for (port, sock) in &self.sources {
-                fds.push(PollFd::new(sock.fd.as_fd(), PollFlags::POLLIN));
-                ports.push(Some(*port));
-            }
-            match ppoll(&mut fds, Some(TimeSpec::from_duration(timeout)), None) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(e) => {
-                    return Err(os(
-                        "ppoll",
-                        format!("{} sockets of {}", fds.len(), self.config.local),
-                        e,
-                    ))
-                }
-            }
-            fds.iter()
-                .zip(ports)
-                .filter_map(|(fd, port)| {
-                    fd.revents()
-                        .filter(|r| !r.is_empty())
-                        .map(|revents| (port, revents))
-                })
-                .collect()
+        // epoll waits in whole milliseconds: round a wait up (a deadline is never missed
+        // by spinning), and keep a zero wait zero.
+        let millis = if timeout.is_zero() {
+            0
+        } else {
+            timeout
+                .as_nanos()
+                .div_ceil(1_000_000)
+                .min(u128::from(u16::MAX)) as u16
         };
+        let mut ready = [EpollEvent::empty(); 64];
+        let count = match self.epoll.wait(&mut ready, millis) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => 0,
+            Err(e) => {
+                return Err(os(
+                    "epoll_wait",
+                    format!(
+                        "{} sockets of {}",
+                        1 + self.sources.len(),
+                        self.config.local
+                    ),
+                    e,
+                ))
+            }
+        };
+        let readable: Vec<(Option<u16>, EpollFlags)> = ready[..count]
+            .iter()
+            .map(|e| {
+                let port = (e.data() != LISTEN_KEY).then_some(e.data() as u16);
+                (port, e.events())
+            })
+            .collect();
         let hardware_tx = self.config.hardware_tx;
         for (port, revents) in readable {
             let (stats, pending_total) = (&mut self.stats, &mut self.pending_total);
             match port {
                 None => {
-                    if revents.contains(PollFlags::POLLERR) {
+                    if revents.contains(EpollFlags::EPOLLERR) {
                         self.listen.drain_errqueue(
                             hardware_tx,
                             stats,
@@ -1241,7 +1268,7 @@ impl ProbeTransport for UdpTransport {
                             &mut self.icmp,
                         );
                     }
-                    if revents.contains(PollFlags::POLLIN) {
+                    if revents.contains(EpollFlags::EPOLLIN) {
                         let budget = MAX_EVENTS_PER_POLL.saturating_sub(events.len() - start);
                         self.drain_datagrams(budget, events);
                     }
@@ -1250,7 +1277,7 @@ impl ProbeTransport for UdpTransport {
                     let Some(sock) = self.sources.get_mut(&port) else {
                         continue;
                     };
-                    if revents.contains(PollFlags::POLLERR) {
+                    if revents.contains(EpollFlags::EPOLLERR) {
                         sock.drain_errqueue(
                             hardware_tx,
                             stats,
@@ -1259,7 +1286,7 @@ impl ProbeTransport for UdpTransport {
                             &mut self.icmp,
                         );
                     }
-                    if revents.contains(PollFlags::POLLIN) {
+                    if revents.contains(EpollFlags::EPOLLIN) {
                         sock.drain_stray(stats);
                     }
                 }
