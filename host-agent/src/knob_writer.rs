@@ -12,9 +12,8 @@
 //! exactly what they would write and writes nothing.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use hawkmesh_knobs::apply::{Applied, ApplyError, Change, KnobWriter};
+use hawkmesh_knobs::apply::{run_command, Applied, ApplyError, Change, KnobWriter};
 use hawkmesh_knobs::Device;
 
 /// The mlx5 sysfs files of some interfaces.
@@ -179,25 +178,11 @@ impl KnobWriter for Mlxconfig {
         }
         let command = format!("{} {}", self.program.display(), args.join(" "));
         if !self.dry_run {
-            let out = Command::new(&self.program)
-                .args(&args)
-                .output()
-                .map_err(|e| ApplyError {
-                    target: command.clone(),
-                    reason: format!(
-                        "cannot run: {e} (is mlxconfig, from mstflint or MFT, installed?)"
-                    ),
-                })?;
-            if !out.status.success() {
-                return Err(ApplyError {
-                    target: command,
-                    reason: format!(
-                        "{}: {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                });
-            }
+            run_command(
+                &self.program,
+                &args,
+                "is mlxconfig, from mstflint or MFT, installed?",
+            )?;
         }
         Ok(args[4..]
             .iter()

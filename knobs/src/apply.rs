@@ -87,6 +87,35 @@ impl fmt::Display for ApplyError {
 
 impl std::error::Error for ApplyError {}
 
+/// Runs a device's configuration command (`mlxconfig`, SONiC's `config`); a failure to
+/// start says `hint`, a failing exit carries its status and stderr.
+pub fn run_command(
+    program: &std::path::Path,
+    args: &[String],
+    hint: &str,
+) -> Result<(), ApplyError> {
+    let command = format!("{} {}", program.display(), args.join(" "));
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| ApplyError {
+            target: command.clone(),
+            reason: format!("cannot run: {e} ({hint})"),
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(ApplyError {
+            target: command,
+            reason: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        })
+    }
+}
+
 /// A device's knob writer.
 pub trait KnobWriter {
     /// The device it writes to, for logs.

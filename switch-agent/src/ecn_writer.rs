@@ -8,9 +8,8 @@
 //! Dry-run mode says what it would run and runs nothing. RNIC knobs are skipped.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use hawkmesh_knobs::apply::{Applied, ApplyError, Change, KnobWriter};
+use hawkmesh_knobs::apply::{run_command, Applied, ApplyError, Change, KnobWriter};
 use hawkmesh_knobs::Device;
 
 /// SONiC's ECN profile of a switch.
@@ -136,23 +135,7 @@ impl KnobWriter for SonicEcn {
         let args = self.arguments(changes)?;
         let command = format!("{} {}", self.program.display(), args.join(" "));
         if !self.dry_run {
-            let out = Command::new(&self.program)
-                .args(&args)
-                .output()
-                .map_err(|e| ApplyError {
-                    target: command.clone(),
-                    reason: format!("cannot run: {e} (is this a SONiC switch?)"),
-                })?;
-            if !out.status.success() {
-                return Err(ApplyError {
-                    target: command,
-                    reason: format!(
-                        "{}: {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                });
-            }
+            run_command(&self.program, &args, "is this a SONiC switch?")?;
         }
         Ok(fields
             .into_iter()
