@@ -81,6 +81,9 @@ impl Default for DetectorConfig {
     }
 }
 
+/// Hop limit written into polling packets (enough for any Clos path and PFC branch).
+pub const POLLING_HOP_LIMIT: u8 = 16;
+
 /// A decision to poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PollingTrigger {

@@ -28,8 +28,7 @@ use hawkmesh_wire::telemetry::FiveTuple;
 use hawkmesh_wire::topology::NodeId;
 use std::collections::BTreeMap;
 
-/// Hop limit written into polling packets (enough for any Clos path and PFC branch).
-pub const POLLING_HOP_LIMIT: u8 = 16;
+pub use hawkmesh_host_agent::detector::POLLING_HOP_LIMIT;
 
 /// The polling packet of `trigger` from NIC `src_nic` toward `dst_nic` with the victim's
 /// 5-tuple in its headers (ECMP walks the victim's path) in `priority`; with the

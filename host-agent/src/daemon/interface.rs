@@ -17,16 +17,17 @@ use hawkmesh_proto::v1 as pb;
 use hawkmesh_wire::polling::Polling;
 use hawkmesh_wire::telemetry::FiveTuple;
 
-use super::link::{Link, ROCE_V2_PORT};
+use super::link::Link;
 use super::metrics::InterfaceMetrics;
 use super::plan::{Plan, TargetInfo, TargetKey};
 use super::trace::{Path, PortMap, TraceKey, Tracer};
-use crate::detector::RttDetector;
+use crate::detector::{RttDetector, POLLING_HOP_LIMIT};
 use crate::engine::{Engine, EngineStats, ProbeClocks, ProbeReport, ProbeTarget};
 use crate::polling_sender::{PollingSendError, PollingSender};
 use crate::probe::ProbeOutcome;
 use crate::transport::{TimestampSource, UdAddr};
 use crate::udp::{host_now_ns, IcmpKind};
+use hawkmesh_wire::dataplane::ROCEV2_UDP_PORT;
 
 /// Longest wait of one engine step (a timeout is noticed at most this late).
 const STEP: Duration = Duration::from_millis(5);
@@ -36,9 +37,6 @@ const STATS_EVERY: Duration = Duration::from_millis(200);
 const NOT_SENT_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Targets whose last refusal is remembered for the log's rate limit at most.
 const NOT_SENT_LOG_TARGETS: usize = 4096;
-/// Hops a polling packet may take (HAWKEYE's polling travels the victim's path and the
-/// PFC-spreading branches: a fabric's diameter and then some).
-pub const POLLING_HOP_LIMIT: u8 = 16;
 
 /// RTT-triggered polling (HAWKEYE §3.2) on an interface's service connections: the
 /// service-tracing probes' network RTTs go to the detector, and a trigger sends the
@@ -62,7 +60,7 @@ impl Trigger {
             src_ip: src.octets(),
             dst_ip: dst.octets(),
             src_port: target.src_port,
-            dst_port: ROCE_V2_PORT,
+            dst_port: ROCEV2_UDP_PORT,
             protocol: 17,
         })
     }

@@ -11,13 +11,13 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::transport::{ProbeTransport, TransportError, TransportEvent, UdAddr};
+// RoCEv2's UDP destination port (generated from the data-plane source): the port verbs
+// probes go to, and so the one their path traces keep.
 use crate::udp::{IcmpReport, TimestampingSupport, UdpConfig, UdpTransport};
+#[cfg(all(target_os = "linux", feature = "verbs"))]
+use hawkmesh_wire::dataplane::ROCEV2_UDP_PORT;
 
 use super::config::{DaemonConfig, InterfaceSection, TransportChoice};
-
-/// RoCEv2's UDP destination port (IBTA RoCEv2 Annex A17.2): the port verbs probes go to,
-/// and so the one their path traces keep.
-pub const ROCE_V2_PORT: u16 = 4791;
 
 /// One interface's probing transport.
 pub enum Link {
@@ -122,7 +122,7 @@ impl Link {
                 port: 0,
                 max_source_sockets: config.probing.max_source_sockets,
                 trace: true,
-                trace_port: Some(ROCE_V2_PORT),
+                trace_port: Some(ROCEV2_UDP_PORT),
                 ..UdpConfig::new(interface.ip)
             };
             Some(UdpTransport::new(udp).map_err(|e| format!("the path-tracing socket: {e}"))?)
