@@ -346,14 +346,16 @@ fn interfaces(h: usize) -> Vec<(u32, String, u32)> {
 }
 
 impl Lab {
-    /// Builds the namespaces of `hosts` hosts, the analyzer with `pinglists`, and starts an
-    /// agent (`binary`) per host: the others first, h0 once they registered. Returns when
-    /// h0 has registered too. `interrupted` is asked between the steps that wait.
+    /// Builds the namespaces of `hosts` hosts, the analyzer with `pinglists` (rotated every
+    /// `rotation`, else the controller's hour), and starts an agent (`binary`) per host: the
+    /// others first, h0 once they registered. Returns when h0 has registered too.
+    /// `interrupted` is asked between the steps that wait.
     pub fn start(
         binary: &Path,
         hosts: usize,
         topology: FabricTopology,
         pinglists: PinglistConfig,
+        rotation: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Lab, String> {
         let dirs = TempDir::new("overhead");
@@ -383,6 +385,9 @@ impl Lab {
                 &pki,
                 PingmeshConfig {
                     pinglists,
+                    rotation_ns: rotation.map_or(PingmeshConfig::default().rotation_ns, |r| {
+                        r.as_nanos().try_into().unwrap_or(u64::MAX)
+                    }),
                     ..PingmeshConfig::default()
                 },
             ),

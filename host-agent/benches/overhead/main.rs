@@ -1,7 +1,7 @@
 //! The host agent's overhead (issue 25): what `hawkmesh host-agent` costs a host whose 8
 //! RNICs each probe about 150 times a second over the kernel-UDP transport, against the
-//! issue's targets of at most 1 % of one core and 10 MB resident (R-Pingmesh §6 reports
-//! 3 % of a core and 18.5 MB for its agent).
+//! issue's targets of at most 1 % of one core and 10 MB resident (R-Pingmesh §6: 3 % CPU
+//! and 18.5 MB for its agent).
 //!
 //! ```sh
 //! cargo build --release -p hawkmesh          # the measured binary, target/release/hawkmesh
