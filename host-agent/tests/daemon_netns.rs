@@ -23,187 +23,27 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hawkmesh_analyzer_server::pingmesh::{PeriodView, PingmeshConfig};
-use hawkmesh_analyzer_server::pingmesh_service::PingmeshShared;
-use hawkmesh_analyzer_server::tls::{Pki, TlsMode};
-use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
+use hawkmesh_analyzer_server::tls::Pki;
 use hawkmesh_host_agent::daemon::{self, DaemonConfig, DaemonError, DaemonSummary, Hooks};
 use hawkmesh_pingmesh::analysis::AnalysisConfig;
-use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeKind, PortRef};
+use hawkmesh_wire::topology::{FabricTopology, NodeKind};
+use support::daemon_lab::{
+    agent_toml, analyzer_config, attach_management, management, metric, pki, scrape, try_scrape,
+    wait_for, Analyzer, FabricBuilder, TempDir,
+};
 use support::{serial, Netns};
 
-/// The analyzer's address on the management bridge, and its gRPC port.
-const ANALYZER_IP: &str = "192.168.77.1";
-const ANALYZER_PORT: u16 = 50_051;
 /// The analysis period of these labs (the paper's is 20 s).
 const PERIOD_NS: u64 = 2_000_000_000;
 /// The agents' well-known port.
 const PORT: u16 = 47_920;
-
-/// A temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("hawkmesh-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temporary directory");
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Builds a fabric description: `hosts` (name, base address, NIC count) cabled to
-/// switches as `cables` say ((host index, NIC) → (switch index, port)), and switch-switch
-/// `trunks` ((switch, port), (switch, port)).
-struct FabricBuilder {
-    nodes: Vec<NodeDesc>,
-    links: Vec<LinkDesc>,
-}
-
-impl FabricBuilder {
-    fn new() -> Self {
-        FabricBuilder {
-            nodes: Vec::new(),
-            links: Vec::new(),
-        }
-    }
-
-    fn node(&mut self, name: &str, kind: NodeKind, tier: Option<u8>, ipv4: Option<[u8; 4]>) -> u32 {
-        let id = self.nodes.len() as u32;
-        self.nodes.push(NodeDesc {
-            id,
-            name: name.into(),
-            kind,
-            tier,
-            ipv4,
-        });
-        id
-    }
-
-    fn link(&mut self, a: (u32, u16), b: (u32, u16)) {
-        self.links.push(LinkDesc {
-            a: PortRef {
-                node: a.0,
-                port: a.1,
-            },
-            b: PortRef {
-                node: b.0,
-                port: b.1,
-            },
-            gbps: 100.0,
-            delay_ns: 1_000,
-        });
-    }
-
-    fn build(self) -> FabricTopology {
-        let topology = FabricTopology {
-            nodes: self.nodes,
-            links: self.links,
-        };
-        topology.validate().expect("a valid fabric");
-        topology
-    }
-}
-
-/// The analyzer service in the management namespace, stopped and started again on the
-/// same data directory and port.
-struct Analyzer {
-    runtime: tokio::runtime::Runtime,
-    server: Option<RunningServer>,
-    config: ServerConfig,
-}
-
-impl Analyzer {
-    /// Its runtime's threads live in `mgmt` (created there), so its sockets do.
-    fn start(mgmt: &Netns, config: ServerConfig) -> Analyzer {
-        let runtime = mgmt
-            .spawn(|| {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("the analyzer's runtime")
-            })
-            .join()
-            .expect("runtime thread");
-        let mut analyzer = Analyzer {
-            runtime,
-            server: None,
-            config,
-        };
-        analyzer.restart();
-        analyzer
-    }
-
-    fn restart(&mut self) {
-        assert!(self.server.is_none());
-        let config = self.config.clone();
-        // Spawned, not run on this thread: the listeners are bound by a worker, in mgmt.
-        let server = self
-            .runtime
-            .block_on(self.runtime.spawn(start(config)))
-            .expect("the start task")
-            .expect("the analyzer starts");
-        self.server = Some(server);
-    }
-
-    fn stop(&mut self) {
-        if let Some(server) = self.server.take() {
-            self.runtime
-                .block_on(self.runtime.spawn(server.stop()))
-                .expect("the stop task");
-        }
-    }
-
-    fn pingmesh(&self) -> PingmeshShared {
-        self.server
-            .as_ref()
-            .and_then(|s| s.pingmesh.clone())
-            .expect("a running pingmesh controller")
-    }
-
-    /// Every period report kept.
-    fn periods(&self) -> Vec<PeriodView> {
-        let shared = self.pingmesh();
-        let controller = shared.lock().expect("the controller");
-        controller.periods(None, 1000).0
-    }
-}
-
-impl Drop for Analyzer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The lab's PKI: a CA, the analyzer's certificate, one per host.
-fn pki(dir: &Path, hosts: &[&str]) -> Pki {
-    let pki = Pki::create(dir, "hawkmesh lab CA").expect("a CA");
-    pki.issue("analyzer", &["analyzer.lab".to_string()])
-        .expect("the analyzer's certificate");
-    for host in hosts {
-        pki.issue(host, &[]).expect("a host certificate");
-    }
-    pki
-}
 
 /// The analyzer of the two-host lab: 2-s periods, the agents' short intervals.
 fn lab_pingmesh() -> PingmeshConfig {
@@ -224,52 +64,6 @@ fn lab_pingmesh() -> PingmeshConfig {
     }
 }
 
-fn analyzer_config(
-    topology: FabricTopology,
-    data: &Path,
-    pki: &Pki,
-    pingmesh: PingmeshConfig,
-) -> ServerConfig {
-    let mut config = ServerConfig::loopback(
-        topology,
-        data.to_path_buf(),
-        format!("{ANALYZER_IP}:{ANALYZER_PORT}")
-            .parse()
-            .expect("an address"),
-    );
-    config.tls = TlsMode::Mutual {
-        cert: pki.cert_path("analyzer"),
-        key: pki.key_path("analyzer"),
-        client_ca: pki.cert_path("ca"),
-    };
-    config.pingmesh = Some(pingmesh);
-    config
-}
-
-/// The management network: a bridge in `mgmt` holding the analyzer's address; each host
-/// gets a veth into it (`mgmt0`, 192.168.77.(10 + index)).
-fn management(mgmt: &Netns) {
-    mgmt.ip(&["link", "add", "br0", "type", "bridge"]);
-    mgmt.ip(&["addr", "add", &format!("{ANALYZER_IP}/24"), "dev", "br0"]);
-    mgmt.ip(&["link", "set", "br0", "up"]);
-}
-
-fn attach_management(mgmt: &Netns, host: &Netns, index: usize) {
-    let port = format!("m{index}");
-    host.ip(&[
-        "link", "add", "mgmt0", "type", "veth", "peer", "name", &port, "netns", &mgmt.name,
-    ]);
-    mgmt.ip(&["link", "set", &port, "master", "br0", "up"]);
-    host.ip(&[
-        "addr",
-        "add",
-        &format!("192.168.77.{}/24", 10 + index),
-        "dev",
-        "mgmt0",
-    ]);
-    host.ip(&["link", "set", "mgmt0", "up"]);
-}
-
 /// A host's daemon configuration: its interfaces (NIC, address, id), the lab's short
 /// intervals, TLS to the analyzer, metrics on the namespace's loopback.
 fn daemon_config(
@@ -279,38 +73,12 @@ fn daemon_config(
     interfaces: &[(u32, &str, u32)],
     extra: &str,
 ) -> DaemonConfig {
-    let mut text = format!(
-        r#"
-host = "{host}"
-state_dir = "{state}"
-[analyzer]
-endpoint = "https://{ANALYZER_IP}:{ANALYZER_PORT}"
-ca = "{ca}"
-cert = "{cert}"
-key = "{key}"
-name = "analyzer.lab"
-[probing]
-port = {PORT}
-timeout_ms = 200
-pinglist_refresh_ms = 1000
-[upload]
-interval_ms = 500
-max_backoff_ms = 400
-drain_ms = 10000
-[metrics]
-listen = "127.0.0.1:9464"
-{extra}
-"#,
-        state = state.display(),
-        ca = pki.cert_path("ca").display(),
-        cert = pki.cert_path(host).display(),
-        key = pki.key_path(host).display(),
+    let sections = format!(
+        "[probing]\nport = {PORT}\ntimeout_ms = 200\npinglist_refresh_ms = 1000\n\
+         [upload]\ninterval_ms = 500\nmax_backoff_ms = 400\ndrain_ms = 10000\n\
+         [metrics]\nlisten = \"127.0.0.1:9464\"\n{extra}"
     );
-    for (nic, ip, id) in interfaces {
-        text.push_str(&format!(
-            "[[interface]]\nnic = {nic}\nip = \"{ip}\"\nid = {id}\n"
-        ));
-    }
+    let text = agent_toml(host, state, pki, interfaces, &sections);
     DaemonConfig::parse(&text, &format!("{host}.toml")).expect("a valid configuration")
 }
 
@@ -353,46 +121,6 @@ impl Drop for Running {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-/// `GET /metrics` on the daemon in `ns` (its namespace's loopback), if it answers.
-fn try_scrape(ns: &Netns) -> Option<String> {
-    ns.spawn(|| {
-        let addr: SocketAddr = "127.0.0.1:9464".parse().expect("an address");
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-        Some(response)
-    })
-    .join()
-    .expect("the scrape thread")
-}
-
-/// `GET /metrics` on the daemon in `ns`, which must answer.
-fn scrape(ns: &Netns) -> String {
-    try_scrape(ns).expect("the daemon's metrics endpoint answers")
-}
-
-/// The value of the metric line starting with `prefix`.
-fn metric(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {prefix} in the metrics:\n{text}"))
-}
-
-/// Waits until `done` holds, at most `limit`.
-fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -8,6 +8,9 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "daemon")]
+pub mod daemon_lab;
+
 use std::fs::File;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
