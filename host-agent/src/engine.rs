@@ -438,6 +438,15 @@ impl<T: ProbeTransport> Engine<T> {
         &self.stats
     }
 
+    /// How long until the next held ACK falls due (none held: `None`): a caller that
+    /// handles the engine at a coarse pace wakes for it, so that a hold is kept to time.
+    pub fn next_held_ack_in(&self) -> Option<Duration> {
+        let held = self.held.front()?;
+        Some(Duration::from_nanos(
+            held.due_ns.saturating_sub(self.transport.now_ns()),
+        ))
+    }
+
     /// Probes in flight.
     pub fn outstanding(&self) -> usize {
         self.prober.outstanding()

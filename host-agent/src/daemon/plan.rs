@@ -251,7 +251,11 @@ pub fn plan(local: IpAddr, list: Option<&pb::RnicPinglist>, services: &ServiceLo
         if groups[g].is_empty() {
             continue;
         }
-        let count = horizon.div_ceil(intervals[g]);
+        // Slots of this loop in the horizon. The intervals are whole nanoseconds, rounded
+        // down from the pinglist's rates: a horizon a hair above a multiple of the
+        // interval (3·10⁸ / 7,142,857 = 42.0000008) must not add a slot (2.4 % too many
+        // probes), so an excess under 0.1 % is the rounding's, not a slot's.
+        let count = (horizon - horizon / 1000).div_ceil(intervals[g]).max(1);
         for k in 0..count.min(MAX_CYCLE as u64) {
             slots.push((k.saturating_mul(intervals[g]), g));
         }
@@ -354,6 +358,45 @@ mod tests {
             (info.host.as_str(), info.kind),
             ("h1", pb::ProbeKind::TorMesh)
         );
+    }
+
+    /// A rate whose interval is rounded down to whole nanoseconds keeps its rate: 140 probes
+    /// a second beside a 10/s ToR mesh is 150 in all, not 153.
+    #[test]
+    fn an_interval_rounded_down_does_not_add_a_slot() {
+        let local: IpAddr = "10.0.0.1".parse().expect("an address");
+        let mut targets: Vec<pb::ProbeTarget> = (0..3)
+            .map(|i| {
+                target(
+                    &format!("h{i}"),
+                    &format!("10.0.{i}.1"),
+                    10 + i,
+                    0,
+                    pb::ProbeKind::TorMesh,
+                )
+            })
+            .collect();
+        for p in 0..6 {
+            targets.push(target(
+                "h9",
+                "10.0.9.1",
+                19,
+                50_000 + p,
+                pb::ProbeKind::InterTor,
+            ));
+        }
+        let list = pb::RnicPinglist {
+            nic: 0,
+            tor_mesh_interval_ns: 100_000_000,
+            // 1 s / 140, rounded down.
+            inter_tor_interval_ns: 7_142_857,
+            targets,
+        };
+        let plan = plan(local, Some(&list), &ServiceLoop::default());
+        // Horizon 300 ms (the ToR mesh's 3 targets): 3 + 42 slots.
+        assert_eq!(plan.targets.len(), 45);
+        let per_second = plan.targets.len() as f64 / (plan.interval.as_secs_f64() * 45.0);
+        assert!((per_second - 150.0).abs() < 0.1, "{per_second} probes/s");
     }
 
     fn service(ip: &str, qpn: u32, src_port: u16) -> ServiceTarget {
