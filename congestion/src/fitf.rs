@@ -1,6 +1,6 @@
 //! The forced idle time fraction (FITF), Yellowstone Eq. 3:
 //!
-//! F_r[i] = τ·(W_{r,i+1} − W_{r,i}) / ((tᵠ_{i+1} + tᵖ_{i+1}/2) − (tᵠ_i + tᵖ_i/2)),
+//! F_r\[i\] = τ·(W_{r,i+1} − W_{r,i}) / ((tᵠ_{i+1} + tᵖ_{i+1}/2) − (tᵠ_i + tᵖ_i/2)),
 //!
 //! the share of the interval between two consecutive reads of a round during which the port
 //! had data to send but no flow-control credits (PortXmitWait counts ticks of τ, about 22 ns
@@ -119,7 +119,7 @@ impl IntervalStatus {
     }
 }
 
-/// One interval of a round: F_r[i] between reads i and i+1.
+/// One interval of a round: F_r\[i\] between reads i and i+1.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     /// i, 1-based as in Eq. 3.

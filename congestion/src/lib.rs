@@ -30,12 +30,12 @@ pub mod watchdog;
 
 pub use fitf::{
     classify, fitf_round, pause_round, FitfConfig, GroupSummary, Interval, IntervalStatus, Metric,
-    Round, RoundStats,
+    PauseSide, Round, RoundStats,
 };
 pub use parse::{ParseError, PerfBlock, PerfKind};
 pub use plan::{
     Clock, CounterSource, ManualClock, ReplaySource, RoundRecord, Sampler, SamplingPlan,
-    SourceError,
+    SourceError, SystemClock,
 };
 pub use sample::{Direction, PfcCounters, PortId, PortKey, Sample, Tier, Width, PRIORITIES};
 pub use watchdog::{LinkMap, Verdict, Watchdog, WatchdogConfig};

@@ -233,7 +233,7 @@ impl Sampler {
         if self.plan.reset {
             source.reset(&port)?;
         }
-        let mut samples = Vec::with_capacity(self.plan.reads_per_round);
+        let mut samples = Vec::with_capacity(self.plan.reads_per_round.min(1 << 12));
         for i in 0..self.plan.reads_per_round {
             samples.push(Self::read_one(source, clock, &port)?);
             if i + 1 < self.plan.reads_per_round {
@@ -268,7 +268,7 @@ impl Sampler {
         ports: &[PortId],
         sweeps: usize,
     ) -> Result<Vec<Sample>, SourceError> {
-        let mut out = Vec::with_capacity(ports.len() * sweeps);
+        let mut out = Vec::with_capacity(ports.len().saturating_mul(sweeps).min(1 << 16));
         for _ in 0..sweeps {
             for p in ports {
                 out.push(Self::read_one(source, clock, p)?);

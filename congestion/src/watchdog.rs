@@ -101,7 +101,7 @@ impl Evidence {
         self.tx_pkts = add(self.tx_pkts, d.tx_pkts);
         self.tx_bytes = add(self.tx_bytes, d.tx_bytes);
         self.to_ns = to;
-        self.intervals += 1;
+        self.intervals = self.intervals.saturating_add(1);
     }
 }
 
@@ -259,6 +259,9 @@ impl Watchdog {
             let (Some(a), Some(b)) = (prev.pfc(p), sample.pfc(p)) else {
                 continue;
             };
+            if a.is_empty() && b.is_empty() {
+                continue;
+            }
             let d = Deltas::of(a, b);
             let q = self
                 .queues
