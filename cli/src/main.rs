@@ -1,6 +1,7 @@
 //! `hawkmesh` — the command-line entry point.
 
 mod eval;
+mod fitf;
 mod pingmesh;
 
 use anyhow::Context as _;
@@ -124,6 +125,11 @@ enum Command {
         #[arg(required = true)]
         values: Vec<String>,
     },
+    /// Congestion from port counters (the InfiniBand study's Forced Idle Time Fraction,
+    /// Yellowstone Eq. 3): samples PortXmitWait and the PFC counters of a netsim scenario's
+    /// ports while it runs (or replays recorded samples), and writes intervals.csv,
+    /// rounds.csv, fitf.json, report.html (the study's plots) and metrics.prom.
+    Fitf(fitf::FitfArgs),
     /// Send one HAWKEYE polling packet for a victim flow out of a network interface (lab
     /// bring-up of a switch running the program; the host agent sends them on its own when
     /// a flow's RTT crosses its threshold). Needs CAP_NET_RAW.
@@ -299,6 +305,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         },
+        Command::Fitf(args) => fitf::run(&args),
         Command::SwitchAgent { config } => switch_agent(&config),
         Command::HostAgent { config } => host_agent(&config),
         Command::KnobsSet {

@@ -16,6 +16,7 @@
 //! - [`pingmesh_eval`]: R-Pingmesh's evaluation on fault families (`hawkmesh pingmesh eval`);
 //! - [`eval`]: HAWKEYE's evaluation (§4.2–4.3) on top of that loop (`hawkmesh eval`).
 
+pub mod counters;
 pub mod eval;
 pub mod hawkeye_loop;
 pub mod hostmesh;

@@ -178,6 +178,8 @@ impl Simulation {
                 paused_from: [0; 8],
                 paused_until: [0; 8],
                 pause_total: [0; 8],
+                wait_from: None,
+                wait_total: 0,
                 link_up: true,
                 loss_rate: 0.0,
                 acl_drop: None,

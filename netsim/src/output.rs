@@ -236,16 +236,12 @@ impl Simulation {
         };
         let mut ports = Vec::with_capacity(self.ports.len());
         for p in &self.ports {
-            let mut counters = p.counters.clone();
+            let counters = p.counters_at(end);
             let mut paused = false;
             for prio in 0..8 {
-                let open = p.paused_until[prio]
-                    .min(end)
-                    .saturating_sub(p.paused_from[prio]);
-                let total = p.pause_total[prio] + open;
-                counters.pause_duration_ns[prio] = total / NS;
+                let total = counters.pause_duration_ns[prio];
                 paused |= total > 0;
-                totals.pause_duration_ns += total / NS;
+                totals.pause_duration_ns += total;
             }
             totals.paused_ports += paused as usize;
             totals.drops_buffer += counters.drops_buffer;

@@ -24,7 +24,7 @@ use crate::packet::{FiveTuple, Packet, PacketKind, PacketPool};
 use crate::rng::Rng;
 use crate::routing::RoutingTable;
 use crate::scenario::{CongestionControl, Scheduler};
-use crate::time::{serialization, Time};
+use crate::time::{serialization, Time, NS};
 use hawkmesh_wire::pfc::pause_duration_ps;
 use hawkmesh_wire::topology::{FabricTopology, NodeId, PortNo};
 use std::collections::VecDeque;
@@ -87,6 +87,10 @@ pub struct PortCounters {
     pub pause_frames_received: [u64; 8],
     /// Time this port's transmitter was paused per priority, ns (like `rx_prioN_pause_duration`).
     pub pause_duration_ns: [u64; 8],
+    /// Time this port had packets queued but sent nothing because every priority holding
+    /// them was paused, ns: the PortXmitWait of InfiniBand (IBA 16.1.3.5: ticks with data
+    /// to send and none sent for lack of credits), PFC's pause in the credits' place.
+    pub xmit_wait_ns: u64,
     /// Packets ECN-marked (CE) at this egress.
     pub ecn_marked: u64,
     /// Largest egress queue occupancy seen, bytes (all priorities).
@@ -137,6 +141,10 @@ pub(crate) struct Port {
     pub paused_from: [Time; 8],
     pub paused_until: [Time; 8],
     pub pause_total: [Time; 8],
+    /// Since when the port has waited with packets queued behind pauses (none: not now).
+    pub wait_from: Option<Time>,
+    /// Closed waits, summed.
+    pub wait_total: Time,
     pub link_up: bool,
     pub loss_rate: f64,
     /// Packets with a UDP source port in this range are dropped here (an ACL fault).
@@ -155,6 +163,22 @@ pub(crate) struct Port {
     pub kmax: u64,
     pub pmax: f64,
     pub counters: PortCounters,
+}
+
+impl Port {
+    /// The counters at `at`, with the pauses and the wait still open counted up to it.
+    pub(crate) fn counters_at(&self, at: Time) -> PortCounters {
+        let mut counters = self.counters.clone();
+        for prio in 0..8 {
+            let open = self.paused_until[prio]
+                .min(at)
+                .saturating_sub(self.paused_from[prio]);
+            counters.pause_duration_ns[prio] = (self.pause_total[prio] + open) / NS;
+        }
+        let open = self.wait_from.map_or(0, |from| at.saturating_sub(from));
+        counters.xmit_wait_ns = (self.wait_total + open) / NS;
+        counters
+    }
 }
 
 #[derive(Debug)]
@@ -597,6 +621,19 @@ impl Simulation {
         self.p.end = self.p.end.max(end);
     }
 
+    /// A port's counters as read now (pause durations and the transmit wait include the
+    /// pause or wait still running), like a device's counters read mid-run; `None` for a
+    /// port the fabric does not have.
+    pub fn port_counters(&self, node: NodeId, port: PortNo) -> Option<PortCounters> {
+        let first = *self.node_first_port.get(node as usize)?;
+        let index = first.checked_add(u32::from(port))?;
+        let p = self.ports.get(index as usize)?;
+        if p.node != node {
+            return None;
+        }
+        Some(p.counters_at(self.now))
+    }
+
     /// Runs to the scenario's end.
     pub fn run(&mut self) {
         self.run_until(self.p.end);
@@ -717,11 +754,20 @@ impl Simulation {
                     }
                 }
                 if wake != Time::MAX {
+                    if p.wait_from.is_none() {
+                        p.wait_from = Some(now);
+                    }
                     self.wake_port_at(port, wake);
                 }
             }
             return;
         };
+        {
+            let p = &mut self.ports[port as usize];
+            if let Some(from) = p.wait_from.take() {
+                p.wait_total += now - from;
+            }
+        }
         let (size, kind) = {
             let packet = self.packets.get(id);
             (packet.size, packet.kind)
