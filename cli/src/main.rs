@@ -3,6 +3,7 @@
 mod eval;
 mod fitf;
 mod pingmesh;
+mod tune;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -27,6 +28,16 @@ enum PingmeshCommand {
     /// into drawn fabrics, the real prober/responder library on every RNIC, one analysis
     /// period; writes results.json and report.md.
     Eval(pingmesh::PingmeshEvalArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum TuneCommand {
+    /// PARALEON's evaluation in netsim (§IV): the paper's fabric under FB_Hadoop, the ON/OFF
+    /// all-to-all and the influx, each with the NVIDIA defaults, the expert setting, a
+    /// pretrained one, naive SA and PARALEON; FCT slowdowns, utility per interval and FSD
+    /// accuracy (PARALEON vs naive Elastic Sketch vs NetFlow); writes results.json and
+    /// report.md.
+    Eval(tune::TuneEvalArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -60,6 +71,11 @@ enum Command {
     Pingmesh {
         #[command(subcommand)]
         command: PingmeshCommand,
+    },
+    /// PARALEON: DCQCN/ECN tuning from the ToRs' flow-size distribution.
+    Tune {
+        #[command(subcommand)]
+        command: TuneCommand,
     },
     /// Packet-level simulation of a RoCEv2 fabric.
     Sim {
@@ -283,6 +299,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pingmesh,
         } => demo(&out, scenario.as_deref(), seed, pingmesh),
         Command::Eval(args) => eval::run(args),
+        Command::Tune { command } => match command {
+            TuneCommand::Eval(args) => tune::eval(&args),
+        },
         Command::Pingmesh { command } => match command {
             PingmeshCommand::Eval(args) => pingmesh::eval(args),
         },

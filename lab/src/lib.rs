@@ -21,6 +21,8 @@ pub mod eval;
 pub mod hawkeye_loop;
 pub mod hostmesh;
 pub mod hosts;
+pub mod paraleon;
+pub mod paraleon_eval;
 pub mod pingmesh;
 pub mod pingmesh_eval;
 pub mod pingmesh_uplink;

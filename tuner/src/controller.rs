@@ -72,6 +72,8 @@ pub struct Controller {
     seed: u64,
     searches: u64,
     finished: Vec<Vec<Iteration>>,
+    /// The best setting of the last search that ended or was interrupted, and its utility.
+    last_best: Option<(Setting, f64)>,
 }
 
 impl Controller {
@@ -105,6 +107,7 @@ impl Controller {
             seed,
             searches: 0,
             finished: Vec::new(),
+            last_best: None,
         })
     }
 
@@ -131,6 +134,15 @@ impl Controller {
     /// The running search's iterations so far.
     pub fn iterations(&self) -> &[Iteration] {
         self.search.as_ref().map_or(&[], |s| s.history())
+    }
+
+    /// The best setting found for the traffic of now and its utility (0–1): the running
+    /// search's best, else the last search's (what an offline, pretrained setting is).
+    pub fn best(&self) -> Option<(Setting, f64)> {
+        self.search
+            .as_ref()
+            .and_then(|s| s.best().map(|(b, u)| (b.clone(), u)))
+            .or_else(|| self.last_best.clone())
     }
 
     /// The iterations of the searches that ended, oldest first.
@@ -164,6 +176,7 @@ impl Controller {
                 .and_then(|s| s.best().map(|(b, _)| b.clone()))
                 .unwrap_or_else(|| self.in_force.clone());
             if let Some(old) = self.search.take() {
+                self.last_best = old.best().map(|(b, u)| (b.clone(), u));
                 self.finished.push(old.history().to_vec());
             }
             self.searches += 1;
@@ -202,6 +215,7 @@ impl Controller {
         self.in_force = step.setting.clone();
         if step.kind == StepKind::Final {
             if let Some(done) = self.search.take() {
+                self.last_best = done.best().map(|(b, u)| (b.clone(), u));
                 self.finished.push(done.history().to_vec());
             }
         }
