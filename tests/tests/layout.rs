@@ -21,6 +21,8 @@ const DEPLOYABLE: &[&str] = &[
     "hawkmesh-switch-agent",
     "hawkmesh-host-agent",
     "hawkmesh-pingmesh",
+    "hawkmesh-tuner",
+    "hawkmesh-congestion",
     "hawkmesh-analyzer",
     "hawkmesh-proto",
     "hawkmesh-analyzer-server",
