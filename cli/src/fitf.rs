@@ -27,6 +27,33 @@ pub enum Mode {
     Continuous,
 }
 
+/// The files `hawkmesh fitf` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// intervals.csv: every interval's FITF.
+    Intervals,
+    /// rounds.csv: every round's statistics.
+    Rounds,
+    /// fitf.json: rounds and groups (with every interval: the largest file).
+    Json,
+    /// report.html: the study's plots.
+    Html,
+    /// metrics.prom: the Prometheus exposition (a line per port and counter).
+    Prometheus,
+}
+
+impl Output {
+    fn file(self) -> &'static str {
+        match self {
+            Output::Intervals => "intervals.csv",
+            Output::Rounds => "rounds.csv",
+            Output::Json => "fitf.json",
+            Output::Html => "report.html",
+            Output::Prometheus => "metrics.prom",
+        }
+    }
+}
+
 /// Arguments of `hawkmesh fitf`.
 #[derive(Args, Debug)]
 pub struct FitfArgs {
@@ -65,6 +92,9 @@ pub struct FitfArgs {
     /// Output directory.
     #[arg(long, default_value = "out/fitf")]
     out: PathBuf,
+    /// Write only these files (comma-separated; default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    write: Vec<Output>,
     /// Run the PFC watchdog from counters on each `--scenario` (every port read every
     /// `--watchdog-spacing-us`) and write verdicts.json instead of the FITF report.
     #[arg(long)]
@@ -134,11 +164,28 @@ pub fn run(args: &FitfArgs) -> anyhow::Result<()> {
         let path = args.out.join(name);
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))
     };
-    write("intervals.csv", report::intervals_csv(&rounds))?;
-    write("rounds.csv", report::rounds_csv(&rounds))?;
-    write("fitf.json", report::to_json(&rounds, &groups)?)?;
-    write("report.html", report::html(&title, &groups))?;
-    write("metrics.prom", report::prometheus(&samples, &rounds))?;
+    let wanted = |f: Output| args.write.is_empty() || args.write.contains(&f);
+    let mut written = Vec::new();
+    for f in [
+        Output::Intervals,
+        Output::Rounds,
+        Output::Json,
+        Output::Html,
+        Output::Prometheus,
+    ] {
+        if !wanted(f) {
+            continue;
+        }
+        let body = match f {
+            Output::Intervals => report::intervals_csv(&rounds),
+            Output::Rounds => report::rounds_csv(&rounds),
+            Output::Json => report::to_json(&rounds, &groups)?,
+            Output::Html => report::html(&title, &groups),
+            Output::Prometheus => report::prometheus(&samples, &rounds),
+        };
+        write(f.file(), body)?;
+        written.push(f.file());
+    }
     println!(
         "{} samples, {} rounds; by tier and direction (Yellowstone Fig. 5–7):",
         samples.len(),
@@ -166,10 +213,7 @@ pub fn run(args: &FitfArgs) -> anyhow::Result<()> {
             g.above_one
         );
     }
-    println!(
-        "wrote {}/{{intervals.csv, rounds.csv, fitf.json, report.html, metrics.prom}}",
-        args.out.display()
-    );
+    println!("wrote {}/{{{}}}", args.out.display(), written.join(", "));
     Ok(())
 }
 
