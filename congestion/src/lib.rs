@@ -15,17 +15,22 @@
 //! - [`watchdog`]: a PFC watchdog from counters alone in the spirit of SONiC pfcwd — storms
 //!   (paused without transmitting for the detection time), restoration, and deadlocks as
 //!   cycles of paused ports over the link map;
+//! - [`sources`]: the real fabrics' counter sources — `perfquery` (InfiniBand), `ethtool -S`
+//!   (RoCE hosts), `sonic-db-cli` COUNTERS_DB (SONiC switches) — run as processes with a
+//!   timeout;
 //! - [`report`]: CSV and JSON of intervals and rounds, an HTML page with hand-written SVG
 //!   plots (the study's Fig. 5–7), and the Prometheus text exposition.
 //!
-//! Pure and deterministic: time is the caller's (or the [`plan::Clock`]'s); nothing here
-//! depends on the simulator, which plugs in as a [`plan::CounterSource`].
+//! Pure and deterministic apart from [`sources`] (which run the devices' tools): time is the
+//! caller's (or the [`plan::Clock`]'s); nothing here depends on the simulator, which plugs in
+//! as a [`plan::CounterSource`].
 
 pub mod fitf;
 pub mod parse;
 pub mod plan;
 pub mod report;
 pub mod sample;
+pub mod sources;
 pub mod watchdog;
 
 pub use fitf::{
@@ -38,4 +43,5 @@ pub use plan::{
     SourceError, SystemClock,
 };
 pub use sample::{Direction, PfcCounters, PortId, PortKey, Sample, Tier, Width, PRIORITIES};
+pub use sources::{EthPort, EthtoolSource, IbPort, PerfquerySource, SonicPort, SonicSource, Tool};
 pub use watchdog::{LinkMap, Verdict, Watchdog, WatchdogConfig};

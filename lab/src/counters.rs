@@ -5,7 +5,8 @@
 //! - [`NetsimCounters`] is a [`CounterSource`]: PortXmitWait in ticks of τ from netsim's
 //!   `xmit_wait_ns` (time with packets queued and nothing sent because every priority holding
 //!   them was paused), PortXmitData in 4-byte words and PortXmitPkts (IBA 16.1.3.5), and per
-//!   priority the PFC frames and pause durations an mlx5 `ethtool -S` gives. A reset keeps a
+//!   priority the PFC frames, pause durations and transmitted packets an mlx5 `ethtool -S`
+//!   gives (`rx_prioN_pause`, `rx_prioN_pause_duration`, `tx_prioN_packets`). A reset keeps a
 //!   baseline, as `perfquery -R` clears the device's counters.
 //! - A query takes a turnaround (seeded, between `turnaround_ns.0` and `.1`) and the counters
 //!   are read at a seeded instant inside it, not at its middle: the error Eq. 3's tᵠ + tᵖ/2
@@ -184,6 +185,7 @@ impl CounterSource for NetsimCounters {
                 rx_pause_duration_us: Some(
                     (now.pause_duration_ns[prio] - base.pause_duration_ns[prio]) / 1000,
                 ),
+                tx_pkts: Some(now.tx_packets_prio[prio] - base.tx_packets_prio[prio]),
                 ..PfcCounters::default()
             };
         }

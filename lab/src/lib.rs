@@ -14,6 +14,8 @@
 //! - [`pingmesh`]: R-Pingmesh's probers and responders on every simulated RNIC, probing
 //!   with real packets, their results as the pingmesh analyzer's records;
 //! - [`pingmesh_eval`]: R-Pingmesh's evaluation on fault families (`hawkmesh pingmesh eval`);
+//! - [`counters`]: netsim's port counters as the congestion crate's counter source;
+//! - [`watchdog_eval`]: the counter-only PFC watchdog on a scenario, beside its ground truth;
 //! - [`eval`]: HAWKEYE's evaluation (§4.2–4.3) on top of that loop (`hawkmesh eval`).
 
 pub mod counters;
@@ -27,5 +29,6 @@ pub mod pingmesh;
 pub mod pingmesh_eval;
 pub mod pingmesh_uplink;
 pub mod switch_pipeline;
+pub mod watchdog_eval;
 
 pub use hawkeye_loop::*;

@@ -63,6 +63,10 @@ pub struct PortCounters {
     pub tx_bytes: u64,
     /// Packets transmitted.
     pub tx_packets: u64,
+    /// Packets transmitted per 802.1p priority, PFC frames (MAC control) left out: what a
+    /// PFC watchdog checks a paused queue against (SONiC pfcwd HLD: paused and not
+    /// transmitting), like mlx5's `tx_prioN_packets` or a switch queue's packet counter.
+    pub tx_packets_prio: [u64; 8],
     /// Bytes received.
     pub rx_bytes: u64,
     /// Packets received.
@@ -782,6 +786,9 @@ impl Simulation {
         p.busy_until = tx_end;
         p.counters.tx_bytes += size as u64;
         p.counters.tx_packets += 1;
+        if kind != PacketKind::Pfc {
+            p.counters.tx_packets_prio[usize::from(self.packets.get(id).priority & 7)] += 1;
+        }
         let lost = if !p.link_up {
             p.counters.drops_link_down += 1;
             true
