@@ -40,9 +40,13 @@ pub struct TuneEvalArgs {
     /// Simulated time per run, ms.
     #[arg(long, default_value_t = 100.0)]
     duration_ms: f64,
-    /// Monitor interval λ_MI, µs.
-    #[arg(long, default_value_t = 500)]
+    /// Monitor interval λ_MI, µs (PARALEON Table III: 1 ms).
+    #[arg(long, default_value_t = 1000)]
     interval_us: u64,
+    /// Monitor intervals at which FSD accuracy is also measured on FB_Hadoop, µs
+    /// (comma-separated; PARALEON Fig. 11).
+    #[arg(long, value_delimiter = ',', default_values_t = [500, 1000, 2000, 5000])]
+    fsd_intervals_us: Vec<u64>,
     /// Seed (the same seed gives the same report).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -71,6 +75,7 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
         duration_ms: args.duration_ms,
         interval_us: args.interval_us,
         seed: args.seed,
+        fsd_intervals_us: args.fsd_intervals_us.clone(),
         out: args.out.clone(),
     };
     let started = Instant::now();
@@ -81,6 +86,9 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
         "{}",
         std::fs::read_to_string(args.out.join("report.md")).unwrap_or_default()
     );
-    println!("wrote {}/{{results.json, report.md}}", args.out.display());
+    println!(
+        "wrote {}/{{results.json, report.md, <workload>.svg, fsd-accuracy.svg}}",
+        args.out.display()
+    );
     Ok(())
 }

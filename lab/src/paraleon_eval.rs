@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use hawkmesh_netsim::{LoadedScenario, Scenario};
 use serde::Serialize;
 
-use crate::paraleon::{run, Policy, TuneConfig, TuneError, TuneRun};
+use crate::eval::svg::{bar_chart, figure, line_chart, Series};
+use crate::paraleon::{run, FsdAccuracy, Policy, TuneConfig, TuneError, TuneRun};
 
 /// The workloads of PARALEON §IV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -63,8 +64,31 @@ pub struct EvalConfig {
     pub interval_us: u64,
     /// Seed.
     pub seed: u64,
+    /// Monitor intervals at which FSD accuracy is measured (µs; empty: none beyond the
+    /// runs').
+    pub fsd_intervals_us: Vec<u64>,
     /// Output directory.
     pub out: PathBuf,
+}
+
+/// FSD accuracy at one monitor interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct FsdAtInterval {
+    /// The workload.
+    pub workload: Workload,
+    /// λ_MI, µs.
+    pub interval_us: u64,
+    /// The accuracies.
+    pub accuracy: FsdAccuracy,
+}
+
+/// The evaluation's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct EvalResults {
+    /// Per workload, one run per policy.
+    pub workloads: Vec<WorkloadResult>,
+    /// FSD accuracy per workload and monitor interval.
+    pub fsd: Vec<FsdAtInterval>,
 }
 
 /// One workload's runs.
@@ -159,11 +183,12 @@ fn load(text: &str) -> Result<LoadedScenario, EvalError> {
         .map_err(|e| EvalError::Scenario(e.to_string()))
 }
 
-/// Runs the evaluation and writes `results.json` and `report.md` into `config.out`.
+/// Runs the evaluation and writes `results.json`, `report.md` and one SVG figure per
+/// workload (and the FSD accuracy's) into `config.out`.
 pub fn evaluate(
     config: &EvalConfig,
     mut progress: impl FnMut(&str),
-) -> Result<Vec<WorkloadResult>, EvalError> {
+) -> Result<EvalResults, EvalError> {
     let interval_ns = config.interval_us.max(1) * 1_000;
     let mut out = Vec::new();
     for workload in &config.workloads {
@@ -224,21 +249,198 @@ pub fn evaluate(
             runs,
         });
     }
+    // FSD accuracy at several monitor intervals on FB_Hadoop, as PARALEON's Fig. 11 (the
+    // NVIDIA defaults' runs: the knobs change little of what the sketches see); on the first
+    // workload when FB_Hadoop is not run.
+    let mut fsd = Vec::new();
+    let swept = if config.workloads.contains(&Workload::FbHadoop) {
+        Some(Workload::FbHadoop)
+    } else {
+        config.workloads.first().copied()
+    };
+    for workload in swept.iter() {
+        let loaded = load(&scenario(
+            *workload,
+            config.fabric,
+            config.duration_ms,
+            config.seed,
+        ))?;
+        for us in &config.fsd_intervals_us {
+            progress(&format!("{}: FSD at λ_MI = {us} µs", workload.name()));
+            let r = run(
+                &loaded,
+                &TuneConfig::new(Policy::nvidia_default(), us.max(&1) * 1_000, config.seed),
+            )
+            .map_err(|error| EvalError::Run {
+                workload: workload.name(),
+                policy: format!("fsd at {us} µs"),
+                error,
+            })?;
+            fsd.push(FsdAtInterval {
+                workload: *workload,
+                interval_us: *us,
+                accuracy: r.fsd,
+            });
+        }
+    }
+    let results = EvalResults {
+        workloads: out,
+        fsd,
+    };
     std::fs::create_dir_all(&config.out)
         .map_err(|e| EvalError::Io(format!("{}: {e}", config.out.display())))?;
-    let json =
-        serde_json::to_string_pretty(&(config, &out)).map_err(|e| EvalError::Io(e.to_string()))?;
+    let json = serde_json::to_string_pretty(&(config, &results))
+        .map_err(|e| EvalError::Io(e.to_string()))?;
     let write = |name: &str, body: &str| {
         let path = config.out.join(name);
         std::fs::write(&path, body).map_err(|e| EvalError::Io(format!("{}: {e}", path.display())))
     };
     write("results.json", &json)?;
-    write("report.md", &report(config, &out))?;
-    Ok(out)
+    write("report.md", &report(config, &results))?;
+    for w in &results.workloads {
+        write(&format!("{}.svg", w.workload.name()), &workload_figure(w))?;
+    }
+    if !results.fsd.is_empty() {
+        write("fsd-accuracy.svg", &fsd_figure(&results.fsd))?;
+    }
+    Ok(results)
+}
+
+/// Every `step`-th value of `values` (at most ~40 points on a chart).
+fn thin<T: Copy>(values: &[T]) -> (usize, Vec<T>) {
+    let step = values.len().div_ceil(40).max(1);
+    (step, values.iter().step_by(step).copied().collect())
+}
+
+/// The figure of one workload: FCT slowdown per size bin (mean and 99.9th percentile),
+/// goodput and RTT over time, utility per iteration (PARALEON Figs. 7–12).
+fn workload_figure(w: &WorkloadResult) -> String {
+    let bin_label = |b: u64| {
+        if b >= 1_000_000_000 {
+            "larger".to_string()
+        } else if b >= 1_000_000 {
+            format!("≤{}M", b / 1_000_000)
+        } else {
+            format!("≤{}K", b / 1_000)
+        }
+    };
+    let bins: Vec<String> = w
+        .runs
+        .first()
+        .map(|r| r.bins.iter().map(|b| bin_label(b.max_size)).collect())
+        .unwrap_or_default();
+    let per_bin = |f: fn(&crate::paraleon::SlowdownBin) -> f64| -> Vec<Series> {
+        w.runs
+            .iter()
+            .map(|r| Series {
+                name: r.policy.clone(),
+                values: r.bins.iter().map(|b| (b.flows > 0).then(|| f(b))).collect(),
+            })
+            .collect()
+    };
+    let over_time =
+        |f: fn(&crate::paraleon::IntervalRecord) -> Option<f64>| -> (Vec<String>, Vec<Series>) {
+            let times: Vec<f64> = w
+                .runs
+                .first()
+                .map(|r| r.intervals.iter().map(|i| i.t_us / 1_000.0).collect())
+                .unwrap_or_default();
+            let (_, ticks) = thin(&times);
+            let labels = ticks.iter().map(|t| format!("{t:.0}")).collect();
+            let series = w
+                .runs
+                .iter()
+                .map(|r| {
+                    let values: Vec<Option<f64>> = r.intervals.iter().map(f).collect();
+                    Series {
+                        name: r.policy.clone(),
+                        values: thin(&values).1,
+                    }
+                })
+                .collect();
+            (labels, series)
+        };
+    let (t_labels, goodput) = over_time(|i| Some(i.goodput_gbps));
+    let (_, rtt) = over_time(|i| i.mean_rtt_us);
+    let utility: Vec<Series> = w
+        .runs
+        .iter()
+        .filter(|r| r.searches > 0)
+        .map(|r| Series {
+            name: r.policy.clone(),
+            values: thin(&r.intervals.iter().map(|i| i.utility).collect::<Vec<_>>()).1,
+        })
+        .collect();
+    figure(
+        &format!("PARALEON evaluation: {}", w.workload.name()),
+        &[
+            bar_chart(
+                "mean FCT slowdown",
+                &bins,
+                "slowdown",
+                None,
+                &per_bin(|b| b.mean),
+            ),
+            bar_chart(
+                "99.9th-pct FCT slowdown",
+                &bins,
+                "slowdown",
+                None,
+                &per_bin(|b| b.p999),
+            ),
+            line_chart("goodput", "ms", &t_labels, "Gbit/s", None, &goodput),
+            line_chart("mean RTT", "ms", &t_labels, "µs", None, &rtt),
+            line_chart(
+                "utility (tuning)",
+                "ms",
+                &t_labels,
+                "U",
+                Some(1.0),
+                &utility,
+            ),
+        ],
+    )
+}
+
+/// FSD accuracy of PARALEON, naive Elastic Sketch and NetFlow per monitor interval.
+fn fsd_figure(fsd: &[FsdAtInterval]) -> String {
+    let mut panels = Vec::new();
+    let mut workloads: Vec<Workload> = fsd.iter().map(|f| f.workload).collect();
+    workloads.dedup();
+    for w in workloads {
+        let rows: Vec<&FsdAtInterval> = fsd.iter().filter(|f| f.workload == w).collect();
+        let groups: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{} µs", r.interval_us))
+            .collect();
+        let series = [
+            (
+                "PARALEON",
+                (|a: &FsdAccuracy| a.paraleon) as fn(&FsdAccuracy) -> f64,
+            ),
+            ("naive ES", |a: &FsdAccuracy| a.naive),
+            ("NetFlow 1:100", |a: &FsdAccuracy| a.netflow),
+        ]
+        .iter()
+        .map(|(name, f)| Series {
+            name: name.to_string(),
+            values: rows.iter().map(|r| Some(f(&r.accuracy))).collect(),
+        })
+        .collect::<Vec<_>>();
+        panels.push(bar_chart(
+            &format!("FSD accuracy: {}", w.name()),
+            &groups,
+            "accuracy",
+            Some(1.0),
+            &series,
+        ));
+    }
+    figure("FSD accuracy vs monitor interval", &panels)
 }
 
 /// The markdown report.
-pub fn report(config: &EvalConfig, results: &[WorkloadResult]) -> String {
+pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
+    let results = &all.workloads;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -280,7 +482,25 @@ pub fn report(config: &EvalConfig, results: &[WorkloadResult]) -> String {
                 r.fsd.netflow
             );
         }
-        let _ = writeln!(s);
+        let _ = writeln!(s, "\n![{0}]({0}.svg)\n", w.workload.name());
+    }
+    if !all.fsd.is_empty() {
+        let _ = writeln!(
+            s,
+            "## FSD accuracy vs λ_MI\n\n1 − |elephant share − true share| per interval, averaged (NetFlow: per export window).\n\n| workload | λ_MI | PARALEON | naive ES | NetFlow 1:100 |\n|---|---|---|---|---|"
+        );
+        for f in &all.fsd {
+            let _ = writeln!(
+                s,
+                "| {} | {} µs | {:.4} | {:.4} | {:.4} |",
+                f.workload.name(),
+                f.interval_us,
+                f.accuracy.paraleon,
+                f.accuracy.naive,
+                f.accuracy.netflow
+            );
+        }
+        let _ = writeln!(s, "\n![FSD accuracy](fsd-accuracy.svg)");
     }
     s
 }

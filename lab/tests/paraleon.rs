@@ -67,3 +67,60 @@ fn static_settings_are_applied_once_and_change_the_outcome() {
     assert_ne!(kmax(&default), kmax(&expert));
     assert_ne!(default.mean_slowdown, expert.mean_slowdown);
 }
+
+/// The evaluation command's pipeline on a small run: every policy of the paper's comparison
+/// (with the pretrained setting from another seed's run), the FSD sweep, and the report,
+/// results and figures written.
+#[test]
+fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
+    use hawkmesh_lab::paraleon_eval::{evaluate, EvalConfig};
+    let out = std::env::temp_dir().join(format!("hawkmesh-tune-eval-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let config = EvalConfig {
+        workloads: vec![Workload::Alltoall],
+        fabric: Fabric::Small,
+        duration_ms: 3.0,
+        interval_us: 500,
+        seed: 2,
+        fsd_intervals_us: vec![500, 1000],
+        out: out.clone(),
+    };
+    let mut steps = Vec::new();
+    let results = evaluate(&config, |s| steps.push(s.to_string())).expect("the evaluation");
+    let policies: Vec<&str> = results.workloads[0]
+        .runs
+        .iter()
+        .map(|r| r.policy.as_str())
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            "nvidia-default",
+            "expert",
+            "pretrained",
+            "naive-sa",
+            "paraleon"
+        ]
+    );
+    assert!(steps.iter().any(|s| s.contains("pretraining")));
+    assert_eq!(results.fsd.len(), 2);
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    for p in &policies {
+        assert!(
+            report.contains(&format!("| {p} |")),
+            "{p} missing from the report"
+        );
+    }
+    for file in ["alltoall.svg", "fsd-accuracy.svg"] {
+        let svg = std::fs::read_to_string(out.join(file)).expect(file);
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{file}"
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("json"))
+            .expect("valid JSON");
+    assert!(json.is_array());
+    let _ = std::fs::remove_dir_all(&out);
+}
