@@ -20,6 +20,7 @@ pub mod cpu_port;
 pub mod daemon;
 pub mod ecn_writer;
 pub mod setup;
+pub mod sketch;
 pub mod transport;
 
 pub use agent::{
