@@ -142,6 +142,8 @@ pub struct IntervalRecord {
     pub kl: f64,
     /// A search started.
     pub triggered: bool,
+    /// No traffic: the controller skipped it.
+    pub idle: bool,
     /// The utility measured (0–1), while tuning.
     pub utility: Option<f64>,
     /// A new setting was dispatched at its end.
@@ -472,6 +474,7 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
             t_us: t as f64 / 1_000.0,
             kl: 0.0,
             triggered: false,
+            idle: false,
             utility: None,
             dispatched: false,
             goodput_gbps,
@@ -489,6 +492,7 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
                 .map_err(|e| TuneError::Tuner(e.to_string()))?;
             record.kl = outcome.kl;
             record.triggered = outcome.triggered;
+            record.idle = outcome.idle;
             record.utility = outcome.utility.map(|u| u.value);
             if let Some(step) = outcome.dispatch {
                 apply(&mut sim, &space, &step.setting)?;

@@ -48,6 +48,8 @@ pub struct Outcome {
     pub utility: Option<Utility>,
     /// The setting to dispatch now, and why (none: keep the one in force).
     pub dispatch: Option<Step>,
+    /// No traffic this interval: nothing was compared, triggered or measured.
+    pub idle: bool,
 }
 
 /// Why an interval could not be taken.
@@ -157,6 +159,22 @@ impl Controller {
         fsd: &Fsd,
         metrics: &IntervalMetrics,
     ) -> Result<Outcome, ControllerError> {
+        // An interval without traffic (no flow in the sketches, no active uplink, no RTT)
+        // says nothing: its distribution is not a change to tune for (KL compares traffic
+        // with the last traffic: an ON/OFF workload's silences do not restart the search),
+        // and its utility is not a measurement of the setting (an idle fabric never pauses
+        // and would score the PFC term's perfect 1).
+        if fsd.flows() == 0.0
+            || (metrics.uplink_utilisation.is_empty() && metrics.normalised_rtt.is_empty())
+        {
+            return Ok(Outcome {
+                kl: 0.0,
+                triggered: false,
+                utility: None,
+                dispatch: None,
+                idle: true,
+            });
+        }
         let kl = self.last.as_ref().map_or(0.0, |last| {
             kl_divergence(fsd, last, self.config.kl_smoothing)
         });
@@ -199,6 +217,7 @@ impl Controller {
                         setting: start,
                         kind: StepKind::Rollback,
                     }),
+                    idle: false,
                 });
             }
         }
@@ -208,6 +227,7 @@ impl Controller {
                 triggered,
                 utility: None,
                 dispatch: None,
+                idle: false,
             });
         };
         let u = utility(metrics, &weights)?;
@@ -224,6 +244,7 @@ impl Controller {
             triggered,
             utility: Some(u),
             dispatch: Some(step),
+            idle: false,
         })
     }
 }
@@ -289,5 +310,40 @@ mod tests {
         );
         assert_eq!(run(11).0, a);
         assert_ne!(run(12).0, a);
+    }
+
+    /// An ON/OFF workload: the silences between rounds neither trigger a search, nor
+    /// restart it when traffic returns with the same distribution, nor count as measured
+    /// iterations (an idle fabric would score a perfect PFC term).
+    #[test]
+    fn idle_intervals_are_neither_changes_nor_measurements() {
+        let space = Space::paraleon().unwrap();
+        let start = defaults(&space, 100.0, &[]).unwrap();
+        let elephants = truth_fsd((0..100).map(|i| 5_000_000 + i * 1_000), 1_000_000);
+        let silence = Fsd::default();
+        let idle = IntervalMetrics {
+            pause_fraction: vec![0.0; 8],
+            ..IntervalMetrics::default()
+        };
+        let mut c = Controller::new(ControllerConfig::default(), space, start, 3).unwrap();
+        let first = c.interval(&elephants, &metrics(0.5)).unwrap();
+        assert!(!first.triggered && !first.idle);
+        let mut measured = 0;
+        for round in 0..5 {
+            for _ in 0..10 {
+                let o = c.interval(&silence, &idle).unwrap();
+                assert!(o.idle && !o.triggered && o.dispatch.is_none() && o.utility.is_none());
+            }
+            for _ in 0..3 {
+                let o = c.interval(&elephants, &metrics(0.5)).unwrap();
+                assert!(
+                    !o.triggered,
+                    "round {round}: the same traffic came back: {o:?}"
+                );
+                measured += usize::from(o.utility.is_some());
+            }
+        }
+        assert_eq!(c.searches(), 0);
+        assert_eq!(measured, 0, "no search ran, so nothing was measured");
     }
 }
