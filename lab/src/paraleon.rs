@@ -33,6 +33,7 @@ use hawkmesh_netsim::hooks::{
 use hawkmesh_netsim::packet::{Packet, PacketKind};
 use hawkmesh_netsim::time::NS;
 use hawkmesh_netsim::{LoadedScenario, PortCounters, SimResult, Simulation};
+use hawkmesh_switch_agent::sketch::deployed_geometry;
 use hawkmesh_tuner::controller::{Controller, ControllerConfig};
 use hawkmesh_tuner::fsd::{accuracy, naive_fsd, truth_fsd, Fsd, MonitorConfig, TorMonitor};
 use hawkmesh_tuner::sa::{defaults, SaConfig, Setting, Space};
@@ -101,7 +102,7 @@ pub struct TuneConfig {
     pub monitor: MonitorConfig,
     /// The annealing schedule of [`Policy::Paraleon`] (Table III by default).
     pub sa: SaConfig,
-    /// Elastic Sketch geometry (heavy 2^12 buckets, light 2^16 counters, λ = 8).
+    /// Elastic Sketch geometry (the generated program's by default).
     #[serde(skip)]
     pub sketch: SketchGeometry,
     /// NetFlow: one packet in this many is sampled.
@@ -122,11 +123,8 @@ impl TuneConfig {
             policy,
             seed,
             monitor: MonitorConfig::default(),
-            sketch: SketchGeometry {
-                heavy_bits: 12,
-                light_bits: 16,
-                lambda: 8,
-            },
+            // The deployed program's sizes (generated constants), not a copy of them.
+            sketch: deployed_geometry(),
             netflow_one_in: 100,
             netflow_export_ns: 1_000_000_000,
         }
@@ -295,7 +293,7 @@ impl HostHook for RttHook {
     }
 }
 
-/// Runs `loaded` with `config`'s policy; `tor_count` ToRs get a sketch.
+/// Runs `loaded` with `config`'s policy; every ToR (a switch with host links) gets a sketch.
 pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, TuneError> {
     let mut sim = Simulation::new(loaded).map_err(|e| TuneError::Scenario(e.to_string()))?;
     let topology = sim.topology().clone();
@@ -416,13 +414,11 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
         if t >= netflow_next || t >= end_ns {
             netflow_next = netflow_next.saturating_add(config.netflow_export_ns);
             if !netflow_truth.is_empty() {
-                let per_packet = f64::from(s.nic.mtu_payload_bytes.max(1));
-                let estimated = netflow_window.iter().map(|(f, n)| {
-                    (
-                        u64::from(*f),
-                        (*n * config.netflow_one_in) as f64 as u64 * per_packet as u64,
-                    )
-                });
+                // Sampled packets × the sampling rate × the payload per packet.
+                let per_packet = u64::from(s.nic.mtu_payload_bytes.max(1));
+                let estimated = netflow_window
+                    .iter()
+                    .map(|(f, n)| (u64::from(*f), n * config.netflow_one_in * per_packet));
                 let measured = naive_fsd(estimated, config.monitor.tau_bytes);
                 let sizes = netflow_truth
                     .iter()

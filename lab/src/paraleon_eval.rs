@@ -1,5 +1,5 @@
 //! PARALEON's evaluation as a command (issue 26, `hawkmesh tune eval`): the paper's fabric
-//! (§IV-A: two-tier Clos, 8 ToR × 4 leaf... here leaf-spine 8 × 4, 16 hosts per ToR, 100
+//! (§IV-A: a two-tier Clos of 8 ToRs and 4 leaves — netsim's leaf-spine, 16 hosts per ToR, 100
 //! Gbit/s, 5 µs links, 4:1 oversubscribed, 12 MB buffers) under its workloads, each run with
 //! every policy: the NVIDIA defaults, the expert setting (Table I), a setting pretrained
 //! offline on the same workload (PARALEON's best from a run with another seed), naive SA
