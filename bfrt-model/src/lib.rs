@@ -928,6 +928,54 @@ impl BfrtServer {
             }
             return Ok(());
         }
+        if table.table_type == "PortConfigure" {
+            // A port reads back as configured (by `$PORT` writes or a lab's
+            // `configure_port`), with its read-only `$PORT_UP`: the model has no link
+            // partner, so an enabled port is up.
+            let ports: Vec<u32> = match &key {
+                Some(k) => vec![k[0] as u32],
+                None => dev.ports.keys().copied().collect(),
+            };
+            for port in ports {
+                let p = dev.ports.get(&port).ok_or_else(|| {
+                    Status::not_found(format!("{}: port {port} is not added", table.name))
+                })?;
+                let fields = table
+                    .data
+                    .iter()
+                    .filter_map(|f| {
+                        use pb::data_field::Value;
+                        let value = match f.name.as_str() {
+                            "$SPEED" => Value::StrVal(p.speed.clone()),
+                            "$FEC" => Value::StrVal(p.fec.clone()),
+                            "$N_LANES" => return Some(field_stream(f, u64::from(p.lanes))),
+                            "$PORT_ENABLE" => Value::BoolVal(p.enabled),
+                            "$PORT_UP" => Value::BoolVal(p.enabled),
+                            "$TX_PFC_EN_MAP" => {
+                                return Some(field_stream(f, u64::from(p.tx_pfc_map)))
+                            }
+                            "$RX_PFC_EN_MAP" => {
+                                return Some(field_stream(f, u64::from(p.rx_pfc_map)))
+                            }
+                            _ => return None,
+                        };
+                        Some(pb::DataField {
+                            field_id: f.id,
+                            value: Some(value),
+                        })
+                    })
+                    .collect();
+                push(
+                    out,
+                    &[u64::from(port)],
+                    pb::TableData {
+                        action_id: 0,
+                        fields,
+                    },
+                );
+            }
+            return Ok(());
+        }
         if table.table_type == "Register" {
             let name = short_name(table);
             if entry.table_flags.as_ref().is_some_and(|f| f.from_hw) {

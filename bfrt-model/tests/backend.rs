@@ -8,11 +8,13 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use hawkmesh_bfrt_model::{BfrtServer, Device, PortConfig};
+use hawkmesh_congestion::{CounterSource, Direction, Tier};
 use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
 use hawkmesh_dataplane::ir::Program;
 use hawkmesh_dataplane::model::{DataPlane, IngressInput, Model, Routing};
 use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
+use hawkmesh_switch_agent::port_counters::{SwitchCounterSource, SwitchPort};
 use hawkmesh_switch_agent::setup::SwitchSetup;
 use hawkmesh_switch_agent::{
     AgentConfig, BackendError, CpuFrame, CpuFrameKind, ModelBackend, SwitchAgent, SwitchBackend,
@@ -218,6 +220,49 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
         .port_counters(2)
         .expect_err("the in-process model has no MAC");
     assert!(e.to_string().contains("MAC counters"), "{e}");
+
+    // The same counters as the congestion view samples them (FITF's pause analogue, the
+    // counter PFC watchdog): the link state from `$PORT`'s `$PORT_UP`, the rise since a
+    // reset that leaves the switch's counters alone.
+    {
+        let mut source = SwitchCounterSource::new(
+            remote_agent.backend_mut(),
+            "tor0",
+            Tier::Tor,
+            vec![
+                SwitchPort {
+                    dev_port: 2,
+                    port: 2,
+                    dir: Direction::Down,
+                },
+                SwitchPort {
+                    dev_port: 7,
+                    port: 7,
+                    dir: Direction::Down,
+                },
+            ],
+        );
+        let ports = source.ports();
+        assert!(source.is_up(&ports[0]).expect("port 2's state"));
+        let e = source.is_up(&ports[1]).expect_err("port 7 is not added");
+        assert!(e.to_string().contains("tor0:7"), "{e}");
+        let s = source.read(&ports[0]).expect("port 2");
+        assert_eq!(s.pfc[0].rx_pause, Some(1));
+        assert_eq!(s.pfc[0].rx_pause_duration_us, Some(79));
+        assert_eq!(s.xmit_pkts, Some(sent_on_2));
+        source.reset(&ports[0]).expect("reset");
+        let s = source.read(&ports[0]).expect("port 2");
+        assert_eq!((s.pfc[0].rx_pause, s.xmit_pkts), (Some(0), Some(0)));
+    }
+    assert_eq!(
+        remote_agent
+            .backend_mut()
+            .port_counters(2)
+            .expect("port 2")
+            .pfc_rx[0],
+        1,
+        "the source's reset left the switch's counters alone"
+    );
 
     // Registers reset over BF Runtime are zero.
     remote_agent

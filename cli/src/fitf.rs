@@ -57,6 +57,11 @@ impl Output {
 /// Arguments of `hawkmesh fitf`.
 #[derive(Args, Debug)]
 pub struct FitfArgs {
+    /// Sample real ports continuously as a daemon, per the TOML file (sources, ports,
+    /// spacing, /metrics address, record file; see hw-lab/fitf-watch.toml): FITF and the
+    /// PFC watchdog served as Prometheus metrics until SIGTERM.
+    #[arg(long, conflicts_with_all = ["scenario", "samples", "watchdog"])]
+    watch: Option<PathBuf>,
     /// A netsim scenario whose port counters to sample while it runs (repeat with
     /// `--watchdog` to compare several).
     #[arg(long, conflicts_with = "samples")]
@@ -121,6 +126,14 @@ pub struct FitfArgs {
 
 /// Runs `hawkmesh fitf`.
 pub fn run(args: &FitfArgs) -> anyhow::Result<()> {
+    if let Some(config) = &args.watch {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(tracing::Level::INFO)
+            .try_init()
+            .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
+        return crate::fitf_watch::run(config);
+    }
     if args.watchdog {
         return watchdog(args);
     }

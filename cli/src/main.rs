@@ -2,6 +2,7 @@
 
 mod eval;
 mod fitf;
+mod fitf_watch;
 mod pingmesh;
 mod tune;
 

@@ -439,6 +439,12 @@ pub fn prometheus(samples: &[Sample], rounds: &[Round]) -> String {
             format!("{{{}}} {}", labels(&r.port, &extra), r.stats.max),
         );
         push(
+            "hawkmesh_port_fitf_round_mean",
+            "Mean FITF over the valid intervals of the port's latest round.",
+            "gauge",
+            format!("{{{}}} {}", labels(&r.port, &extra), r.stats.mean),
+        );
+        push(
             "hawkmesh_port_fitf_round_nonzero_share",
             "Share of the latest round's intervals with non-zero wait.",
             "gauge",

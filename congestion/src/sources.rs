@@ -23,9 +23,9 @@
 //!   `$PORT_STAT` table keyed by `$DEV_PORT` (`hawkmesh_switch_agent::bfrt_backend`,
 //!   `SwitchBackend::port_counters`, feature `bfrt`): `$Pri{N}FramesReceived` and
 //!   `$ReceivePri{N}Pause1USCount` are this crate's `rx_pause` and `rx_pause_duration_us`,
-//!   `$FramesTransmittedOK` the port's transmissions (per port, not per priority). A
-//!   `CounterSource` over it belongs in the switch agent (this crate depends on no agent);
-//!   it is not written yet.
+//!   `$FramesTransmittedOK` the port's transmissions (per port, not per priority). The
+//!   `CounterSource` over it is in the switch agent (`hawkmesh_switch_agent::port_counters`;
+//!   this crate depends on no agent).
 //!
 //! Every tool is a [`Tool`]: a program (configurable, so an operator can point it at a
 //! wrapper such as `ssh switch1 sonic-db-cli`, and tests at a recorded-output double), fixed
@@ -253,7 +253,10 @@ fn since(now: Option<u64>, base: Option<u64>) -> Option<u64> {
     Some(base.and_then(|b| n.checked_sub(b)).unwrap_or(n))
 }
 
-fn pfc_since(
+/// The rise of every counter in `now` since `base` (a source's reset when the device's
+/// counters are shared and never cleared). A counter below its baseline was cleared by
+/// someone else: its current value is the rise since.
+pub fn pfc_since(
     now: &[PfcCounters; PRIORITIES],
     base: Option<&[PfcCounters; PRIORITIES]>,
 ) -> [PfcCounters; PRIORITIES] {

@@ -133,6 +133,39 @@ pub trait SwitchBackend {
     fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError>;
     /// Port `port`'s MAC counters.
     fn port_counters(&mut self, port: u16) -> Result<PortCounters, BackendError>;
+    /// Whether port `port`'s link is up (BF Runtime `$PORT`'s `$PORT_UP`). A backend
+    /// without ports (the P4 pipeline alone) cannot tell.
+    fn port_is_up(&mut self, port: u16) -> Result<bool, BackendError> {
+        Err(BackendError::NotAvailable(format!(
+            "port {port}'s link state: this backend has no ports (a switch reports it as BF Runtime `$PORT`'s `$PORT_UP`)"
+        )))
+    }
+}
+
+/// A borrowed backend is a backend: a congestion-view source can read the counters of the
+/// switch an agent already holds.
+impl<B: SwitchBackend + ?Sized> SwitchBackend for &mut B {
+    fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError> {
+        (**self).read_register(register)
+    }
+    fn reset_register(&mut self, register: Register) -> Result<(), BackendError> {
+        (**self).reset_register(register)
+    }
+    fn add_table_entry(&mut self, table: Table, entry: TableEntry) -> Result<(), BackendError> {
+        (**self).add_table_entry(table, entry)
+    }
+    fn set_multicast_group(&mut self, group: u16, ports: Vec<u16>) -> Result<(), BackendError> {
+        (**self).set_multicast_group(group, ports)
+    }
+    fn poll_cpu(&mut self) -> Result<Vec<CpuFrame>, BackendError> {
+        (**self).poll_cpu()
+    }
+    fn port_counters(&mut self, port: u16) -> Result<PortCounters, BackendError> {
+        (**self).port_counters(port)
+    }
+    fn port_is_up(&mut self, port: u16) -> Result<bool, BackendError> {
+        (**self).port_is_up(port)
+    }
 }
 
 #[cfg(feature = "model")]

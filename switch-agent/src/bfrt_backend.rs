@@ -358,6 +358,24 @@ impl SwitchBackend for BfrtBackend {
         }
         Ok(c)
     }
+
+    fn port_is_up(&mut self, port: u16) -> Result<bool, BackendError> {
+        let failed =
+            |what: String| BackendError::Unreachable(format!("port {port} link state: {what}"));
+        let entries = self
+            .runtime
+            .block_on(self.conn.get_table_entries(
+                Request::new("$PORT").match_key("$DEV_PORT", MatchValue::exact(u32::from(port))),
+            ))
+            .map_err(|e| failed(e.to_string()))?;
+        let entry = entries
+            .first()
+            .ok_or_else(|| failed("the switch returned no entry (is the port added?)".into()))?;
+        entry
+            .get_action_data("$PORT_UP")
+            .map(|d| be(d.get_data()) != 0)
+            .map_err(|_| failed("no field `$PORT_UP`".into()))
+    }
 }
 
 impl BfrtBackend {

@@ -19,6 +19,7 @@ pub mod cpu_port;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 pub mod ecn_writer;
+pub mod port_counters;
 pub mod setup;
 pub mod sketch;
 pub mod transport;
