@@ -16,6 +16,7 @@ use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
 use hawkmesh_switch_agent::port_counters::{SwitchCounterSource, SwitchPort};
 use hawkmesh_switch_agent::setup::SwitchSetup;
+use hawkmesh_switch_agent::sketch::{deployed_geometry, read_and_reset};
 use hawkmesh_switch_agent::{
     AgentConfig, BackendError, CpuFrame, CpuFrameKind, ModelBackend, SwitchAgent, SwitchBackend,
 };
@@ -263,6 +264,38 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
         1,
         "the source's reset left the switch's counters alone"
     );
+
+    // PARALEON's sketch readout over BF Runtime (the heavy part whole, the light part's
+    // cells of flagged flows alone) gives what the in-process readout gives, and clears.
+    // Cells by index (what the readout does for the light part's flagged flows).
+    let full = remote_agent
+        .backend_mut()
+        .read_register(Register::SKETCH_KEY)
+        .expect("the heavy part's keys");
+    let mut picks: Vec<u32> = (0..full.len() as u32)
+        .filter(|i| full[*i as usize] != 0)
+        .take(5)
+        .collect();
+    assert!(!picks.is_empty(), "the traffic reached the heavy part");
+    picks.push(0);
+    let cells = remote_agent
+        .backend_mut()
+        .read_register_cells(Register::SKETCH_KEY, &picks)
+        .expect("cells by index");
+    let expected: Vec<u64> = picks.iter().map(|i| full[*i as usize]).collect();
+    assert_eq!(cells, expected);
+    let geometry = deployed_geometry();
+    let remote_sketch = read_and_reset(remote_agent.backend_mut(), geometry).expect("remote");
+    let local_sketch = read_and_reset(local_agent.backend_mut(), geometry).expect("local");
+    assert_eq!(remote_sketch, local_sketch);
+    assert!(remote_sketch.packets >= 40 && !remote_sketch.flows.is_empty());
+    let again = read_and_reset(remote_agent.backend_mut(), geometry).expect("again");
+    assert!(again.flows.is_empty() && again.packets == 0, "cleared");
+    let e = remote_agent
+        .backend_mut()
+        .read_register_cells(Register::SKETCH_LIGHT, &[1 << 20])
+        .expect_err("past the register");
+    assert!(e.to_string().contains("cell 1048576"), "{e}");
 
     // Registers reset over BF Runtime are zero.
     remote_agent

@@ -123,6 +123,27 @@ pub trait SwitchBackend {
     /// Makes the data-plane values of `register` visible (BF Runtime `REGISTER_SYNC`) and
     /// reads every cell (pairs as `hi << 32 | lo`).
     fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError>;
+    /// Makes the data-plane values of `register` visible and reads the cells at `indices`
+    /// only, in that order (BF Runtime: one read request with a `$REGISTER_INDEX` key per
+    /// cell). By default the whole register is read and the cells picked.
+    fn read_register_cells(
+        &mut self,
+        register: Register,
+        indices: &[u32],
+    ) -> Result<Vec<u64>, BackendError> {
+        let all = self.read_register(register)?;
+        indices
+            .iter()
+            .map(|&i| {
+                all.get(i as usize)
+                    .copied()
+                    .ok_or_else(|| BackendError::Register {
+                        register,
+                        reason: format!("cell {i} of {}", all.len()),
+                    })
+            })
+            .collect()
+    }
     /// Clears a register.
     fn reset_register(&mut self, register: Register) -> Result<(), BackendError>;
     /// Adds a table entry.
@@ -147,6 +168,13 @@ pub trait SwitchBackend {
 impl<B: SwitchBackend + ?Sized> SwitchBackend for &mut B {
     fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError> {
         (**self).read_register(register)
+    }
+    fn read_register_cells(
+        &mut self,
+        register: Register,
+        indices: &[u32],
+    ) -> Result<Vec<u64>, BackendError> {
+        (**self).read_register_cells(register, indices)
     }
     fn reset_register(&mut self, register: Register) -> Result<(), BackendError> {
         (**self).reset_register(register)

@@ -210,39 +210,8 @@ impl SwitchBackend for BfrtBackend {
         let cells = register.cells() as usize;
         let mut out = vec![0u64; cells];
         let mut seen = vec![false; cells];
-        for (index, entry) in read.entries() {
-            let i = *index as usize;
-            if i >= cells {
-                return Err(failed(format!("cell {i} of {cells}")));
-            }
-            let words = |name: &str| -> Result<Vec<u64>, BackendError> {
-                let pipes = entry
-                    .get(name)
-                    .ok_or_else(|| failed(format!("cell {i} has no field `{name}`")))?;
-                Ok(pipes.iter().map(|p| be(p)).collect())
-            };
-            let lo = words(&ids.lo.name)?;
-            let hi = match &ids.hi {
-                Some(h) => words(&h.name)?,
-                None => vec![0; lo.len()],
-            };
-            if lo.len() != hi.len() || lo.is_empty() {
-                return Err(failed(format!(
-                    "cell {i}: {} / {} pipe values",
-                    lo.len(),
-                    hi.len()
-                )));
-            }
-            let values: Vec<u64> = lo
-                .iter()
-                .zip(&hi)
-                .map(|(l, h)| (h << 32) | l)
-                .filter(|v| *v != 0)
-                .collect();
-            if values.len() > 1 {
-                self.multi_pipe_cells += 1;
-            }
-            out[i] = values.iter().fold(0u64, |a, v| a.wrapping_add(*v));
+        for (i, v) in self.decode_cells(&ids, &read)? {
+            out[i] = v;
             seen[i] = true;
         }
         if let Some(missing) = seen.iter().position(|s| !s) {
@@ -252,6 +221,53 @@ impl SwitchBackend for BfrtBackend {
             )));
         }
         Ok(out)
+    }
+
+    /// One read request with a `$REGISTER_INDEX` key per wanted cell, after the sync: what
+    /// a control plane reads when it needs a few cells of a large register (the Elastic
+    /// Sketch's light part), instead of every cell.
+    fn read_register_cells(
+        &mut self,
+        register: Register,
+        indices: &[u32],
+    ) -> Result<Vec<u64>, BackendError> {
+        if indices.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = self.ids.register(register).clone();
+        let failed = |reason: String| BackendError::Register { register, reason };
+        let cells = register.cells();
+        if let Some(bad) = indices.iter().find(|i| **i >= cells) {
+            return Err(failed(format!("cell {bad} of {cells}")));
+        }
+        let read = self.runtime.block_on(async {
+            self.conn
+                .execute_operation(
+                    Request::new(&ids.table_name).operation(TableOperation::SyncRegister),
+                )
+                .await
+                .map_err(|e| failed(format!("sync: {e}")))?;
+            self.conn
+                .get_register_entries(
+                    indices
+                        .iter()
+                        .map(|i| register::Request::new(&ids.table_name).index(*i))
+                        .collect(),
+                )
+                .await
+                .map_err(|e| failed(format!("read: {e}")))
+        })?;
+        let values: std::collections::HashMap<usize, u64> =
+            self.decode_cells(&ids, &read)?.into_iter().collect();
+        indices
+            .iter()
+            .map(|i| {
+                values
+                    .get(&(*i as usize))
+                    .copied()
+                    .ok_or_else(|| failed(format!("the read did not return cell {i}")))
+            })
+            .collect()
     }
 
     fn reset_register(&mut self, register: Register) -> Result<(), BackendError> {
@@ -379,6 +395,55 @@ impl SwitchBackend for BfrtBackend {
 }
 
 impl BfrtBackend {
+    /// The cells of a register read: each index with its value (a pair register's words
+    /// joined; one non-zero value across pipes, or their sum, counted in
+    /// `multi_pipe_cells`).
+    fn decode_cells(
+        &mut self,
+        ids: &crate::bfrt_info::RegisterIds,
+        read: &rbfrt::register::Register,
+    ) -> Result<Vec<(usize, u64)>, BackendError> {
+        let register = ids.register;
+        let failed = |reason: String| BackendError::Register { register, reason };
+        let cells = register.cells() as usize;
+        let mut out = Vec::with_capacity(read.entries().len());
+        for (index, entry) in read.entries() {
+            let i = *index as usize;
+            if i >= cells {
+                return Err(failed(format!("cell {i} of {cells}")));
+            }
+            let words = |name: &str| -> Result<Vec<u64>, BackendError> {
+                let pipes = entry
+                    .get(name)
+                    .ok_or_else(|| failed(format!("cell {i} has no field `{name}`")))?;
+                Ok(pipes.iter().map(|p| be(p)).collect())
+            };
+            let lo = words(&ids.lo.name)?;
+            let hi = match &ids.hi {
+                Some(h) => words(&h.name)?,
+                None => vec![0; lo.len()],
+            };
+            if lo.len() != hi.len() || lo.is_empty() {
+                return Err(failed(format!(
+                    "cell {i}: {} / {} pipe values",
+                    lo.len(),
+                    hi.len()
+                )));
+            }
+            let values: Vec<u64> = lo
+                .iter()
+                .zip(&hi)
+                .map(|(l, h)| (h << 32) | l)
+                .filter(|v| *v != 0)
+                .collect();
+            if values.len() > 1 {
+                self.multi_pipe_cells += 1;
+            }
+            out.push((i, values.iter().fold(0u64, |a, v| a.wrapping_add(*v))));
+        }
+        Ok(out)
+    }
+
     /// Whether mirror session `session` still sends to `port`, read back from the switch:
     /// the daemon's liveness check. A cut connection, and a switch that restarted and lost
     /// the session with the rest of the control plane's state, are errors.
