@@ -11,7 +11,7 @@ use hawkmesh_lab::paraleon_eval::{evaluate, EvalConfig, Fabric, Workload};
 pub enum WorkloadArg {
     /// FB_Hadoop at 30 % load.
     FbHadoop,
-    /// ON/OFF all-to-all training (20 workers, 12 MB, 20 ms off).
+    /// ON/OFF all-to-all training (20 workers, 12 MB to each peer, 20 ms off).
     Alltoall,
     /// The all-to-all with a 30 ms FB_Hadoop burst.
     Influx,

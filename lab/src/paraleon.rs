@@ -32,7 +32,7 @@ use hawkmesh_netsim::hooks::{
 };
 use hawkmesh_netsim::packet::{Packet, PacketKind};
 use hawkmesh_netsim::time::NS;
-use hawkmesh_netsim::{LoadedScenario, PortCounters, SimResult, Simulation};
+use hawkmesh_netsim::{FlowRecord, LoadedScenario, PortCounters, SimResult, Simulation};
 use hawkmesh_switch_agent::sketch::deployed_geometry;
 use hawkmesh_tuner::controller::{Controller, ControllerConfig};
 use hawkmesh_tuner::fsd::{accuracy, naive_fsd, truth_fsd, Fsd, MonitorConfig, TorMonitor};
@@ -192,9 +192,10 @@ pub struct TuneRun {
     pub intervals: Vec<IntervalRecord>,
     /// Flows defined and completed.
     pub flows: (usize, usize),
-    /// Mean FCT slowdown of the completed flows.
+    /// Mean FCT slowdown of the flows that started (unfinished ones at the slowdown they
+    /// had reached when the run ended).
     pub mean_slowdown: f64,
-    /// 99.9th-percentile FCT slowdown of the completed flows.
+    /// 99.9th-percentile FCT slowdown, over the same flows.
     pub p999_slowdown: f64,
     /// Per size bin.
     pub bins: Vec<SlowdownBin>,
@@ -571,6 +572,18 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// The FCT slowdown a flow is scored with in a run that ended at `end_ns`: a finished
+/// flow's own, an unfinished one's the slowdown it had reached at the end (a lower bound),
+/// none for a flow that never started. Scoring only the finished flows would reward a
+/// setting that leaves its worst flows stuck.
+pub fn scored_slowdown(f: &FlowRecord, end_ns: u64) -> Option<f64> {
+    f.slowdown.or_else(|| {
+        f.start_ns.map(|start| {
+            (end_ns.saturating_sub(start) as f64 / f.ideal_fct_ns.max(1) as f64).max(1.0)
+        })
+    })
+}
+
 fn summarise(
     policy: String,
     best_setting: Option<Vec<(String, f64)>>,
@@ -580,7 +593,9 @@ fn summarise(
     searches: u64,
     final_setting: Vec<(String, f64)>,
 ) -> TuneRun {
-    let mut all: Vec<f64> = result.flows.iter().filter_map(|f| f.slowdown).collect();
+    let end = result.duration_ns;
+    let scored = |f: &FlowRecord| scored_slowdown(f, end);
+    let mut all: Vec<f64> = result.flows.iter().filter_map(scored).collect();
     all.sort_by(f64::total_cmp);
     let mean = if all.is_empty() {
         0.0
@@ -594,7 +609,7 @@ fn summarise(
             .flows
             .iter()
             .filter(|f| f.size > lower && f.size <= max)
-            .filter_map(|f| f.slowdown)
+            .filter_map(scored)
             .collect();
         s.sort_by(f64::total_cmp);
         bins.push(SlowdownBin {
