@@ -32,9 +32,9 @@ use hawkmesh_wire::dataplane::Table;
 use crate::SwitchBackend;
 
 /// The knobs this writer takes, by name (`hawkmesh_knobs::table`).
-const KMIN: &str = "kmin_kb";
-const KMAX: &str = "kmax_kb";
-const PMAX: &str = "pmax";
+const KMIN: &str = hawkmesh_knobs::KMIN.name;
+const KMAX: &str = hawkmesh_knobs::KMAX.name;
+const PMAX: &str = hawkmesh_knobs::PMAX.name;
 
 /// The program's ECN profile on a set of egress ports (e.g. the ports of one speed, whose
 /// Kmin/Kmax scale with it), written through a [`SwitchBackend`].
