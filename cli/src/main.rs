@@ -115,7 +115,9 @@ enum Command {
     /// Set DCQCN/ECN knobs on this machine's devices (what the PARALEON tuner dispatches):
     /// ConnectX RNIC knobs through the mlx5 sysfs files of each --interface (or mlxconfig
     /// firmware settings with --mlxconfig-device), switch ECN knobs through SONiC's
-    /// `config ecn` with --sonic-profile. --dry-run prints what would be written.
+    /// `config ecn` with --sonic-profile, or into the hawkmesh switch program's own
+    /// `ecn_profile` table over BF Runtime with --bfrt and --ecn-ports (kmin_kb, kmax_kb and
+    /// pmax all given: every entry holds the three). --dry-run prints what would be written.
     /// Values in the knob table's units: `hawkmesh knobs-set --interface eth2
     /// rpg_hai_rate=150 rate_reduce_monitor_period=80`.
     #[command(name = "knobs-set")]
@@ -135,6 +137,17 @@ enum Command {
         /// Set the switch ECN knobs in this SONiC WRED profile (e.g. AZURE_LOSSLESS).
         #[arg(long)]
         sonic_profile: Option<String>,
+        /// Set the switch ECN knobs in the hawkmesh program's `ecn_profile` table of the
+        /// switch whose BF Runtime server is at HOST:PORT (bf_switchd: 50052); a dry run
+        /// connects and checks the program, and writes nothing.
+        #[arg(long, value_name = "HOST:PORT")]
+        bfrt: Option<String>,
+        /// BF Runtime client id (unique among the switch's clients; the switch agent is 1).
+        #[arg(long, default_value_t = 2)]
+        bfrt_client_id: u32,
+        /// Egress ports whose ECN profile --bfrt sets: `0-31,48`.
+        #[arg(long, value_name = "PORTS")]
+        ecn_ports: Option<String>,
         /// Print what would be written; write nothing.
         #[arg(long)]
         dry_run: bool,
@@ -334,6 +347,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             mlxconfig_device,
             mlxconfig_port,
             sonic_profile,
+            bfrt,
+            bfrt_client_id,
+            ecn_ports,
             dry_run,
             values,
         } => knobs_set(
@@ -341,6 +357,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &sysfs_root,
             mlxconfig_device.as_deref().map(|d| (d, mlxconfig_port)),
             sonic_profile.as_deref(),
+            bfrt.as_deref()
+                .map(|b| (b, bfrt_client_id, ecn_ports.as_deref())),
             dry_run,
             &values,
         ),
@@ -783,6 +801,7 @@ fn knobs_set(
     sysfs_root: &Path,
     mlxconfig: Option<(&str, u8)>,
     sonic_profile: Option<&str>,
+    bfrt: Option<(&str, u32, Option<&str>)>,
     dry_run: bool,
     values: &[String],
 ) -> anyhow::Result<()> {
@@ -811,6 +830,14 @@ fn knobs_set(
             profile, dry_run,
         )));
     }
+    // Kept alive while the BF Runtime writer works (dropped after the writers).
+    let mut runtime = None;
+    if let Some((address, client_id, ports)) = bfrt {
+        let (writer, bfrt_runtime) =
+            program_ecn_writer(address, client_id, ports, &changes, dry_run)?;
+        writers.push(writer);
+        runtime = Some(bfrt_runtime);
+    }
     for c in &changes {
         let device = c.knob.device();
         if !writers.iter().any(|w| w.device() == device) {
@@ -825,7 +852,7 @@ fn knobs_set(
                 if device == Device::Rnic {
                     "--interface or --mlxconfig-device"
                 } else {
-                    "--sonic-profile"
+                    "--sonic-profile or --bfrt"
                 }
             );
         }
@@ -835,7 +862,89 @@ fn knobs_set(
             println!("{applied}");
         }
     }
+    drop(writers);
+    drop(runtime);
     Ok(())
+}
+
+/// Egress ports as `0-31,48`.
+fn parse_ports(text: &str) -> anyhow::Result<Vec<u16>> {
+    let mut ports = Vec::new();
+    for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let number = |s: &str| {
+            s.trim()
+                .parse::<u16>()
+                .map_err(|e| anyhow::anyhow!("--ecn-ports: `{word}`: {e}"))
+        };
+        match word.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (number(lo)?, number(hi)?);
+                if lo > hi {
+                    anyhow::bail!("--ecn-ports: `{word}`: {lo} is above {hi}");
+                }
+                ports.extend(lo..=hi);
+            }
+            None => ports.push(number(word)?),
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.is_empty() {
+        anyhow::bail!("--ecn-ports: no port in `{text}`");
+    }
+    Ok(ports)
+}
+
+/// The writer of the program's `ecn_profile` over BF Runtime, and the runtime its client
+/// runs on. The table's entries each hold Kmin, Kmax and Pmax, and the switch's current
+/// profile is not read back, so the setting must give all three.
+fn program_ecn_writer(
+    address: &str,
+    client_id: u32,
+    ports: Option<&str>,
+    changes: &[hawkmesh_knobs::apply::Change],
+    dry_run: bool,
+) -> anyhow::Result<(
+    Box<dyn hawkmesh_knobs::apply::KnobWriter>,
+    tokio::runtime::Runtime,
+)> {
+    use anyhow::Context as _;
+    use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
+    use hawkmesh_switch_agent::ecn_table::ProgramEcn;
+    use hawkmesh_wire::control::{EcnProfile, QdepthUnit};
+
+    let ports = parse_ports(ports.context("--bfrt needs --ecn-ports")?)?;
+    let value = |name: &str| {
+        changes
+            .iter()
+            .find(|c| c.knob.name == name)
+            .map(|c| c.knob.to_si(c.value))
+            .with_context(|| {
+                format!("{name}: --bfrt writes whole ecn_profile entries; give kmin_kb, kmax_kb and pmax")
+            })
+    };
+    // to_si: kilobytes of 1,000 bytes to bytes.
+    let profile = EcnProfile {
+        kmin_bytes: value("kmin_kb")?.round() as u64,
+        kmax_bytes: value("kmax_kb")?.round() as u64,
+        pmax: value("pmax")?,
+    };
+    let (host, port) = address
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+        .filter(|(h, _)| !h.is_empty())
+        .with_context(|| format!("--bfrt {address:?}: expected host:port"))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let mut endpoint = BfrtEndpoint::new(host, port);
+    endpoint.client_id = client_id;
+    let backend = BfrtBackend::connect(runtime.handle().clone(), &endpoint)
+        .with_context(|| format!("--bfrt {address}"))?;
+    // A Tofino counts queue depth in 80-byte cells.
+    let writer = ProgramEcn::new(backend, ports, QdepthUnit::TofinoCells, profile, dry_run);
+    Ok((Box::new(writer), runtime))
 }
 
 fn host_agent(config: &Path) -> anyhow::Result<()> {

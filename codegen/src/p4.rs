@@ -582,6 +582,25 @@ impl<'a> Emitter<'a> {
                 };
                 self.line(&l);
             }
+            Stmt::Random(out) => {
+                let field = self.p.field(*out);
+                let l = match self.t {
+                    Target::Tna => format!(
+                        "{} = {}.get();",
+                        self.field(*out),
+                        random_extern_name(&field.name)
+                    ),
+                    // v1model.p4: `extern void random<T>(out T result, in T lo, in T hi)`.
+                    Target::V1model => format!(
+                        "random({}, {}w0, {}w{});",
+                        self.field(*out),
+                        field.width,
+                        field.width,
+                        all_ones(field.width)
+                    ),
+                };
+                self.line(&l);
+            }
             Stmt::SetValid(h) => {
                 let l = format!("hdr.{}.setValid();", self.p.headers[h.0 as usize].name);
                 self.line(&l);
@@ -889,6 +908,23 @@ impl<'a> Emitter<'a> {
                 unit.width, unit.name
             ));
         }
+        // TNA `Random<T>` (tofino.p4): one extern per field it fills.
+        let mut randoms: Vec<FieldId> = Vec::new();
+        Stmt::visit(self.control(gress), &mut |s| {
+            if let Stmt::Random(out) = s {
+                if !randoms.contains(out) {
+                    randoms.push(*out);
+                }
+            }
+        });
+        for out in randoms {
+            let field = self.p.field(out);
+            self.line(&format!(
+                "Random<bit<{}>>() {};",
+                field.width,
+                random_extern_name(&field.name)
+            ));
+        }
     }
 
     /// Opens a control of `gress`: its registers, hash units (TNA externs), actions and
@@ -1098,7 +1134,7 @@ impl<'a> Emitter<'a> {
         let fields = "hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr";
         match self.t {
             Target::Tna => {
-                self.line("// RFC 791 header checksum (the sketch mark rewrites DSCP).");
+                self.line("// RFC 791 header checksum (the sketch mark rewrites DSCP, ECN marking the ECN bits).");
                 self.open("if (hdr.ipv4.isValid())");
                 self.line(&format!(
                     "hdr.ipv4.hdr_checksum = ipv4_checksum.update({{{fields}}});"
@@ -1170,6 +1206,20 @@ impl<'a> Emitter<'a> {
         self.close();
         self.line("");
         self.line("V1Switch(MainParser(), MainVerifyChecksum(), MainIngress(), MainEgress(), MainComputeChecksum(), MainDeparser()) main;");
+    }
+}
+
+/// The TNA `Random` extern that fills metadata field `field`.
+fn random_extern_name(field: &str) -> String {
+    format!("random_{field}")
+}
+
+/// The largest value of `width` bits.
+fn all_ones(width: u8) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
     }
 }
 

@@ -20,6 +20,7 @@ use hawkmesh_dataplane::model::{
 };
 use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_dataplane::ModelError;
+use hawkmesh_wire::control::{ecn_profile_entries, EcnProfile, QdepthUnit};
 use hawkmesh_wire::telemetry::FiveTuple;
 
 /// Front-panel ports of the lab configuration (`0..LAB_PORTS`); multicast group
@@ -42,6 +43,9 @@ pub struct Trace {
     /// Forwarding entries installed before the first step.
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// ECN profiles installed in `ecn_profile` before the first step.
+    #[serde(default)]
+    pub ecn_profiles: Vec<EcnProfileSpec>,
     /// Registers the trace is meant to leave non-zero (a check that it exercises what it
     /// says, not an expected value).
     #[serde(default)]
@@ -58,6 +62,46 @@ pub struct Route {
     pub dst: Ipv4Addr,
     /// Egress port.
     pub port: u16,
+}
+
+/// An egress port's ECN marking profile (DCQCN's RED), as the knobs give it. A trace's
+/// queues are empty on the model and nearly so on BMv2, so only the deterministic ends of the
+/// ramp can be compared (Kmax 0: every ECN-capable packet marked; a Kmin far above any queue:
+/// none); the thresholds are converted as BMv2 counts queue depth ([`TRACE_QDEPTH_UNIT`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EcnProfileSpec {
+    /// Egress port.
+    pub port: u16,
+    /// Kmin, bytes.
+    pub kmin_bytes: u64,
+    /// Kmax, bytes.
+    pub kmax_bytes: u64,
+    /// Pmax.
+    pub pmax: f64,
+}
+
+/// The queue-depth unit of the lab switch's `ecn_profile` thresholds: BMv2's packets, of
+/// 1,500 bytes.
+pub const TRACE_QDEPTH_UNIT: QdepthUnit = QdepthUnit::Bmv2Packets { packet_bytes: 1500 };
+
+impl Trace {
+    /// The `ecn_profile` entries of the trace's ECN profiles.
+    pub fn ecn_entries(&self) -> Result<Vec<TableEntry>, TraceError> {
+        let mut entries = Vec::new();
+        for (i, spec) in self.ecn_profiles.iter().enumerate() {
+            let profile = EcnProfile {
+                kmin_bytes: spec.kmin_bytes,
+                kmax_bytes: spec.kmax_bytes,
+                pmax: spec.pmax,
+            };
+            entries.extend(
+                ecn_profile_entries(spec.port, &profile, TRACE_QDEPTH_UNIT)
+                    .map_err(|source| TraceError::EcnProfile { index: i, source })?,
+            );
+        }
+        Ok(entries)
+    }
 }
 
 /// One arriving packet.
@@ -177,6 +221,14 @@ pub enum TraceError {
         /// Times given.
         times: usize,
     },
+    /// An ECN profile the program cannot hold.
+    #[error("ecn_profiles[{index}]: {source}")]
+    EcnProfile {
+        /// Index in `ecn_profiles`.
+        index: usize,
+        /// Why.
+        source: hawkmesh_wire::control::EcnProfileError,
+    },
     /// The program lacks a constant the lab switch is configured from.
     #[error("the program has no constant `{0}`")]
     MissingConstant(&'static str),
@@ -246,6 +298,7 @@ pub struct TraceRun {
 }
 
 /// A model configured like the lab switch: routes from the trace in the `forward` table,
+/// its ECN profiles in `ecn_profile`,
 /// the port masks of [`hawkmesh_dataplane::hawkeye::port_mask_entries`], multicast group `MCAST_GROUP_ALL_PORTS` = ports `0..LAB_PORTS`, clones to the program's
 /// `CPU_PORT`.
 pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Model, TraceError> {
@@ -308,6 +361,15 @@ pub fn lab_model(program: std::sync::Arc<Program>, trace: &Trace) -> Result<Mode
                     source,
                 })?;
         }
+    }
+    for entry in trace.ecn_entries()? {
+        let port = entry.key[0];
+        model
+            .table_add("ecn_profile", entry)
+            .map_err(|source| TraceError::Model {
+                context: format!("ecn_profile port {port}"),
+                source,
+            })?;
     }
     Ok(model)
 }

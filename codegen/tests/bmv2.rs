@@ -1061,6 +1061,20 @@ fn run_bmv2(program: &Program, json: &Path, p4: &str, trace: &Trace, tag: &str) 
     if !routes.is_empty() {
         sw.cli(&routes);
     }
+    let mut ecn = String::new();
+    for entry in trace.ecn_entries().expect("ECN profiles") {
+        let key: Vec<String> = entry.key.iter().map(u64::to_string).collect();
+        let params: Vec<String> = entry.params.iter().map(u64::to_string).collect();
+        ecn += &format!(
+            "table_add MainEgress.ecn_profile MainEgress.{} {} => {}\n",
+            entry.action,
+            key.join(" "),
+            params.join(" ")
+        );
+    }
+    if !ecn.is_empty() {
+        sw.cli(&ecn);
+    }
 
     // Replay: the wait, the trace, and a margin for the last packet to leave.
     let span = trace.steps.last().map_or(0, |s| s.t_us);
@@ -1280,6 +1294,30 @@ fn register<'a>(run: &'a TraceRun, name: &str) -> &'a [u64] {
         .find(|(n, _)| n == name)
         .unwrap_or_else(|| panic!("register {name}"))
         .1
+}
+
+#[test]
+fn the_ecn_trace_marks_what_it_describes_on_the_model() {
+    let program = lab_program();
+    let run = run_model(program, &trace("ecn")).expect("ecn trace");
+    // The ECN bits of the one copy each step sends out, by port (IPv4's second byte).
+    let out: Vec<(u16, u8)> = run
+        .outputs
+        .iter()
+        .map(|o| {
+            assert_eq!(o.ports.len(), 1, "{o:?}");
+            (o.ports[0].0, o.ports[0].1[15] & 0b11)
+        })
+        .collect();
+    assert_eq!(
+        out,
+        vec![(2, 0b11), (2, 0b11), (2, 0b00), (3, 0b10), (4, 0b10)]
+    );
+    // A profile the program cannot hold is refused with its place in the trace.
+    let mut bad = trace("ecn");
+    bad.ecn_profiles[1].pmax = 2.0;
+    let e = bad.ecn_entries().unwrap_err().to_string();
+    assert!(e.starts_with("ecn_profiles[1]: ecn_profile: pmax 2"), "{e}");
 }
 
 #[test]

@@ -50,6 +50,9 @@ fn emission_is_deterministic_and_uses_target_idioms() {
         "Hash<bit<12>>(HashAlgorithm_t.CRC32) flow_hash;",
         "mirror.emit<mirror_h>",
         "Hash<bit<4>>(HashAlgorithm_t.CRC32) ecmp_hash;",
+        // tofino.p4's `Random<T>` extern, one per field it fills.
+        "Random<bit<8>>() random_ecn_draw;",
+        "meta.ecn_draw = random_ecn_draw.get();",
         "Switch(pipe) main;",
     ] {
         assert!(tna.contains(needle), "TNA output lacks `{needle}`");
@@ -62,6 +65,8 @@ fn emission_is_deterministic_and_uses_target_idioms() {
         "@field_list(1)",
         "hash(meta.flow_slot, HashAlgorithm.crc32",
         "hash(meta.ecmp_bucket, HashAlgorithm.crc32",
+        // v1model.p4: `extern void random<T>(out T result, in T lo, in T hi);`
+        "random(meta.ecn_draw, 8w0, 8w255);",
         "V1Switch(",
     ] {
         assert!(v1.contains(needle), "v1model output lacks `{needle}`");

@@ -385,6 +385,7 @@ fn check_table(p: &Program, t: &Table) -> Result<(), BuildError> {
                     | Stmt::Apply(_)
                     | Stmt::Execute { .. }
                     | Stmt::Hash(..)
+                    | Stmt::Random(_)
                     | Stmt::CloneToCpu
                     | Stmt::Digest(_)
             ) {
@@ -767,6 +768,23 @@ fn walk(
                     .entry(unit.name.clone())
                     .or_default()
                     .insert(gress);
+            }
+            Stmt::Random(out) => {
+                let rplace = format!("{place}: random into `{}`", p.field_path(*out));
+                let field = p.field(*out);
+                if !matches!(field.owner, FieldOwner::Metadata { .. }) {
+                    return Err(BuildError::Type {
+                        place: rplace,
+                        message: "a random number goes into user metadata".into(),
+                    });
+                }
+                // tofino.p4's `Random<T>` draws at most 32 bits per call.
+                if field.width > 32 {
+                    return Err(BuildError::Type {
+                        place: rplace,
+                        message: format!("{} bits; a Random extern gives at most 32", field.width),
+                    });
+                }
             }
             Stmt::SetValid(h) | Stmt::SetInvalid(h) => {
                 if p.headers.get(h.0 as usize).is_none() {

@@ -21,6 +21,8 @@
 //!    port packets / paused packets, causality meter
 //!    bytes[in→out], fanout and paused bitmaps
 //!   ToR: Elastic Sketch insert once per path (DSCP mark bit)
+//!                                                    ECT IPv4: RED mark CE on enq_qdepth
+//!                                                     (ecn_profile per egress port)
 //! ```
 //!
 //! HAWKEYE's artifact counts in egress only, so a packet held behind a PAUSE is invisible
@@ -54,11 +56,13 @@
 //! | `hawkeye/enqueue.rs` | ingress enqueue telemetry and causality meter |
 //! | `hawkeye/ingress.rs` | the ingress control |
 //! | `hawkeye/epoch_ring.rs` | egress epoch ring: queue-depth sums and flow telemetry |
+//! | `hawkeye/ecn.rs` | ECN marking on the queue depth, DCQCN's RED profile per egress port |
 //! | `hawkeye/egress.rs` | egress polling, CPU copies and the egress control |
 
 mod constants;
 mod dedupe;
 mod dsl;
+mod ecn;
 mod egress;
 mod elastic_sketch;
 mod enqueue;
@@ -341,7 +345,8 @@ pub fn program(params: &HawkeyeParams) -> Result<Program, BuildError> {
     let port_sums = epoch_ring::port_qdepth_sums(&mut b, &cx, &ring);
     let flows = epoch_ring::flow_telemetry(&mut b, &cx, &ring);
     let data = epoch_ring::data_egress(&ring, port_sums, flows.stmts);
-    let egress = egress::egress_control(&mut b, &cx, &ring, &flows.evicted, data);
+    let ecn = ecn::ecn_marking(&mut b, &cx);
+    let egress = egress::egress_control(&mut b, &cx, &ring, &flows.evicted, ecn, data);
     b.egress(egress);
     b.build()
 }

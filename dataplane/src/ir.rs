@@ -15,7 +15,7 @@
 //! - hash units [`HashUnit`] (TNA `Hash<bit<W>>(HashAlgorithm_t.CRC32)`);
 //! - exact / ternary tables [`Table`] with straight-line actions [`Action`];
 //! - statements in the ingress and egress controls [`Stmt`]: assignments, `if`, table
-//!   apply, register-action execute, hash, unicast / multicast / drop, clone to the CPU port
+//!   apply, register-action execute, hash, random number, unicast / multicast / drop, clone to the CPU port
 //!   (TNA `Mirror`, v1model `clone_preserving_field_list`), digests (TNA `Digest`).
 
 use std::fmt;
@@ -416,6 +416,11 @@ pub enum Stmt {
     },
     /// `out = hash.get({inputs});`
     Hash(HashId, FieldId),
+    /// `out = random.get();`: a uniform random value of the field's width (TNA
+    /// `Random<bit<W>>().get()`, v1model `random(out, 0, 2^W - 1)`). The model draws it from
+    /// a seeded SplitMix64 stream ([`crate::model::Model::seed_random`]), so a run is
+    /// reproducible; the targets' generators are not, and tests compare shares, not draws.
+    Random(FieldId),
     /// `h.setValid();` (all its fields become 0 unless assigned).
     SetValid(HeaderId),
     /// `h.setInvalid();`

@@ -42,10 +42,15 @@ struct Switch {
 
 impl Switch {
     fn new() -> Self {
-        let program = Arc::new(program(&params()).expect("program builds"));
-        let mut model = Model::new(program.clone(), Routing::FromInput, 100).expect("model");
+        Self::with_params(&params())
+    }
+
+    fn with_params(params: &HawkeyeParams) -> Self {
+        let program = Arc::new(program(params).expect("program builds"));
+        let mut model =
+            Model::new(program.clone(), Routing::FromInput, params.cpu_port).expect("model");
         // The control plane's start-up entries: port speeds, port masks, multicast group.
-        configure_model(&mut model, "s", &[100.0; PORTS as usize]).expect("configure");
+        configure_model(&mut model, "s", &vec![100.0; params.ports as usize]).expect("configure");
         Switch { model, program }
     }
 
@@ -1075,4 +1080,158 @@ fn ecmp_spreads_flows_over_next_hops_by_the_5_tuple_hash_as_the_control_plane_co
         used.insert(expected);
     }
     assert_eq!(used.len(), hops.len(), "64 flows use every next hop");
+}
+
+// ---------------------------------------------------------------------------------------
+// ECN marking (DCQCN's RED profile on the egress queue depth, `hawkeye/ecn.rs`)
+// ---------------------------------------------------------------------------------------
+
+use hawkmesh_wire::control::{ecn_profile_entries, EcnProfile, QdepthUnit};
+
+/// Kmin 100 cells, Kmax 200 cells, Pmax 0.5 (8 KB, 16 KB at 80 bytes per cell).
+const RED: EcnProfile = EcnProfile {
+    kmin_bytes: 8_000,
+    kmax_bytes: 16_000,
+    pmax: 0.5,
+};
+
+impl Switch {
+    fn install_ecn(&mut self, port: u16, profile: &EcnProfile) {
+        for entry in ecn_profile_entries(port, profile, QdepthUnit::TofinoCells).expect("profile") {
+            self.model
+                .table_add("ecn_profile", entry)
+                .expect("ecn_profile entry");
+        }
+    }
+
+    /// The ECN codepoint a packet sent with `ecn` leaves `out_port` with, at queue depth
+    /// `qdepth` cells.
+    fn ecn_out(&mut self, out_port: u16, ecn: u8, qdepth: u32) -> u8 {
+        let bytes = packets::rocev2_data(&self.program, &tuple(1, 1000), 3 << 3, ecn, 64, 1, 1000);
+        let mut ing = PassOutput::default();
+        let input = IngressInput {
+            ingress_port: 0,
+            tstamp_ns: 5_000,
+            routed_egress_port: Some(out_port),
+        };
+        self.model
+            .ingress(&bytes, &input, &mut ing)
+            .expect("ingress");
+        let mut eg = PassOutput::default();
+        let e = EgressInput {
+            ingress_port: 0,
+            egress_port: out_port,
+            queue: 3,
+            enq_tstamp_ns: 5_000,
+            enq_qdepth: qdepth,
+            packet_length: 1000,
+        };
+        self.model
+            .egress(&ing.bytes, &e, &ing.bridged, &mut eg)
+            .expect("egress");
+        assert!(!eg.dropped);
+        // Ethernet (14 bytes), then IPv4: DSCP and ECN in byte 1 (RFC 2474, RFC 3168 §5).
+        eg.bytes[15] & 0b11
+    }
+
+    /// How many of `n` ECT(0) packets at depth `qdepth` leave `port` marked CE.
+    fn marked(&mut self, port: u16, qdepth: u32, n: u32) -> u32 {
+        (0..n)
+            .filter(|_| self.ecn_out(port, 0b10, qdepth) == 0b11)
+            .count() as u32
+    }
+}
+
+#[test]
+fn without_an_ecn_profile_nothing_is_marked() {
+    let mut sw = Switch::new();
+    assert_eq!(sw.marked(2, 1_000_000, 500), 0);
+    // A profile on another port changes nothing here.
+    sw.install_ecn(3, &RED);
+    assert_eq!(sw.marked(2, 1_000_000, 500), 0);
+    assert_eq!(sw.marked(3, 1_000_000, 500), 500);
+}
+
+#[test]
+fn red_never_marks_below_kmin_and_always_marks_at_and_above_kmax() {
+    let mut sw = Switch::new();
+    sw.install_ecn(2, &RED);
+    for q in [0, 1, 50, 99, 100] {
+        assert_eq!(sw.marked(2, q, 2000), 0, "q = {q} cells is not above Kmin");
+    }
+    for q in [200, 201, 5000, u32::MAX] {
+        assert_eq!(
+            sw.marked(2, q, 2000),
+            2000,
+            "q = {q} cells is at or above Kmax"
+        );
+    }
+}
+
+#[test]
+fn between_kmin_and_kmax_the_marked_share_follows_the_red_ramp() {
+    let mut sw = Switch::new();
+    sw.install_ecn(2, &RED);
+    sw.model.seed_random(0x5EED);
+    let n = 20_000;
+    for q in [110u32, 150, 190] {
+        // DCQCN §3.1: Pmax·(q − Kmin)/(Kmax − Kmin).
+        let expected = 0.5 * f64::from(q - 100) / 100.0;
+        let share = f64::from(sw.marked(2, q, n)) / f64::from(n);
+        // 1/512 of quantisation plus 4 standard deviations of a binomial share.
+        let tolerance = 1.0 / 512.0 + 4.0 * (expected * (1.0 - expected) / f64::from(n)).sqrt();
+        assert!(
+            (share - expected).abs() <= tolerance,
+            "q = {q}: marked {share}, expected {expected} ± {tolerance}"
+        );
+    }
+}
+
+#[test]
+fn only_ecn_capable_packets_are_marked_and_ce_stays_ce() {
+    let mut sw = Switch::new();
+    sw.install_ecn(2, &RED);
+    for _ in 0..500 {
+        // RFC 3168 §5: Not-ECT is never marked; ECT(0) and ECT(1) become CE; CE stays.
+        assert_eq!(sw.ecn_out(2, 0b00, 5000), 0b00);
+        assert_eq!(sw.ecn_out(2, 0b01, 5000), 0b11);
+        assert_eq!(sw.ecn_out(2, 0b10, 5000), 0b11);
+        assert_eq!(sw.ecn_out(2, 0b11, 0), 0b11);
+        assert_eq!(sw.ecn_out(2, 0b01, 10), 0b01);
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_marks() {
+    let marks = |seed: u64| {
+        let mut sw = Switch::new();
+        sw.install_ecn(2, &RED);
+        sw.model.seed_random(seed);
+        (0..400)
+            .map(|_| sw.ecn_out(2, 0b10, 150))
+            .collect::<Vec<u8>>()
+    };
+    assert_eq!(marks(7), marks(7));
+    assert_ne!(marks(7), marks(8));
+}
+
+#[test]
+fn the_emitted_model_marks_as_the_interpreter_does() {
+    // The test variant runs on the interpreter, the default (ToR) variant as emitted Rust
+    // (`model/generated.rs`); one draw per ECN-capable packet from the same seed gives the
+    // same marks on both.
+    let marks = |sw: &mut Switch| {
+        sw.install_ecn(2, &RED);
+        sw.model.seed_random(99);
+        (0..300u32)
+            .map(|i| sw.ecn_out(2, 0b10, 90 + i % 120))
+            .collect::<Vec<u8>>()
+    };
+    let mut interpreted = Switch::new();
+    let mut emitted = Switch::with_params(&HawkeyeParams::default());
+    assert!(!interpreted.model.is_native());
+    assert!(emitted.model.is_native());
+    let (a, b) = (marks(&mut interpreted), marks(&mut emitted));
+    assert!(a.contains(&0b11) && a.contains(&0b10));
+    assert_eq!(a, b);
 }

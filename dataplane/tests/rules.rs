@@ -345,3 +345,20 @@ fn default_and_variants_build() {
     };
     assert!(program(&spine).is_ok());
 }
+
+#[test]
+fn a_random_number_goes_into_metadata_of_at_most_32_bits() {
+    let (mut b, _, _, ether_type) = base();
+    b.egress(vec![Stmt::Random(ether_type)]);
+    check(b.build(), "a random number goes into user metadata");
+    let (mut b, _, _, _) = base();
+    let wide = b.meta("wide", 48);
+    b.egress(vec![Stmt::Random(wide)]);
+    check(b.build(), "48 bits; a Random extern gives at most 32");
+    let (mut b, _, x, _) = base();
+    b.egress(vec![Stmt::Random(x)]);
+    assert!(
+        b.build().is_ok(),
+        "32 bits of metadata take a random number"
+    );
+}

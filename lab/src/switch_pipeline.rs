@@ -931,6 +931,11 @@ pub fn install_on_all_switches(
 }
 
 /// [`install_on_all_switches`] with the models hosted as `hosting` says.
+///
+/// The program's ECN marking table (`ecn_profile`) is left empty: in the lab, netsim's own
+/// RED marks (at dequeue, on the queue's bytes, with the knobs `Simulation::set_knobs`
+/// changes), and the program, finding no profile, marks nothing — one marking process,
+/// not two (ARCHITECTURE.md, "ECN marking in the lab").
 pub fn install_hosted(
     sim: &mut Simulation,
     params: &HawkeyeParams,

@@ -326,6 +326,13 @@ fn the_model_only_observes_fct_and_ecn_are_unchanged() {
     };
     assert_eq!(key(&plain), key(&observed));
     // …and the model did see the traffic.
+    // ECN is marked once, by netsim's RED (the lab's ground truth, tuned through
+    // `Simulation::set_knobs`): the program's `ecn_profile` stays empty, so the program
+    // marks nothing — were it filled, CE marks would come from two RED processes and the
+    // flows' DCQCN would react to both (ARCHITECTURE.md, "ECN marking in the lab").
+    for sw in installed.values() {
+        assert_eq!(sw.model.lock().table_len("ecn_profile").expect("table"), 0);
+    }
     let passes: u64 = installed.values().map(|s| s.stats.get().egress).sum();
     assert!(passes > 10_000, "{passes} egress passes");
     assert!(installed

@@ -75,6 +75,8 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // SKETCH_MARK_DSCP_BIT = 1 (not referenced by the program)
 // Flag bit in sketch_votes: the flow may have earlier packets in the light part
 // SKETCH_FLAG_BIT = 2147483648 (not referenced by the program)
+// Random bits drawn per packet for ECN marking: ecn_profile holds 2^ECN_RANDOM_BITS entries per egress port
+// ECN_RANDOM_BITS = 8 (not referenced by the program)
 const bit<3> MIRROR_TYPE_I2E = 1;
 const bit<3> MIRROR_TYPE_E2E = 2;
 const bit<8> PKT_TYPE_NORMAL = 0;
@@ -377,6 +379,10 @@ struct metadata_t {
     bit<32> flow_old_last;
     bit<16> flow_old_egress_port;
     bit<8> flow_old_epoch_index;
+    bit<8> ecn_draw;
+    bit<1> ecn_profiled;
+    bit<32> ecn_kmax;
+    bit<32> ecn_mark_above;
     bit<32> egress_port_mask_w0;
     bit<32> egress_port_mask_w1;
     bit<1> reason_victim;
@@ -534,6 +540,10 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out 
         meta.flow_old_last = 0;
         meta.flow_old_egress_port = 0;
         meta.flow_old_epoch_index = 0;
+        meta.ecn_draw = 0;
+        meta.ecn_profiled = 0;
+        meta.ecn_kmax = 0;
+        meta.ecn_mark_above = 0;
         meta.egress_port_mask_w0 = 0;
         meta.egress_port_mask_w1 = 0;
         meta.reason_victim = 0;
@@ -2314,7 +2324,7 @@ control IngressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_I2E) {
             mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_I2E, meta.intr_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.arrival_tstamp, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
         }
-        // RFC 791 header checksum (the sketch mark rewrites DSCP).
+        // RFC 791 header checksum (the sketch mark rewrites DSCP, ECN marking the ECN bits).
         if (hdr.ipv4.isValid()) {
             hdr.ipv4.hdr_checksum = ipv4_checksum.update({hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr});
         }
@@ -2470,6 +2480,10 @@ parser EgressParser(packet_in pkt, out headers_t hdr, out metadata_t meta, out e
         meta.flow_old_last = 0;
         meta.flow_old_egress_port = 0;
         meta.flow_old_epoch_index = 0;
+        meta.ecn_draw = 0;
+        meta.ecn_profiled = 0;
+        meta.ecn_kmax = 0;
+        meta.ecn_mark_above = 0;
         meta.egress_port_mask_w0 = 0;
         meta.egress_port_mask_w1 = 0;
         meta.reason_victim = 0;
@@ -2735,6 +2749,7 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
     };
 
     Hash<bit<12>>(HashAlgorithm_t.CRC32) flow_hash;
+    Random<bit<8>>() random_ecn_draw;
 
     // The one-hot mask of the egress port, in 32-port words
     action egress_port_mask_set(bit<32> w0, bit<32> w1) {
@@ -2748,6 +2763,18 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
         meta.egress_port_mask_w1 = 32w0;
     }
 
+    // DCQCN RED profile for this port and draw: mark at and above kmax; below it, mark above mark_above = Kmin + the draw's quantile of U(0, (Kmax-Kmin)/Pmax)
+    action ecn_red(bit<32> kmax, bit<32> mark_above) {
+        meta.ecn_profiled = 1w1;
+        meta.ecn_kmax = kmax;
+        meta.ecn_mark_above = mark_above;
+    }
+
+    // No ECN profile on this port: no marking (the default)
+    action ecn_unprofiled() {
+        meta.ecn_profiled = 1w0;
+    }
+
     // Egress port → one-hot mask, to test it against the bridged PFC-branch bitmap
     table egress_port_mask {
         key = {
@@ -2759,6 +2786,21 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
         }
         default_action = egress_port_mask_none();
         size = 64;
+    }
+
+    // (egress port, random draw) -> DCQCN RED profile (Kmax and the draw's marking threshold,
+    // in the queue-depth unit); no entry: no marking
+    table ecn_profile {
+        key = {
+            meta.intr_egress_port: exact;
+            meta.ecn_draw: exact;
+        }
+        actions = {
+            ecn_red;
+            ecn_unprofiled;
+        }
+        default_action = ecn_unprofiled();
+        size = 16384;
     }
 
     apply {
@@ -2831,6 +2873,13 @@ control Egress(inout headers_t hdr, inout metadata_t meta, in egress_intrinsic_m
                     hdr.polling.context_tstamp = 64w0;
                 }
             } else {
+                if (hdr.ipv4.isValid() && ((hdr.ipv4.ecn != 2w0) && (hdr.ipv4.ecn != 2w3))) {
+                    meta.ecn_draw = random_ecn_draw.get();
+                    ecn_profile.apply();
+                    if ((meta.ecn_profiled == 1w1) && ((meta.intr_enq_qdepth >= meta.ecn_kmax) || (meta.intr_enq_qdepth > meta.ecn_mark_above))) {
+                        hdr.ipv4.ecn = 2w3;
+                    }
+                }
                 if (hdr.bth.isValid()) {
                     meta.epoch_index = meta.intr_enq_tstamp[21:20];
                     meta.epoch_id = meta.intr_enq_tstamp[37:22];
@@ -2888,7 +2937,7 @@ control EgressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t meta, 
         if (eg_dprsr_md.mirror_type == MIRROR_TYPE_E2E) {
             mirror.emit<mirror_h>(meta.mirror_session, {PKT_TYPE_MIRROR_E2E, meta.intr_eg_ingress_port, meta.victim_port, meta.victim_paused, meta.pfc_ports_w0, meta.pfc_ports_w1, meta.arrival_flags, meta.arrival_port, meta.arrival_tstamp, meta.epoch_id, meta.flow_old_epoch, meta.flow_old_src, meta.flow_old_dst, meta.flow_old_ports, meta.flow_old_packets, meta.flow_old_paused, meta.flow_old_qdepth_sum, meta.flow_old_first, meta.flow_old_last, meta.flow_old_egress_port, meta.flow_old_epoch_index, 0});
         }
-        // RFC 791 header checksum (the sketch mark rewrites DSCP).
+        // RFC 791 header checksum (the sketch mark rewrites DSCP, ECN marking the ECN bits).
         if (hdr.ipv4.isValid()) {
             hdr.ipv4.hdr_checksum = ipv4_checksum.update({hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr});
         }

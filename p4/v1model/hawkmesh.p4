@@ -75,6 +75,8 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // SKETCH_MARK_DSCP_BIT = 1 (not referenced by the program)
 // Flag bit in sketch_votes: the flow may have earlier packets in the light part
 // SKETCH_FLAG_BIT = 2147483648 (not referenced by the program)
+// Random bits drawn per packet for ECN marking: ecn_profile holds 2^ECN_RANDOM_BITS entries per egress port
+// ECN_RANDOM_BITS = 8 (not referenced by the program)
 
 struct pair_t {
     bit<32> lo;
@@ -332,6 +334,10 @@ struct metadata_t {
     @field_list(1) bit<32> flow_old_last;
     @field_list(1) bit<16> flow_old_egress_port;
     @field_list(1) bit<8> flow_old_epoch_index;
+    bit<8> ecn_draw;
+    bit<1> ecn_profiled;
+    bit<32> ecn_kmax;
+    bit<32> ecn_mark_above;
     bit<32> egress_port_mask_w0;
     bit<32> egress_port_mask_w1;
     bit<1> reason_victim;
@@ -2294,6 +2300,18 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.egress_port_mask_w1 = 32w0;
     }
 
+    // DCQCN RED profile for this port and draw: mark at and above kmax; below it, mark above mark_above = Kmin + the draw's quantile of U(0, (Kmax-Kmin)/Pmax)
+    action ecn_red(bit<32> kmax, bit<32> mark_above) {
+        meta.ecn_profiled = 1w1;
+        meta.ecn_kmax = kmax;
+        meta.ecn_mark_above = mark_above;
+    }
+
+    // No ECN profile on this port: no marking (the default)
+    action ecn_unprofiled() {
+        meta.ecn_profiled = 1w0;
+    }
+
     // Egress port → one-hot mask, to test it against the bridged PFC-branch bitmap
     table egress_port_mask {
         key = {
@@ -2305,6 +2323,21 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         }
         default_action = egress_port_mask_none();
         size = 64;
+    }
+
+    // (egress port, random draw) -> DCQCN RED profile (Kmax and the draw's marking threshold,
+    // in the queue-depth unit); no entry: no marking
+    table ecn_profile {
+        key = {
+            meta.intr_egress_port: exact;
+            meta.ecn_draw: exact;
+        }
+        actions = {
+            ecn_red;
+            ecn_unprofiled;
+        }
+        default_action = ecn_unprofiled();
+        size = 16384;
     }
 
     apply {
@@ -2431,6 +2464,10 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.flow_ports = 0;
         meta.flow_continue = 0;
         meta.flow_evict = 0;
+        meta.ecn_draw = 0;
+        meta.ecn_profiled = 0;
+        meta.ecn_kmax = 0;
+        meta.ecn_mark_above = 0;
         meta.egress_port_mask_w0 = 0;
         meta.egress_port_mask_w1 = 0;
         meta.reason_victim = 0;
@@ -2503,6 +2540,13 @@ control MainEgress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                     hdr.polling.context_tstamp = 64w0;
                 }
             } else {
+                if (hdr.ipv4.isValid() && ((hdr.ipv4.ecn != 2w0) && (hdr.ipv4.ecn != 2w3))) {
+                    random(meta.ecn_draw, 8w0, 8w255);
+                    ecn_profile.apply();
+                    if ((meta.ecn_profiled == 1w1) && ((meta.intr_enq_qdepth >= meta.ecn_kmax) || (meta.intr_enq_qdepth > meta.ecn_mark_above))) {
+                        hdr.ipv4.ecn = 2w3;
+                    }
+                }
                 if (hdr.bth.isValid()) {
                     meta.epoch_index = meta.intr_enq_tstamp[21:20];
                     meta.epoch_id = meta.intr_enq_tstamp[37:22];

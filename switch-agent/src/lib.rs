@@ -18,6 +18,7 @@ pub mod collect;
 pub mod cpu_port;
 #[cfg(feature = "daemon")]
 pub mod daemon;
+pub mod ecn_table;
 pub mod ecn_writer;
 pub mod port_counters;
 pub mod setup;

@@ -70,6 +70,8 @@ pub const SKETCH_LAMBDA: u32 = 0x8;
 pub const SKETCH_MARK_DSCP_BIT: u8 = 0x1;
 /// Flag bit in sketch_votes: the flow may have earlier packets in the light part
 pub const SKETCH_FLAG_BIT: u32 = 0x80000000;
+/// Random bits drawn per packet for ECN marking: ecn_profile holds 2^ECN_RANDOM_BITS entries per egress port
+pub const ECN_RANDOM_BITS: u8 = 0x8;
 
 /// Field layout of the `ethernet` header: (bit offset from the header start, width in bits).
 pub mod ethernet_layout {
@@ -776,21 +778,25 @@ impl Table {
     pub const PFC_PORT_SPEED: Table = Table(2);
     /// `port_mask`.
     pub const PORT_MASK: Table = Table(3);
+    /// `ecn_profile`.
+    pub const ECN_PROFILE: Table = Table(4);
     /// `egress_port_mask`.
-    pub const EGRESS_PORT_MASK: Table = Table(4);
-    const NAMES: [&'static str; 5] = [
+    pub const EGRESS_PORT_MASK: Table = Table(5);
+    const NAMES: [&'static str; 6] = [
         "forward",
         "polling_port",
         "pfc_port_speed",
         "port_mask",
+        "ecn_profile",
         "egress_port_mask",
     ];
     /// Every table, in program order.
-    pub const ALL: [Table; 5] = [
+    pub const ALL: [Table; 6] = [
         Table::FORWARD,
         Table::POLLING_PORT,
         Table::PFC_PORT_SPEED,
         Table::PORT_MASK,
+        Table::ECN_PROFILE,
         Table::EGRESS_PORT_MASK,
     ];
     /// The table's name in the program.
@@ -810,7 +816,8 @@ impl Table {
                 "pfc_quanta_25g",
             ],
             3 => &["port_mask_set", "port_mask_none"],
-            4 => &["egress_port_mask_set", "egress_port_mask_none"],
+            4 => &["ecn_red", "ecn_unprofiled"],
+            5 => &["egress_port_mask_set", "egress_port_mask_none"],
             _ => &[],
         }
     }

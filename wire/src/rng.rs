@@ -3,6 +3,9 @@
 //! Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014). Written here so
 //! that what a seed gives never changes under a dependency upgrade.
 
+/// SplitMix64's state increment (the odd integer nearest 2^64 / φ).
+pub const SPLITMIX64_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// A SplitMix64 generator.
 #[derive(Clone, Debug)]
 pub struct SplitMix64 {
@@ -17,7 +20,7 @@ impl SplitMix64 {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.state = self.state.wrapping_add(SPLITMIX64_GAMMA);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

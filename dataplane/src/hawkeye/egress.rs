@@ -216,12 +216,16 @@ fn clone_egress(cx: &Ctx, ring: &Ring, evicted: &Evicted) -> Vec<Stmt> {
     clone_egress
 }
 
-/// The egress control: clones, polling copies, RoCEv2 packets (`data`).
+/// The egress control: clones, polling copies, and other packets: ECN marking (`ecn`),
+/// then RoCEv2 telemetry (`data`). Marking comes first so that an eviction report (an
+/// egress clone, which carries the packet as egress leaves it on Tofino) and the model's
+/// copy taken at the clone statement carry the same ECN bits.
 pub(super) fn egress_control(
     b: &mut ProgramBuilder,
     cx: &Ctx,
     ring: &Ring,
     evicted: &Evicted,
+    ecn: Vec<Stmt>,
     data_egress: Vec<Stmt>,
 ) -> Vec<Stmt> {
     let clone_kind = cx.intr.clone_kind;
@@ -234,7 +238,9 @@ pub(super) fn egress_control(
         vec![Stmt::If(
             valid(polling),
             polling_egress,
-            vec![Stmt::If(valid(bth), data_egress, vec![])],
+            ecn.into_iter()
+                .chain([Stmt::If(valid(bth), data_egress, vec![])])
+                .collect(),
         )],
     )]
 }

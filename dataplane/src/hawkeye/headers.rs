@@ -35,6 +35,8 @@ pub(super) struct Pfc {
 pub(super) struct Ipv4 {
     pub(super) header: HeaderId,
     pub(super) dscp: FieldId,
+    /// RFC 3168 §5 ECN codepoint.
+    pub(super) ecn: FieldId,
     pub(super) total_len: FieldId,
     pub(super) protocol: FieldId,
     pub(super) src_addr: FieldId,
@@ -213,6 +215,7 @@ pub(super) fn headers(b: &mut ProgramBuilder) -> Headers {
         ipv4: Ipv4 {
             header: ipv4,
             dscp: ip[2],
+            ecn: ip[3],
             total_len: ip[4],
             protocol: ip[9],
             src_addr: ip[11],

@@ -142,6 +142,7 @@ pub(super) fn exposed_reads(
                         }
                         Self::write(*dst, w);
                     }
+                    Stmt::Random(dst) => Self::write(*dst, w),
                     Stmt::SetEgressPort(e) => self.expr(e, w),
                     Stmt::Digest(d) => {
                         if let Some(d) = program.digests.get(d.0 as usize) {
@@ -200,7 +201,7 @@ pub(super) fn field_use(program: &Program) -> (Vec<bool>, Vec<bool>) {
                 written[o.0 as usize] = true;
             }
         }
-        Stmt::Hash(_, dst) => written[dst.0 as usize] = true,
+        Stmt::Hash(_, dst) | Stmt::Random(dst) => written[dst.0 as usize] = true,
         Stmt::SetEgressPort(e) => expr(e, &mut read),
         _ => {}
     };

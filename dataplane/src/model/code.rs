@@ -143,6 +143,11 @@ pub(super) enum Ins {
         dst: u16,
         mask: u64,
     },
+    /// `dst = next random & mask` ([`State::random`]).
+    Random {
+        dst: u16,
+        mask: u64,
+    },
     SetValid(u8),
     SetInvalid(u8),
     Unicast(u16),

@@ -551,6 +551,13 @@ impl Compiler<'_> {
                     });
                     self.dirty(dst.0);
                 }
+                Stmt::Random(dst) => {
+                    self.ins.push(Ins::Random {
+                        dst: dst.0,
+                        mask: self.masks[dst.0 as usize],
+                    });
+                    self.dirty(dst.0);
+                }
                 Stmt::SetValid(h) => self.ins.push(Ins::SetValid(h.0 as u8)),
                 Stmt::SetInvalid(h) => self.ins.push(Ins::SetInvalid(h.0 as u8)),
                 Stmt::SetEgressPort(e) => {

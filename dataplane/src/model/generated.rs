@@ -94,14 +94,14 @@ break 'l20;
 }
 if phv[97] != 0x1 { break 'l20; }
 phv[98] = phv[1].wrapping_shr(20) & 0xFFFFFFF;
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(98))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: None, cmp: Cmp::raw(1, 0, false), constant: 0x40 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[99] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(98))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: None, cmp: Cmp::raw(1, 0, false), constant: 0x40 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[99] = out & 0xFFFFFFFF; }
 }
 if phv[99] == 0x0 { break 'l39; }
 phv[91] = phv[0] & 0xFFFF;
 phv[90] = hash_inputs(phv, &[(63, 8), (91, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-phv[222] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-phv[92] = bin(BinOp::Add, phv[222], 0xB72, 0xFFFFFFFF);
+phv[228] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[92] = bin(BinOp::Add, phv[228], 0xB72, 0xFFFFFFFF);
 phv[93] = hash_inputs(phv, &[(63, 8), (91, 2)], 0x3FF) & 0x3FF;
 { let w = 315440 + ((phv[93] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(90))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(92), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[94] = out & 0xFFFFFFFF; }
 if phv[94] == 0x0 { break 'l30; }
@@ -118,8 +118,8 @@ phv[86] = phv[66] & 0xFFFF;
 phv[87] = phv[67] & 0xFFFF;
 break 'l47;
 }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 2, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 2, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
 ctx.dropped = true;
 break 'l47;
 }
@@ -140,136 +140,136 @@ phv[110] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 phv[146] = phv[1].wrapping_shr(20) & 0x3;
 phv[147] = phv[1].wrapping_shr(22) & 0xFFFF;
 match st.direct_entry(2, phv[0]) { Some(d) if d.action == 5 => { tor_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { tor_a6(st, phv, code, ctx); } Some(d) if d.action == 7 => { tor_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { tor_a8(st, phv, code, ctx); } Some(d) if d.action == 9 => { tor_a9(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a7(st, phv, code, ctx); } _ => { tor_action(st.select(code, 2, phv), st, phv, code, ctx); } }
-phv[222] = phv[113].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[113], phv[222], 0xFFFFFFFF);
-phv[224] = phv[113].wrapping_shr(5);
-phv[113] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[113].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[113], phv[228], 0xFFFFFFFF);
+phv[230] = phv[113].wrapping_shr(5);
+phv[113] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[114] = bin(BinOp::Add, phv[110], phv[113], 0xFFFFFFFF);
-phv[222] = phv[115].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[115], phv[222], 0xFFFFFFFF);
-phv[224] = phv[115].wrapping_shr(5);
-phv[115] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[115].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[115], phv[228], 0xFFFFFFFF);
+phv[230] = phv[115].wrapping_shr(5);
+phv[115] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[116] = bin(BinOp::Add, phv[110], phv[115], 0xFFFFFFFF);
-phv[222] = phv[117].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[117], phv[222], 0xFFFFFFFF);
-phv[224] = phv[117].wrapping_shr(5);
-phv[117] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[117].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[117], phv[228], 0xFFFFFFFF);
+phv[230] = phv[117].wrapping_shr(5);
+phv[117] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[118] = bin(BinOp::Add, phv[110], phv[117], 0xFFFFFFFF);
-phv[222] = phv[119].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[119], phv[222], 0xFFFFFFFF);
-phv[224] = phv[119].wrapping_shr(5);
-phv[119] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[119].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[119], phv[228], 0xFFFFFFFF);
+phv[230] = phv[119].wrapping_shr(5);
+phv[119] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[120] = bin(BinOp::Add, phv[110], phv[119], 0xFFFFFFFF);
-phv[222] = phv[121].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[121], phv[222], 0xFFFFFFFF);
-phv[224] = phv[121].wrapping_shr(5);
-phv[121] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[121].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[121], phv[228], 0xFFFFFFFF);
+phv[230] = phv[121].wrapping_shr(5);
+phv[121] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[122] = bin(BinOp::Add, phv[110], phv[121], 0xFFFFFFFF);
-phv[222] = phv[123].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[123], phv[222], 0xFFFFFFFF);
-phv[224] = phv[123].wrapping_shr(5);
-phv[123] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[123].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[123], phv[228], 0xFFFFFFFF);
+phv[230] = phv[123].wrapping_shr(5);
+phv[123] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[124] = bin(BinOp::Add, phv[110], phv[123], 0xFFFFFFFF);
-phv[222] = phv[125].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[125], phv[222], 0xFFFFFFFF);
-phv[224] = phv[125].wrapping_shr(5);
-phv[125] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[125].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[125], phv[228], 0xFFFFFFFF);
+phv[230] = phv[125].wrapping_shr(5);
+phv[125] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[126] = bin(BinOp::Add, phv[110], phv[125], 0xFFFFFFFF);
-phv[222] = phv[127].wrapping_shr(2);
-phv[223] = bin(BinOp::Add, phv[127], phv[222], 0xFFFFFFFF);
-phv[224] = phv[127].wrapping_shr(5);
-phv[127] = bin(BinOp::Add, phv[223], phv[224], 0xFFFFFFFF);
+phv[228] = phv[127].wrapping_shr(2);
+phv[229] = bin(BinOp::Add, phv[127], phv[228], 0xFFFFFFFF);
+phv[230] = phv[127].wrapping_shr(5);
+phv[127] = bin(BinOp::Add, phv[229], phv[230], 0xFFFFFFFF);
 phv[128] = bin(BinOp::Add, phv[110], phv[127], 0xFFFFFFFF);
 phv[148] = 0x0;
-phv[222] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l104; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l104; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[113], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l109; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l109; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[115], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l114; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l114; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317616, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[117], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l119; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l119; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317680, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 120, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[119], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l124; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l124; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317744, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 122, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[121], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l129; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l129; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317808, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 124, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[123], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l134; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l134; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317872, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 15, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 126, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[125], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l139; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[228] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l139; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 317936, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 16, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[148] = bin(BinOp::Max, phv[148], phv[127], 0xFFFFFFFF);
 }
 phv[149] = bin(BinOp::Add, phv[110], phv[148], 0xFFFFFFFF);
 phv[150] = bin(BinOp::Xor, phv[130], 0xFFFFFFFF, 0xFFFFFFFF);
 phv[151] = bin(BinOp::Xor, phv[131], 0xFFFFFFFF, 0xFFFFFFFF);
 if phv[148] == 0x0 { break 'l168; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(149))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(149), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[146] != 0x0 { break 'l152; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[146] != 0x1 { break 'l157; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[146] != 0x2 { break 'l162; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[146] != 0x3 { break 'l177; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l177;
 }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(150) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(151) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l177; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-phv[152] = (phv[146].wrapping_shl(6) | phv[222]) & 0xFF;
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(150) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(151) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l177; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+phv[152] = (phv[146].wrapping_shl(6) | phv[228]) & 0xFF;
 { let w = 318000 + ((phv[152] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
@@ -308,115 +308,115 @@ break 'l203;
 }
 phv[137] = phv[147] & 0xFFFF;
 }
-phv[222] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l207; }
+phv[228] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l207; }
 if phv[89] != 0x1 { break 'l207; }
 phv[76] = phv[88] & 0xFFFF;
 }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); phv[142] = v & 0xFFFFFFFF; } }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[144] = out & 0xFFFFFFFF; }
-phv[222] = bin(BinOp::Or, phv[166], phv[169], 0xFFFFFFFFFFFFFFFF);
-phv[223] = bin(BinOp::Or, phv[222], phv[172], 0xFFFFFFFFFFFFFFFF);
-phv[224] = bin(BinOp::Or, phv[223], phv[175], 0xFFFFFFFFFFFFFFFF);
-phv[225] = bin(BinOp::Or, phv[224], phv[144], 0xFFFFFFFFFFFFFFFF);
-phv[160] = bin(BinOp::Or, phv[225], phv[142], 0xFFFFFFFF);
-phv[222] = bin(BinOp::Or, phv[167], phv[168], 0xFFFFFFFFFFFFFFFF);
-phv[223] = bin(BinOp::Or, phv[170], phv[171], 0xFFFFFFFFFFFFFFFF);
-phv[224] = bin(BinOp::Or, phv[222], phv[223], 0xFFFFFFFFFFFFFFFF);
-phv[225] = bin(BinOp::Or, phv[173], phv[174], 0xFFFFFFFFFFFFFFFF);
-phv[226] = bin(BinOp::Or, phv[224], phv[225], 0xFFFFFFFFFFFFFFFF);
-phv[227] = bin(BinOp::Or, phv[176], phv[177], 0xFFFFFFFFFFFFFFFF);
-phv[162] = bin(BinOp::Or, phv[226], phv[227], 0xFFFFFFFF);
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); phv[142] = v & 0xFFFFFFFF; } }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[144] = out & 0xFFFFFFFF; }
+phv[228] = bin(BinOp::Or, phv[166], phv[169], 0xFFFFFFFFFFFFFFFF);
+phv[229] = bin(BinOp::Or, phv[228], phv[172], 0xFFFFFFFFFFFFFFFF);
+phv[230] = bin(BinOp::Or, phv[229], phv[175], 0xFFFFFFFFFFFFFFFF);
+phv[231] = bin(BinOp::Or, phv[230], phv[144], 0xFFFFFFFFFFFFFFFF);
+phv[160] = bin(BinOp::Or, phv[231], phv[142], 0xFFFFFFFF);
+phv[228] = bin(BinOp::Or, phv[167], phv[168], 0xFFFFFFFFFFFFFFFF);
+phv[229] = bin(BinOp::Or, phv[170], phv[171], 0xFFFFFFFFFFFFFFFF);
+phv[230] = bin(BinOp::Or, phv[228], phv[229], 0xFFFFFFFFFFFFFFFF);
+phv[231] = bin(BinOp::Or, phv[173], phv[174], 0xFFFFFFFFFFFFFFFF);
+phv[232] = bin(BinOp::Or, phv[230], phv[231], 0xFFFFFFFFFFFFFFFF);
+phv[233] = bin(BinOp::Or, phv[176], phv[177], 0xFFFFFFFFFFFFFFFF);
+phv[162] = bin(BinOp::Or, phv[232], phv[233], 0xFFFFFFFF);
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
 phv[162] = bin(BinOp::Or, phv[162], phv[164], 0xFFFFFFFF);
 phv[79] = 0x0;
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[180] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[181] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[182] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[183] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[184] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[185] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[186] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[187] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[188] = out & 0xFFFFFFFF; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[189] = out & 0xFFFFFFFF; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); phv[143] = v & 0xFFFFFFFF; } }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[145] = out & 0xFFFFFFFF; }
-phv[222] = bin(BinOp::Or, phv[178], phv[181], 0xFFFFFFFFFFFFFFFF);
-phv[223] = bin(BinOp::Or, phv[222], phv[184], 0xFFFFFFFFFFFFFFFF);
-phv[224] = bin(BinOp::Or, phv[223], phv[187], 0xFFFFFFFFFFFFFFFF);
-phv[225] = bin(BinOp::Or, phv[224], phv[145], 0xFFFFFFFFFFFFFFFF);
-phv[161] = bin(BinOp::Or, phv[225], phv[143], 0xFFFFFFFF);
-phv[222] = bin(BinOp::Or, phv[179], phv[180], 0xFFFFFFFFFFFFFFFF);
-phv[223] = bin(BinOp::Or, phv[182], phv[183], 0xFFFFFFFFFFFFFFFF);
-phv[224] = bin(BinOp::Or, phv[222], phv[223], 0xFFFFFFFFFFFFFFFF);
-phv[225] = bin(BinOp::Or, phv[185], phv[186], 0xFFFFFFFFFFFFFFFF);
-phv[226] = bin(BinOp::Or, phv[224], phv[225], 0xFFFFFFFFFFFFFFFF);
-phv[227] = bin(BinOp::Or, phv[188], phv[189], 0xFFFFFFFFFFFFFFFF);
-phv[163] = bin(BinOp::Or, phv[226], phv[227], 0xFFFFFFFF);
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(134))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[180] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[181] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[182] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(135))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[183] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[184] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[185] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(136))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[186] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[187] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[188] = out & 0xFFFFFFFF; }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[189] = out & 0xFFFFFFFF; }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); phv[143] = v & 0xFFFFFFFF; } }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[145] = out & 0xFFFFFFFF; }
+phv[228] = bin(BinOp::Or, phv[178], phv[181], 0xFFFFFFFFFFFFFFFF);
+phv[229] = bin(BinOp::Or, phv[228], phv[184], 0xFFFFFFFFFFFFFFFF);
+phv[230] = bin(BinOp::Or, phv[229], phv[187], 0xFFFFFFFFFFFFFFFF);
+phv[231] = bin(BinOp::Or, phv[230], phv[145], 0xFFFFFFFFFFFFFFFF);
+phv[161] = bin(BinOp::Or, phv[231], phv[143], 0xFFFFFFFF);
+phv[228] = bin(BinOp::Or, phv[179], phv[180], 0xFFFFFFFFFFFFFFFF);
+phv[229] = bin(BinOp::Or, phv[182], phv[183], 0xFFFFFFFFFFFFFFFF);
+phv[230] = bin(BinOp::Or, phv[228], phv[229], 0xFFFFFFFFFFFFFFFF);
+phv[231] = bin(BinOp::Or, phv[185], phv[186], 0xFFFFFFFFFFFFFFFF);
+phv[232] = bin(BinOp::Or, phv[230], phv[231], 0xFFFFFFFFFFFFFFFF);
+phv[233] = bin(BinOp::Or, phv[188], phv[189], 0xFFFFFFFFFFFFFFFF);
+phv[163] = bin(BinOp::Or, phv[232], phv[233], 0xFFFFFFFF);
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
 phv[163] = bin(BinOp::Or, phv[163], phv[165], 0xFFFFFFFF);
 phv[80] = 0x0;
 phv[78] = 0x0;
 if phv[76] == 0xFFFF { break 'l302; }
-phv[222] = bin(BinOp::And, phv[162], phv[130], 0xFFFFFFFFFFFFFFFF);
-if phv[222] != 0x0 { break 'l301; }
-phv[223] = bin(BinOp::And, phv[163], phv[131], 0xFFFFFFFFFFFFFFFF);
-if phv[223] == 0x0 { break 'l302; }
+phv[228] = bin(BinOp::And, phv[162], phv[130], 0xFFFFFFFFFFFFFFFF);
+if phv[228] != 0x0 { break 'l301; }
+phv[229] = bin(BinOp::And, phv[163], phv[131], 0xFFFFFFFFFFFFFFFF);
+if phv[229] == 0x0 { break 'l302; }
 }
 phv[78] = 0x1;
 }
-phv[222] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l306; }
+phv[228] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l306; }
 phv[79] = bin(BinOp::And, phv[160], phv[162], 0xFFFFFFFF);
 phv[80] = bin(BinOp::And, phv[161], phv[163], 0xFFFFFFFF);
 }
-phv[222] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l310; }
+phv[228] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l310; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
@@ -434,8 +434,8 @@ break 'l319;
 ctx.dropped = true;
 }
 if st.valid & 0x20 == 0 { break 'l357; }
-phv[222] = bin(BinOp::And, phv[35], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[222] != 0x0 { break 'l357; }
+phv[228] = bin(BinOp::And, phv[35], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[228] != 0x0 { break 'l357; }
 phv[35] = bin(BinOp::Or, phv[35], 0x1, 0x3F);
 st.dirty |= 0x8;
 phv[100] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
@@ -450,8 +450,8 @@ phv[101] = phv[100].wrapping_shr(20) & 0xFFF;
 if phv[103] != 0xFFFFFFFF { break 'l337; }
 phv[108] = phv[100] & 0xFFFFFFFF;
 phv[109] = 0x1;
-phv[222] = phv[108].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[222] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[108].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[228] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 break 'l357;
 }
 phv[104] = 0x0;
@@ -466,16 +466,16 @@ phv[106] = 0x80000001;
 { let base = (((phv[101] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 2048, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 104, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[107] = v & 0xFFFFFFFF; } }
 if phv[105] != 0x1 { break 'l357; }
 phv[108] = phv[103] & 0xFFFFFFFF;
-phv[222] = bin(BinOp::And, phv[107], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
-phv[109] = bin(BinOp::Min, phv[222], 0xFF, 0xFF);
-phv[222] = bin(BinOp::And, phv[107], 0x80000000, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l355; }
-phv[222] = phv[108].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[222] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+phv[228] = bin(BinOp::And, phv[107], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
+phv[109] = bin(BinOp::Min, phv[228], 0xFF, 0xFF);
+phv[228] = bin(BinOp::And, phv[107], 0x80000000, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l355; }
+phv[228] = phv[108].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[228] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 break 'l357;
 }
-phv[222] = phv[108].wrapping_shr(0) & 0xFFFF;
-{ let w = 0 + ((phv[222] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[108].wrapping_shr(0) & 0xFFFF;
+{ let w = 0 + ((phv[228] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 }
 if st.valid & 0x20 == 0 { break 'l472; }
 if phv[89] != 0x1 { break 'l472; }
@@ -485,56 +485,56 @@ phv[147] = phv[1].wrapping_shr(22) & 0xFFFF;
 phv[111] = phv[35].wrapping_shr(3) & 0x7;
 phv[112] = 0x0;
 if phv[111] != 0x0 { break 'l368; }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317488 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317488 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 break 'l394;
 }
 if phv[111] != 0x1 { break 'l372; }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317552 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317552 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 break 'l394;
 }
 if phv[111] != 0x2 { break 'l376; }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317616 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317616 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 break 'l394;
 }
 if phv[111] != 0x3 { break 'l380; }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317680 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317680 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 break 'l394;
 }
 if phv[111] != 0x4 { break 'l384; }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317744 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317744 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 break 'l394;
 }
 if phv[111] != 0x5 { break 'l388; }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317808 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317808 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 break 'l394;
 }
 if phv[111] != 0x6 { break 'l392; }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317872 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317872 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 break 'l394;
 }
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 317936 + ((phv[222] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 317936 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
 }
 phv[77] = 0x0;
 if phv[112] != 0x0 { phv[77] = 0x1; }
 phv[159] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
-phv[222] = phv[88].wrapping_shr(0) & 0x3F;
-phv[153] = (phv[146].wrapping_shl(6) | phv[222]) & 0xFF;
+phv[228] = phv[88].wrapping_shr(0) & 0x3F;
+phv[153] = (phv[146].wrapping_shl(6) | phv[228]) & 0xFF;
 { let base = (((phv[153] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[155] = v & 0xFFFF; } }
 phv[156] = 0x0;
 if phv[155] != Cmp::raw(5, 0, false).norm(phv[147]) { phv[156] = 0x1; }
 { let base = (((phv[153] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 156, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 18480, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 3, cond_slot: 156, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-phv[223] = phv[88].wrapping_shr(0) & 0x3F;
-phv[224] = (phv[222].wrapping_shl(6) | phv[223]) & 0xFFF;
-phv[154] = (phv[146].wrapping_shl(12) | phv[224]) & 0x3FFF;
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+phv[229] = phv[88].wrapping_shr(0) & 0x3F;
+phv[230] = (phv[228].wrapping_shl(6) | phv[229]) & 0xFFF;
+phv[154] = (phv[146].wrapping_shl(12) | phv[230]) & 0x3FFF;
 { let base = (((phv[154] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 4, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 147, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[157] = v & 0xFFFF; } }
 phv[158] = 0x0;
 if phv[157] != Cmp::raw(5, 0, false).norm(phv[147]) { phv[158] = 0x1; }
@@ -545,63 +545,63 @@ if phv[77] != 0x1 { break 'l417; }
 phv[138] = phv[130] & 0xFFFFFFFF;
 phv[140] = 0xFFFFFFFF;
 }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 138, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 140, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 138, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); let _ = v; } }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 138, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 140, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 138, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); let _ = v; } }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[139] = 0x0;
 phv[141] = bin(BinOp::Xor, phv[131], 0xFFFFFFFF, 0xFFFFFFFF);
 if phv[77] != 0x1 { break 'l426; }
 phv[139] = phv[131] & 0xFFFFFFFF;
 phv[141] = 0xFFFFFFFF;
 }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[222] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 139, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 139, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); let _ = v; } }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[228] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 139, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 139, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); let _ = v; } }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[146] != 0x0 { break 'l440; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l440; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[146] != 0x1 { break 'l450; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l450; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[146] != 0x2 { break 'l460; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l460; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[146] != 0x3 { break 'l472; }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[222] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l472; }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[222] = 0x0;
-{ let w = 18432 + ((phv[222] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[228] = 0x0;
+{ let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -611,9 +611,11 @@ return;
 
 #[inline(always)]
 fn tor_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-'l130: {
-'l121: {
-'l116: {
+'l140: {
+'l131: {
+'l126: {
+'l98: {
+'l96: {
 'l88: {
 'l69: {
 'l67: {
@@ -625,7 +627,7 @@ fn tor_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) 
 'l18: {
 if phv[7] == 0x0 { break 'l44; }
 if phv[7] != 0x1 { break 'l18; }
-if st.valid & 0x40 == 0 { break 'l130; }
+if st.valid & 0x40 == 0 { break 'l140; }
 phv[62] = 0x1;
 st.dirty |= 0x40;
 phv[69] = phv[81] & 0xFF;
@@ -670,37 +672,37 @@ st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l88; }
-match st.direct_entry(4, phv[3]) { Some(d) if d.action == 12 => { phv[217] = d.params[0] & 0xFFFFFFFF; phv[218] = d.params[1] & 0xFFFFFFFF; tor_a12(st, phv, code, ctx); } Some(d) if d.action == 13 => { tor_a13(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a13(st, phv, code, ctx); } _ => { tor_action(st.select(code, 4, phv), st, phv, code, ctx); } }
-phv[219] = 0x0;
-phv[222] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l51; }
+match st.direct_entry(5, phv[3]) { Some(d) if d.action == 14 => { phv[223] = d.params[0] & 0xFFFFFFFF; phv[224] = d.params[1] & 0xFFFFFFFF; tor_a14(st, phv, code, ctx); } Some(d) if d.action == 15 => { tor_a15(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { tor_a15(st, phv, code, ctx); } _ => { tor_action(st.select(code, 5, phv), st, phv, code, ctx); } }
+phv[225] = 0x0;
+phv[228] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l51; }
 if phv[3] != Cmp::raw(5, 0, false).norm(phv[76]) { break 'l51; }
-phv[219] = 0x1;
+phv[225] = 0x1;
 }
-phv[220] = 0x0;
-phv[222] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[222] == 0x0 { break 'l59; }
-phv[223] = bin(BinOp::And, phv[79], phv[215], 0xFFFFFFFFFFFFFFFF);
-if phv[223] != 0x0 { break 'l58; }
-phv[224] = bin(BinOp::And, phv[80], phv[216], 0xFFFFFFFFFFFFFFFF);
-if phv[224] == 0x0 { break 'l59; }
+phv[226] = 0x0;
+phv[228] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[228] == 0x0 { break 'l59; }
+phv[229] = bin(BinOp::And, phv[79], phv[221], 0xFFFFFFFFFFFFFFFF);
+if phv[229] != 0x0 { break 'l58; }
+phv[230] = bin(BinOp::And, phv[80], phv[222], 0xFFFFFFFFFFFFFFFF);
+if phv[230] == 0x0 { break 'l59; }
 }
-phv[220] = 0x1;
+phv[226] = 0x1;
 }
-if phv[219] != 0x0 { break 'l63; }
-if phv[220] != 0x0 { break 'l63; }
+if phv[225] != 0x0 { break 'l63; }
+if phv[226] != 0x0 { break 'l63; }
 ctx.dropped = true;
 return;
 }
-phv[221] = 0x0;
-if phv[219] != 0x1 { break 'l67; }
-phv[221] = 0x1;
-if phv[78] == 0x1 { phv[221] = 0x3; }
+phv[227] = 0x0;
+if phv[225] != 0x1 { break 'l67; }
+phv[227] = 0x1;
+if phv[78] == 0x1 { phv[227] = 0x3; }
 }
-if phv[220] != 0x1 { break 'l69; }
-phv[221] = bin(BinOp::Or, phv[221], 0x2, 0x3);
+if phv[226] != 0x1 { break 'l69; }
+phv[227] = bin(BinOp::Or, phv[227], 0x2, 0x3);
 }
-phv[60] = phv[221] & 0x3;
+phv[60] = phv[227] & 0x3;
 st.dirty |= 0x40;
 phv[61] = bin(BinOp::Sub, phv[61], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -720,12 +722,24 @@ phv[75] = 0x0;
 st.dirty |= 0x40;
 return;
 }
-if st.valid & 0x20 == 0 { break 'l130; }
+if st.valid & 0x8 == 0 { break 'l98; }
+if phv[36] == 0x0 { break 'l98; }
+if phv[36] == 0x3 { break 'l98; }
+phv[215] = st.random() & 0xFF;
+tor_action(st.select(code, 4, phv), st, phv, code, ctx);
+if phv[216] != 0x1 { break 'l98; }
+if Cmp::raw(6, 0, false).test(phv[5], Cmp::raw(6, 0, false).norm(phv[217])) { break 'l96; }
+if Cmp::raw(3, 0, false).test(phv[5], Cmp::raw(3, 0, false).norm(phv[218])) { break 'l98; }
+}
+phv[36] = 0x3;
+st.dirty |= 0x8;
+}
+if st.valid & 0x20 == 0 { break 'l140; }
 phv[190] = phv[4].wrapping_shr(20) & 0x3;
 phv[191] = phv[4].wrapping_shr(22) & 0xFFFF;
 phv[192] = phv[4].wrapping_shr(0) & 0xFFFFF;
-phv[222] = phv[3].wrapping_shr(0) & 0x3F;
-phv[196] = (phv[190].wrapping_shl(6) | phv[222]) & 0xFF;
+phv[228] = phv[3].wrapping_shr(0) & 0x3F;
+phv[196] = (phv[190].wrapping_shl(6) | phv[228]) & 0xFF;
 phv[195] = phv[77] & 0xFFFFFFFF;
 phv[193] = phv[5] & 0xFFFFFFFF;
 phv[194] = phv[193] & 0xFFFFFFFF;
@@ -739,21 +753,21 @@ phv[198] = (phv[190].wrapping_shl(12) | phv[197]) & 0x3FFF;
 phv[201] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
 { let base = (((phv[198] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[204] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[205] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[206] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 201, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 201, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[207] = v & 0xFFFFFFFF; } }
 phv[202] = 0x0;
-if phv[204] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l116; }
-if phv[205] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l116; }
-if phv[206] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l116; }
-if phv[207] != Cmp::raw(5, 0, false).norm(phv[201]) { break 'l116; }
+if phv[204] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l126; }
+if phv[205] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l126; }
+if phv[206] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l126; }
+if phv[207] != Cmp::raw(5, 0, false).norm(phv[201]) { break 'l126; }
 phv[202] = 0x1;
 }
 phv[203] = 0x0;
-if phv[202] != 0x0 { break 'l121; }
-if phv[204] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l121; }
-if phv[205] == 0x0 { break 'l121; }
+if phv[202] != 0x0 { break 'l131; }
+if phv[204] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l131; }
+if phv[205] == 0x0 { break 'l131; }
 phv[203] = 0x1;
 }
 { let base = (((phv[198] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[208] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 195, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[209] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 194, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 194, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[210] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 202, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[211] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 192, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[212] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 53296, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 6, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[213] = v & 0xFFFF; } }
 phv[214] = phv[190] & 0xFF;
-if phv[203] != 0x1 { break 'l130; }
+if phv[203] != 0x1 { break 'l140; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
@@ -858,14 +872,26 @@ return;
 }
 
 fn tor_a12(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[215] = phv[217] & 0xFFFFFFFF;
-phv[216] = phv[218] & 0xFFFFFFFF;
+phv[216] = 0x1;
+phv[217] = phv[219] & 0xFFFFFFFF;
+phv[218] = phv[220] & 0xFFFFFFFF;
 return;
 }
 
 fn tor_a13(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[215] = 0x0;
 phv[216] = 0x0;
+return;
+}
+
+fn tor_a14(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[221] = phv[223] & 0xFFFFFFFF;
+phv[222] = phv[224] & 0xFFFFFFFF;
+return;
+}
+
+fn tor_a15(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[221] = 0x0;
+phv[222] = 0x0;
 return;
 }
 
@@ -907,6 +933,7 @@ st.parse_done(code, 14, phv);
 return;
 }
 phv[35] = extract(packet, 14, 1, 8, 58, 6);
+phv[36] = extract(packet, 14, 1, 14, 56, 2);
 phv[37] = extract(packet, 14, 2, 16, 48, 16);
 phv[42] = extract(packet, 14, 9, 72, 56, 8);
 phv[44] = extract(packet, 14, 12, 96, 32, 32);
@@ -1013,6 +1040,7 @@ if st.meta != META_CLEAN {
 phv[76..84].fill(0);
 phv[191..192].fill(0);
 phv[204..215].fill(0);
+phv[217..219].fill(0);
 }
 st.meta = META_ANY;
 phv[2] = (input.ingress_port as u64) & 0xFFFF;
@@ -1062,6 +1090,8 @@ match a {
 11 => tor_a11(st, phv, code, ctx),
 12 => tor_a12(st, phv, code, ctx),
 13 => tor_a13(st, phv, code, ctx),
+14 => tor_a14(st, phv, code, ctx),
+15 => tor_a15(st, phv, code, ctx),
 _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 }
@@ -1149,14 +1179,14 @@ break 'l20;
 }
 if phv[97] != 0x1 { break 'l20; }
 phv[98] = phv[1].wrapping_shr(20) & 0xFFFFFFF;
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(98))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: None, cmp: Cmp::raw(1, 0, false), constant: 0x40 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[99] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(98))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: None, cmp: Cmp::raw(1, 0, false), constant: 0x40 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(98), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[99] = out & 0xFFFFFFFF; }
 }
 if phv[99] == 0x0 { break 'l39; }
 phv[91] = phv[0] & 0xFFFF;
 phv[90] = hash_inputs(phv, &[(63, 8), (91, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-phv[212] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
-phv[92] = bin(BinOp::Add, phv[212], 0xB72, 0xFFFFFFFF);
+phv[218] = phv[1].wrapping_shr(10) & 0xFFFFFFFF;
+phv[92] = bin(BinOp::Add, phv[218], 0xB72, 0xFFFFFFFF);
 phv[93] = hash_inputs(phv, &[(63, 8), (91, 2)], 0x3FF) & 0x3FF;
 { let w = 299056 + ((phv[93] as usize) & 0x3FF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(90))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(92), right: Some((true, COperand::Hi)), cmp: Cmp::raw(1, 0, false), constant: 0xB72 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(90), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(92), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[94] = out & 0xFFFFFFFF; }
 if phv[94] == 0x0 { break 'l30; }
@@ -1173,8 +1203,8 @@ phv[86] = phv[66] & 0xFFFF;
 phv[87] = phv[67] & 0xFFFF;
 break 'l47;
 }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 2, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 2, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
 ctx.dropped = true;
 break 'l47;
 }
@@ -1195,136 +1225,136 @@ phv[100] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 phv[136] = phv[1].wrapping_shr(20) & 0x3;
 phv[137] = phv[1].wrapping_shr(22) & 0xFFFF;
 match st.direct_entry(2, phv[0]) { Some(d) if d.action == 5 => { fabric_a5(st, phv, code, ctx); } Some(d) if d.action == 6 => { fabric_a6(st, phv, code, ctx); } Some(d) if d.action == 7 => { fabric_a7(st, phv, code, ctx); } Some(d) if d.action == 8 => { fabric_a8(st, phv, code, ctx); } Some(d) if d.action == 9 => { fabric_a9(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a7(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 2, phv), st, phv, code, ctx); } }
-phv[212] = phv[103].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[103], phv[212], 0xFFFFFFFF);
-phv[214] = phv[103].wrapping_shr(5);
-phv[103] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[103].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[103], phv[218], 0xFFFFFFFF);
+phv[220] = phv[103].wrapping_shr(5);
+phv[103] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[104] = bin(BinOp::Add, phv[100], phv[103], 0xFFFFFFFF);
-phv[212] = phv[105].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[105], phv[212], 0xFFFFFFFF);
-phv[214] = phv[105].wrapping_shr(5);
-phv[105] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[105].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[105], phv[218], 0xFFFFFFFF);
+phv[220] = phv[105].wrapping_shr(5);
+phv[105] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[106] = bin(BinOp::Add, phv[100], phv[105], 0xFFFFFFFF);
-phv[212] = phv[107].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[107], phv[212], 0xFFFFFFFF);
-phv[214] = phv[107].wrapping_shr(5);
-phv[107] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[107].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[107], phv[218], 0xFFFFFFFF);
+phv[220] = phv[107].wrapping_shr(5);
+phv[107] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[108] = bin(BinOp::Add, phv[100], phv[107], 0xFFFFFFFF);
-phv[212] = phv[109].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[109], phv[212], 0xFFFFFFFF);
-phv[214] = phv[109].wrapping_shr(5);
-phv[109] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[109].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[109], phv[218], 0xFFFFFFFF);
+phv[220] = phv[109].wrapping_shr(5);
+phv[109] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[110] = bin(BinOp::Add, phv[100], phv[109], 0xFFFFFFFF);
-phv[212] = phv[111].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[111], phv[212], 0xFFFFFFFF);
-phv[214] = phv[111].wrapping_shr(5);
-phv[111] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[111].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[111], phv[218], 0xFFFFFFFF);
+phv[220] = phv[111].wrapping_shr(5);
+phv[111] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[112] = bin(BinOp::Add, phv[100], phv[111], 0xFFFFFFFF);
-phv[212] = phv[113].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[113], phv[212], 0xFFFFFFFF);
-phv[214] = phv[113].wrapping_shr(5);
-phv[113] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[113].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[113], phv[218], 0xFFFFFFFF);
+phv[220] = phv[113].wrapping_shr(5);
+phv[113] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[114] = bin(BinOp::Add, phv[100], phv[113], 0xFFFFFFFF);
-phv[212] = phv[115].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[115], phv[212], 0xFFFFFFFF);
-phv[214] = phv[115].wrapping_shr(5);
-phv[115] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[115].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[115], phv[218], 0xFFFFFFFF);
+phv[220] = phv[115].wrapping_shr(5);
+phv[115] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[116] = bin(BinOp::Add, phv[100], phv[115], 0xFFFFFFFF);
-phv[212] = phv[117].wrapping_shr(2);
-phv[213] = bin(BinOp::Add, phv[117], phv[212], 0xFFFFFFFF);
-phv[214] = phv[117].wrapping_shr(5);
-phv[117] = bin(BinOp::Add, phv[213], phv[214], 0xFFFFFFFF);
+phv[218] = phv[117].wrapping_shr(2);
+phv[219] = bin(BinOp::Add, phv[117], phv[218], 0xFFFFFFFF);
+phv[220] = phv[117].wrapping_shr(5);
+phv[117] = bin(BinOp::Add, phv[219], phv[220], 0xFFFFFFFF);
 phv[118] = bin(BinOp::Add, phv[100], phv[117], 0xFFFFFFFF);
 phv[138] = 0x0;
-phv[212] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l104; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l104; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301104, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 7, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 104, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[103], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l109; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l109; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301168, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 8, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[105], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l114; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x4, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l114; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301232, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 9, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 108, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[107], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l119; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x8, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l119; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301296, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 10, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 110, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[109], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l124; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x10, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l124; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301360, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 11, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 112, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[111], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l129; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x20, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l129; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301424, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 12, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 114, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[113], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l134; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x40, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l134; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301488, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 13, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 116, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[115], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l139; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
+phv[218] = bin(BinOp::And, phv[24], 0x80, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l139; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 1); { const A: WordAction = WordAction { base: 301552, size_mask: 0x3F, stride: 1, offset: 0, word_mask: 0xFFFFFFFF, slab: 14, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 118, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); let _ = v; } }
 phv[138] = bin(BinOp::Max, phv[138], phv[117], 0xFFFFFFFF);
 }
 phv[139] = bin(BinOp::Add, phv[100], phv[138], 0xFFFFFFFF);
 phv[140] = bin(BinOp::Xor, phv[120], 0xFFFFFFFF, 0xFFFFFFFF);
 phv[141] = bin(BinOp::Xor, phv[121], 0xFFFFFFFF, 0xFFFFFFFF);
 if phv[138] == 0x0 { break 'l168; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(1, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(139))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 2 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 3 => { let new_lo = (CUpdate { op: SaluOp::Or, a: COperand::Lo, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(139), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[136] != 0x0 { break 'l152; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[136] != 0x1 { break 'l157; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[136] != 0x2 { break 'l162; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[136] != 0x3 { break 'l177; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 break 'l177;
 }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(140) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(141) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l177; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-phv[142] = (phv[136].wrapping_shl(6) | phv[212]) & 0xFF;
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(140) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::And, a: COperand::Lo, b: COperand::Phv(141) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = bin(BinOp::And, phv[24], 0xFF, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l177; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+phv[142] = (phv[136].wrapping_shl(6) | phv[218]) & 0xFF;
 { let w = 301616 + ((phv[142] as usize) & 0xFF) * 2 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Const(0x1), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::SatAdd, a: COperand::Hi, b: COperand::Const(0x1) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 ctx.dropped = true;
@@ -1363,115 +1393,115 @@ break 'l203;
 }
 phv[127] = phv[137] & 0xFFFF;
 }
-phv[212] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l207; }
+phv[218] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l207; }
 if phv[89] != 0x1 { break 'l207; }
 phv[76] = phv[88] & 0xFFFF;
 }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[156] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[157] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); phv[132] = v & 0xFFFFFFFF; } }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[134] = out & 0xFFFFFFFF; }
-phv[212] = bin(BinOp::Or, phv[156], phv[159], 0xFFFFFFFFFFFFFFFF);
-phv[213] = bin(BinOp::Or, phv[212], phv[162], 0xFFFFFFFFFFFFFFFF);
-phv[214] = bin(BinOp::Or, phv[213], phv[165], 0xFFFFFFFFFFFFFFFF);
-phv[215] = bin(BinOp::Or, phv[214], phv[134], 0xFFFFFFFFFFFFFFFF);
-phv[150] = bin(BinOp::Or, phv[215], phv[132], 0xFFFFFFFF);
-phv[212] = bin(BinOp::Or, phv[157], phv[158], 0xFFFFFFFFFFFFFFFF);
-phv[213] = bin(BinOp::Or, phv[160], phv[161], 0xFFFFFFFFFFFFFFFF);
-phv[214] = bin(BinOp::Or, phv[212], phv[213], 0xFFFFFFFFFFFFFFFF);
-phv[215] = bin(BinOp::Or, phv[163], phv[164], 0xFFFFFFFFFFFFFFFF);
-phv[216] = bin(BinOp::Or, phv[214], phv[215], 0xFFFFFFFFFFFFFFFF);
-phv[217] = bin(BinOp::Or, phv[166], phv[167], 0xFFFFFFFFFFFFFFFF);
-phv[152] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFF);
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[154] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[156] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[157] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 2; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[158] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[159] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[160] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 6; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[161] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[162] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[163] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 10; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[164] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[165] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[166] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[167] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); phv[132] = v & 0xFFFFFFFF; } }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[134] = out & 0xFFFFFFFF; }
+phv[218] = bin(BinOp::Or, phv[156], phv[159], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[218], phv[162], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[219], phv[165], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[220], phv[134], 0xFFFFFFFFFFFFFFFF);
+phv[150] = bin(BinOp::Or, phv[221], phv[132], 0xFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[157], phv[158], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[160], phv[161], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[218], phv[219], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[163], phv[164], 0xFFFFFFFFFFFFFFFF);
+phv[222] = bin(BinOp::Or, phv[220], phv[221], 0xFFFFFFFFFFFFFFFF);
+phv[223] = bin(BinOp::Or, phv[166], phv[167], 0xFFFFFFFFFFFFFFFF);
+phv[152] = bin(BinOp::Or, phv[222], phv[223], 0xFFFFFFFF);
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[154] = out & 0xFFFFFFFF; }
 phv[152] = bin(BinOp::Or, phv[152], phv[154], 0xFFFFFFFF);
 phv[79] = 0x0;
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); phv[133] = v & 0xFFFFFFFF; } }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[135] = out & 0xFFFFFFFF; }
-phv[212] = bin(BinOp::Or, phv[168], phv[171], 0xFFFFFFFFFFFFFFFF);
-phv[213] = bin(BinOp::Or, phv[212], phv[174], 0xFFFFFFFFFFFFFFFF);
-phv[214] = bin(BinOp::Or, phv[213], phv[177], 0xFFFFFFFFFFFFFFFF);
-phv[215] = bin(BinOp::Or, phv[214], phv[135], 0xFFFFFFFFFFFFFFFF);
-phv[151] = bin(BinOp::Or, phv[215], phv[133], 0xFFFFFFFF);
-phv[212] = bin(BinOp::Or, phv[169], phv[170], 0xFFFFFFFFFFFFFFFF);
-phv[213] = bin(BinOp::Or, phv[172], phv[173], 0xFFFFFFFFFFFFFFFF);
-phv[214] = bin(BinOp::Or, phv[212], phv[213], 0xFFFFFFFFFFFFFFFF);
-phv[215] = bin(BinOp::Or, phv[175], phv[176], 0xFFFFFFFFFFFFFFFF);
-phv[216] = bin(BinOp::Or, phv[214], phv[215], 0xFFFFFFFFFFFFFFFF);
-phv[217] = bin(BinOp::Or, phv[178], phv[179], 0xFFFFFFFFFFFFFFFF);
-phv[153] = bin(BinOp::Or, phv[216], phv[217], 0xFFFFFFFF);
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[155] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[168] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[169] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(124))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[170] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[171] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[172] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 24; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(125))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[173] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[174] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[175] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 28; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(126))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[176] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[177] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[178] = out & 0xFFFFFFFF; }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 32; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(127))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[179] = out & 0xFFFFFFFF; }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 0, cond_k: 0x0, cond: 0, writes: false, on: [WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); phv[133] = v & 0xFFFFFFFF; } }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, hi) } _ => (lo, hi, 0), }; phv[135] = out & 0xFFFFFFFF; }
+phv[218] = bin(BinOp::Or, phv[168], phv[171], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[218], phv[174], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[219], phv[177], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[220], phv[135], 0xFFFFFFFFFFFFFFFF);
+phv[151] = bin(BinOp::Or, phv[221], phv[133], 0xFFFFFFFF);
+phv[218] = bin(BinOp::Or, phv[169], phv[170], 0xFFFFFFFFFFFFFFFF);
+phv[219] = bin(BinOp::Or, phv[172], phv[173], 0xFFFFFFFFFFFFFFFF);
+phv[220] = bin(BinOp::Or, phv[218], phv[219], 0xFFFFFFFFFFFFFFFF);
+phv[221] = bin(BinOp::Or, phv[175], phv[176], 0xFFFFFFFFFFFFFFFF);
+phv[222] = bin(BinOp::Or, phv[220], phv[221], 0xFFFFFFFFFFFFFFFF);
+phv[223] = bin(BinOp::Or, phv[178], phv[179], 0xFFFFFFFFFFFFFFFF);
+phv[153] = bin(BinOp::Or, phv[222], phv[223], 0xFFFFFFFF);
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 34; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Hi, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; phv[155] = out & 0xFFFFFFFF; }
 phv[153] = bin(BinOp::Or, phv[153], phv[155], 0xFFFFFFFF);
 phv[80] = 0x0;
 phv[78] = 0x0;
 if phv[76] == 0xFFFF { break 'l302; }
-phv[212] = bin(BinOp::And, phv[152], phv[120], 0xFFFFFFFFFFFFFFFF);
-if phv[212] != 0x0 { break 'l301; }
-phv[213] = bin(BinOp::And, phv[153], phv[121], 0xFFFFFFFFFFFFFFFF);
-if phv[213] == 0x0 { break 'l302; }
+phv[218] = bin(BinOp::And, phv[152], phv[120], 0xFFFFFFFFFFFFFFFF);
+if phv[218] != 0x0 { break 'l301; }
+phv[219] = bin(BinOp::And, phv[153], phv[121], 0xFFFFFFFFFFFFFFFF);
+if phv[219] == 0x0 { break 'l302; }
 }
 phv[78] = 0x1;
 }
-phv[212] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l306; }
+phv[218] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l306; }
 phv[79] = bin(BinOp::And, phv[150], phv[152], 0xFFFFFFFF);
 phv[80] = bin(BinOp::And, phv[151], phv[153], 0xFFFFFFFF);
 }
-phv[212] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l310; }
+phv[218] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l310; }
 ctx.forward = Forward::Multicast(1);
 return;
 }
@@ -1496,56 +1526,56 @@ phv[137] = phv[1].wrapping_shr(22) & 0xFFFF;
 phv[101] = phv[35].wrapping_shr(3) & 0x7;
 phv[102] = 0x0;
 if phv[101] != 0x0 { break 'l330; }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301104 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301104 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 break 'l356;
 }
 if phv[101] != 0x1 { break 'l334; }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301168 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301168 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 break 'l356;
 }
 if phv[101] != 0x2 { break 'l338; }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301232 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301232 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 break 'l356;
 }
 if phv[101] != 0x3 { break 'l342; }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301296 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301296 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 break 'l356;
 }
 if phv[101] != 0x4 { break 'l346; }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301360 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301360 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 break 'l356;
 }
 if phv[101] != 0x5 { break 'l350; }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301424 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301424 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 break 'l356;
 }
 if phv[101] != 0x6 { break 'l354; }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301488 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301488 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 break 'l356;
 }
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-{ let w = 301552 + ((phv[212] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+{ let w = 301552 + ((phv[218] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[102] = out & 0xFFFFFFFF; }
 }
 phv[77] = 0x0;
 if phv[102] != 0x0 { phv[77] = 0x1; }
 phv[149] = bin(BinOp::Add, phv[37], 0x12, 0xFFFFFFFF);
-phv[212] = phv[88].wrapping_shr(0) & 0x3F;
-phv[143] = (phv[136].wrapping_shl(6) | phv[212]) & 0xFF;
+phv[218] = phv[88].wrapping_shr(0) & 0x3F;
+phv[143] = (phv[136].wrapping_shl(6) | phv[218]) & 0xFF;
 { let base = (((phv[143] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 0, word_mask: 0xFFFF, slab: 2, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[145] = v & 0xFFFF; } }
 phv[146] = 0x0;
 if phv[145] != Cmp::raw(5, 0, false).norm(phv[137]) { phv[146] = 0x1; }
 { let base = (((phv[143] as usize) & 0xFF) * 4); { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 1, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 146, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } { const A: WordAction = WordAction { base: 2096, size_mask: 0xFF, stride: 4, offset: 2, word_mask: 0xFFFFFFFF, slab: 2, cond_slot: 146, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 102, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); let _ = v; } }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-phv[213] = phv[88].wrapping_shr(0) & 0x3F;
-phv[214] = (phv[212].wrapping_shl(6) | phv[213]) & 0xFFF;
-phv[144] = (phv[136].wrapping_shl(12) | phv[214]) & 0x3FFF;
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+phv[219] = phv[88].wrapping_shr(0) & 0x3F;
+phv[220] = (phv[218].wrapping_shl(6) | phv[219]) & 0xFFF;
+phv[144] = (phv[136].wrapping_shl(12) | phv[220]) & 0x3FFF;
 { let base = (((phv[144] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 3120, size_mask: 0x3FFF, stride: 2, offset: 0, word_mask: 0xFFFF, slab: 3, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 137, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[147] = v & 0xFFFF; } }
 phv[148] = 0x0;
 if phv[147] != Cmp::raw(5, 0, false).norm(phv[137]) { phv[148] = 0x1; }
@@ -1556,63 +1586,63 @@ if phv[77] != 0x1 { break 'l379; }
 phv[128] = phv[120] & 0xFFFFFFFF;
 phv[130] = 0xFFFFFFFF;
 }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 128, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 130, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); let _ = v; } }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 11, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 128, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 130, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 128, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 11, phv); let _ = v; } }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[129] = 0x0;
 phv[131] = bin(BinOp::Xor, phv[121], 0xFFFFFFFF, 0xFFFFFFFF);
 if phv[77] != 0x1 { break 'l388; }
 phv[129] = phv[121] & 0xFFFFFFFF;
 phv[131] = 0xFFFFFFFF;
 }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let base = (((phv[212] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 129, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 131, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 129, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); let _ = v; } }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let base = (((phv[218] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 129, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 131, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 129, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); let _ = v; } }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[136] != 0x0 { break 'l402; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l402; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[136] != 0x1 { break 'l412; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l412; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[136] != 0x2 { break 'l422; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l422; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
 if phv[136] != 0x3 { break 'l434; }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = phv[0].wrapping_shr(0) & 0x3F;
-{ let w = 0 + ((phv[212] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = phv[0].wrapping_shr(0) & 0x3F;
+{ let w = 0 + ((phv[218] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 if phv[77] != 0x1 { break 'l434; }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-phv[212] = 0x0;
-{ let w = 2048 + ((phv[212] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(120), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(120) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
+phv[218] = 0x0;
+{ let w = 2048 + ((phv[218] as usize) & 0x0) * 48 + 30; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(137))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(121), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(137), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(121) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 return;
 }
 ctx.dropped = true;
@@ -1622,9 +1652,11 @@ return;
 
 #[inline(always)]
 fn fabric_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-'l130: {
-'l121: {
-'l116: {
+'l140: {
+'l131: {
+'l126: {
+'l98: {
+'l96: {
 'l88: {
 'l69: {
 'l67: {
@@ -1636,7 +1668,7 @@ fn fabric_egress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCt
 'l18: {
 if phv[7] == 0x0 { break 'l44; }
 if phv[7] != 0x1 { break 'l18; }
-if st.valid & 0x40 == 0 { break 'l130; }
+if st.valid & 0x40 == 0 { break 'l140; }
 phv[62] = 0x1;
 st.dirty |= 0x40;
 phv[69] = phv[81] & 0xFF;
@@ -1681,37 +1713,37 @@ st.dirty |= 0x1;
 return;
 }
 if st.valid & 0x40 == 0 { break 'l88; }
-match st.direct_entry(4, phv[3]) { Some(d) if d.action == 12 => { phv[207] = d.params[0] & 0xFFFFFFFF; phv[208] = d.params[1] & 0xFFFFFFFF; fabric_a12(st, phv, code, ctx); } Some(d) if d.action == 13 => { fabric_a13(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a13(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 4, phv), st, phv, code, ctx); } }
-phv[209] = 0x0;
-phv[212] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l51; }
+match st.direct_entry(5, phv[3]) { Some(d) if d.action == 14 => { phv[213] = d.params[0] & 0xFFFFFFFF; phv[214] = d.params[1] & 0xFFFFFFFF; fabric_a14(st, phv, code, ctx); } Some(d) if d.action == 15 => { fabric_a15(st, phv, code, ctx); } Some(d) if d.action == NO_SLOT => { fabric_a15(st, phv, code, ctx); } _ => { fabric_action(st.select(code, 5, phv), st, phv, code, ctx); } }
+phv[215] = 0x0;
+phv[218] = bin(BinOp::And, phv[60], 0x1, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l51; }
 if phv[3] != Cmp::raw(5, 0, false).norm(phv[76]) { break 'l51; }
-phv[209] = 0x1;
+phv[215] = 0x1;
 }
-phv[210] = 0x0;
-phv[212] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
-if phv[212] == 0x0 { break 'l59; }
-phv[213] = bin(BinOp::And, phv[79], phv[205], 0xFFFFFFFFFFFFFFFF);
-if phv[213] != 0x0 { break 'l58; }
-phv[214] = bin(BinOp::And, phv[80], phv[206], 0xFFFFFFFFFFFFFFFF);
-if phv[214] == 0x0 { break 'l59; }
+phv[216] = 0x0;
+phv[218] = bin(BinOp::And, phv[60], 0x2, 0xFFFFFFFFFFFFFFFF);
+if phv[218] == 0x0 { break 'l59; }
+phv[219] = bin(BinOp::And, phv[79], phv[211], 0xFFFFFFFFFFFFFFFF);
+if phv[219] != 0x0 { break 'l58; }
+phv[220] = bin(BinOp::And, phv[80], phv[212], 0xFFFFFFFFFFFFFFFF);
+if phv[220] == 0x0 { break 'l59; }
 }
-phv[210] = 0x1;
+phv[216] = 0x1;
 }
-if phv[209] != 0x0 { break 'l63; }
-if phv[210] != 0x0 { break 'l63; }
+if phv[215] != 0x0 { break 'l63; }
+if phv[216] != 0x0 { break 'l63; }
 ctx.dropped = true;
 return;
 }
-phv[211] = 0x0;
-if phv[209] != 0x1 { break 'l67; }
-phv[211] = 0x1;
-if phv[78] == 0x1 { phv[211] = 0x3; }
+phv[217] = 0x0;
+if phv[215] != 0x1 { break 'l67; }
+phv[217] = 0x1;
+if phv[78] == 0x1 { phv[217] = 0x3; }
 }
-if phv[210] != 0x1 { break 'l69; }
-phv[211] = bin(BinOp::Or, phv[211], 0x2, 0x3);
+if phv[216] != 0x1 { break 'l69; }
+phv[217] = bin(BinOp::Or, phv[217], 0x2, 0x3);
 }
-phv[60] = phv[211] & 0x3;
+phv[60] = phv[217] & 0x3;
 st.dirty |= 0x40;
 phv[61] = bin(BinOp::Sub, phv[61], 0x1, 0xFF);
 st.dirty |= 0x40;
@@ -1731,12 +1763,24 @@ phv[75] = 0x0;
 st.dirty |= 0x40;
 return;
 }
-if st.valid & 0x20 == 0 { break 'l130; }
+if st.valid & 0x8 == 0 { break 'l98; }
+if phv[36] == 0x0 { break 'l98; }
+if phv[36] == 0x3 { break 'l98; }
+phv[205] = st.random() & 0xFF;
+fabric_action(st.select(code, 4, phv), st, phv, code, ctx);
+if phv[206] != 0x1 { break 'l98; }
+if Cmp::raw(6, 0, false).test(phv[5], Cmp::raw(6, 0, false).norm(phv[207])) { break 'l96; }
+if Cmp::raw(3, 0, false).test(phv[5], Cmp::raw(3, 0, false).norm(phv[208])) { break 'l98; }
+}
+phv[36] = 0x3;
+st.dirty |= 0x8;
+}
+if st.valid & 0x20 == 0 { break 'l140; }
 phv[180] = phv[4].wrapping_shr(20) & 0x3;
 phv[181] = phv[4].wrapping_shr(22) & 0xFFFF;
 phv[182] = phv[4].wrapping_shr(0) & 0xFFFFF;
-phv[212] = phv[3].wrapping_shr(0) & 0x3F;
-phv[186] = (phv[180].wrapping_shl(6) | phv[212]) & 0xFF;
+phv[218] = phv[3].wrapping_shr(0) & 0x3F;
+phv[186] = (phv[180].wrapping_shl(6) | phv[218]) & 0xFF;
 phv[185] = phv[77] & 0xFFFFFFFF;
 phv[183] = phv[5] & 0xFFFFFFFF;
 phv[184] = phv[183] & 0xFFFFFFFF;
@@ -1750,21 +1794,21 @@ phv[188] = (phv[180].wrapping_shl(12) | phv[187]) & 0x3FFF;
 phv[191] = (phv[46].wrapping_shl(16) | phv[47]) & 0xFFFFFFFF;
 { let base = (((phv[188] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 0, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 181, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[194] = v & 0xFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 1, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 44, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); phv[195] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 2, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 45, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 2, phv); phv[196] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 3, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 191, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[197] = v & 0xFFFFFFFF; } }
 phv[192] = 0x0;
-if phv[194] != Cmp::raw(5, 0, false).norm(phv[181]) { break 'l116; }
-if phv[195] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l116; }
-if phv[196] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l116; }
-if phv[197] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l116; }
+if phv[194] != Cmp::raw(5, 0, false).norm(phv[181]) { break 'l126; }
+if phv[195] != Cmp::raw(5, 0, false).norm(phv[44]) { break 'l126; }
+if phv[196] != Cmp::raw(5, 0, false).norm(phv[45]) { break 'l126; }
+if phv[197] != Cmp::raw(5, 0, false).norm(phv[191]) { break 'l126; }
 phv[192] = 0x1;
 }
 phv[193] = 0x0;
-if phv[192] != 0x0 { break 'l121; }
-if phv[194] != Cmp::raw(5, 0, false).norm(phv[181]) { break 'l121; }
-if phv[195] == 0x0 { break 'l121; }
+if phv[192] != 0x0 { break 'l131; }
+if phv[194] != Cmp::raw(5, 0, false).norm(phv[181]) { break 'l131; }
+if phv[195] == 0x0 { break 'l131; }
 phv[193] = 0x1;
 }
 { let base = (((phv[188] as usize) & 0x3FFF) * 16); { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 4, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 4, phv); phv[198] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 5, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 185, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 5, phv); phv[199] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 6, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 184, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::SatAdd, phv: true, slot: 184, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 6, phv); phv[200] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 7, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 192, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Keep, phv: false, slot: 0, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 7, phv); phv[201] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 8, word_mask: 0xFFFFFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 182, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 8, phv); phv[202] = v & 0xFFFFFFFF; } { const A: WordAction = WordAction { base: 36912, size_mask: 0x3FFF, stride: 16, offset: 9, word_mask: 0xFFFF, slab: 5, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 3, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 9, phv); phv[203] = v & 0xFFFF; } }
 phv[204] = phv[180] & 0xFF;
-if phv[193] != 0x1 { break 'l130; }
+if phv[193] != 0x1 { break 'l140; }
 ctx.clone = true; st.deparse(code, ctx.packet, ctx.clone_bytes, phv);
 }
 return;
@@ -1869,14 +1913,26 @@ return;
 }
 
 fn fabric_a12(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[205] = phv[207] & 0xFFFFFFFF;
-phv[206] = phv[208] & 0xFFFFFFFF;
+phv[206] = 0x1;
+phv[207] = phv[209] & 0xFFFFFFFF;
+phv[208] = phv[210] & 0xFFFFFFFF;
 return;
 }
 
 fn fabric_a13(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-phv[205] = 0x0;
 phv[206] = 0x0;
+return;
+}
+
+fn fabric_a14(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[211] = phv[213] & 0xFFFFFFFF;
+phv[212] = phv[214] & 0xFFFFFFFF;
+return;
+}
+
+fn fabric_a15(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
+phv[211] = 0x0;
+phv[212] = 0x0;
 return;
 }
 
@@ -1918,6 +1974,7 @@ st.parse_done(code, 14, phv);
 return;
 }
 phv[35] = extract(packet, 14, 1, 8, 58, 6);
+phv[36] = extract(packet, 14, 1, 14, 56, 2);
 phv[37] = extract(packet, 14, 2, 16, 48, 16);
 phv[42] = extract(packet, 14, 9, 72, 56, 8);
 phv[44] = extract(packet, 14, 12, 96, 32, 32);
@@ -2024,6 +2081,7 @@ if st.meta != META_CLEAN {
 phv[76..84].fill(0);
 phv[181..182].fill(0);
 phv[194..205].fill(0);
+phv[207..209].fill(0);
 }
 st.meta = META_ANY;
 phv[2] = (input.ingress_port as u64) & 0xFFFF;
@@ -2073,11 +2131,13 @@ match a {
 11 => fabric_a11(st, phv, code, ctx),
 12 => fabric_a12(st, phv, code, ctx),
 13 => fabric_a13(st, phv, code, ctx),
+14 => fabric_a14(st, phv, code, ctx),
+15 => fabric_a15(st, phv, code, ctx),
 _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0xCCC2476DF7087B, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
-Native { fingerprint: 0x2EEFFC57E2353169, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
+Native { fingerprint: 0x4E123AED92F2D00A, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
+Native { fingerprint: 0x6728D9DCD5ADCFFB, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
 ];

@@ -146,6 +146,8 @@ pub(super) struct State {
     /// How many views exist (a register action checks its register's view only then).
     pub(super) live_views: AtomicUsize,
     pub(super) routed: Option<u16>,
+    /// The state of the random stream ([`State::random`]).
+    pub(super) random_state: u64,
     /// Whether the parser extracted headers in deparse (declaration) order.
     pub(super) in_order: bool,
     /// A table changed since the tables were last shared.
@@ -538,6 +540,19 @@ impl State {
         }
     }
 
+    /// The next value of the model's random stream (the program's `Random` extern):
+    /// SplitMix64 (Steele, Lea and Flood, OOPSLA 2014) over `random_state`, which
+    /// [`Model::seed_random`] sets, so the same seed and packets give the same draws.
+    #[inline]
+    pub(super) fn random(&mut self) -> u64 {
+        let mut generator = hawkmesh_wire::rng::SplitMix64::new(self.random_state);
+        let value = generator.next_u64();
+        self.random_state = self
+            .random_state
+            .wrapping_add(hawkmesh_wire::rng::SPLITMIX64_GAMMA);
+        value
+    }
+
     pub(super) fn hash(&self, code: &Code, unit: u16, phv: &PhvBuf) -> u64 {
         let h = &code.hashes[unit as usize];
         hash_inputs(phv, &h.inputs, h.mask)
@@ -735,6 +750,7 @@ impl State {
                 Ins::Hash { unit, dst, mask } => {
                     phv[dst as usize] = self.hash(code, unit, phv) & mask;
                 }
+                Ins::Random { dst, mask } => phv[dst as usize] = self.random() & mask,
                 Ins::SetValid(h) => self.set_valid(code, h, phv),
                 Ins::SetInvalid(h) => self.valid &= !(1 << h),
                 Ins::Unicast(port) => {

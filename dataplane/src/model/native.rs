@@ -605,6 +605,9 @@ fn function(
             Ins::Hash { unit, dst, mask } => {
                 format!("{} = {};", phv(dst), masked(hash_call(code, unit), mask))
             }
+            Ins::Random { dst, mask } => {
+                format!("{} = {};", phv(dst), masked("st.random()".into(), mask))
+            }
             Ins::SetValid(h) => format!("st.set_valid(code, {h}, phv);"),
             Ins::SetInvalid(h) => format!("st.valid &= !{};", hex(1 << h)),
             Ins::Unicast(port) => {

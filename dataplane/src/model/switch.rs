@@ -73,6 +73,7 @@ impl Model {
             tables_changed: true,
             routing,
             routed: None,
+            random_state: 0,
         };
         Ok(Model {
             native: code.native.map(|n| &generated::VARIANTS[n]),
@@ -83,6 +84,12 @@ impl Model {
             scratch: [PassOutput::default(), PassOutput::default()],
             program,
         })
+    }
+
+    /// Seeds the stream the program's `Random` extern draws from (seed 0 at creation):
+    /// the same seed and the same packets give the same draws, hence the same output.
+    pub fn seed_random(&mut self, seed: u64) {
+        self.st.random_state = seed;
     }
 
     /// Whether passes run as emitted Rust (the program's compiled code has a variant in
