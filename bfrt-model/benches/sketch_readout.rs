@@ -114,11 +114,7 @@ fn main() {
         hawkmesh_bfrt_model::program_description().to_vec(),
     )
     .expect("server");
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    runtime.spawn(async move { server.serve(listener).await });
+    let port = server.spawn_loopback(&runtime).expect("serve on loopback");
     let mut backend = BfrtBackend::connect(
         runtime.handle().clone(),
         &BfrtEndpoint::new("127.0.0.1", port),

@@ -403,6 +403,15 @@ impl BfrtServer {
             .await
     }
 
+    /// Serves BF Runtime on a fresh loopback port, on `runtime` (tests, benches, labs);
+    /// returns the port.
+    pub fn spawn_loopback(self, runtime: &tokio::runtime::Runtime) -> std::io::Result<u16> {
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+        let port = listener.local_addr()?.port();
+        runtime.spawn(async move { self.serve(listener).await });
+        Ok(port)
+    }
+
     fn table(&self, id: u32) -> Result<&TableInfo, Status> {
         self.info
             .table_by_id(id)

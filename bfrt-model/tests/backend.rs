@@ -43,11 +43,7 @@ fn serve(program: &Arc<Program>, p4_name: &str) -> Remote {
     let model = Model::new(program.clone(), Routing::FromTable, CPU_PORT).expect("model");
     let device = Arc::new(Mutex::new(Device::new(model)));
     let server = BfrtServer::new(device.clone(), p4_name, bfrt_json()).expect("server");
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    runtime.spawn(async move { server.serve(listener).await });
+    let port = server.spawn_loopback(&runtime).expect("serve on loopback");
     Remote {
         runtime,
         device,

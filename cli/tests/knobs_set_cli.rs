@@ -40,11 +40,10 @@ fn knobs_set_writes_the_program_ecn_profile_over_bf_runtime() {
         hawkmesh_bfrt_model::program_description().to_vec(),
     )
     .expect("server");
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let address = format!("127.0.0.1:{}", listener.local_addr().expect("addr").port());
-    runtime.spawn(async move { server.serve(listener).await });
+    let address = format!(
+        "127.0.0.1:{}",
+        server.spawn_loopback(&runtime).expect("serve on loopback")
+    );
     let entries = || {
         device
             .lock()

@@ -195,18 +195,7 @@ impl SwitchBackend for BfrtBackend {
     fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError> {
         let ids = self.ids.register(register).clone();
         let failed = |reason: String| BackendError::Register { register, reason };
-        let read = self.runtime.block_on(async {
-            self.conn
-                .execute_operation(
-                    Request::new(&ids.table_name).operation(TableOperation::SyncRegister),
-                )
-                .await
-                .map_err(|e| failed(format!("sync: {e}")))?;
-            self.conn
-                .get_register_entry(register::Request::new(&ids.table_name))
-                .await
-                .map_err(|e| failed(format!("read: {e}")))
-        })?;
+        let read = self.synced_read(&ids, vec![register::Request::new(&ids.table_name)])?;
         let cells = register.cells() as usize;
         let mut out = vec![0u64; cells];
         let mut seen = vec![false; cells];
@@ -240,23 +229,13 @@ impl SwitchBackend for BfrtBackend {
         if let Some(bad) = indices.iter().find(|i| **i >= cells) {
             return Err(failed(format!("cell {bad} of {cells}")));
         }
-        let read = self.runtime.block_on(async {
-            self.conn
-                .execute_operation(
-                    Request::new(&ids.table_name).operation(TableOperation::SyncRegister),
-                )
-                .await
-                .map_err(|e| failed(format!("sync: {e}")))?;
-            self.conn
-                .get_register_entries(
-                    indices
-                        .iter()
-                        .map(|i| register::Request::new(&ids.table_name).index(*i))
-                        .collect(),
-                )
-                .await
-                .map_err(|e| failed(format!("read: {e}")))
-        })?;
+        let read = self.synced_read(
+            &ids,
+            indices
+                .iter()
+                .map(|i| register::Request::new(&ids.table_name).index(*i))
+                .collect(),
+        )?;
         let values: std::collections::HashMap<usize, u64> =
             self.decode_cells(&ids, &read)?.into_iter().collect();
         indices
@@ -395,6 +374,29 @@ impl SwitchBackend for BfrtBackend {
 }
 
 impl BfrtBackend {
+    /// `REGISTER_SYNC`s the register (its data-plane values made visible), then reads the
+    /// cells `requests` name (one request without an index: every cell) in one read.
+    fn synced_read(
+        &self,
+        ids: &crate::bfrt_info::RegisterIds,
+        requests: Vec<register::Request>,
+    ) -> Result<rbfrt::register::Register, BackendError> {
+        let register = ids.register;
+        let failed = |reason: String| BackendError::Register { register, reason };
+        self.runtime.block_on(async {
+            self.conn
+                .execute_operation(
+                    Request::new(&ids.table_name).operation(TableOperation::SyncRegister),
+                )
+                .await
+                .map_err(|e| failed(format!("sync: {e}")))?;
+            self.conn
+                .get_register_entries(requests)
+                .await
+                .map_err(|e| failed(format!("read: {e}")))
+        })
+    }
+
     /// The cells of a register read: each index with its value (a pair register's words
     /// joined; one non-zero value across pipes, or their sum, counted in
     /// `multi_pipe_cells`).

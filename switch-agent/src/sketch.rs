@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use hawkmesh_dataplane::sketch::{SketchDump, SketchGeometry};
 use hawkmesh_wire::dataplane::{
-    Register, SKETCH_HEAVY_BUCKETS, SKETCH_LAMBDA, SKETCH_LIGHT_COUNTERS,
+    Register, SKETCH_FLAG_BIT, SKETCH_HEAVY_BUCKETS, SKETCH_LAMBDA, SKETCH_LIGHT_COUNTERS,
 };
 
 use crate::backend::{BackendError, SwitchBackend};
@@ -77,7 +77,7 @@ pub fn read_and_reset(
     let mut wanted: Vec<u32> = key
         .iter()
         .zip(&votes)
-        .filter(|(k, v)| **k as u32 != 0 && **v & 0x8000_0000 != 0)
+        .filter(|(k, v)| **k as u32 != 0 && **v & u64::from(SKETCH_FLAG_BIT) != 0)
         .map(|(k, _)| geometry.light(*k as u32) as u32)
         .collect();
     wanted.sort_unstable();
