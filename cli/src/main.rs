@@ -948,67 +948,9 @@ fn program_ecn_writer(
 }
 
 fn host_agent(config: &Path) -> anyhow::Result<()> {
-    use hawkmesh_host_agent::daemon::{self, DaemonConfig};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
-    let config = DaemonConfig::load(config)?;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::INFO)
-        .try_init()
-        .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
-    // SIGTERM and SIGINT set the stop flag (the daemon polls it); a small runtime of its
-    // own watches them, apart from the daemon's.
-    let stop = Arc::new(AtomicBool::new(false));
-    let signals = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    {
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name("hawkmesh-signals".into())
-            .spawn(move || {
-                signals.block_on(async move {
-                    use tokio::signal::unix::{signal, SignalKind};
-                    match signal(SignalKind::terminate()) {
-                        Ok(mut term) => {
-                            tokio::select! {
-                                _ = term.recv() => {}
-                                _ = tokio::signal::ctrl_c() => {}
-                            }
-                        }
-                        Err(error) => {
-                            tracing::error!(%error, "cannot watch SIGTERM; stop with Ctrl-C");
-                            let _ = tokio::signal::ctrl_c().await;
-                        }
-                    }
-                    stop.store(true, Ordering::Release);
-                })
-            })?;
-    }
-    tracing::info!(
-        "host agent `{}`: {} interfaces, analyzer {}",
-        config.host,
-        config.interfaces.len(),
-        config.analyzer.endpoint
-    );
-    let summary = daemon::run(&config, stop)?;
-    println!(
-        "host agent `{}` (incarnation {}) stopped: {} probes sent ({} answered, {} timed out, {} not sent), {} results ({} delivered, {} undelivered, {} dropped), {} batches, {} failed uploads",
-        summary.host,
-        summary.incarnation,
-        summary.probes_sent,
-        summary.probes_answered,
-        summary.probes_timeout,
-        summary.probes_not_sent,
-        summary.results,
-        summary.results_delivered,
-        summary.results_unsent,
-        summary.results_dropped,
-        summary.batches,
-        summary.upload_failures
-    );
+    // The same entry point as the daemon-only binary `hawkmesh-host-agent`.
+    let summary = hawkmesh_host_agent::daemon::serve(config)?;
+    println!("{summary}");
     if summary.undelivered() > 0 {
         anyhow::bail!(
             "{} results were not delivered to the analyzer",

@@ -89,6 +89,8 @@ const SCM_TSTAMP_SND: u32 = 0;
 const MAX_EVENTS_PER_POLL: usize = 256;
 /// Error-queue or stray messages read from one socket per poll at most.
 const MAX_READS_PER_SOCKET: usize = 64;
+/// Datagrams one `recvmmsg` on the well-known socket reads at most.
+const RECV_BATCH: usize = 16;
 /// How long [`UdpTransport::new`] waits for the kernel to start stamping received packets.
 const RX_WARM_UP: Duration = Duration::from_millis(200);
 
@@ -571,7 +573,14 @@ impl Sock {
             libc::sock_extended_err,
             libc::sockaddr_in6
         );
-        for _ in 0..MAX_READS_PER_SOCKET {
+        for read in 0..MAX_READS_PER_SOCKET {
+            // A software send timestamp is queued before `sendto` returns: with none of this
+            // socket's sends awaiting one, what else is queued (an ICMP error) is read at
+            // the next poll (epoll reports EPOLLERR while the queue is not empty), and the
+            // last, empty read is saved. A NIC's timestamp comes later: read to the end.
+            if read > 0 && !hardware_tx && self.pending.is_empty() {
+                break;
+            }
             let mut iov = [IoSliceMut::new(&mut data)];
             let msg = match socket::recvmsg::<SockaddrStorage>(
                 fd,
@@ -943,31 +952,32 @@ impl UdpTransport {
         }
     }
 
-    /// Reads datagrams from the well-known socket, at most `budget`.
+    /// Reads datagrams from the well-known socket, at most `budget`, [`RECV_BATCH`] per
+    /// `recvmmsg`: a batch that comes back short emptied the socket, so a poll reads what
+    /// is waiting without the last, empty read (`EAGAIN`) a `recvmsg` loop ends with.
     fn drain_datagrams(&mut self, budget: usize, out: &mut Vec<TransportEvent<IpAddr>>) {
         let fd: RawFd = self.listen.fd.as_raw_fd();
-        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
-        let mut cmsg = nix::cmsg_space!([libc::timespec; 3]);
+        let mut bufs = [[0u8; MAX_DATAGRAM_BYTES]; RECV_BATCH];
+        let cmsg = nix::cmsg_space!([libc::timespec; 3]);
+        let mut headers =
+            socket::MultiHeaders::<SockaddrStorage>::preallocate(RECV_BATCH, Some(cmsg));
+        let mut meta = Vec::with_capacity(RECV_BATCH);
         let mut read = 0;
         while read < budget {
-            let mut iov = [IoSliceMut::new(&mut buf)];
-            let (bytes, flags, address, stamp) = match socket::recvmsg::<SockaddrStorage>(
+            let want = (budget - read).min(RECV_BATCH);
+            let mut iovs: Vec<[IoSliceMut; 1]> = bufs
+                .iter_mut()
+                .take(want)
+                .map(|b| [IoSliceMut::new(b)])
+                .collect();
+            let batch = match socket::recvmmsg(
                 fd,
-                &mut iov,
-                Some(&mut cmsg),
+                &mut headers,
+                iovs.iter_mut(),
                 MsgFlags::MSG_DONTWAIT,
+                None,
             ) {
-                Ok(msg) => {
-                    let mut stamp = None;
-                    if let Ok(cmsgs) = msg.cmsgs() {
-                        for c in cmsgs {
-                            if let ControlMessageOwned::ScmTimestampsns(ts) = c {
-                                stamp = Some((timespec_ns(&ts.system), timespec_ns(&ts.hw_raw)));
-                            }
-                        }
-                    }
-                    (msg.bytes, msg.flags, msg.address, stamp)
-                }
+                Ok(batch) => batch,
                 Err(Errno::EAGAIN) => break,
                 Err(Errno::EINTR) => continue,
                 Err(_) => {
@@ -975,28 +985,46 @@ impl UdpTransport {
                     break;
                 }
             };
-            read += 1;
             let host_ns = host_now_ns();
-            let Some((from, src_port)) = address.as_ref().and_then(ip_port) else {
-                self.stats.recv_errors += 1;
-                continue;
-            };
-            if flags.contains(MsgFlags::MSG_TRUNC) {
-                self.stats.oversized += 1;
+            meta.clear();
+            meta.extend(batch.map(|msg| {
+                let mut stamp = None;
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for c in cmsgs {
+                        if let ControlMessageOwned::ScmTimestampsns(ts) = c {
+                            stamp = Some((timespec_ns(&ts.system), timespec_ns(&ts.hw_raw)));
+                        }
+                    }
+                }
+                (msg.bytes, msg.flags, msg.address, stamp)
+            }));
+            let got = meta.len();
+            for ((bytes, flags, address, stamp), buf) in meta.drain(..).zip(bufs.iter()) {
+                let Some((from, src_port)) = address.as_ref().and_then(ip_port) else {
+                    self.stats.recv_errors += 1;
+                    continue;
+                };
+                if flags.contains(MsgFlags::MSG_TRUNC) {
+                    self.stats.oversized += 1;
+                }
+                let (software, hardware) = stamp.unwrap_or((None, None));
+                let stamps = Stamps {
+                    hardware,
+                    software,
+                    host_ns,
+                };
+                self.stats.rx.count(&stamps);
+                out.push(TransportEvent::Received {
+                    from,
+                    src_port,
+                    stamps,
+                    payload: buf[..bytes.min(MAX_DATAGRAM_BYTES)].to_vec(),
+                });
             }
-            let (software, hardware) = stamp.unwrap_or((None, None));
-            let stamps = Stamps {
-                hardware,
-                software,
-                host_ns,
-            };
-            self.stats.rx.count(&stamps);
-            out.push(TransportEvent::Received {
-                from,
-                src_port,
-                stamps,
-                payload: buf[..bytes.min(MAX_DATAGRAM_BYTES)].to_vec(),
-            });
+            read += got;
+            if got < want {
+                break;
+            }
         }
     }
 }

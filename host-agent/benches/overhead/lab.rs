@@ -1,5 +1,5 @@
 //! The overhead lab: hosts of 8 RNICs (veth) on one bridge, the analyzer service with its
-//! pingmesh controller, and `hawkmesh host-agent` processes, one per host.
+//! pingmesh controller, and `hawkmesh-host-agent` processes, one per host.
 //!
 //! The fabric description the controller builds its pinglists from is rail-optimised: NIC n
 //! of every host is cabled to ToR n, each ToR to both spines. The namespaces do not route
@@ -133,7 +133,7 @@ pub fn pinglist_settings(
     Ok((config, planned))
 }
 
-/// A `hawkmesh host-agent` process in a host's namespace (`ip netns exec` execs the binary
+/// A `hawkmesh-host-agent` (or `hawkmesh host-agent`) process in a host's namespace (`ip netns exec` execs the binary
 /// in place: the child's pid is the agent's). Stopped with SIGTERM when dropped, killed if
 /// it does not exit within [`STOP_WAIT`].
 pub struct Agent {
@@ -153,7 +153,11 @@ impl Agent {
         let child = Command::new("ip")
             .args(["netns", "exec", &ns.name])
             .arg(binary)
-            .arg("host-agent")
+            // The CLI takes the daemon as a subcommand; the daemon-only binary is the daemon.
+            .args(
+                (binary.file_name().and_then(|n| n.to_str()) == Some("hawkmesh"))
+                    .then_some("host-agent"),
+            )
             .arg("--config")
             .arg(config)
             .stdin(Stdio::null())

@@ -4,7 +4,6 @@
 //! and 18.5 MB for its agent).
 //!
 //! ```sh
-//! cargo build --release -p hawkmesh          # the measured binary, target/release/hawkmesh
 //! cargo bench -p hawkmesh-host-agent --features daemon --bench overhead
 //! cargo bench -p hawkmesh-host-agent --features daemon --bench overhead -- --secs 120
 //! cargo bench -p hawkmesh-host-agent --features daemon --bench overhead -- --soak-secs 3600
@@ -13,8 +12,8 @@
 //! The lab ([`lab`]): network namespaces, one per host, each with 8 veth "RNICs" on one
 //! bridge, and a management bridge to the real analyzer service (run in this process, its
 //! pingmesh controller computing the pinglists over a rail-optimised fabric description:
-//! NIC n of every host under ToR n, two spines). Every host runs the real `hawkmesh
-//! host-agent` binary as a process of its own, with mutual TLS to the analyzer; the
+//! NIC n of every host under ToR n, two spines). Every host runs the real daemon-only
+//! `hawkmesh-host-agent` binary (built with the bench; `--agent` takes another) as a process of its own, with mutual TLS to the analyzer; the
 //! measured one is `h0`, configured with the production defaults (5-s uploads, 5-minute
 //! pinglist refresh, 500-ms timeout). The controller's inter-ToR rate is chosen so that
 //! each RNIC's pinglist asks for `--rate` probes a second (ToR-mesh at R-Pingmesh §5's 10

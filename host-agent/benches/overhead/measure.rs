@@ -36,7 +36,8 @@ usage: cargo bench -p hawkmesh-host-agent --features daemon --bench overhead -- 
   --rotation-secs N   the controller replaces a fifth of the inter-ToR 5-tuples every N s
                       (default its hour, R-Pingmesh §5); short, it ages the agents' caches
                       of source-port sockets as days of hourly rotations do
-  --agent PATH        the hawkmesh binary (default: target/release/hawkmesh beside this bench)";
+  --agent PATH        the agent binary: hawkmesh-host-agent or the hawkmesh CLI (default:
+                      the hawkmesh-host-agent built with this bench)";
 
 /// The run's options.
 #[derive(Debug)]
@@ -118,23 +119,18 @@ impl Options {
     }
 }
 
-/// The hawkmesh binary: `--agent`, else `hawkmesh` in the profile directory this bench was
-/// built into (`target/release/deps/overhead-…` → `target/release/hawkmesh`).
+/// The agent binary: `--agent` (the daemon-only `hawkmesh-host-agent` or the `hawkmesh`
+/// CLI), else the `hawkmesh-host-agent` cargo built with this bench.
 fn agent_binary(option: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(path) = option {
         return path
             .canonicalize()
             .map_err(|e| format!("--agent {}: {e}", path.display()));
     }
-    let exe = std::env::current_exe().map_err(|e| format!("this bench's own path: {e}"))?;
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| format!("{}: not in a cargo target directory", exe.display()))?;
-    let binary = profile.join("hawkmesh");
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_hawkmesh-host-agent"));
     if !binary.is_file() {
         return Err(format!(
-            "no {}: build the agent first with `cargo build --release -p hawkmesh` (same CARGO_TARGET_DIR), or pass --agent PATH",
+            "no {}: cargo builds it with this bench (`--features daemon`), or pass --agent PATH",
             binary.display()
         ));
     }

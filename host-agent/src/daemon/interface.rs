@@ -196,9 +196,10 @@ impl Pending {
         dropped
     }
 
-    /// Takes every result waiting.
+    /// Takes every result waiting. Their buffer goes with them (no copy; a batch's worth
+    /// is ~1 MB at 1,200 results a second) and the next grows anew.
     pub fn take(&mut self) -> Vec<Finished> {
-        self.results.drain(..).collect()
+        Vec::from(std::mem::take(&mut self.results))
     }
 
     /// Results waiting.

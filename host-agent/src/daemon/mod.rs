@@ -55,7 +55,7 @@ use crate::probe::ProberConfig;
 use interface::{Finished, Interfaces, Pending, Route, Settings};
 use link::Link;
 use metrics::Metrics;
-use uplink::{Controller, Delivery, Outbox};
+use uplink::{Controller, Delivery, EncodedBatch, Outbox};
 
 /// How often a running daemon logs its counters.
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -95,6 +95,27 @@ impl DaemonSummary {
     /// Results that did not reach the analyzer.
     pub fn undelivered(&self) -> u64 {
         self.results_unsent + self.results_dropped
+    }
+}
+
+impl std::fmt::Display for DaemonSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "host agent `{}` (incarnation {}) stopped: {} probes sent ({} answered, {} timed out, {} not sent), {} results ({} delivered, {} undelivered, {} dropped), {} batches, {} failed uploads",
+            self.host,
+            self.incarnation,
+            self.probes_sent,
+            self.probes_answered,
+            self.probes_timeout,
+            self.probes_not_sent,
+            self.results,
+            self.results_delivered,
+            self.results_unsent,
+            self.results_dropped,
+            self.batches,
+            self.upload_failures
+        )
     }
 }
 
@@ -174,6 +195,9 @@ impl PathTable {
     }
 }
 
+/// `pb::ResultBatch.results`' field number (proto/proto/pingmesh.proto).
+const RESULTS_FIELD: u32 = 4;
+
 /// Results as batches of at most `max` results each, numbered from `next_seq`, each
 /// distinct path once in its batch's table; the ACK routes go with the first batch. One
 /// empty batch when there is nothing (it tells the analyzer the agent is alive:
@@ -185,24 +209,24 @@ pub fn batches(
     results: Vec<Finished>,
     routes: Vec<Route>,
     max: usize,
-) -> Vec<pb::ResultBatch> {
+) -> Vec<EncodedBatch> {
     let mut out = Vec::new();
     let mut results = results.into_iter().peekable();
     let mut routes = Some(routes);
     loop {
         let mut table = PathTable::default();
-        let chunk: Vec<pb::ProbeResult> = results
-            .by_ref()
-            .take(max.max(1))
-            .map(|f| {
-                let mut result = f.result;
-                if let Some(path) = f.path {
-                    result.path_ref = table.number(&path);
-                }
-                result
-            })
-            .collect();
-        if chunk.is_empty() && !out.is_empty() {
+        // Each result is encoded as it is taken: the batch never exists decoded.
+        let mut encoded = Vec::new();
+        let mut count = 0u64;
+        for finished in results.by_ref().take(max.max(1)) {
+            let mut result = finished.result;
+            if let Some(path) = finished.path {
+                result.path_ref = table.number(&path);
+            }
+            prost::encoding::message::encode(RESULTS_FIELD, &result, &mut encoded);
+            count += 1;
+        }
+        if count == 0 && !out.is_empty() {
             break;
         }
         let ack_routes = routes
@@ -217,14 +241,15 @@ pub fn batches(
                 path_ref: table.number(&r.path),
             })
             .collect();
-        out.push(pb::ResultBatch {
+        let header = pb::ResultBatch {
             host: host.to_string(),
             incarnation,
             batch_seq: next_seq.fetch_add(1, Ordering::Relaxed),
-            results: chunk,
+            results: Vec::new(),
             paths: table.paths,
             ack_routes,
-        });
+        };
+        out.push(EncodedBatch::new(&header, count, &encoded));
         if results.peek().is_none() {
             break;
         }
@@ -432,6 +457,30 @@ pub struct Hooks {
     pub ack_hold_us: Option<Arc<AtomicU64>>,
 }
 
+/// What an operator runs (`hawkmesh-host-agent --config FILE`, `hawkmesh host-agent
+/// --config FILE`): loads the configuration, logs to stderr, runs the daemon until SIGTERM
+/// or SIGINT (watched on the daemon's own runtime: no thread of their own), then drains.
+pub fn serve(config_path: &std::path::Path) -> Result<DaemonSummary, DaemonError> {
+    let config = DaemonConfig::load(config_path)?;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .try_init()
+        .map_err(|e| DaemonError::Setup(format!("installing the log subscriber: {e}")))?;
+    tracing::info!(
+        "host agent `{}`: {} interfaces, analyzer {}",
+        config.host,
+        config.interfaces.len(),
+        config.analyzer.endpoint
+    );
+    run_inner(
+        &config,
+        Arc::new(AtomicBool::new(false)),
+        Hooks::default(),
+        true,
+    )
+}
+
 /// Runs the daemon until `stop` is set, then drains (see the module's documentation).
 /// Blocks; creates its own threads and runtime, in the calling thread's network namespace.
 pub fn run(config: &DaemonConfig, stop: Arc<AtomicBool>) -> Result<DaemonSummary, DaemonError> {
@@ -443,6 +492,38 @@ pub fn run_with(
     config: &DaemonConfig,
     stop: Arc<AtomicBool>,
     hooks: Hooks,
+) -> Result<DaemonSummary, DaemonError> {
+    run_inner(config, stop, hooks, false)
+}
+
+/// Sets `stop` on SIGTERM or SIGINT. Registered before it returns, so a signal from then
+/// on stops the daemon instead of killing it.
+fn watch_signals(
+    runtime: &tokio::runtime::Runtime,
+    stop: Arc<AtomicBool>,
+) -> Result<(), DaemonError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _entered = runtime.enter();
+    let setup = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| DaemonError::Setup(format!("watching {name}: {e}")))
+    };
+    let mut term = setup(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = setup(SignalKind::interrupt(), "SIGINT")?;
+    runtime.spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+        stop.store(true, Ordering::Release);
+    });
+    Ok(())
+}
+
+fn run_inner(
+    config: &DaemonConfig,
+    stop: Arc<AtomicBool>,
+    hooks: Hooks,
+    signals: bool,
 ) -> Result<DaemonSummary, DaemonError> {
     let config = Arc::new(config.clone());
     let port_map = config.port_map()?.map(Arc::new);
@@ -459,6 +540,9 @@ pub fn run_with(
         .enable_all()
         .build()
         .map_err(|e| DaemonError::Setup(format!("starting the runtime: {e}")))?;
+    if signals {
+        watch_signals(&runtime, stop.clone())?;
+    }
     let engines = engines(&config, incarnation)?;
     let identities: Vec<Identity> = engines.iter().map(|(_, id)| *id).collect();
 
@@ -719,7 +803,7 @@ pub fn run_with(
 
     let mut last_log = Instant::now();
     while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(100));
         if last_log.elapsed() >= LOG_EVERY {
             last_log = Instant::now();
             log_counters(&metrics);
@@ -849,14 +933,14 @@ mod tests {
                 path: None,
             })
             .collect();
-        let made = batches("h0", 3, &seq, results, Vec::new(), 2);
+        let made = decoded(batches("h0", 3, &seq, results, Vec::new(), 2));
         let shape: Vec<(u64, usize)> = made
             .iter()
             .map(|b| (b.batch_seq, b.results.len()))
             .collect();
         assert_eq!(shape, [(7, 2), (8, 2), (9, 1)]);
         assert!(made.iter().all(|b| b.host == "h0" && b.incarnation == 3));
-        let empty = batches("h0", 3, &seq, Vec::new(), Vec::new(), 2);
+        let empty = decoded(batches("h0", 3, &seq, Vec::new(), Vec::new(), 2));
         assert_eq!(empty.len(), 1);
         assert_eq!((empty[0].batch_seq, empty[0].results.len()), (10, 0));
         let two = made[0]
@@ -869,6 +953,56 @@ mod tests {
             .collect();
         let exact = batches("h0", 3, &seq, two, Vec::new(), 2);
         assert_eq!(exact.len(), 1);
+    }
+
+    /// The batches as the analyzer reads them, each checked against its own count.
+    fn decoded(made: Vec<EncodedBatch>) -> Vec<pb::ResultBatch> {
+        made.iter()
+            .map(|b| {
+                let batch = b.decode().expect("a batch decodes");
+                assert_eq!(
+                    (batch.batch_seq, batch.results.len() as u64),
+                    (b.seq, b.results)
+                );
+                batch
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_encoded_result_by_result_decodes_as_the_batch_encoded_whole() {
+        let result = |n: u64| pb::ProbeResult {
+            target_host: format!("h{n}"),
+            sent_ns: n,
+            path_ref: 1,
+            ..pb::ProbeResult::default()
+        };
+        let whole = pb::ResultBatch {
+            host: "h0".into(),
+            incarnation: 2,
+            batch_seq: 9,
+            results: (1..=3).map(result).collect(),
+            paths: vec![pb::Path {
+                hops: vec![hop("tor0", 1)],
+            }],
+            ack_routes: Vec::new(),
+        };
+        let mut encoded = Vec::new();
+        for r in &whole.results {
+            prost::encoding::message::encode(RESULTS_FIELD, r, &mut encoded);
+        }
+        let header = pb::ResultBatch {
+            results: Vec::new(),
+            ..whole.clone()
+        };
+        let parts = EncodedBatch::new(&header, 3, &encoded);
+        assert_eq!((parts.seq, parts.results), (9, 3));
+        assert_eq!(parts.decode().expect("decodes"), whole);
+        assert_eq!(parts.len(), prost::Message::encoded_len(&whole));
+        assert_eq!(
+            EncodedBatch::encode(&whole).decode().expect("decodes"),
+            whole
+        );
     }
 
     #[test]
@@ -899,7 +1033,7 @@ mod tests {
             src_port: 50_000,
             path: up.clone(),
         }];
-        let made = batches("h0", 1, &AtomicU64::new(0), results, routes, 10);
+        let made = decoded(batches("h0", 1, &AtomicU64::new(0), results, routes, 10));
         assert_eq!(made.len(), 1);
         let b = &made[0];
         assert_eq!(b.paths.len(), 2);
