@@ -52,7 +52,7 @@ pub use config::{DaemonConfig, DaemonError};
 
 use crate::engine::{Engine, EngineConfig};
 use crate::probe::ProberConfig;
-use interface::{Finished, Interfaces, Pending, Route, Settings};
+use interface::{Chunk, Interfaces, Pending, Route, Settings};
 use link::Link;
 use metrics::Metrics;
 use uplink::{Controller, Delivery, EncodedBatch, Outbox};
@@ -172,89 +172,48 @@ pub fn registration(
     }
 }
 
-/// A batch's path table: each distinct path once, numbered from 1.
-#[derive(Default)]
-struct PathTable {
-    paths: Vec<pb::Path>,
-    numbers: std::collections::HashMap<Vec<(String, u32)>, u32>,
-}
-
-impl PathTable {
-    fn number(&mut self, path: &[pb::Hop]) -> u32 {
-        if path.is_empty() {
-            return 0;
-        }
-        let key: Vec<(String, u32)> = path.iter().map(|h| (h.node.clone(), h.port)).collect();
-        let paths = &mut self.paths;
-        *self.numbers.entry(key).or_insert_with(|| {
-            paths.push(pb::Path {
-                hops: path.to_vec(),
-            });
-            paths.len() as u32
-        })
-    }
-}
-
-/// `pb::ResultBatch.results`' field number (proto/proto/pingmesh.proto).
-const RESULTS_FIELD: u32 = 4;
-
-/// Results as batches of at most `max` results each, numbered from `next_seq`, each
-/// distinct path once in its batch's table; the ACK routes go with the first batch. One
-/// empty batch when there is nothing (it tells the analyzer the agent is alive:
-/// R-Pingmesh §4.3.1, a host that uploads nothing is down).
+/// The waiting results as batches, one per chunk (each at most `upload.max_batch_results`,
+/// each distinct path once in its table), numbered from `next_seq`; the ACK routes go
+/// with the first batch. One empty batch when there is nothing (it tells the analyzer the
+/// agent is alive: R-Pingmesh §4.3.1, a host that uploads nothing is down).
 pub fn batches(
     host: &str,
     incarnation: u64,
     next_seq: &AtomicU64,
-    results: Vec<Finished>,
+    chunks: Vec<Chunk>,
     routes: Vec<Route>,
-    max: usize,
 ) -> Vec<EncodedBatch> {
-    let mut out = Vec::new();
-    let mut results = results.into_iter().peekable();
-    let mut routes = Some(routes);
-    loop {
-        let mut table = PathTable::default();
-        // Each result is encoded as it is taken: the batch never exists decoded.
-        let mut encoded = Vec::new();
-        let mut count = 0u64;
-        for finished in results.by_ref().take(max.max(1)) {
-            let mut result = finished.result;
-            if let Some(path) = finished.path {
-                result.path_ref = table.number(&path);
-            }
-            prost::encoding::message::encode(RESULTS_FIELD, &result, &mut encoded);
-            count += 1;
-        }
-        if count == 0 && !out.is_empty() {
-            break;
-        }
-        let ack_routes = routes
-            .take()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| pb::AckRoute {
-                nic: r.nic,
-                prober_host: r.prober_host,
-                prober_nic: r.prober_nic,
-                src_port: u32::from(r.src_port),
-                path_ref: table.number(&r.path),
-            })
-            .collect();
-        let header = pb::ResultBatch {
-            host: host.to_string(),
-            incarnation,
-            batch_seq: next_seq.fetch_add(1, Ordering::Relaxed),
-            results: Vec::new(),
-            paths: table.paths,
-            ack_routes,
-        };
-        out.push(EncodedBatch::new(&header, count, &encoded));
-        if results.peek().is_none() {
-            break;
-        }
+    let mut chunks = chunks;
+    if chunks.is_empty() {
+        chunks.push(Chunk::default());
     }
-    out
+    let mut routes = Some(routes);
+    chunks
+        .into_iter()
+        .map(|mut chunk| {
+            let ack_routes = routes
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| pb::AckRoute {
+                    nic: r.nic,
+                    prober_host: r.prober_host,
+                    prober_nic: r.prober_nic,
+                    src_port: u32::from(r.src_port),
+                    path_ref: chunk.table.number(&r.path),
+                })
+                .collect();
+            let header = pb::ResultBatch {
+                host: host.to_string(),
+                incarnation,
+                batch_seq: next_seq.fetch_add(1, Ordering::Relaxed),
+                results: Vec::new(),
+                paths: chunk.table.into_paths(),
+                ack_routes,
+            };
+            EncodedBatch::new(&header, chunk.count, &chunk.encoded)
+        })
+        .collect()
 }
 
 /// Opens the interface transports ([`Link`]: verbs or kernel UDP) and builds their
@@ -403,14 +362,7 @@ fn flush(
         .lock()
         .map(|mut p| (p.take(), p.take_routes()))
         .unwrap_or_default();
-    for batch in batches(
-        &config.host,
-        incarnation,
-        next_seq,
-        results,
-        routes,
-        config.upload.max_batch_results,
-    ) {
+    for batch in batches(&config.host, incarnation, next_seq, results, routes) {
         metrics.batches.fetch_add(1, Ordering::Relaxed);
         delivery.queue(batch, metrics);
     }
@@ -562,7 +514,10 @@ fn run_inner(
     let bound: Option<SocketAddr> = config.metrics.listen;
 
     // Answer other agents' probes from now on; probe once a pinglist comes.
-    let pending = Arc::new(Mutex::new(Pending::new(config.upload.max_pending_results)));
+    let pending = Arc::new(Mutex::new(Pending::new(
+        config.upload.max_pending_results,
+        config.upload.max_batch_results,
+    )));
     let mut lanes = Vec::with_capacity(engines.len());
     for (index, ((engine, _), section)) in engines.into_iter().zip(&config.interfaces).enumerate() {
         let tracing = match &port_map {
@@ -913,6 +868,7 @@ fn log_counters(metrics: &Metrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use interface::Finished;
 
     fn hop(node: &str, port: u32) -> pb::Hop {
         pb::Hop {
@@ -933,14 +889,19 @@ mod tests {
                 path: None,
             })
             .collect();
-        let made = decoded(batches("h0", 3, &seq, results, Vec::new(), 2));
+        let made = decoded(batches("h0", 3, &seq, chunks(results, 2), Vec::new()));
         let shape: Vec<(u64, usize)> = made
             .iter()
             .map(|b| (b.batch_seq, b.results.len()))
             .collect();
         assert_eq!(shape, [(7, 2), (8, 2), (9, 1)]);
         assert!(made.iter().all(|b| b.host == "h0" && b.incarnation == 3));
-        let empty = decoded(batches("h0", 3, &seq, Vec::new(), Vec::new(), 2));
+        let sent: Vec<u64> = made
+            .iter()
+            .flat_map(|b| b.results.iter().map(|r| r.sent_ns))
+            .collect();
+        assert_eq!(sent, [0, 1, 2, 3, 4]);
+        let empty = decoded(batches("h0", 3, &seq, Vec::new(), Vec::new()));
         assert_eq!(empty.len(), 1);
         assert_eq!((empty[0].batch_seq, empty[0].results.len()), (10, 0));
         let two = made[0]
@@ -951,8 +912,17 @@ mod tests {
                 path: None,
             })
             .collect();
-        let exact = batches("h0", 3, &seq, two, Vec::new(), 2);
+        let exact = batches("h0", 3, &seq, chunks(two, 2), Vec::new());
         assert_eq!(exact.len(), 1);
+    }
+
+    /// `results` as they wait for their batch, `per_batch` to a batch.
+    fn chunks(results: Vec<Finished>, per_batch: usize) -> Vec<Chunk> {
+        let mut pending = Pending::new(1000, per_batch);
+        for r in results {
+            assert_eq!(pending.push(r), 0);
+        }
+        pending.take()
     }
 
     /// The batches as the analyzer reads them, each checked against its own count.
@@ -989,7 +959,7 @@ mod tests {
         };
         let mut encoded = Vec::new();
         for r in &whole.results {
-            prost::encoding::message::encode(RESULTS_FIELD, r, &mut encoded);
+            prost::encoding::message::encode(interface::RESULTS_FIELD, r, &mut encoded);
         }
         let header = pb::ResultBatch {
             results: Vec::new(),
@@ -1033,7 +1003,13 @@ mod tests {
             src_port: 50_000,
             path: up.clone(),
         }];
-        let made = decoded(batches("h0", 1, &AtomicU64::new(0), results, routes, 10));
+        let made = decoded(batches(
+            "h0",
+            1,
+            &AtomicU64::new(0),
+            chunks(results, 10),
+            routes,
+        ));
         assert_eq!(made.len(), 1);
         let b = &made[0];
         assert_eq!(b.paths.len(), 2);
