@@ -286,7 +286,7 @@ impl WatchConfig {
             }
         }
         for (i, t) in self.tofino.iter().enumerate() {
-            host_port(&t.bfrt).with_context(|| format!("tofino[{i}].bfrt"))?;
+            BfrtEndpoint::parse(&t.bfrt).map_err(|e| anyhow::anyhow!("tofino[{i}].bfrt: {e}"))?;
         }
         let ports = self.ports();
         if ports == 0 {
@@ -301,19 +301,6 @@ impl WatchConfig {
         }
         Ok(())
     }
-}
-
-fn host_port(s: &str) -> anyhow::Result<(String, u16)> {
-    let (host, port) = s
-        .rsplit_once(':')
-        .with_context(|| format!("{s:?}: expected host:port"))?;
-    let port = port
-        .parse::<u16>()
-        .with_context(|| format!("{s:?}: bad port"))?;
-    if host.is_empty() {
-        anyhow::bail!("{s:?}: no host");
-    }
-    Ok((host.to_string(), port))
 }
 
 fn tool(cmd: &[String], timeout: Duration) -> Tool {
@@ -354,10 +341,11 @@ fn sources(
         )));
     }
     for (i, t) in c.tofino.iter().enumerate() {
-        let (host, port) = host_port(&t.bfrt)?;
+        let parsed =
+            BfrtEndpoint::parse(&t.bfrt).map_err(|e| anyhow::anyhow!("tofino[{i}].bfrt: {e}"))?;
         let endpoint = BfrtEndpoint {
-            host,
-            port,
+            host: parsed.host,
+            port: parsed.port,
             device_id: t.device_id,
             client_id: t.client_id,
             p4_name: t.p4_name.clone(),

@@ -909,6 +909,7 @@ fn program_ecn_writer(
     tokio::runtime::Runtime,
 )> {
     use anyhow::Context as _;
+    use hawkmesh_knobs::{KMAX, KMIN, PMAX};
     use hawkmesh_switch_agent::bfrt_backend::{BfrtBackend, BfrtEndpoint};
     use hawkmesh_switch_agent::ecn_table::ProgramEcn;
     use hawkmesh_wire::control::{EcnProfile, QdepthUnit};
@@ -925,21 +926,16 @@ fn program_ecn_writer(
     };
     // to_si: kilobytes of 1,000 bytes to bytes.
     let profile = EcnProfile {
-        kmin_bytes: value("kmin_kb")?.round() as u64,
-        kmax_bytes: value("kmax_kb")?.round() as u64,
-        pmax: value("pmax")?,
+        kmin_bytes: value(KMIN.name)?.round() as u64,
+        kmax_bytes: value(KMAX.name)?.round() as u64,
+        pmax: value(PMAX.name)?,
     };
-    let (host, port) = address
-        .rsplit_once(':')
-        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .filter(|(h, _)| !h.is_empty())
-        .with_context(|| format!("--bfrt {address:?}: expected host:port"))?;
+    let mut endpoint = BfrtEndpoint::parse(address).map_err(|e| anyhow::anyhow!("--bfrt {e}"))?;
+    endpoint.client_id = client_id;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let mut endpoint = BfrtEndpoint::new(host, port);
-    endpoint.client_id = client_id;
     let backend = BfrtBackend::connect(runtime.handle().clone(), &endpoint)
         .with_context(|| format!("--bfrt {address}"))?;
     // A Tofino counts queue depth in 80-byte cells.

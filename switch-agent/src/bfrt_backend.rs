@@ -56,6 +56,32 @@ impl BfrtEndpoint {
             p4_name: "hawkmesh".to_string(),
         }
     }
+
+    /// `address` as given by an operator, `host:port` or `[IPv6]:port` (RFC 3986
+    /// authority), with device 0, client 1 and program `hawkmesh`. The error quotes it.
+    pub fn parse(address: &str) -> Result<Self, String> {
+        let (host, port) = address
+            .rsplit_once(':')
+            .ok_or_else(|| format!("`{address}` is not host:port"))?;
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| format!("`{address}`: port `{port}` is not a number"))?;
+        let host = match host.strip_prefix('[') {
+            Some(v6) => v6
+                .strip_suffix(']')
+                .ok_or_else(|| format!("`{address}`: `[` without `]`"))?,
+            None if host.contains(':') => {
+                return Err(format!(
+                    "`{address}`: an IPv6 address takes brackets, [addr]:port"
+                ))
+            }
+            None => host,
+        };
+        if host.is_empty() {
+            return Err(format!("`{address}` has no host"));
+        }
+        Ok(BfrtEndpoint::new(host, port))
+    }
 }
 
 /// The switch over BF Runtime.
@@ -485,5 +511,34 @@ impl BfrtBackend {
                 .action_data("$ucast_egress_port_valid", true),
         )
         .map_err(|e| BackendError::Unreachable(format!("mirror session {session}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::BfrtEndpoint;
+
+    #[test]
+    fn an_endpoint_is_parsed_from_host_port_or_bracketed_ipv6() {
+        let e = BfrtEndpoint::parse("tor1.lab:50052").expect("parses");
+        assert_eq!(
+            (e.host.as_str(), e.port, e.device_id, e.client_id),
+            ("tor1.lab", 50052, 0, 1)
+        );
+        let e = BfrtEndpoint::parse("[fd00::7]:50052").expect("parses");
+        assert_eq!((e.host.as_str(), e.port), ("fd00::7", 50052));
+        for (bad, says) in [
+            ("tor1.lab", "is not host:port"),
+            ("tor1.lab:fifty", "port `fifty` is not a number"),
+            (":50052", "has no host"),
+            ("fd00::7:50052", "takes brackets"),
+            ("[fd00::7:50052", "without `]`"),
+        ] {
+            let error = BfrtEndpoint::parse(bad).expect_err(bad);
+            assert!(
+                error.contains(bad) && error.contains(says),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -316,7 +316,7 @@ impl DaemonConfig {
                     .into(),
             ));
         }
-        split_address(&self.bfrt.address).map_err(|e| bad(format!("bfrt.address: {e}")))?;
+        BfrtEndpoint::parse(&self.bfrt.address).map_err(|e| bad(format!("bfrt.address: {e}")))?;
         let (scheme, host) = endpoint_host(&self.analyzer.endpoint)
             .map_err(|e| bad(format!("analyzer.endpoint: {e}")))?;
         let tls = [&self.analyzer.ca, &self.analyzer.cert, &self.analyzer.key];
@@ -359,7 +359,9 @@ impl DaemonConfig {
     /// The BF Runtime endpoint.
     pub fn bfrt_endpoint(&self) -> BfrtEndpoint {
         // Checked in `parse`.
-        let (host, port) = split_address(&self.bfrt.address).unwrap_or_default();
+        let (host, port) = BfrtEndpoint::parse(&self.bfrt.address)
+            .map(|e| (e.host, e.port))
+            .unwrap_or_default();
         BfrtEndpoint {
             host,
             port,
@@ -397,20 +399,6 @@ impl DaemonConfig {
             SwitchSetup::from_fabric(&fabric, &self.switch).map_err(|e| bad(e.to_string()))?;
         Ok((node, Some(setup)))
     }
-}
-
-fn split_address(address: &str) -> Result<(String, u16), String> {
-    let (host, port) = address
-        .rsplit_once(':')
-        .ok_or_else(|| format!("`{address}` is not host:port"))?;
-    let port = port
-        .parse::<u16>()
-        .map_err(|_| format!("`{address}`: port `{port}` is not a number"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(format!("`{address}` has no host"));
-    }
-    Ok((host.to_string(), port))
 }
 
 fn endpoint_host(endpoint: &str) -> Result<(&str, &str), String> {
