@@ -211,7 +211,7 @@ pub fn batches(
                 paths: chunk.table.into_paths(),
                 ack_routes,
             };
-            EncodedBatch::new(&header, chunk.count, &chunk.encoded)
+            EncodedBatch::new(&header, chunk.count, chunk.encoded)
         })
         .collect()
 }
@@ -965,7 +965,7 @@ mod tests {
             results: Vec::new(),
             ..whole.clone()
         };
-        let parts = EncodedBatch::new(&header, 3, &encoded);
+        let parts = EncodedBatch::new(&header, 3, encoded);
         assert_eq!((parts.seq, parts.results), (9, 3));
         assert_eq!(parts.decode().expect("decodes"), whole);
         assert_eq!(parts.len(), prost::Message::encoded_len(&whole));

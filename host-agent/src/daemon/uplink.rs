@@ -50,43 +50,47 @@ pub struct EncodedBatch {
     pub seq: u64,
     /// Results in it.
     pub results: u64,
-    bytes: Arc<[u8]>,
+    /// The batch's other fields, encoded.
+    header: Arc<Vec<u8>>,
+    /// Its results, encoded (field 4 each), after the header on the wire.
+    results_encoded: Arc<Vec<u8>>,
 }
 
 impl EncodedBatch {
-    /// `header`'s fields (its `results` left empty) followed by `results`, each already
-    /// encoded as field 4 (`results`): protobuf parsers take fields in any order and
-    /// append repeated ones (protobuf encoding guide, "Field Order"), so the results
-    /// never need to be gathered decoded in one `Vec`.
-    pub fn new(header: &pb::ResultBatch, results: u64, encoded_results: &[u8]) -> Self {
-        let mut bytes = Vec::with_capacity(header.encoded_len() + encoded_results.len());
-        header.encode_raw(&mut bytes);
-        bytes.extend_from_slice(encoded_results);
+    /// `header`'s fields (its `results` left empty) followed by `encoded_results`, each
+    /// result already encoded as field 4 (`results`): protobuf parsers take fields in any
+    /// order and append repeated ones (protobuf encoding guide, "Field Order"), so the
+    /// results never need to be gathered decoded in one `Vec`, nor copied behind the
+    /// header: the two parts go out one after the other.
+    pub fn new(header: &pb::ResultBatch, results: u64, encoded_results: Vec<u8>) -> Self {
         EncodedBatch {
             seq: header.batch_seq,
             results: results + header.results.len() as u64,
-            bytes: bytes.into(),
+            header: Arc::new(header.encode_to_vec()),
+            results_encoded: Arc::new(encoded_results),
         }
     }
 
     /// A whole batch.
     pub fn encode(batch: &pb::ResultBatch) -> Self {
-        Self::new(batch, 0, &[])
+        Self::new(batch, 0, Vec::new())
     }
 
     /// Its encoded size.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.header.len() + self.results_encoded.len()
     }
 
     /// Whether it encodes nothing (an all-default batch).
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.len() == 0
     }
 
     /// The batch, decoded (what the analyzer reads).
     pub fn decode(&self) -> Result<pb::ResultBatch, prost::DecodeError> {
-        pb::ResultBatch::decode(&self.bytes[..])
+        let mut batch = pb::ResultBatch::decode(&self.header[..])?;
+        batch.merge(&self.results_encoded[..])?;
+        Ok(batch)
     }
 }
 
@@ -94,7 +98,8 @@ impl EncodedBatch {
 /// decoded as `pb::UploadReply`).
 impl prost::Message for EncodedBatch {
     fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
-        buf.put_slice(&self.bytes);
+        buf.put_slice(&self.header);
+        buf.put_slice(&self.results_encoded);
     }
 
     fn merge_field(
@@ -108,7 +113,7 @@ impl prost::Message for EncodedBatch {
     }
 
     fn encoded_len(&self) -> usize {
-        self.bytes.len()
+        self.len()
     }
 
     fn clear(&mut self) {
