@@ -82,6 +82,16 @@ impl BfrtEndpoint {
         }
         Ok(BfrtEndpoint::new(host, port))
     }
+
+    /// The host as a URL's authority writes it: an IPv6 address in brackets (RFC 3986
+    /// §3.2.2), so that `http://{url_host}:{port}` is a URL for every host.
+    pub fn url_host(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        }
+    }
 }
 
 /// The switch over BF Runtime.
@@ -111,7 +121,7 @@ fn unreachable(endpoint: &BfrtEndpoint, what: impl std::fmt::Display) -> Backend
 /// Fetches the switch's description of `endpoint.p4_name` and its fixed tables.
 async fn fetch_description(endpoint: &BfrtEndpoint) -> Result<BfrtInfo, BackendError> {
     let mut client =
-        BfRuntimeClient::connect(format!("http://{}:{}", endpoint.host, endpoint.port))
+        BfRuntimeClient::connect(format!("http://{}:{}", endpoint.url_host(), endpoint.port))
             .await
             .map_err(|e| unreachable(endpoint, e))?
             .max_decoding_message_size(64 * 1024 * 1024);
@@ -164,7 +174,7 @@ impl BfrtBackend {
             let info = fetch_description(endpoint).await?;
             let ids =
                 ProgramIds::resolve(&info).map_err(|e| BackendError::Program(e.to_string()))?;
-            let conn = SwitchConnection::builder(&endpoint.host, endpoint.port)
+            let conn = SwitchConnection::builder(&endpoint.url_host(), endpoint.port)
                 .device_id(endpoint.device_id)
                 .client_id(endpoint.client_id)
                 .p4_name(&endpoint.p4_name)
@@ -527,6 +537,12 @@ mod endpoint_tests {
         );
         let e = BfrtEndpoint::parse("[fd00::7]:50052").expect("parses");
         assert_eq!((e.host.as_str(), e.port), ("fd00::7", 50052));
+        // Written back into a URL, the IPv6 address takes its brackets again.
+        assert_eq!(e.url_host(), "[fd00::7]");
+        assert_eq!(
+            BfrtEndpoint::new("10.0.0.21", 50052).url_host(),
+            "10.0.0.21"
+        );
         for (bad, says) in [
             ("tor1.lab", "is not host:port"),
             ("tor1.lab:fifty", "port `fifty` is not a number"),
