@@ -13,9 +13,10 @@
 //! bridge, and a management bridge to the real analyzer service (run in this process, its
 //! pingmesh controller computing the pinglists over a rail-optimised fabric description:
 //! NIC n of every host under ToR n, two spines). Every host runs the real daemon-only
-//! `hawkmesh-host-agent` binary (built with the bench; `--agent` takes another) as a process of its own, with mutual TLS to the analyzer; the
-//! measured one is `h0`, configured with the production defaults (5-s uploads, 5-minute
-//! pinglist refresh, 500-ms timeout). The controller's inter-ToR rate is chosen so that
+//! `hawkmesh-host-agent` binary (built with the bench; `--agent` takes another) as a
+//! process of its own, with mutual TLS to the analyzer; the measured one is `h0`,
+//! configured with the production defaults (5-s uploads, 5-minute pinglist refresh,
+//! 500-ms timeout). The controller's inter-ToR rate is chosen so that
 //! each RNIC's pinglist asks for `--rate` probes a second (ToR-mesh at R-Pingmesh §5's 10
 //! probes/s, inter-ToR the rest); the other hosts probe alike, so h0 also answers about as
 //! many probes as it sends. The probe rate is read from h0's own counters
