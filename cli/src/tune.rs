@@ -37,8 +37,9 @@ pub struct TuneEvalArgs {
     /// Fabric.
     #[arg(long, value_enum, default_value_t = FabricArg::Paper)]
     fabric: FabricArg,
-    /// Simulated time per run, ms.
-    #[arg(long, default_value_t = 100.0)]
+    /// Simulated time per run, ms (a search of Table III's schedule takes 280 intervals:
+    /// at λ_MI = 1 ms, 400 ms see one run to its end and its setting in force).
+    #[arg(long, default_value_t = 400.0)]
     duration_ms: f64,
     /// Monitor interval λ_MI, µs (PARALEON Table III: 1 ms).
     #[arg(long, default_value_t = 1000)]
@@ -47,9 +48,15 @@ pub struct TuneEvalArgs {
     /// (comma-separated; PARALEON Fig. 11).
     #[arg(long, value_delimiter = ',', default_values_t = [500, 1000, 2000, 5000])]
     fsd_intervals_us: Vec<u64>,
+    /// Simulated time of each FSD-accuracy run, ms.
+    #[arg(long, default_value_t = 100.0)]
+    fsd_duration_ms: f64,
     /// Seed (the same seed gives the same report).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Simulations run at once (default: one per core). The report does not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Output directory (results.json, report.md).
     #[arg(long, default_value = "out/tune-eval")]
     out: PathBuf,
@@ -57,8 +64,13 @@ pub struct TuneEvalArgs {
 
 /// Runs it.
 pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
-    if !(args.duration_ms > 0.0 && args.duration_ms.is_finite()) {
-        anyhow::bail!("--duration-ms must be a positive number of milliseconds");
+    for (flag, ms) in [
+        ("--duration-ms", args.duration_ms),
+        ("--fsd-duration-ms", args.fsd_duration_ms),
+    ] {
+        if !(ms > 0.0 && ms.is_finite()) {
+            anyhow::bail!("{flag} must be a positive number of milliseconds, not {ms}");
+        }
     }
     let workloads = match args.workload {
         WorkloadArg::FbHadoop => vec![Workload::FbHadoop],
@@ -76,7 +88,11 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
         interval_us: args.interval_us,
         seed: args.seed,
         fsd_intervals_us: args.fsd_intervals_us.clone(),
+        fsd_duration_ms: args.fsd_duration_ms,
         out: args.out.clone(),
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     };
     let started = Instant::now();
     evaluate(&config, |what| {

@@ -36,7 +36,7 @@ use hawkmesh_netsim::{FlowRecord, LoadedScenario, PortCounters, SimResult, Simul
 use hawkmesh_switch_agent::sketch::deployed_geometry;
 use hawkmesh_tuner::controller::{Controller, ControllerConfig};
 use hawkmesh_tuner::fsd::{accuracy, naive_fsd, truth_fsd, Fsd, MonitorConfig, TorMonitor};
-use hawkmesh_tuner::sa::{defaults, SaConfig, Setting, Space};
+use hawkmesh_tuner::sa::{defaults, SaConfig, Setting, Space, StepKind};
 use hawkmesh_tuner::utility::IntervalMetrics;
 use hawkmesh_wire::rng::SplitMix64;
 use hawkmesh_wire::topology::{NodeId, NodeKind, PortNo};
@@ -144,8 +144,8 @@ pub struct IntervalRecord {
     pub idle: bool,
     /// The utility measured (0–1), while tuning.
     pub utility: Option<f64>,
-    /// A new setting was dispatched at its end.
-    pub dispatched: bool,
+    /// The setting dispatched at its end, and why (None: the one in force stays).
+    pub dispatched: Option<StepKind>,
     /// Data delivered to receivers, Gbit/s over the interval.
     pub goodput_gbps: f64,
     /// Mean RTT the transport measured, µs (None: no sample).
@@ -473,7 +473,7 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
             triggered: false,
             idle: false,
             utility: None,
-            dispatched: false,
+            dispatched: None,
             goodput_gbps,
             mean_rtt_us,
             flows: fsd.flows(),
@@ -493,7 +493,7 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
             record.utility = outcome.utility.map(|u| u.value);
             if let Some(step) = outcome.dispatch {
                 apply(&mut sim, &space, &step.setting)?;
-                record.dispatched = true;
+                record.dispatched = Some(step.kind);
             }
         }
         intervals.push(record);

@@ -20,7 +20,11 @@ fn paraleon_tunes_the_running_fabric_and_measures_the_fsd_best() {
     let a = run(&loaded, &config).expect("a run");
     assert_eq!(a.intervals.len(), 16);
     assert!(a.searches >= 1, "no search started");
-    let dispatched = a.intervals.iter().filter(|i| i.dispatched).count();
+    let dispatched = a
+        .intervals
+        .iter()
+        .filter(|i| i.dispatched.is_some())
+        .count();
     assert!(
         dispatched >= 8,
         "{dispatched} settings dispatched in 16 intervals"
@@ -54,7 +58,7 @@ fn static_settings_are_applied_once_and_change_the_outcome() {
         assert!(r
             .intervals
             .iter()
-            .all(|i| !i.dispatched && i.utility.is_none()));
+            .all(|i| i.dispatched.is_none() && i.utility.is_none()));
         assert_eq!(r.searches, 0);
     }
     let kmax = |r: &hawkmesh_lab::paraleon::TuneRun| {
@@ -70,7 +74,7 @@ fn static_settings_are_applied_once_and_change_the_outcome() {
 
 /// The evaluation command's pipeline on a small run: every policy of the paper's comparison
 /// (with the pretrained setting from another seed's run), the FSD sweep, and the report,
-/// results and figures written.
+/// results and figures written; the same report whatever the number of threads.
 #[test]
 fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
     use hawkmesh_lab::paraleon_eval::{evaluate, EvalConfig};
@@ -83,10 +87,14 @@ fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
         interval_us: 500,
         seed: 2,
         fsd_intervals_us: vec![500, 1000],
+        fsd_duration_ms: 2.0,
         out: out.clone(),
+        jobs: 2,
     };
-    let mut steps = Vec::new();
-    let results = evaluate(&config, |s| steps.push(s.to_string())).expect("the evaluation");
+    let steps = std::sync::Mutex::new(Vec::new());
+    let results =
+        evaluate(&config, |s| steps.lock().unwrap().push(s.to_string())).expect("the evaluation");
+    let steps = steps.into_inner().unwrap();
     let policies: Vec<&str> = results.workloads[0]
         .runs
         .iter()
@@ -122,5 +130,22 @@ fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("json"))
             .expect("valid JSON");
     assert!(json.is_array());
+    let one = out.join("one-thread");
+    evaluate(
+        &EvalConfig {
+            out: one.clone(),
+            jobs: 1,
+            ..config
+        },
+        |_| {},
+    )
+    .expect("the evaluation on one thread");
+    for file in ["report.md", "alltoall.svg", "fsd-accuracy.svg"] {
+        assert_eq!(
+            std::fs::read_to_string(out.join(file)).unwrap(),
+            std::fs::read_to_string(one.join(file)).unwrap(),
+            "{file}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&out);
 }

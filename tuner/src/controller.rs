@@ -4,12 +4,16 @@
 //! §III-A), runs the annealing (Algorithm 1) with the utility of the weights the operator
 //! gave or, by default, the preset of the dominant flow type, and says what to dispatch.
 //!
-//! A change of traffic in the middle of a search restarts it from the best setting found
-//! so far (the search it interrupts was for traffic that is gone).
+//! A search runs to its end (§III-A: runtime metrics are collected "until a complete tuning
+//! process finishes"): a distribution that keeps moving with the same dominant flow type —
+//! an ON/OFF training job's ramps and tails — steers the running search through μ (Alg. 1
+//! l.14) without restarting it. A change of the dominant flow type restarts it from the best
+//! setting found so far: the utility's preset and the knobs' favoured directions change,
+//! and the utilities measured under the old traffic are not comparable with the new ones.
 
 use serde::Serialize;
 
-use crate::fsd::{kl_divergence, Fsd};
+use crate::fsd::{kl_divergence, Dominant, Fsd};
 use crate::sa::{Annealer, Iteration, SaConfig, Setting, Space, Step, StepKind, TunerError};
 use crate::utility::{utility, IntervalMetrics, Utility, UtilityError, Weights};
 
@@ -44,6 +48,8 @@ pub struct Outcome {
     pub kl: f64,
     /// A search started (or restarted) this interval.
     pub triggered: bool,
+    /// KL passed θ while a search for the same dominant flow type ran: it went on.
+    pub changed_in_search: bool,
     /// The interval's utility, while tuning.
     pub utility: Option<Utility>,
     /// The setting to dispatch now, and why (none: keep the one in force).
@@ -71,6 +77,8 @@ pub struct Controller {
     in_force: Setting,
     last: Option<Fsd>,
     search: Option<Annealer>,
+    /// The dominant flow type the running search tunes for.
+    searching_for: Option<Dominant>,
     seed: u64,
     searches: u64,
     finished: Vec<Vec<Iteration>>,
@@ -106,6 +114,7 @@ impl Controller {
             in_force,
             last: None,
             search: None,
+            searching_for: None,
             seed,
             searches: 0,
             finished: Vec::new(),
@@ -170,6 +179,7 @@ impl Controller {
             return Ok(Outcome {
                 kl: 0.0,
                 triggered: false,
+                changed_in_search: false,
                 utility: None,
                 dispatch: None,
                 idle: true,
@@ -186,7 +196,9 @@ impl Controller {
             .weights
             .unwrap_or_else(|| Weights::preset(dominant.0));
         let mut triggered = false;
-        if changed {
+        let restart = changed && self.searching_for != Some(dominant.0);
+        let changed_in_search = changed && !restart;
+        if restart {
             // Start (or restart from the best so far) a search for the new traffic.
             let start = self
                 .search
@@ -198,6 +210,7 @@ impl Controller {
                 self.finished.push(old.history().to_vec());
             }
             self.searches += 1;
+            self.searching_for = Some(dominant.0);
             let seed = self.seed ^ self.searches.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             self.search = Some(Annealer::new(
                 self.config.sa,
@@ -212,6 +225,7 @@ impl Controller {
                 return Ok(Outcome {
                     kl,
                     triggered,
+                    changed_in_search,
                     utility: None,
                     dispatch: Some(Step {
                         setting: start,
@@ -225,6 +239,7 @@ impl Controller {
             return Ok(Outcome {
                 kl,
                 triggered,
+                changed_in_search,
                 utility: None,
                 dispatch: None,
                 idle: false,
@@ -234,6 +249,7 @@ impl Controller {
         let step = search.observe(u.value, dominant);
         self.in_force = step.setting.clone();
         if step.kind == StepKind::Final {
+            self.searching_for = None;
             if let Some(done) = self.search.take() {
                 self.last_best = done.best().map(|(b, u)| (b.clone(), u));
                 self.finished.push(done.history().to_vec());
@@ -242,6 +258,7 @@ impl Controller {
         Ok(Outcome {
             kl,
             triggered,
+            changed_in_search,
             utility: Some(u),
             dispatch: Some(step),
             idle: false,
@@ -310,6 +327,39 @@ mod tests {
         );
         assert_eq!(run(11).0, a);
         assert_ne!(run(12).0, a);
+    }
+
+    /// A distribution that moves with the same dominant flow type (a training round's ramp
+    /// and tail) does not restart the running search: it runs its schedule; a change of the
+    /// dominant type does restart it, from the best so far.
+    #[test]
+    fn a_search_runs_through_changes_of_the_same_kind_and_restarts_on_a_new_dominant_type() {
+        let space = Space::paraleon().unwrap();
+        let start = defaults(&space, 100.0, &[]).unwrap();
+        let mice = truth_fsd((0..100).map(|i| 10_000 + i * 100), 1_000_000);
+        let elephants = truth_fsd((0..100).map(|i| 5_000_000 + i * 1_000), 1_000_000);
+        // Elephants still, but half of them far larger: a KL change well above θ.
+        let mut big: Vec<u64> = (0..50).map(|i| 5_000_000 + i * 1_000).collect();
+        big.extend((0..50).map(|i| 90_000_000 + i * 1_000));
+        let bigger = truth_fsd(big, 1_000_000);
+        let mut c = Controller::new(ControllerConfig::default(), space, start, 5).unwrap();
+        c.interval(&mice, &metrics(0.5)).unwrap();
+        assert!(c.interval(&elephants, &metrics(0.5)).unwrap().triggered);
+        let mut went_on = 0;
+        for i in 0..60 {
+            let fsd = if i % 2 == 0 { &bigger } else { &elephants };
+            let o = c.interval(fsd, &metrics(0.5)).unwrap();
+            assert!(o.kl > 0.01, "interval {i}: {o:?}");
+            assert!(!o.triggered, "interval {i}: {o:?}");
+            went_on += usize::from(o.changed_in_search);
+        }
+        assert_eq!(went_on, 60);
+        assert_eq!(c.searches(), 1);
+        assert_eq!(c.iterations().len(), 61);
+        let o = c.interval(&mice, &metrics(0.5)).unwrap();
+        assert!(o.triggered && !o.changed_in_search, "{o:?}");
+        assert_eq!(c.searches(), 2);
+        assert_eq!(c.finished_searches().len(), 1);
     }
 
     /// An ON/OFF workload: the silences between rounds neither trigger a search, nor

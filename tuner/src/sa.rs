@@ -2,8 +2,8 @@
 //!
 //! Each monitor interval the setting in force is measured (its utility, Eq. 1); it is
 //! accepted if better than the current one, or with probability e^{(new−current)/T}
-//! (l.6–9); the best so far is kept (l.10–13); a new setting is mutated from the current
-//! one (l.14–22): every knob moves by a random step s′ₚ = sₚ × rand(0.5, 1), in its
+//! (l.6–9); the best so far is kept (l.10–13) as P, and the next setting P_m is mutated
+//! from P (l.14–22): every knob moves by a random step s′ₚ = sₚ × rand(0.5, 1), in its
 //! dominant direction (throughput-friendly when elephants dominate, delay-friendly when
 //! mice do, [`hawkmesh_knobs::Tuning`]) with probability min(μ, η), else the other way.
 //! After `iterations` the temperature cools by `cooling_rate` (l.25); below the final
@@ -12,13 +12,22 @@
 //! Two optimisations make it PARALEON's (§III-C): the guided randomness above, and a
 //! relaxed temperature (Table III: 90 → 10, cooling 0.85, 20 iterations per temperature:
 //! 14 temperatures, 280 intervals). [`SaConfig::naive`] is the ablation baseline (§IV-B4):
-//! directions 50/50, steps sₚ × rand(0, 1), and a standard schedule (90 → 1, cooling 0.95).
+//! directions 50/50, steps sₚ × rand(0, 1), a standard schedule (90 → 1, cooling 0.95), and
+//! the textbook walk: each mutation from the current (last accepted) setting.
+//!
+//! Why from P: at Table III's temperatures (90 → 10 against utilities of 0–100) nearly
+//! every trial is accepted, so the current setting is a random walk; with guided directions
+//! (80 % one way) a walk from it drifts every knob to its bound within a search (~0.6 sₚ a
+//! step × 280 steps). Algorithm 1 moves P, which l.11 sets only when a trial beat the best:
+//! the search explores around what worked and moves on when something works better.
 //! The utility enters in percent (0–100), the scale Table III's temperatures imply.
 //!
 //! Beyond the paper: a *safe rollback* — a trial whose utility falls more than
 //! `rollback_drop` points under the best so far is replaced at once by the best setting
 //! (and annealing goes on from there), so an exploratory step never stays in force for more
-//! than one interval when it hurts.
+//! than one interval when it hurts. The best's utility is the mean of every interval it was
+//! in force (a rollback measures it again): a one-interval measurement is noisy, and a
+//! lucky one would otherwise hold the search on a stale figure.
 
 use hawkmesh_knobs::{knob, Direction, Knob};
 use hawkmesh_wire::rng::SplitMix64;
@@ -214,6 +223,9 @@ pub struct SaConfig {
     /// A trial this many utility points (of 100) under the best is rolled back at once
     /// (`f64::INFINITY`: never).
     pub rollback_drop: f64,
+    /// Mutate from the best so far (Alg. 1's P, l.11 and l.15); false: from the current
+    /// (last accepted) setting, the textbook walk.
+    pub from_best: bool,
 }
 
 impl SaConfig {
@@ -227,6 +239,7 @@ impl SaConfig {
             eta: 0.8,
             guided: true,
             rollback_drop: 15.0,
+            from_best: true,
         }
     }
 
@@ -240,6 +253,7 @@ impl SaConfig {
             eta: 0.5,
             guided: false,
             rollback_drop: f64::INFINITY,
+            from_best: false,
         }
     }
 
@@ -311,6 +325,8 @@ pub struct Annealer {
     dispatched: Setting,
     current: Option<(Setting, f64)>,
     best: Option<(Setting, f64)>,
+    /// Intervals the best setting was measured in.
+    best_samples: u32,
     finished: bool,
     history: Vec<Iteration>,
 }
@@ -334,6 +350,7 @@ impl Annealer {
             dispatched: start,
             current: None,
             best: None,
+            best_samples: 0,
             finished: false,
             history: Vec::new(),
         })
@@ -370,18 +387,31 @@ impl Annealer {
                 kind: StepKind::Final,
             };
         }
-        let accepted = match &self.current {
-            None => true,
-            Some((_, current)) => {
-                new > *current || ((new - current) / self.temperature).exp() > self.rng.unit()
+        let mut remeasured = false;
+        if let Some((best, value)) = self.best.as_mut() {
+            if *best == self.dispatched {
+                // The best measured again (after a rollback): its utility is the mean of
+                // its intervals, so one lucky interval does not hold the search.
+                self.best_samples += 1;
+                *value += (new - *value) / f64::from(self.best_samples);
+                self.current = Some((best.clone(), *value));
+                remeasured = true;
             }
-        };
-        if accepted {
+        }
+        let accepted = remeasured
+            || match &self.current {
+                None => true,
+                Some((_, current)) => {
+                    new > *current || ((new - current) / self.temperature).exp() > self.rng.unit()
+                }
+            };
+        if accepted && !remeasured {
             self.current = Some((self.dispatched.clone(), new));
         }
         if let Some((setting, value)) = &self.current {
-            if self.best.as_ref().is_none_or(|(_, b)| value > b) {
+            if self.best.as_ref().is_none_or(|(_, b)| value > b) && !remeasured {
                 self.best = Some((setting.clone(), *value));
+                self.best_samples = 1;
             }
         }
         let best_value = self.best.as_ref().map_or(new, |(_, b)| *b);
@@ -409,7 +439,7 @@ impl Annealer {
                 kind: StepKind::Final,
             };
         }
-        if new < best_value - self.config.rollback_drop {
+        if !remeasured && new < best_value - self.config.rollback_drop {
             if let Some((best, value)) = self.best.clone() {
                 self.current = Some((best.clone(), value));
                 self.dispatched = best.clone();
@@ -419,11 +449,12 @@ impl Annealer {
                 };
             }
         }
-        let from = self
-            .current
-            .as_ref()
-            .map_or(&self.dispatched, |(s, _)| s)
-            .clone();
+        let origin = if self.config.from_best {
+            &self.best
+        } else {
+            &self.current
+        };
+        let from = origin.as_ref().map_or(&self.dispatched, |(s, _)| s).clone();
         let next = self.mutate(&from, dominant);
         self.dispatched = next.clone();
         Step {
@@ -595,6 +626,44 @@ mod tests {
         let back = b.observe(0.3, (Dominant::Elephants, 0.9));
         assert_eq!(back.kind, StepKind::Rollback);
         assert_eq!(back.setting, start);
+        // Measured again at 0.5, the best's figure is its mean, 0.7, and the search goes on.
+        let next = b.observe(0.5, (Dominant::Elephants, 0.9));
+        assert_eq!(next.kind, StepKind::Trial);
+        let (best, value) = b.best().unwrap();
+        assert_eq!(best, &start);
+        assert!((value - 0.7).abs() < 1e-9, "{value}");
+    }
+
+    /// PARALEON mutates from the best so far (Alg. 1's P): while trials come out slightly
+    /// worse (and are accepted: e^(−0.1/90) ≈ 1), every one stays a step from the start,
+    /// the best; naive SA walks on from each trial it accepted and wanders off.
+    #[test]
+    fn paraleon_mutates_from_the_best_and_naive_sa_from_the_current() {
+        let space = Space::of(&[("rpg_hai_rate", 10.0, 2_000.0, 40.0)]).unwrap();
+        let start = space
+            .setting(
+                &Setting {
+                    values: vec![1_000.0],
+                },
+                &[],
+            )
+            .unwrap();
+        for (config, from_best) in [(SaConfig::paraleon(), true), (SaConfig::naive(), false)] {
+            let mut a = Annealer::new(config, space.clone(), start.clone(), 9).unwrap();
+            let mut farthest: f64 = 0.0;
+            for i in 0..30 {
+                let step = a.observe(0.8 - 0.001 * f64::from(i), (Dominant::Elephants, 0.9));
+                assert_eq!(step.kind, StepKind::Trial);
+                farthest = farthest.max((step.setting.values[0] - 1_000.0).abs());
+            }
+            assert_eq!(a.best().unwrap().0, &start);
+            assert!(a.history()[1..].iter().all(|i| i.accepted));
+            if from_best {
+                assert!(farthest <= 40.0, "{farthest}");
+            } else {
+                assert!(farthest > 80.0, "{farthest}");
+            }
+        }
     }
 
     #[test]
