@@ -8,14 +8,15 @@
 //!
 //! Each interval the sketch holds `FLOWS` RoCEv2 flows (a few hundred packets for the
 //! heaviest, one for most), inserted through the data-plane model; then, timed:
-//! - over BF Runtime: `switch_agent::sketch::read_and_reset` through `BfrtBackend` (rbfrt,
-//!   gRPC over loopback TCP) against the model-backed BF Runtime server, the path a Tofino's
-//!   control plane takes (register sync and bulk read of the heavy part's 3 registers, the
-//!   light part's cells of flagged flows by index in one request, 4 clears);
+//! - over BF Runtime: `switch_agent::sketch::read_and_reset` through `BfrtBackend` (gRPC
+//!   over loopback TCP) against the model-backed BF Runtime server, the path a Tofino's
+//!   control plane takes (register sync through rbfrt and bulk read of the heavy part's 3
+//!   registers with the agent's own `Read`s, the light part's cells of flagged flows by
+//!   index in one request, 4 clears through rbfrt);
 //! - in process: the same through `ModelBackend` (what netsim's ToRs do);
 //! - the state update: `TorMonitor::update` with the readout.
 //!
-//! The server here is the model, not bf_switchd: the figure covers rbfrt, gRPC and the
+//! The server here is the model, not bf_switchd: the figure covers the clients, gRPC and the
 //! control plane's work, not the ASIC's DMA of register contents (hw-lab/tofino.md).
 
 use std::cell::RefCell;

@@ -11,6 +11,13 @@
 //! on a Tokio runtime through its handle, so it must be used outside that runtime's worker
 //! threads (a plain thread or `spawn_blocking`).
 //!
+//! Register reads are the exception: they go out as plain BF Runtime `Read`s on the
+//! workspace's own client (`read_register`, `read_register_cells`), the same request rbfrt would
+//! send (one `TableEntry` per cell, `$REGISTER_INDEX` as 4 big-endian bytes, all pipes),
+//! decoded straight into values: rbfrt builds string-keyed maps per cell (~45 ms for a
+//! sketch readout, over a 1 ms monitor interval), and reads only the first message of the
+//! reply stream. The `SyncRegisters` before each read still goes through rbfrt.
+//!
 //! Multi-pipe switches: a register read over all pipes returns one value per pipe for each
 //! data field (open-p4studio `bf_rt_server_impl.cpp`). A cell is updated only by the pipe
 //! its traffic crosses, so per cell the agent takes the one non-zero pipe value, and sums
@@ -24,11 +31,12 @@ use hawkmesh_proto::bfrt_proto::bf_runtime_client::BfRuntimeClient;
 use hawkmesh_wire::control::TableEntry;
 use hawkmesh_wire::dataplane::{Register, Table};
 use rbfrt::table::{MatchValue, Request, TableOperation};
-use rbfrt::{register, SwitchConnection};
+use rbfrt::SwitchConnection;
 use tokio::runtime::Handle;
+use tonic::transport::Channel;
 
 use crate::backend::{BackendError, CpuFrame, PortCounters, SwitchBackend};
-use crate::bfrt_info::{BfrtInfo, ProgramIds};
+use crate::bfrt_info::{BfrtInfo, ProgramIds, RegisterIds};
 
 /// Where the switch's BF Runtime server is and who the agent is to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,10 +102,21 @@ impl BfrtEndpoint {
     }
 }
 
+/// Entities in one register read: the model server's bound (bf_switchd takes more), and
+/// what keeps one reply message of a read by index under a few hundred kilobytes.
+const READ_CHUNK: usize = 4_096;
+
 /// The switch over BF Runtime.
 pub struct BfrtBackend {
     runtime: Handle,
     conn: SwitchConnection,
+    /// The workspace's own client on the same server, for register reads.
+    client: BfRuntimeClient<Channel>,
+    /// The device, all pipes (0xffff), both directions and parsers (0xff): what rbfrt
+    /// targets.
+    target: pb::TargetDevice,
+    client_id: u32,
+    p4_name: String,
     ids: ProgramIds,
     cpu: VecDeque<CpuFrame>,
     multi_pipe_cells: u64,
@@ -118,8 +137,11 @@ fn unreachable(endpoint: &BfrtEndpoint, what: impl std::fmt::Display) -> Backend
     ))
 }
 
-/// Fetches the switch's description of `endpoint.p4_name` and its fixed tables.
-async fn fetch_description(endpoint: &BfrtEndpoint) -> Result<BfrtInfo, BackendError> {
+/// Fetches the switch's description of `endpoint.p4_name` and its fixed tables; returns
+/// the client too (the register reads use it).
+async fn fetch_description(
+    endpoint: &BfrtEndpoint,
+) -> Result<(BfrtInfo, BfRuntimeClient<Channel>), BackendError> {
     let mut client =
         BfRuntimeClient::connect(format!("http://{}:{}", endpoint.url_host(), endpoint.port))
             .await
@@ -157,7 +179,7 @@ async fn fetch_description(endpoint: &BfrtEndpoint) -> Result<BfrtInfo, BackendE
         info.merge(fixed)
             .map_err(|e| BackendError::Program(e.to_string()))?;
     }
-    Ok(info)
+    Ok((info, client))
 }
 
 /// A big-endian value of a pipe's data field.
@@ -165,13 +187,111 @@ fn be(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0u64, |a, b| (a << 8) | u64::from(*b))
 }
 
+/// One register read reply: each cell's index and its value per pipe (a pair register's
+/// words joined, hi << 32 | lo). bf_switchd writes, per data field id, one `DataField` per
+/// pipe, in pipe order (open-p4studio `populateReadResponseWithRegisterFields`): the k-th
+/// `lo` pairs with the k-th `hi`. Anything else — another table, a cell without its index,
+/// an unknown field, a value that is no byte stream or wider than 8 bytes — is an error
+/// naming the cell.
+pub fn decode_register_response(
+    ids: &RegisterIds,
+    cells: usize,
+    message: pb::ReadResponse,
+) -> Result<Vec<(usize, Vec<u64>)>, String> {
+    let hi_id = ids.hi.as_ref().map(|h| h.id);
+    let mut out = Vec::with_capacity(message.entities.len());
+    for entity in message.entities {
+        let Some(pb::entity::Entity::TableEntry(e)) = entity.entity else {
+            return Err("the read returned an entity that is not a table entry".into());
+        };
+        if e.table_id != ids.table_id {
+            return Err(format!(
+                "the read returned an entry of table {:#010x}, not {:#010x}",
+                e.table_id, ids.table_id
+            ));
+        }
+        let index = match &e.value {
+            Some(pb::table_entry::Value::Key(k)) => k
+                .fields
+                .iter()
+                .find(|f| f.field_id == ids.index_id)
+                .and_then(|f| match &f.match_type {
+                    Some(pb::key_field::MatchType::Exact(x)) if x.value.len() <= 8 => {
+                        Some(be(&x.value))
+                    }
+                    _ => None,
+                }),
+            _ => None,
+        }
+        .ok_or("the read returned an entry without an exact $REGISTER_INDEX")?;
+        let index = usize::try_from(index)
+            .ok()
+            .filter(|i| *i < cells)
+            .ok_or_else(|| format!("the read returned cell {index} of {cells}"))?;
+        let (mut lo, mut hi) = (Vec::with_capacity(1), Vec::new());
+        for f in e.data.iter().flat_map(|d| &d.fields) {
+            let Some(pb::data_field::Value::Stream(bytes)) = &f.value else {
+                return Err(format!(
+                    "cell {index}: field {} is not a byte stream",
+                    f.field_id
+                ));
+            };
+            if bytes.len() > 8 {
+                return Err(format!(
+                    "cell {index}: {} bytes in field {}",
+                    bytes.len(),
+                    f.field_id
+                ));
+            }
+            if f.field_id == ids.lo.id {
+                lo.push(be(bytes));
+            } else if Some(f.field_id) == hi_id {
+                hi.push(be(bytes));
+            } else {
+                return Err(format!(
+                    "cell {index}: no data field with id {}",
+                    f.field_id
+                ));
+            }
+        }
+        if hi_id.is_none() {
+            hi.resize(lo.len(), 0);
+        }
+        if lo.is_empty() || lo.len() != hi.len() {
+            return Err(format!(
+                "cell {index}: {} / {} pipe values",
+                lo.len(),
+                hi.len()
+            ));
+        }
+        for (l, h) in lo.iter_mut().zip(&hi) {
+            *l |= h << 32;
+        }
+        out.push((index, lo));
+    }
+    Ok(out)
+}
+
+/// A cell's value from its pipes' values: the one non-zero value, or the sum when several
+/// pipes hold one (then `true`: counted in [`BfrtBackend::multi_pipe_cells`]).
+pub fn fold_pipes(pipes: &[u64]) -> (u64, bool) {
+    let mut nonzero = pipes.iter().filter(|v| **v != 0);
+    let first = nonzero.next().copied().unwrap_or(0);
+    let mut several = false;
+    let sum = nonzero.fold(first, |a, v| {
+        several = true;
+        a.wrapping_add(*v)
+    });
+    (sum, several)
+}
+
 impl BfrtBackend {
     /// Connects to the switch, checks that it runs the agent's program, binds to it. CPU
     /// frames are handed over with [`BfrtBackend::deliver_cpu`] (by whoever reads the CPU
     /// port: the switch's BF Runtime server does not carry them).
     pub fn connect(runtime: Handle, endpoint: &BfrtEndpoint) -> Result<BfrtBackend, BackendError> {
-        let (ids, conn) = runtime.block_on(async {
-            let info = fetch_description(endpoint).await?;
+        let (ids, conn, client) = runtime.block_on(async {
+            let (info, client) = fetch_description(endpoint).await?;
             let ids =
                 ProgramIds::resolve(&info).map_err(|e| BackendError::Program(e.to_string()))?;
             let conn = SwitchConnection::builder(&endpoint.url_host(), endpoint.port)
@@ -181,11 +301,20 @@ impl BfrtBackend {
                 .connect()
                 .await
                 .map_err(|e| unreachable(endpoint, e))?;
-            Ok::<_, BackendError>((ids, conn))
+            Ok::<_, BackendError>((ids, conn, client))
         })?;
         Ok(BfrtBackend {
             runtime,
             conn,
+            client,
+            target: pb::TargetDevice {
+                device_id: endpoint.device_id,
+                pipe_id: 0xffff,
+                direction: 0xff,
+                prsr_id: 0xff,
+            },
+            client_id: endpoint.client_id,
+            p4_name: endpoint.p4_name.clone(),
             ids,
             cpu: VecDeque::new(),
             multi_pipe_cells: 0,
@@ -231,18 +360,18 @@ impl SwitchBackend for BfrtBackend {
     fn read_register(&mut self, register: Register) -> Result<Vec<u64>, BackendError> {
         let ids = self.ids.register(register).clone();
         let failed = |reason: String| BackendError::Register { register, reason };
-        let read = self.synced_read(&ids, vec![register::Request::new(&ids.table_name)])?;
+        let read = self.synced_read(&ids, None)?;
         let cells = register.cells() as usize;
         let mut out = vec![0u64; cells];
         let mut seen = vec![false; cells];
-        for (i, v) in self.decode_cells(&ids, &read)? {
-            out[i] = v;
-            seen[i] = true;
+        for (i, v) in &read {
+            out[*i] = *v;
+            seen[*i] = true;
         }
         if let Some(missing) = seen.iter().position(|s| !s) {
             return Err(failed(format!(
                 "the read returned {} of {cells} cells (cell {missing} missing)",
-                read.entries().len()
+                read.len()
             )));
         }
         Ok(out)
@@ -265,15 +394,18 @@ impl SwitchBackend for BfrtBackend {
         if let Some(bad) = indices.iter().find(|i| **i >= cells) {
             return Err(failed(format!("cell {bad} of {cells}")));
         }
-        let read = self.synced_read(
-            &ids,
-            indices
+        let read = self.synced_read(&ids, Some(indices))?;
+        // Both bf_switchd and the model answer in the order asked; anything else is
+        // matched by index.
+        if read.len() == indices.len()
+            && read
                 .iter()
-                .map(|i| register::Request::new(&ids.table_name).index(*i))
-                .collect(),
-        )?;
-        let values: std::collections::HashMap<usize, u64> =
-            self.decode_cells(&ids, &read)?.into_iter().collect();
+                .zip(indices)
+                .all(|((i, _), w)| *i == *w as usize)
+        {
+            return Ok(read.into_iter().map(|(_, v)| v).collect());
+        }
+        let values: std::collections::HashMap<usize, u64> = read.into_iter().collect();
         indices
             .iter()
             .map(|i| {
@@ -411,14 +543,30 @@ impl SwitchBackend for BfrtBackend {
 
 impl BfrtBackend {
     /// `REGISTER_SYNC`s the register (its data-plane values made visible), then reads the
-    /// cells `requests` name (one request without an index: every cell) in one read.
+    /// cells `indices` name (None: every cell) with plain `Read`s, at most [`READ_CHUNK`]
+    /// entities each; every message of each reply stream is taken. Returns each cell's
+    /// index and value (see [`fold_pipes`]).
     fn synced_read(
-        &self,
-        ids: &crate::bfrt_info::RegisterIds,
-        requests: Vec<register::Request>,
-    ) -> Result<rbfrt::register::Register, BackendError> {
+        &mut self,
+        ids: &RegisterIds,
+        indices: Option<&[u32]>,
+    ) -> Result<Vec<(usize, u64)>, BackendError> {
         let register = ids.register;
         let failed = |reason: String| BackendError::Register { register, reason };
+        let requests: Vec<pb::ReadRequest> = match indices {
+            None => vec![self.read_request(ids, &[None])],
+            Some(list) => list
+                .chunks(READ_CHUNK)
+                .map(|chunk| {
+                    let keys: Vec<Option<u32>> = chunk.iter().map(|i| Some(*i)).collect();
+                    self.read_request(ids, &keys)
+                })
+                .collect(),
+        };
+        let mut client = self.client.clone();
+        let cells = register.cells() as usize;
+        let mut out = Vec::with_capacity(indices.map_or(cells, <[u32]>::len));
+        let mut multi = 0u64;
         self.runtime.block_on(async {
             self.conn
                 .execute_operation(
@@ -426,60 +574,64 @@ impl BfrtBackend {
                 )
                 .await
                 .map_err(|e| failed(format!("sync: {e}")))?;
-            self.conn
-                .get_register_entries(requests)
-                .await
-                .map_err(|e| failed(format!("read: {e}")))
-        })
+            for request in requests {
+                let mut stream = client
+                    .read(request)
+                    .await
+                    .map_err(|e| failed(format!("read: {}", e.message())))?
+                    .into_inner();
+                while let Some(message) = stream
+                    .message()
+                    .await
+                    .map_err(|e| failed(format!("read: {}", e.message())))?
+                {
+                    for (index, pipes) in
+                        decode_register_response(ids, cells, message).map_err(&failed)?
+                    {
+                        let (value, several) = fold_pipes(&pipes);
+                        multi += u64::from(several);
+                        out.push((index, value));
+                    }
+                }
+            }
+            Ok::<_, BackendError>(())
+        })?;
+        self.multi_pipe_cells += multi;
+        Ok(out)
     }
 
-    /// The cells of a register read: each index with its value (a pair register's words
-    /// joined; one non-zero value across pipes, or their sum, counted in
-    /// `multi_pipe_cells`).
-    fn decode_cells(
-        &mut self,
-        ids: &crate::bfrt_info::RegisterIds,
-        read: &rbfrt::register::Register,
-    ) -> Result<Vec<(usize, u64)>, BackendError> {
-        let register = ids.register;
-        let failed = |reason: String| BackendError::Register { register, reason };
-        let cells = register.cells() as usize;
-        let mut out = Vec::with_capacity(read.entries().len());
-        for (index, entry) in read.entries() {
-            let i = *index as usize;
-            if i >= cells {
-                return Err(failed(format!("cell {i} of {cells}")));
-            }
-            let words = |name: &str| -> Result<Vec<u64>, BackendError> {
-                let pipes = entry
-                    .get(name)
-                    .ok_or_else(|| failed(format!("cell {i} has no field `{name}`")))?;
-                Ok(pipes.iter().map(|p| be(p)).collect())
-            };
-            let lo = words(&ids.lo.name)?;
-            let hi = match &ids.hi {
-                Some(h) => words(&h.name)?,
-                None => vec![0; lo.len()],
-            };
-            if lo.len() != hi.len() || lo.is_empty() {
-                return Err(failed(format!(
-                    "cell {i}: {} / {} pipe values",
-                    lo.len(),
-                    hi.len()
-                )));
-            }
-            let values: Vec<u64> = lo
-                .iter()
-                .zip(&hi)
-                .map(|(l, h)| (h << 32) | l)
-                .filter(|v| *v != 0)
-                .collect();
-            if values.len() > 1 {
-                self.multi_pipe_cells += 1;
-            }
-            out.push((i, values.iter().fold(0u64, |a, v| a.wrapping_add(*v))));
+    /// A register read: one `TableEntry` per key (None: no key, the whole register), as
+    /// rbfrt builds it (`$REGISTER_INDEX` is a uint32: 4 bytes big-endian; no flags —
+    /// `from_hw` would make bf_switchd read each cell from the hardware, where the
+    /// `SyncRegisters` before did one bulk copy).
+    fn read_request(&self, ids: &RegisterIds, keys: &[Option<u32>]) -> pb::ReadRequest {
+        let entity = |index: &Option<u32>| pb::Entity {
+            entity: Some(pb::entity::Entity::TableEntry(pb::TableEntry {
+                table_id: ids.table_id,
+                value: index.map(|i| {
+                    pb::table_entry::Value::Key(pb::TableKey {
+                        fields: vec![pb::KeyField {
+                            field_id: ids.index_id,
+                            match_type: Some(pb::key_field::MatchType::Exact(
+                                pb::key_field::Exact {
+                                    value: i.to_be_bytes().to_vec(),
+                                },
+                            )),
+                        }],
+                    })
+                }),
+                data: None,
+                is_default_entry: false,
+                entry_tgt: None,
+                table_flags: None,
+            })),
+        };
+        pb::ReadRequest {
+            target: Some(self.target),
+            client_id: self.client_id,
+            entities: keys.iter().map(entity).collect(),
+            p4_name: self.p4_name.clone(),
         }
-        Ok(out)
     }
 
     /// Whether mirror session `session` still sends to `port`, read back from the switch:
@@ -555,6 +707,171 @@ mod endpoint_tests {
                 error.contains(bad) && error.contains(says),
                 "{bad}: {error}"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::{decode_register_response, fold_pipes, pb};
+    use crate::bfrt_info::{FieldInfo, RegisterIds};
+    use hawkmesh_wire::dataplane::Register;
+
+    fn field(id: u32, name: &str) -> FieldInfo {
+        FieldInfo {
+            id,
+            name: name.into(),
+            width: 32,
+            match_type: String::new(),
+        }
+    }
+
+    fn pair() -> RegisterIds {
+        RegisterIds {
+            register: Register::SKETCH_KEY,
+            table_id: 0x0800_0001,
+            table_name: "pipe.Ingress.sketch_key".into(),
+            index_id: 65557,
+            lo: field(1, "Ingress.sketch_key.lo"),
+            hi: Some(field(2, "Ingress.sketch_key.hi")),
+        }
+    }
+
+    fn entry(table_id: u32, index: Option<Vec<u8>>, fields: Vec<(u32, Vec<u8>)>) -> pb::Entity {
+        pb::Entity {
+            entity: Some(pb::entity::Entity::TableEntry(pb::TableEntry {
+                table_id,
+                value: index.map(|value| {
+                    pb::table_entry::Value::Key(pb::TableKey {
+                        fields: vec![pb::KeyField {
+                            field_id: 65557,
+                            match_type: Some(pb::key_field::MatchType::Exact(
+                                pb::key_field::Exact { value },
+                            )),
+                        }],
+                    })
+                }),
+                data: Some(pb::TableData {
+                    action_id: 0,
+                    fields: fields
+                        .into_iter()
+                        .map(|(field_id, bytes)| pb::DataField {
+                            field_id,
+                            value: Some(pb::data_field::Value::Stream(bytes)),
+                        })
+                        .collect(),
+                }),
+                is_default_entry: false,
+                entry_tgt: None,
+                table_flags: None,
+            })),
+        }
+    }
+
+    fn reply(entities: Vec<pb::Entity>) -> pb::ReadResponse {
+        pb::ReadResponse {
+            entities,
+            status: vec![],
+        }
+    }
+
+    /// bf_switchd's shape on a two-pipe switch: per field id one value per pipe, the low
+    /// words first; the k-th low word goes with the k-th high word. Folding takes the one
+    /// non-zero pipe, and sums (and says so) when two hold values.
+    #[test]
+    fn a_multi_pipe_reply_pairs_words_by_pipe_and_folds() {
+        let ids = pair();
+        let be = |v: u32| v.to_be_bytes().to_vec();
+        let cells = decode_register_response(
+            &ids,
+            4096,
+            reply(vec![
+                entry(
+                    ids.table_id,
+                    Some(7u32.to_be_bytes().to_vec()),
+                    vec![(1, be(0xAAAA)), (1, be(0)), (2, be(0x1)), (2, be(0))],
+                ),
+                entry(
+                    ids.table_id,
+                    Some(9u32.to_be_bytes().to_vec()),
+                    vec![(1, be(5)), (1, be(6)), (2, be(0)), (2, be(1))],
+                ),
+            ]),
+        )
+        .expect("decodes");
+        assert_eq!(
+            cells,
+            vec![(7, vec![0x1_0000_AAAA, 0]), (9, vec![5, (1 << 32) | 6])]
+        );
+        assert_eq!(fold_pipes(&cells[0].1), (0x1_0000_AAAA, false));
+        assert_eq!(fold_pipes(&cells[1].1), (5 + (1 << 32) + 6, true));
+        assert_eq!(fold_pipes(&[0, 0]), (0, false));
+        // A single-word register: no high word; 8- and 16-bit streams decode as well.
+        let single = RegisterIds { hi: None, ..pair() };
+        let cells = decode_register_response(
+            &single,
+            4096,
+            reply(vec![entry(
+                ids.table_id,
+                Some(vec![0, 0, 0, 3]),
+                vec![(1, vec![0x01, 0x02])],
+            )]),
+        )
+        .expect("decodes");
+        assert_eq!(cells, vec![(3, vec![0x0102])]);
+    }
+
+    #[test]
+    fn a_malformed_reply_is_refused_naming_the_cell() {
+        let ids = pair();
+        let good = |i: u32| {
+            (
+                i.to_be_bytes().to_vec(),
+                vec![(1, vec![0, 1]), (2, vec![0])],
+            )
+        };
+        let (key, fields) = good(4);
+        for (entity, says) in [
+            (
+                entry(0x0800_0002, Some(key.clone()), fields.clone()),
+                "entry of table 0x08000002",
+            ),
+            (
+                entry(ids.table_id, None, fields.clone()),
+                "without an exact $REGISTER_INDEX",
+            ),
+            (
+                entry(
+                    ids.table_id,
+                    Some(5000u32.to_be_bytes().to_vec()),
+                    fields.clone(),
+                ),
+                "cell 5000 of 4096",
+            ),
+            (
+                entry(ids.table_id, Some(key.clone()), vec![(3, vec![1])]),
+                "cell 4: no data field with id 3",
+            ),
+            (
+                entry(
+                    ids.table_id,
+                    Some(key.clone()),
+                    vec![(1, vec![0; 9]), (2, vec![0])],
+                ),
+                "cell 4: 9 bytes in field 1",
+            ),
+            (
+                entry(
+                    ids.table_id,
+                    Some(key.clone()),
+                    vec![(1, vec![1]), (1, vec![2]), (2, vec![0])],
+                ),
+                "cell 4: 2 / 1 pipe values",
+            ),
+            (pb::Entity { entity: None }, "not a table entry"),
+        ] {
+            let e = decode_register_response(&ids, 4096, reply(vec![entity])).expect_err(says);
+            assert!(e.contains(says), "{says}: {e}");
         }
     }
 }
