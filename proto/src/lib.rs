@@ -72,4 +72,86 @@ pub mod tls {
             .identity(Identity::from_pem(read(cert)?, read(key)?))
             .domain_name(analyzer_name))
     }
+
+    /// The scheme and host of `scheme://host:port/...` (an IPv6 host without its
+    /// brackets).
+    pub fn endpoint_host(endpoint: &str) -> Result<(&str, &str), String> {
+        let (scheme, rest) = endpoint
+            .split_once("://")
+            .ok_or_else(|| format!("`{endpoint}` is not a URL (https://host:port)"))?;
+        let authority = rest.split('/').next().unwrap_or_default();
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+        };
+        if host.is_empty() {
+            return Err(format!("`{endpoint}` has no host"));
+        }
+        Ok((scheme, host))
+    }
+
+    /// The agents' rule for the analyzer they dial (the `[analyzer]` section of their
+    /// configuration): https with mutual TLS (`tls_complete`: `ca`, `cert` and `key` all
+    /// given), plaintext only to an analyzer on loopback. The error names the key.
+    pub fn check_analyzer_endpoint(endpoint: &str, tls_complete: bool) -> Result<(), String> {
+        let (scheme, host) =
+            endpoint_host(endpoint).map_err(|e| format!("analyzer.endpoint: {e}"))?;
+        match scheme {
+            "https" if !tls_complete => Err(
+                "analyzer: an https endpoint needs `ca`, `cert` and `key` (mutual TLS)".into(),
+            ),
+            "http" if !is_loopback(host) => Err(format!(
+                "analyzer.endpoint: plaintext is for a loopback analyzer only, not `{host}`; use https with `ca`, `cert` and `key`"
+            )),
+            "http" | "https" => Ok(()),
+            other => Err(format!(
+                "analyzer.endpoint: scheme `{other}`, expected https (or http on loopback)"
+            )),
+        }
+    }
+
+    fn is_loopback(host: &str) -> bool {
+        host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::{check_analyzer_endpoint, endpoint_host};
+
+        #[test]
+        fn analyzer_endpoints_take_mutual_tls_off_loopback() {
+            assert_eq!(
+                endpoint_host("https://[fd00::1]:50051/x"),
+                Ok(("https", "fd00::1"))
+            );
+            assert_eq!(
+                endpoint_host("http://analyzer:50051"),
+                Ok(("http", "analyzer"))
+            );
+            assert!(check_analyzer_endpoint("http://127.0.0.1:50051", false).is_ok());
+            assert!(check_analyzer_endpoint("http://[::1]:50051", false).is_ok());
+            assert!(check_analyzer_endpoint("https://analyzer:50051", true).is_ok());
+            for (bad, tls, says) in [
+                ("analyzer:50051", true, "is not a URL"),
+                ("https://:50051", true, "has no host"),
+                (
+                    "https://analyzer:50051",
+                    false,
+                    "needs `ca`, `cert` and `key`",
+                ),
+                (
+                    "http://10.0.0.9:50051",
+                    true,
+                    "loopback analyzer only, not `10.0.0.9`",
+                ),
+                ("ftp://127.0.0.1:50051", true, "scheme `ftp`"),
+            ] {
+                let e = check_analyzer_endpoint(bad, tls).expect_err(bad);
+                assert!(e.contains(says), "{bad}: {e}");
+            }
+        }
+    }
 }

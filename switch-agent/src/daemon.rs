@@ -26,7 +26,6 @@
 //!    deliver.
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
@@ -317,21 +316,12 @@ impl DaemonConfig {
             ));
         }
         BfrtEndpoint::parse(&self.bfrt.address).map_err(|e| bad(format!("bfrt.address: {e}")))?;
-        let (scheme, host) = endpoint_host(&self.analyzer.endpoint)
-            .map_err(|e| bad(format!("analyzer.endpoint: {e}")))?;
         let tls = [&self.analyzer.ca, &self.analyzer.cert, &self.analyzer.key];
-        match scheme {
-            "https" if tls.iter().any(|f| f.is_none()) => Err(bad(
-                "analyzer: an https endpoint needs `ca`, `cert` and `key` (mutual TLS)".into(),
-            )),
-            "http" if !is_loopback(host) => Err(bad(format!(
-                "analyzer.endpoint: plaintext is for a loopback analyzer only, not `{host}`; use https with `ca`, `cert` and `key`"
-            ))),
-            "http" | "https" => Ok(()),
-            other => Err(bad(format!(
-                "analyzer.endpoint: scheme `{other}`, expected https (or http on loopback)"
-            ))),
-        }?;
+        hawkmesh_proto::tls::check_analyzer_endpoint(
+            &self.analyzer.endpoint,
+            tls.iter().all(|f| f.is_some()),
+        )
+        .map_err(bad)?;
         let a = &self.agent;
         if a.chunk_bytes < 256 || a.cpu_queue == 0 || a.outbox_bytes == 0 {
             return Err(bad(
@@ -399,25 +389,6 @@ impl DaemonConfig {
             SwitchSetup::from_fabric(&fabric, &self.switch).map_err(|e| bad(e.to_string()))?;
         Ok((node, Some(setup)))
     }
-}
-
-fn endpoint_host(endpoint: &str) -> Result<(&str, &str), String> {
-    let (scheme, rest) = endpoint
-        .split_once("://")
-        .ok_or_else(|| format!("`{endpoint}` is not a URL (https://host:port)"))?;
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    if host.is_empty() {
-        return Err(format!("`{endpoint}` has no host"));
-    }
-    Ok((scheme, host))
-}
-
-fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// What the daemon did (also logged every minute while it runs).
@@ -546,7 +517,7 @@ fn analyzer_channel(config: &AnalyzerSection, runtime: &Handle) -> Result<Channe
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_while_idle(true);
     if config.endpoint.starts_with("https://") {
-        let (_, host) = endpoint_host(&config.endpoint).map_err(bad)?;
+        let (_, host) = hawkmesh_proto::tls::endpoint_host(&config.endpoint).map_err(bad)?;
         let name = config.name.clone().unwrap_or_else(|| host.to_string());
         let (Some(ca), Some(cert), Some(key)) = (&config.ca, &config.cert, &config.key) else {
             return Err(bad("mutual TLS needs ca, cert and key".into()));

@@ -438,21 +438,12 @@ impl DaemonConfig {
         if self.host.is_empty() {
             return Err(bad("host: empty; give the host's name in the fabric".into()));
         }
-        let (scheme, host) = endpoint_host(&self.analyzer.endpoint)
-            .map_err(|e| bad(format!("analyzer.endpoint: {e}")))?;
         let tls = [&self.analyzer.ca, &self.analyzer.cert, &self.analyzer.key];
-        match scheme {
-            "https" if tls.iter().any(|f| f.is_none()) => Err(bad(
-                "analyzer: an https endpoint needs `ca`, `cert` and `key` (mutual TLS)".into(),
-            )),
-            "http" if !is_loopback(host) => Err(bad(format!(
-                "analyzer.endpoint: plaintext is for a loopback analyzer only, not `{host}`; use https with `ca`, `cert` and `key`"
-            ))),
-            "http" | "https" => Ok(()),
-            other => Err(bad(format!(
-                "analyzer.endpoint: scheme `{other}`, expected https (or http on loopback)"
-            ))),
-        }?;
+        hawkmesh_proto::tls::check_analyzer_endpoint(
+            &self.analyzer.endpoint,
+            tls.iter().all(|f| f.is_some()),
+        )
+        .map_err(bad)?;
         let p = &self.probing;
         if p.port == 0 {
             return Err(bad("probing.port: 0 is not a port".into()));
@@ -681,26 +672,6 @@ impl DaemonConfig {
             .map(Some)
             .map_err(bad)
     }
-}
-
-/// The scheme and host of `scheme://host:port/...`.
-pub(crate) fn endpoint_host(endpoint: &str) -> Result<(&str, &str), String> {
-    let (scheme, rest) = endpoint
-        .split_once("://")
-        .ok_or_else(|| format!("`{endpoint}` is not a URL (https://host:port)"))?;
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    if host.is_empty() {
-        return Err(format!("`{endpoint}` has no host"));
-    }
-    Ok((scheme, host))
-}
-
-fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

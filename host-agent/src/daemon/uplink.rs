@@ -30,7 +30,7 @@ use tokio::sync::Notify;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use super::config::{endpoint_host, AnalyzerSection, DaemonError};
+use super::config::{AnalyzerSection, DaemonError};
 use super::metrics::Metrics;
 
 /// A request that gets no answer within this is given up (and, for a batch, sent again).
@@ -218,7 +218,7 @@ pub fn channel(config: &AnalyzerSection) -> Result<Channel, DaemonError> {
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_while_idle(true);
     if config.endpoint.starts_with("https://") {
-        let (_, host) = endpoint_host(&config.endpoint).map_err(bad)?;
+        let (_, host) = hawkmesh_proto::tls::endpoint_host(&config.endpoint).map_err(bad)?;
         let name = config.name.clone().unwrap_or_else(|| host.to_string());
         let (Some(ca), Some(cert), Some(key)) = (&config.ca, &config.cert, &config.key) else {
             return Err(bad("mutual TLS needs ca, cert and key".into()));
