@@ -7,7 +7,9 @@
 //!   the throughput-/latency-leaning presets;
 //! - [`sa`]: the knobs searched ([`hawkmesh_knobs`] gives their ranges and directions) and
 //!   Algorithm 1's guided simulated annealing, with the naive baseline and a safe rollback;
-//! - [`controller`]: the loop — KL trigger, search, what to dispatch each interval.
+//! - [`controller`]: the loop — KL trigger, search, what to dispatch each interval;
+//! - [`rounds`]: the controller of a deployed fabric — the ToRs' and hosts' reports of each
+//!   interval gathered (a silent ToR left behind), the setting versioned.
 //!
 //! Pure and deterministic (seeded); time is the caller's monitor interval. The ToR control
 //! planes read the sketches (switch agent), the knob writers apply settings (host agent,
@@ -15,6 +17,7 @@
 
 pub mod controller;
 pub mod fsd;
+pub mod rounds;
 pub mod sa;
 pub mod utility;
 
