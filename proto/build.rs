@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in [
         "proto/collector.proto",
         "proto/pingmesh.proto",
+        "proto/tuning.proto",
         "proto/bfruntime.proto",
         "proto/google/rpc/status.proto",
     ] {
@@ -14,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         [
             "proto/collector.proto",
             "proto/pingmesh.proto",
+            "proto/tuning.proto",
             "proto/bfruntime.proto",
         ],
         ["proto"],

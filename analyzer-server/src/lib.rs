@@ -26,6 +26,7 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 pub mod tls;
+pub mod tuning_service;
 
 use counters::{CounterSnapshot, Counters};
 use hawkmesh_analyzer::DiagnoseOptions;
@@ -70,6 +71,9 @@ pub struct ServerConfig {
     /// The pingmesh controller (R-Pingmesh: host agents' registration, pinglists, probe
     /// results and their analysis), or none.
     pub pingmesh: Option<pingmesh::PingmeshConfig>,
+    /// The PARALEON controller (ToRs' FSDs and hosts' metrics in, DCQCN/ECN settings out),
+    /// or none.
+    pub tuning: Option<tuning_service::TuningConfig>,
 }
 
 impl ServerConfig {
@@ -89,6 +93,7 @@ impl ServerConfig {
             connections: conn::ConnectionLimits::default(),
             tls: tls::TlsMode::PlaintextLoopback,
             pingmesh: None,
+            tuning: None,
         }
     }
 }
@@ -108,6 +113,9 @@ pub enum ServerError {
     /// The pingmesh controller could not start.
     #[error(transparent)]
     Pingmesh(#[from] pingmesh::SetupError),
+    /// The tuning controller's settings were refused.
+    #[error("tuning controller: {0}")]
+    Tuning(#[from] hawkmesh_tuner::sa::TunerError),
     /// A listen address could not be bound.
     #[error("binding {addr}: {source}")]
     Bind {
@@ -131,6 +139,8 @@ pub struct RunningServer {
     pub incidents: Arc<Mutex<IncidentSet>>,
     /// The pingmesh controller, when it runs.
     pub pingmesh: Option<pingmesh_service::PingmeshShared>,
+    /// The tuning controller, when it runs.
+    pub tuning: Option<tuning_service::TuningShared>,
     counters: Arc<Counters>,
     shutdown: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<()>>,
@@ -204,6 +214,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         }
         None => None,
     };
+    let tuning = match &config.tuning {
+        Some(t) => Some(tuning_service::TuningShared::new(t)?),
+        None => None,
+    };
     let incidents = Arc::new(Mutex::new(set));
     let bind = |addr: SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)
@@ -242,6 +256,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let pingmesh_grpc = pingmesh
         .as_ref()
         .map(|shared| pingmesh_service::PingmeshGrpc::new(shared.clone(), tls_on));
+    let tuning_grpc = tuning
+        .as_ref()
+        .map(|shared| tuning_service::TuningService::new(shared.clone(), tls_on).into_server());
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder
@@ -255,6 +272,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .add_service(service)
             .add_optional_service(pingmesh_grpc)
+            .add_optional_service(tuning_grpc)
             .serve_with_incoming_shutdown(incoming, stop_requested(rx))
             .await;
         if let Err(error) = served {
@@ -268,6 +286,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let mut app = http::router(incidents.clone(), pingmesh.clone());
     if let Some(shared) = &pingmesh {
         app = app.merge(pingmesh_service::router(shared.clone()));
+    }
+    if let Some(shared) = &tuning {
+        app = app.merge(tuning_service::router(shared.clone()));
     }
     let failures = counters.clone();
     tasks.push(tokio::spawn(async move {
@@ -356,6 +377,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         http_addr,
         incidents,
         pingmesh,
+        tuning,
         counters,
         shutdown,
         tasks,

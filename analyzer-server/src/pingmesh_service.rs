@@ -188,23 +188,7 @@ impl PingmeshService {
 
     /// With mutual TLS, `host` must be the certificate's name.
     fn check_identity<T>(&self, request: &Request<T>, host: &str) -> Result<(), Status> {
-        if !self.identified {
-            return Ok(());
-        }
-        let certs = request
-            .peer_certs()
-            .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
-        let first = certs
-            .first()
-            .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
-        let name =
-            crate::tls::peer_identity(first).map_err(|e| Status::unauthenticated(e.to_string()))?;
-        if name != host {
-            return Err(Status::permission_denied(format!(
-                "the client certificate is {name}'s; it may not speak for {host}"
-            )));
-        }
-        Ok(())
+        crate::tls::check_identity(request, self.identified, host)
     }
 }
 

@@ -64,6 +64,7 @@ async fn serve(dir: &Path, topology: &FabricTopology) -> RunningServer {
         connections: crate::conn::ConnectionLimits::default(),
         tls: crate::tls::TlsMode::PlaintextLoopback,
         pingmesh: None,
+        tuning: None,
     })
     .await
     .unwrap()

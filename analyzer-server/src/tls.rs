@@ -236,6 +236,32 @@ impl Pki {
     }
 }
 
+/// With mutual TLS (`identified`), `name` — the device a request speaks for — must be the
+/// name on the client's certificate: an agent may only speak for itself.
+pub fn check_identity<T>(
+    request: &tonic::Request<T>,
+    identified: bool,
+    name: &str,
+) -> Result<(), tonic::Status> {
+    if !identified {
+        return Ok(());
+    }
+    let certs = request
+        .peer_certs()
+        .ok_or_else(|| tonic::Status::unauthenticated("no client certificate"))?;
+    let first = certs
+        .first()
+        .ok_or_else(|| tonic::Status::unauthenticated("no client certificate"))?;
+    let identity =
+        peer_identity(first).map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+    if identity != name {
+        return Err(tonic::Status::permission_denied(format!(
+            "the client certificate is {identity}'s; it may not speak for {name}"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,6 +72,7 @@ async fn a_flood_of_idle_connections_and_incidents_leaves_others_served_in_bound
         },
         tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
         pingmesh: None,
+        tuning: None,
     })
     .await
     .unwrap();

@@ -52,6 +52,7 @@ async fn serve(dir: &Path, topology: &FabricTopology, timeout_ms: u64) -> Runnin
         connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
         tls: hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback,
         pingmesh: None,
+        tuning: None,
     })
     .await
     .unwrap()

@@ -25,6 +25,7 @@ fn scratch(name: &str) -> PathBuf {
 
 async fn serve(dir: &Path, pki: &Pki) -> RunningServer {
     let (topology, _, _) = sample_pfc_storm().unwrap();
+    let tuning = hawkmesh_analyzer_server::tuning_service::TuningConfig::for_fabric(&topology);
     start(ServerConfig {
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
         http_addr: "127.0.0.1:0".parse().unwrap(),
@@ -41,6 +42,7 @@ async fn serve(dir: &Path, pki: &Pki) -> RunningServer {
             client_ca: pki.cert_path("ca"),
         },
         pingmesh: Some(Default::default()),
+        tuning: Some(tuning),
     })
     .await
     .unwrap()
@@ -197,7 +199,24 @@ async fn agents_report_over_mutual_tls_for_their_own_switch_only() {
         .connect()
         .await
         .unwrap();
-    let mut host_agent = PingmeshControllerClient::new(channel);
+    let mut host_agent = PingmeshControllerClient::new(channel.clone());
+    // The tuning controller holds devices to their certificates too.
+    let mut tuning =
+        hawkmesh_proto::v1::tuning_controller_client::TuningControllerClient::new(channel);
+    let ask = |device: &str| pb::SettingRequest {
+        device: device.to_string(),
+    };
+    let denied = tuning.get_setting(ask(&hosts[1].name)).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    assert_eq!(
+        tuning
+            .get_setting(ask(&hosts[0].name))
+            .await
+            .unwrap()
+            .into_inner()
+            .version,
+        1
+    );
     host_agent.register(registration(hosts[0])).await.unwrap();
     let denied = host_agent
         .register(registration(hosts[1]))
@@ -256,6 +275,7 @@ async fn plaintext_is_refused_off_loopback() {
         connections: ConnectionLimits::default(),
         tls: TlsMode::PlaintextLoopback,
         pingmesh: None,
+        tuning: None,
     })
     .await
     .expect_err("plaintext on every address");

@@ -247,6 +247,10 @@ enum AnalyzerCommand {
         /// Run without the pingmesh controller (switch telemetry only).
         #[arg(long)]
         no_pingmesh: bool,
+        /// Run without the PARALEON tuning controller (`hawkmesh.v1.TuningController`:
+        /// the ToRs' FSDs and hosts' metrics in, versioned DCQCN/ECN settings out).
+        #[arg(long)]
+        no_tuning: bool,
     },
 }
 
@@ -384,6 +388,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     plaintext,
                     pingmesh_period_s,
                     no_pingmesh,
+                    no_tuning,
                 },
         } => {
             let tls = match (tls_cert, tls_key, client_ca) {
@@ -437,7 +442,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 timeout_ms,
                 retention,
                 tls,
-                pingmesh,
+                (pingmesh, !no_tuning),
             )
         }
         Command::Pki { command } => match command {
@@ -655,7 +660,11 @@ fn serve(
     timeout_ms: u64,
     retention: hawkmesh_analyzer_server::incidents::Retention,
     tls: hawkmesh_analyzer_server::tls::TlsMode,
-    pingmesh: Option<hawkmesh_analyzer_server::pingmesh::PingmeshConfig>,
+    // The pingmesh controller's settings (none: off), and whether the tuning controller runs.
+    (pingmesh, tuning): (
+        Option<hawkmesh_analyzer_server::pingmesh::PingmeshConfig>,
+        bool,
+    ),
 ) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(topology)
         .with_context(|| format!("reading {}", topology.display()))?;
@@ -673,6 +682,8 @@ fn serve(
         hawkmesh_analyzer_server::tls::TlsMode::Mutual { .. } => "mutual TLS",
         hawkmesh_analyzer_server::tls::TlsMode::PlaintextLoopback => "plaintext, loopback",
     };
+    let tuning = tuning
+        .then(|| hawkmesh_analyzer_server::tuning_service::TuningConfig::for_fabric(&topology));
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let server = hawkmesh_analyzer_server::start(hawkmesh_analyzer_server::ServerConfig {
@@ -687,6 +698,7 @@ fn serve(
             connections: hawkmesh_analyzer_server::conn::ConnectionLimits::default(),
             tls,
             pingmesh,
+            tuning,
         })
         .await
         .map_err(|e| match e {

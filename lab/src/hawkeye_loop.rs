@@ -883,6 +883,7 @@ pub fn run(loaded: &LoadedScenario, config: &LoopConfig) -> Result<LoopOutcome, 
                     }),
                     _ => None,
                 },
+                tuning: None,
             }))
             .map_err(|e| LoopError::Analyzer(e.to_string()))?;
         let endpoint = format!("http://{}", server.grpc_addr);

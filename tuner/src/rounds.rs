@@ -186,6 +186,11 @@ impl Rounds {
         self.stats
     }
 
+    /// The last interval closed.
+    pub fn closed(&self) -> Option<u64> {
+        self.closed
+    }
+
     fn admit(&mut self, who: &str, interval: u64) -> Result<(), RoundError> {
         match self.closed {
             Some(closed) if interval <= closed => Err(RoundError::Closed {
