@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hawkmesh_analyzer_server::tuning_service::TuningConfig;
 use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
 use hawkmesh_bfrt_model::{BfrtServer, Device};
 use hawkmesh_dataplane::hawkeye::{program, HawkeyeParams};
@@ -19,7 +20,8 @@ use hawkmesh_dataplane::ir::Program;
 use hawkmesh_dataplane::model::{IngressInput, Model, Routing};
 use hawkmesh_dataplane::packets::{self, Polling};
 use hawkmesh_proto::v1::collector_client::CollectorClient;
-use hawkmesh_proto::v1::IncidentRequest;
+use hawkmesh_proto::v1::tuning_controller_client::TuningControllerClient;
+use hawkmesh_proto::v1::{HostInterval, IncidentRequest};
 use hawkmesh_switch_agent::cpu_port::CpuPort;
 use hawkmesh_switch_agent::daemon::{run, DaemonConfig, DaemonSummary};
 use hawkmesh_wire::dataplane::{CPU_MIRROR_SESSION, CPU_PORT};
@@ -329,5 +331,161 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
     assert!(summary.switch_reconnects >= 2, "{summary:?}");
     analyzer_rt.block_on(analyzer.stop());
     drop(bfrt);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// PARALEON on the ToR: with `[tuning]`, the daemon reads the switch's sketch every
+/// interval and reports the ToR's FSD to the analyzer's tuning controller (the test reports
+/// h0's metrics as its host agent would); as the distribution changes (many small flows
+/// growing, then a few large ones), the controller starts a search and the daemon writes
+/// the new setting's ECN profile into the switch's `ecn_profile` table.
+#[test]
+fn the_daemon_reports_its_fsd_and_writes_the_tuned_ecn_profile() {
+    if skip() {
+        return;
+    }
+    let dir = scratch("switch-tuning");
+    let topology: FabricTopology = serde_json::from_str(FABRIC).expect("fabric");
+    std::fs::write(dir.join("topology.json"), FABRIC).expect("write topology");
+    let ns = Netns::new();
+    let [switch_side, host_side] = ns.open(["cpu-sw", "cpu-host"]);
+    let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
+    let device = Arc::new(Mutex::new(fresh_device(&program)));
+    let started = Instant::now();
+    let switch = Switch {
+        program: program.clone(),
+        device: device.clone(),
+        cpu: switch_side,
+        clock: Box::new(move || started.elapsed().as_nanos() as u64),
+    };
+    let bfrt_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let _bfrt = serve_bfrt(&device, bfrt_port);
+    let analyzer_rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut config = ServerConfig::loopback(
+        topology.clone(),
+        dir.join("analyzer"),
+        "127.0.0.1:0".parse().expect("addr"),
+    );
+    config.tuning = Some(TuningConfig {
+        tors: vec!["l0".into()],
+        hosts: vec!["h0".into()],
+        ..TuningConfig::for_fabric(&topology)
+    });
+    let analyzer = analyzer_rt.block_on(start(config)).expect("analyzer");
+    let grpc = analyzer.grpc_addr;
+    let config_path = dir.join("switch-agent.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "switch = \"l0\"\ntopology = \"{}\"\n\n[bfrt]\naddress = \"127.0.0.1:{bfrt_port}\"\n\n\
+             [cpu_port]\ninterface = \"cpu-host\"\n\n[analyzer]\nendpoint = \"http://{grpc}\"\n\n\
+             [tuning]\ninterval_ms = 250\n",
+            dir.join("topology.json").display()
+        ),
+    )
+    .expect("write config");
+    let config = DaemonConfig::load(&config_path).expect("config");
+    let daemon_rt = tokio::runtime::Runtime::new().expect("runtime");
+    let stop = Arc::new(AtomicBool::new(false));
+    let daemon = {
+        let (handle, stop) = (daemon_rt.handle().clone(), stop.clone());
+        std::thread::spawn(move || run(&config, host_side, handle, stop))
+    };
+    wait_for("the switch's set-up", Duration::from_secs(20), || {
+        switch.programmed()
+    });
+    let ecn_entries = || {
+        device
+            .lock()
+            .unwrap()
+            .model
+            .table_len(hawkmesh_wire::dataplane::Table::ECN_PROFILE.name())
+            .expect("the program has ecn_profile")
+    };
+    assert_eq!(ecn_entries(), 0, "no ECN profile before tuning");
+    let tuning = analyzer.tuning.clone().expect("the tuning controller runs");
+    // h0's host agent: its metrics for the current and the next two intervals (250 ms
+    // each, numbered by the Unix clock; long enough for a debug build's readout), every
+    // 50 ms, so they are in before l0 closes them.
+    let host_done = Arc::new(AtomicBool::new(false));
+    let host = {
+        let done = host_done.clone();
+        let handle = analyzer_rt.handle().clone();
+        std::thread::spawn(move || {
+            let mut client = handle
+                .block_on(TuningControllerClient::connect(format!("http://{grpc}")))
+                .expect("connect");
+            while !done.load(Ordering::Acquire) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("clock")
+                    .as_nanos() as u64
+                    / 250_000_000;
+                for interval in now..now + 3 {
+                    // An interval closed meanwhile is refused: nothing to do.
+                    let _ = handle.block_on(client.report_host(HostInterval {
+                        host: "h0".into(),
+                        interval,
+                        uplink_utilisation: vec![0.5],
+                        normalised_rtt: vec![0.5],
+                        pause_fraction: vec![0.0],
+                    }));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    // Traffic from h0 into l0 every 5 ms: first many two-packet flows, then a few long ones.
+    let mut seq = 0u32;
+    let mut send = |flows: u16, packets: u32| {
+        for f in 0..flows {
+            let flow = FiveTuple::rocev2([10, 0, 0, 1], 1_000 + f, [10, 0, 1, 1]);
+            for _ in 0..packets {
+                seq = seq.wrapping_add(1);
+                switch.send(
+                    &packets::rocev2_data(&program, &flow, 0, 2, 64, seq, 1062),
+                    0,
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let phase = Instant::now();
+    while tuning.status().expect("status").stats.closed < 3 {
+        assert!(
+            phase.elapsed() < Duration::from_secs(20),
+            "no intervals: {:?}",
+            tuning.status()
+        );
+        send(30, 2);
+    }
+    // Until a whole profile is in: l0's three ports, 2^8 draws each (the daemon writes
+    // them entry by entry).
+    let phase = Instant::now();
+    while ecn_entries() < 3 * 256 {
+        assert!(
+            phase.elapsed() < Duration::from_secs(30),
+            "no setting written ({} entries): {:?}",
+            ecn_entries(),
+            tuning.status()
+        );
+        send(3, 60);
+    }
+    let status = tuning.status().expect("status");
+    assert!(status.version >= 2 && status.searches >= 1, "{status:?}");
+    assert_eq!(ecn_entries(), 3 * 256);
+    host_done.store(true, Ordering::Release);
+    host.join().expect("host thread");
+    stop.store(true, Ordering::Release);
+    let summary: DaemonSummary = daemon
+        .join()
+        .expect("daemon thread")
+        .expect("the daemon ran");
+    assert!(summary.tuning_reports >= 4, "{summary:?}");
+    assert!(summary.settings_applied >= 1, "{summary:?}");
+    analyzer_rt.block_on(analyzer.stop());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -802,6 +802,12 @@ fn switch_agent(config: &Path) -> anyhow::Result<()> {
         summary.events_unreported,
         summary.switch_reconnects
     );
+    if config.tuning.is_some() {
+        println!(
+            "tuning: {} intervals reported, {} not, {} settings written",
+            summary.tuning_reports, summary.tuning_failures, summary.settings_applied
+        );
+    }
     if summary.reports_unsent + summary.reports_dropped + summary.events_unreported > 0 {
         anyhow::bail!("some polling events were not delivered to the analyzer");
     }

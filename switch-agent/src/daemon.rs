@@ -32,7 +32,9 @@ use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hawkmesh_proto::v1 as pb_v1;
 use hawkmesh_proto::v1::collector_client::CollectorClient;
+use hawkmesh_proto::v1::tuning_controller_client::TuningControllerClient;
 use hawkmesh_proto::v1::ReportChunk;
 use hawkmesh_wire::dataplane::{CPU_MIRROR_SESSION, CPU_PORT};
 use hawkmesh_wire::polling::Polling;
@@ -122,6 +124,43 @@ pub struct DaemonConfig {
     /// Agent settings.
     #[serde(default)]
     pub agent: AgentSection,
+    /// PARALEON on this ToR (absent: off).
+    #[serde(default)]
+    pub tuning: Option<TuningSection>,
+}
+
+/// `[tuning]`: every `interval_ms` the switch's sketch is read into the ToR's flow states
+/// and its local FSD and ports' pause shares reported to the analyzer's tuning controller;
+/// a new setting's ECN knobs are written into the program's ECN table.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TuningSection {
+    /// λ_MI, ms (PARALEON's testbed: 30).
+    #[serde(default = "default_tuning_ms")]
+    pub interval_ms: u64,
+    /// Bytes a sketch packet stands for (RoCEv2 at a 1,024-byte MTU: 1,082).
+    #[serde(default = "default_packet_bytes")]
+    pub packet_bytes: u64,
+    /// Ports whose ECN profile the controller sets and whose pause share is reported
+    /// (default: the switch's ports in the fabric description).
+    #[serde(default)]
+    pub ports: Option<Vec<u16>>,
+    /// The ports' speed, Gbit/s: the ECN profile assumed in force at start is the knob
+    /// table's default at it.
+    #[serde(default = "default_tuning_gbps")]
+    pub gbps: f64,
+}
+
+fn default_tuning_ms() -> u64 {
+    30
+}
+
+fn default_packet_bytes() -> u64 {
+    1_082
+}
+
+fn default_tuning_gbps() -> f64 {
+    100.0
 }
 
 /// `[bfrt]`.
@@ -322,6 +361,28 @@ impl DaemonConfig {
             tls.iter().all(|f| f.is_some()),
         )
         .map_err(bad)?;
+        if let Some(t) = &self.tuning {
+            if !(1..=60_000).contains(&t.interval_ms) {
+                return Err(bad(format!(
+                    "tuning.interval_ms {}: must be in 1..=60000",
+                    t.interval_ms
+                )));
+            }
+            if !(64..=16_384).contains(&t.packet_bytes) {
+                return Err(bad(format!(
+                    "tuning.packet_bytes {}: must be in 64..=16384",
+                    t.packet_bytes
+                )));
+            }
+            if !(t.gbps.is_finite() && t.gbps > 0.0 && t.gbps <= 1_600.0) {
+                return Err(bad(format!("tuning.gbps {}: must be in (0, 1600]", t.gbps)));
+            }
+            if t.ports.is_none() && self.topology.is_none() {
+                return Err(bad(
+                    "tuning: give `ports`, or `topology` (the switch's ports come from it)".into(),
+                ));
+            }
+        }
         let a = &self.agent;
         if a.chunk_bytes < 256 || a.cpu_queue == 0 || a.outbox_bytes == 0 {
             return Err(bad(
@@ -414,6 +475,12 @@ pub struct DaemonStats {
     pub reports_dropped: AtomicU64,
     /// Reconnections to the switch.
     pub switch_reconnects: AtomicU64,
+    /// Tuning intervals reported to the controller.
+    pub tuning_reports: AtomicU64,
+    /// Tuning intervals not reported (a failed readout or report).
+    pub tuning_failures: AtomicU64,
+    /// Settings written (new versions).
+    pub settings_applied: AtomicU64,
 }
 
 /// What a daemon run did, at its end.
@@ -439,6 +506,12 @@ pub struct DaemonSummary {
     pub send_failures: u64,
     /// CPU frames dropped at the agent's queue.
     pub cpu_dropped: u64,
+    /// Tuning intervals reported.
+    pub tuning_reports: u64,
+    /// Tuning intervals not reported.
+    pub tuning_failures: u64,
+    /// Tuned settings written.
+    pub settings_applied: u64,
 }
 
 /// A report waiting for the analyzer's acknowledgement.
@@ -693,6 +766,7 @@ pub fn run(
     }));
     let wake = Arc::new(Notify::new());
     let closing = Arc::new(AtomicBool::new(false));
+    let channel_for_tuning = channel.clone();
     let sender = runtime.spawn(deliver(
         channel,
         outbox.clone(),
@@ -711,6 +785,25 @@ pub fn run(
         reader_stop.clone(),
     )
     .map_err(|e| DaemonError::CpuPort(format!("starting the reader thread: {e}")))?;
+
+    let mut tuner = config.tuning.as_ref().map(|t| {
+        let ports: Vec<u16> = t.ports.clone().unwrap_or_else(|| {
+            setup
+                .as_ref()
+                .map(|s| s.port_gbps.keys().copied().collect())
+                .unwrap_or_default()
+        });
+        crate::tuning::TorTuning::new(crate::tuning::TorTuningConfig {
+            interval_ns: t.interval_ms.saturating_mul(1_000_000),
+            packet_bytes: t.packet_bytes,
+            pause_ports: ports.clone(),
+            ecn_ports: ports,
+            profile: crate::tuning::default_profile(t.gbps),
+        })
+    });
+    let tuning_client = TuningControllerClient::new(channel_for_tuning);
+    let (tuning_tx, tuning_rx) = sync_channel::<Result<pb_v1::TuningReply, String>>(64);
+    let mut tuning_failing = false;
 
     let mut agent = SwitchAgent::new(config.agent_config(node), backend);
     let mut last_log = Instant::now();
@@ -801,6 +894,70 @@ pub fn run(
                 }
             }
         }
+        if let Some(t) = tuner.as_mut() {
+            // Between polling events: an interval's readout holds the loop for a few ms.
+            if agent.waiting() == 0 && !stopping {
+                if let Some(interval) = t.due(unix_ns()) {
+                    match t.measure(agent.backend_mut(), &config.switch, interval) {
+                        Ok(report) => {
+                            let mut client = tuning_client.clone();
+                            let tx = tuning_tx.clone();
+                            runtime.spawn(async move {
+                                let reply = tokio::time::timeout(
+                                    TUNING_REPLY_WAIT,
+                                    client.report_tor(report),
+                                )
+                                .await;
+                                let result = match reply {
+                                    Ok(Ok(r)) => Ok(r.into_inner()),
+                                    Ok(Err(status)) => Err(status.message().to_string()),
+                                    Err(_) => Err("no reply in time".to_string()),
+                                };
+                                // A full queue drops the reply: the next one carries the
+                                // same setting.
+                                let _ = tx.try_send(result);
+                            });
+                        }
+                        Err(e) => {
+                            stats.tuning_failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!("tuning interval {interval}: the readout failed: {e}");
+                        }
+                    }
+                }
+            }
+            while let Ok(result) = tuning_rx.try_recv() {
+                match result {
+                    Ok(reply) => {
+                        stats.tuning_reports.fetch_add(1, Ordering::Relaxed);
+                        tuning_failing = false;
+                        match t.apply(agent.backend_mut(), &reply) {
+                            Ok(Some(version)) => {
+                                stats.settings_applied.fetch_add(1, Ordering::Relaxed);
+                                let p = t.profile();
+                                tracing::info!(
+                                    "tuning: setting {version} written (ECN Kmin {} B, Kmax {} B, Pmax {})",
+                                    p.kmin_bytes,
+                                    p.kmax_bytes,
+                                    p.pmax
+                                );
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                tracing::warn!("tuning: setting {} not written: {e}", reply.version)
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        stats.tuning_failures.fetch_add(1, Ordering::Relaxed);
+                        // Once per outage, not once per interval.
+                        if !tuning_failing {
+                            tracing::warn!("tuning: the controller did not take a report: {e}");
+                        }
+                        tuning_failing = true;
+                    }
+                }
+            }
+        }
         if (stopping || reader_error.is_some()) && agent.waiting() == 0 {
             break;
         }
@@ -874,6 +1031,16 @@ fn stamped(clock: &SwitchClock, mut frame: CpuFrame) -> CpuFrame {
     frame
 }
 
+/// How long a tuning report waits for the controller's reply.
+const TUNING_REPLY_WAIT: Duration = Duration::from_secs(2);
+
+/// Now on the Unix clock, ns (the fabric's interval numbering).
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 fn summary(
     stats: &DaemonStats,
     polling_copies: u64,
@@ -892,6 +1059,9 @@ fn summary(
         switch_reconnects: get(&stats.switch_reconnects),
         send_failures: get(&stats.send_failures),
         cpu_dropped: get(&stats.cpu_dropped),
+        tuning_reports: get(&stats.tuning_reports),
+        tuning_failures: get(&stats.tuning_failures),
+        settings_applied: get(&stats.settings_applied),
     }
 }
 
@@ -984,6 +1154,14 @@ endpoint = "http://127.0.0.1:50051"
             (
                 MINIMAL.replace("[bfrt]", "[bfrt]\nport = 1"),
                 "agent.toml: TOML parse error at line",
+            ),
+            (
+                format!("{MINIMAL}[tuning]\ninterval_ms = 0\nports = [1]\n"),
+                "agent.toml: tuning.interval_ms 0: must be in 1..=60000",
+            ),
+            (
+                format!("{MINIMAL}[tuning]\n"),
+                "agent.toml: tuning: give `ports`, or `topology`",
             ),
         ];
         for (text, expected) in cases {

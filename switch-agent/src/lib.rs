@@ -24,6 +24,8 @@ pub mod port_counters;
 pub mod setup;
 pub mod sketch;
 pub mod transport;
+#[cfg(feature = "daemon")]
+pub mod tuning;
 
 pub use agent::{
     AgentConfig, AgentError, AgentStats, Collection, SwitchAgent, DEFAULT_EVENTS_PER_PORT_PER_SEC,

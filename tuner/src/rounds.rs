@@ -11,8 +11,9 @@
 //! not stall tuning: an interval still open when a ToR reports one [`Rounds::HORIZON`]
 //! intervals later is closed with the ToRs that did report (counted in
 //! [`RoundStats::incomplete`]). The ToRs' reports move the intervals on; hosts' reports
-//! join them. At most 2 × `HORIZON` intervals are held open: a report that would open
-//! another is refused.
+//! join them: a host may not open an interval more than `HORIZON` ahead of the newest ToR
+//! report, nor one more when 2 × `HORIZON` are open (a ToR's report closes the intervals it
+//! leaves behind, so the open ones stay bounded).
 //!
 //! Interval numbers are the devices' clocks divided by λ_MI (the devices keep time with
 //! PTP or NTP, as a fabric's switches and hosts do): the same number is the same interval
@@ -191,28 +192,37 @@ impl Rounds {
         self.closed
     }
 
-    fn admit(&mut self, who: &str, interval: u64) -> Result<(), RoundError> {
-        match self.closed {
-            Some(closed) if interval <= closed => Err(RoundError::Closed {
-                who: who.to_string(),
-                interval,
-                closed,
-            }),
-            _ if !self.open.contains_key(&interval)
-                && self.open.len() as u64 >= 2 * Self::HORIZON =>
-            {
-                Err(RoundError::Invalid {
+    /// Whether a report for `interval` may be taken. A ToR's always moves the intervals on
+    /// (the ones it leaves `HORIZON` behind close); a host's may not open an interval beyond
+    /// `HORIZON` after the newest ToR report, nor one more when 2 × `HORIZON` are open.
+    fn admit(&mut self, who: &str, interval: u64, tor: bool) -> Result<(), RoundError> {
+        if let Some(closed) = self.closed {
+            if interval <= closed {
+                return Err(RoundError::Closed {
                     who: who.to_string(),
                     interval,
-                    what: format!(
-                        "{} intervals are open already (from {})",
-                        self.open.len(),
-                        self.open.keys().next().copied().unwrap_or_default()
-                    ),
-                })
+                    closed,
+                });
             }
-            _ => Ok(()),
         }
+        if tor || self.open.contains_key(&interval) {
+            return Ok(());
+        }
+        let ahead = self
+            .newest
+            .is_some_and(|n| interval > n.saturating_add(Self::HORIZON));
+        if ahead || self.open.len() as u64 >= 2 * Self::HORIZON {
+            return Err(RoundError::Invalid {
+                who: who.to_string(),
+                interval,
+                what: format!(
+                    "ahead of the ToRs (at {}) or {} intervals open already",
+                    self.newest.map_or("none".to_string(), |n| n.to_string()),
+                    self.open.len()
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn refuse<T>(&mut self, e: RoundError) -> Result<T, RoundError> {
@@ -238,7 +248,7 @@ impl Rounds {
         {
             return self.refuse(invalid(e));
         }
-        if let Err(e) = self.admit(&format!("ToR `{}`", report.tor), report.interval) {
+        if let Err(e) = self.admit(&format!("ToR `{}`", report.tor), report.interval, true) {
             return self.refuse(e);
         }
         let open = self.open.entry(report.interval).or_default();
@@ -275,7 +285,7 @@ impl Rounds {
                 what,
             });
         }
-        if let Err(e) = self.admit(&format!("host `{}`", report.host), report.interval) {
+        if let Err(e) = self.admit(&format!("host `{}`", report.host), report.interval, false) {
             return self.refuse(e);
         }
         let m = &mut self.open.entry(report.interval).or_default().metrics;
@@ -447,13 +457,20 @@ mod tests {
             e.to_string(),
             "ToR `tor1`: interval 2 is closed (the controller is at 5)"
         );
-        // Hosts cannot hold more than 2 × HORIZON intervals open.
-        let mut refused = 0;
-        for t in 100..120 {
-            refused += usize::from(r.report_host(host(t)).is_err());
-        }
-        assert_eq!(r.open.len() as u64, 2 * Rounds::HORIZON);
-        assert_eq!(refused, 20 - (2 * Rounds::HORIZON as usize - 4));
+        // Hosts cannot open intervals far ahead of the ToRs (at 9), nor many of them.
+        assert!(r.report_host(host(100)).is_err());
+        let accepted = (10..30).filter(|t| r.report_host(host(*t)).is_ok()).count();
+        assert_eq!(accepted as u64, Rounds::HORIZON);
+        assert!(r.open.len() as u64 <= 2 * Rounds::HORIZON);
+        // The ToR's next report is taken whatever the hosts opened, and closes what it
+        // leaves behind.
+        let closed = r.report_tor(tor("tor0", 20, &mice)).unwrap();
+        assert!(!closed.is_empty());
+        assert!(
+            r.open.keys().all(|t| *t > 20 - Rounds::HORIZON),
+            "{:?}",
+            r.open.keys()
+        );
     }
 
     #[test]
