@@ -87,10 +87,38 @@ pub struct DaemonConfig {
     /// HAWKEYE polling when a traced service connection's RTT crosses the threshold.
     #[serde(default)]
     pub polling: PollingSection,
+    /// PARALEON: the RNICs' metrics to the analyzer's tuning controller every interval, its
+    /// DCQCN settings into the RNICs (absent: off).
+    #[serde(default)]
+    pub tuning: Option<TuningSection>,
     /// The RNICs (or, on kernel UDP, the interfaces standing for them) the agent probes
     /// from and answers on.
     #[serde(rename = "interface")]
     pub interfaces: Vec<InterfaceSection>,
+}
+
+/// `[tuning]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TuningSection {
+    /// λ_MI, ms (the ToRs' interval; PARALEON's testbed: 30).
+    #[serde(default = "default_tuning_ms")]
+    pub interval_ms: u64,
+    /// Where sysfs is (`/`; a lab's fake tree).
+    #[serde(default = "default_sysfs_root")]
+    pub sysfs_root: PathBuf,
+    /// The RNICs' interface names, in `[[interface]]` order (default: the interface holding
+    /// each one's address).
+    #[serde(default)]
+    pub netdevs: Option<Vec<String>>,
+}
+
+fn default_tuning_ms() -> u64 {
+    30
+}
+
+fn default_sysfs_root() -> PathBuf {
+    PathBuf::from("/")
 }
 
 /// `[analyzer]`.
@@ -435,6 +463,25 @@ impl DaemonConfig {
             path: origin.to_string(),
             reason,
         };
+        if let Some(t) = &self.tuning {
+            if !(1..=60_000).contains(&t.interval_ms) {
+                return Err(bad(format!(
+                    "tuning.interval_ms {}: must be in 1..=60000",
+                    t.interval_ms
+                )));
+            }
+            if let Some(n) = &t.netdevs {
+                if n.len() != self.interfaces.len()
+                    || n.iter().any(|d| d.is_empty() || d.contains('/'))
+                {
+                    return Err(bad(format!(
+                        "tuning.netdevs: one interface name per [[interface]] ({}), got {:?}",
+                        self.interfaces.len(),
+                        n
+                    )));
+                }
+            }
+        }
         if self.host.is_empty() {
             return Err(bad("host: empty; give the host's name in the fabric".into()));
         }
@@ -819,6 +866,17 @@ id = 0x0a01
                      [[port_address]]\nip = \"172.16.0.1\"\nnode = \"tor0\"\nport = 2\n"
                 ),
                 "agent.toml: port_address[1]: ip 172.16.0.1 given twice",
+            ),
+            (
+                MINIMAL.replace("[analyzer]", "[tuning]\ninterval_ms = 0\n[analyzer]"),
+                "agent.toml: tuning.interval_ms 0: must be in 1..=60000",
+            ),
+            (
+                MINIMAL.replace(
+                    "[analyzer]",
+                    "[tuning]\nnetdevs = [\"eth0\", \"eth1\"]\n[analyzer]",
+                ),
+                "agent.toml: tuning.netdevs: one interface name per [[interface]] (1)",
             ),
         ];
         for (text, expected) in cases {

@@ -381,6 +381,8 @@ pub struct Settings {
     pub ack_hold_us: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// Lab hook: every result is also sent here (dropped when full).
     pub tap: Option<std::sync::mpsc::SyncSender<pb::ProbeResult>>,
+    /// PARALEON's RTT window (tuning on): answered probes' network RTTs.
+    pub rtts: Option<Arc<Mutex<super::tuning::RttWindow>>>,
 }
 
 /// One interface as the thread runs it.
@@ -661,6 +663,18 @@ impl Run {
                         });
                         if let Some(tap) = &self.settings.tap {
                             let _ = tap.try_send(r.clone());
+                        }
+                        if let Some(rtts) = &self.settings.rtts {
+                            if r.status == pb::ProbeStatus::Answered as i32 {
+                                if let Ok(mut w) = rtts.lock() {
+                                    w.observe(
+                                        r.prober_nic,
+                                        &r.target_host,
+                                        r.target_nic,
+                                        r.network_rtt_ns,
+                                    );
+                                }
+                            }
                         }
                         results.push(Finished { result: r, path });
                     }

@@ -38,6 +38,7 @@ pub mod plan;
 pub mod services;
 pub mod state;
 pub mod trace;
+pub mod tuning;
 pub mod uplink;
 
 use std::net::{IpAddr, SocketAddr};
@@ -399,6 +400,42 @@ async fn serve_metrics(
     }
 }
 
+/// The RNICs' interface names for tuning: as configured, or the interface holding each
+/// `[[interface]]`'s address.
+fn netdevs(
+    config: &DaemonConfig,
+    tuning: &config::TuningSection,
+) -> Result<Vec<String>, DaemonError> {
+    if let Some(n) = &tuning.netdevs {
+        return Ok(n.clone());
+    }
+    let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
+        .map_err(|e| DaemonError::Setup(format!("listing the interfaces: {e}")))?
+        .filter_map(|a| {
+            let ip = a.address.as_ref().and_then(|s| {
+                s.as_sockaddr_in()
+                    .map(|v4| IpAddr::V4(v4.ip()))
+                    .or_else(|| s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+            })?;
+            Some((a.interface_name, ip))
+        })
+        .collect();
+    config
+        .interfaces
+        .iter()
+        .map(|i| {
+            addrs
+                .iter()
+                .find(|(_, ip)| *ip == i.ip)
+                .map(|(name, _)| name.clone())
+                .ok_or_else(|| DaemonError::Config {
+                    path: "tuning.netdevs".into(),
+                    reason: format!("no interface holds {} (give tuning.netdevs)", i.ip),
+                })
+        })
+        .collect()
+}
+
 /// Hooks for labs and tests; none in production ([`run`]).
 #[derive(Clone, Debug, Default)]
 pub struct Hooks {
@@ -518,6 +555,14 @@ fn run_inner(
         config.upload.max_pending_results,
         config.upload.max_batch_results,
     )));
+    let tuning_setup = match &config.tuning {
+        Some(t) => Some((
+            t.clone(),
+            netdevs(&config, t)?,
+            Arc::new(Mutex::new(tuning::RttWindow::default())),
+        )),
+        None => None,
+    };
     let mut lanes = Vec::with_capacity(engines.len());
     for (index, ((engine, _), section)) in engines.into_iter().zip(&config.interfaces).enumerate() {
         let tracing = match &port_map {
@@ -583,6 +628,7 @@ fn run_inner(
             tracing,
             ack_hold_us: hooks.ack_hold_us.clone(),
             tap: hooks.results.clone(),
+            rtts: tuning_setup.as_ref().map(|(_, _, w)| w.clone()),
         };
         lanes.push((settings, engine, index));
     }
@@ -605,6 +651,21 @@ fn run_inner(
             return Err(e);
         }
     };
+    let tuning_stop = Arc::new(AtomicBool::new(false));
+    let tuning_task = tuning_setup.map(|(t, netdevs, rtts)| {
+        tracing::info!(interval_ms = t.interval_ms, ?netdevs, "tuning on");
+        runtime.spawn(tuning::run(
+            tuning::HostTuning {
+                host: config.host.clone(),
+                interval: Duration::from_millis(t.interval_ms),
+                netdevs,
+                root: t.sysfs_root.clone(),
+                rtts,
+            },
+            channel.clone(),
+            tuning_stop.clone(),
+        ))
+    });
     let mut controller = Controller::new(
         channel,
         registration(&config, incarnation, &identities),
@@ -771,6 +832,21 @@ fn run_inner(
     tracing::info!("stopping: finishing the probes in flight, delivering the buffered results");
     refresher.abort();
     batcher.abort();
+    if let Some(task) = tuning_task {
+        tuning_stop.store(true, Ordering::Release);
+        let wait = Duration::from_millis(config.tuning.as_ref().map_or(0, |t| t.interval_ms))
+            .saturating_mul(3)
+            .max(Duration::from_millis(200));
+        match runtime.block_on(async { tokio::time::timeout(wait, task).await }) {
+            Ok(Ok(s)) => tracing::info!(
+                "tuning: {} intervals reported, {} not, {} settings written",
+                s.reported,
+                s.failed,
+                s.applied
+            ),
+            _ => tracing::warn!("tuning: the task did not stop in time"),
+        }
+    }
     services_stop.store(true, Ordering::Release);
     if let Some(thread) = services_thread {
         let _ = thread.join();
