@@ -1115,6 +1115,15 @@ endpoint = "http://127.0.0.1:50051"
         assert_eq!(config.analyzer.name.as_deref(), Some("analyzer.lab"));
         assert_eq!(config.agent, AgentSection::default());
         assert_eq!(config.cpu_port, CpuPortSection::default());
+        let tuning = config.tuning.as_ref().expect("the tuning section");
+        assert_eq!(
+            (
+                tuning.interval_ms,
+                tuning.packet_bytes,
+                tuning.ports.as_ref()
+            ),
+            (30, 1_082, None)
+        );
     }
 
     #[test]
