@@ -198,34 +198,85 @@ fn flows(server: &RunningServer, event: u64) -> usize {
         .sum()
 }
 
-#[test]
-fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outage() {
-    if skip() {
-        return;
-    }
-    let dir = scratch("switch-daemon");
+/// What both tests start from: the fabric description on disk, the CPU port's veth pair in
+/// a namespace (its host side returned apart: the daemon takes it), the switch (its clock
+/// from `origin_ns`: an ASIC counts from its reset), a free BF Runtime port.
+struct Lab {
+    dir: PathBuf,
+    topology: FabricTopology,
+    ns: Netns,
+    switch: Switch,
+    program: Arc<Program>,
+    device: Arc<Mutex<Device>>,
+    bfrt_port: u16,
+}
+
+fn lab(name: &str, origin_ns: u64) -> (Lab, CpuPort) {
+    let dir = scratch(name);
     let topology: FabricTopology = serde_json::from_str(FABRIC).expect("fabric");
     std::fs::write(dir.join("topology.json"), FABRIC).expect("write topology");
-
     let ns = Netns::new();
     let [switch_side, host_side] = ns.open(["cpu-sw", "cpu-host"]);
     let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
     let device = Arc::new(Mutex::new(fresh_device(&program)));
-    // The switch's clock runs from an arbitrary origin (an ASIC counts from its reset):
-    // the daemon learns it from the polling copies.
     let started = Instant::now();
     let switch = Switch {
         program: program.clone(),
         device: device.clone(),
         cpu: switch_side,
-        clock: Box::new(move || 123_456_789_000 + started.elapsed().as_nanos() as u64),
+        clock: Box::new(move || origin_ns + started.elapsed().as_nanos() as u64),
     };
-
-    // The switch's BF Runtime server and the analyzer.
     let bfrt_port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
+    let lab = Lab {
+        dir,
+        topology,
+        ns,
+        switch,
+        program,
+        device,
+        bfrt_port,
+    };
+    (lab, host_side)
+}
+
+/// The daemon's configuration file in `dir` (switch l0, BF Runtime on `bfrt_port`, CPU port
+/// `cpu-host`, the analyzer at `grpc`) with `extra` appended, loaded.
+fn daemon_config(dir: &Path, bfrt_port: u16, grpc: SocketAddr, extra: &str) -> DaemonConfig {
+    let path = dir.join("switch-agent.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "switch = \"l0\"\ntopology = \"{}\"\n\n[bfrt]\naddress = \"127.0.0.1:{bfrt_port}\"\n\n\
+             [cpu_port]\ninterface = \"cpu-host\"\n\n[analyzer]\nendpoint = \"http://{grpc}\"\n{extra}",
+            dir.join("topology.json").display()
+        ),
+    )
+    .expect("write config");
+    DaemonConfig::load(&path).expect("config")
+}
+
+#[test]
+fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outage() {
+    if skip() {
+        return;
+    }
+    let (
+        Lab {
+            dir,
+            topology,
+            ns: _ns,
+            switch,
+            program,
+            device,
+            bfrt_port,
+        },
+        host_side,
+    ) = lab("switch-daemon", 123_456_789_000);
+
+    // The switch's BF Runtime server and the analyzer.
     let mut bfrt = Some(serve_bfrt(&device, bfrt_port));
     let analyzer_rt = tokio::runtime::Runtime::new().expect("runtime");
     let analyzer_dir = dir.join("analyzer");
@@ -237,17 +288,7 @@ fn the_daemon_delivers_every_report_through_switch_restarts_and_an_analyzer_outa
     let grpc = analyzer.grpc_addr;
 
     // The daemon, from its configuration file.
-    let config_path = dir.join("switch-agent.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "switch = \"l0\"\ntopology = \"{}\"\n\n[bfrt]\naddress = \"127.0.0.1:{bfrt_port}\"\n\n\
-             [cpu_port]\ninterface = \"cpu-host\"\n\n[analyzer]\nendpoint = \"http://{grpc}\"\n",
-            dir.join("topology.json").display()
-        ),
-    )
-    .expect("write config");
-    let config = DaemonConfig::load(&config_path).expect("config");
+    let config = daemon_config(&dir, bfrt_port, grpc, "");
     let daemon_rt = tokio::runtime::Runtime::new().expect("runtime");
     let stop = Arc::new(AtomicBool::new(false));
     let daemon = {
@@ -344,24 +385,18 @@ fn the_daemon_reports_its_fsd_and_writes_the_tuned_ecn_profile() {
     if skip() {
         return;
     }
-    let dir = scratch("switch-tuning");
-    let topology: FabricTopology = serde_json::from_str(FABRIC).expect("fabric");
-    std::fs::write(dir.join("topology.json"), FABRIC).expect("write topology");
-    let ns = Netns::new();
-    let [switch_side, host_side] = ns.open(["cpu-sw", "cpu-host"]);
-    let program = Arc::new(program(&HawkeyeParams::default()).expect("program"));
-    let device = Arc::new(Mutex::new(fresh_device(&program)));
-    let started = Instant::now();
-    let switch = Switch {
-        program: program.clone(),
-        device: device.clone(),
-        cpu: switch_side,
-        clock: Box::new(move || started.elapsed().as_nanos() as u64),
-    };
-    let bfrt_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let (
+        Lab {
+            dir,
+            topology,
+            ns: _ns,
+            switch,
+            program,
+            device,
+            bfrt_port,
+        },
+        host_side,
+    ) = lab("switch-tuning", 0);
     let _bfrt = serve_bfrt(&device, bfrt_port);
     let analyzer_rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut config = ServerConfig::loopback(
@@ -376,18 +411,7 @@ fn the_daemon_reports_its_fsd_and_writes_the_tuned_ecn_profile() {
     });
     let analyzer = analyzer_rt.block_on(start(config)).expect("analyzer");
     let grpc = analyzer.grpc_addr;
-    let config_path = dir.join("switch-agent.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "switch = \"l0\"\ntopology = \"{}\"\n\n[bfrt]\naddress = \"127.0.0.1:{bfrt_port}\"\n\n\
-             [cpu_port]\ninterface = \"cpu-host\"\n\n[analyzer]\nendpoint = \"http://{grpc}\"\n\n\
-             [tuning]\ninterval_ms = 250\n",
-            dir.join("topology.json").display()
-        ),
-    )
-    .expect("write config");
-    let config = DaemonConfig::load(&config_path).expect("config");
+    let config = daemon_config(&dir, bfrt_port, grpc, "\n[tuning]\ninterval_ms = 250\n");
     let daemon_rt = tokio::runtime::Runtime::new().expect("runtime");
     let stop = Arc::new(AtomicBool::new(false));
     let daemon = {
