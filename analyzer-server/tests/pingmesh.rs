@@ -12,9 +12,10 @@ use hawkmesh_wire::topology::{FabricTopology, LinkDesc, NodeDesc, NodeKind, Port
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
+mod common;
+use common::http_get;
 const PERIOD: u64 = 1_000_000_000;
 /// The first period the test fills.
 const P0: u64 = 1_000;
@@ -107,26 +108,6 @@ async fn client(server: &RunningServer) -> PingmeshControllerClient<Channel> {
     PingmeshControllerClient::connect(format!("http://{}", server.grpc_addr))
         .await
         .unwrap()
-}
-
-async fn http_get(server: &RunningServer, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(server.http_addr)
-        .await
-        .unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 fn registration(h: u32, incarnation: u64, qpn: u32) -> pb::RegisterRequest {

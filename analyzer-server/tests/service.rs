@@ -9,8 +9,9 @@ use hawkmesh_wire::telemetry::TelemetryReport;
 use hawkmesh_wire::topology::FabricTopology;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+use common::http_get;
 const EVENT: u64 = 42;
 
 /// h0 and h3 on tor0, h7 on tor1, both tors under agg0; h7 storms (see the CLI test).
@@ -87,23 +88,6 @@ async fn incident(server: &RunningServer) -> IncidentReply {
         .await
         .unwrap()
         .into_inner()
-}
-
-async fn http_get(server: &RunningServer, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(server.http_addr)
-        .await
-        .unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: analyzer\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
 }
 
 #[tokio::test]

@@ -5,14 +5,15 @@
 
 use hawkmesh_analyzer::testkit::sample_pfc_storm;
 use hawkmesh_analyzer_server::tuning_service::TuningConfig;
-use hawkmesh_analyzer_server::{start, RunningServer, ServerConfig};
+use hawkmesh_analyzer_server::{start, ServerConfig};
 use hawkmesh_proto::v1 as pb;
 use hawkmesh_proto::v1::tuning_controller_client::TuningControllerClient;
 use hawkmesh_tuner::fsd::truth_fsd;
 use hawkmesh_tuner::Fsd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 
+mod common;
+use common::http_get;
 fn tor(name: &str, interval: u64, fsd: &Fsd) -> pb::TorInterval {
     pb::TorInterval {
         tor: name.into(),
@@ -34,23 +35,6 @@ fn host(name: &str, interval: u64) -> pb::HostInterval {
         normalised_rtt: vec![0.4, 0.5],
         pause_fraction: vec![0.0],
     }
-}
-
-async fn http_get(server: &RunningServer, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(server.http_addr)
-        .await
-        .unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: analyzer\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
 }
 
 #[tokio::test]
