@@ -3,7 +3,8 @@
 //! pause shares, host agents their RNICs' uplink utilisation, normalised RTTs and pause
 //! shares; [`hawkmesh_tuner::rounds::Rounds`] closes the intervals and runs the controller;
 //! every reply carries the versioned setting in force, which the devices apply when its
-//! version is new.
+//! version is new or its epoch (the controller's start) another: versions count from 1
+//! again after a restart.
 //!
 //! gRPC status codes:
 //! - `INVALID_ARGUMENT`: a device the controller does not tune, a number out of range, an
@@ -83,6 +84,8 @@ impl TuningConfig {
 pub struct TuningShared {
     rounds: Arc<Mutex<Rounds>>,
     space: Arc<Space>,
+    /// When this controller started (ns since the Unix epoch): its versions' epoch.
+    epoch: u64,
 }
 
 /// What `GET /api/tuning` shows.
@@ -115,6 +118,9 @@ impl TuningShared {
                 config.hosts.iter().cloned(),
             ))),
             space: Arc::new(space),
+            epoch: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         })
     }
 
@@ -154,6 +160,7 @@ impl TuningShared {
                 .collect(),
             closed: rounds.closed().unwrap_or(0),
             tuning: rounds.controller().tuning(),
+            epoch: self.epoch,
         }
     }
 }

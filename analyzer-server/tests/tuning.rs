@@ -64,6 +64,7 @@ async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_settin
         .unwrap()
         .into_inner();
     assert_eq!((first.version, first.closed, first.tuning), (1, 0, false));
+    assert!(first.epoch > 0, "the controller's start marks its versions");
     assert_eq!(first.knobs.len(), 17);
     let kmax = |r: &pb::TuningReply| {
         r.knobs
@@ -102,6 +103,7 @@ async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_settin
         .unwrap()
         .into_inner();
     assert_eq!((r.version, r.closed, r.tuning), (2, 2, true));
+    assert_eq!(r.epoch, first.epoch);
     assert_ne!(
         r.knobs.iter().map(|k| k.value).collect::<Vec<_>>(),
         first.knobs.iter().map(|k| k.value).collect::<Vec<_>>()

@@ -48,8 +48,8 @@ pub struct TorTuning {
     last: Option<u64>,
     /// Per port, its cumulative paused µs per priority at the last read.
     paused: HashMap<u16, [u64; 8]>,
-    /// The setting version written.
-    applied: u64,
+    /// The setting written: the controller's epoch and version.
+    applied: (u64, u64),
     profile: EcnProfile,
     /// Port counter reads that failed, and the last failure.
     unread_ports: u64,
@@ -65,7 +65,7 @@ impl TorTuning {
             monitor: TorMonitor::new(MonitorConfig::default()),
             last: None,
             paused: HashMap::new(),
-            applied: 1,
+            applied: (0, 1),
             unread_ports: 0,
             last_port_error: None,
         }
@@ -82,7 +82,7 @@ impl TorTuning {
 
     /// The setting version last written.
     pub fn applied(&self) -> u64 {
-        self.applied
+        self.applied.1
     }
 
     /// Port counter reads that failed so far, and the last failure.
@@ -149,8 +149,10 @@ impl TorTuning {
         })
     }
 
-    /// Writes a reply's ECN knobs when its version is newer than the one written; returns
-    /// the version written, or `None` when there was nothing new. A setting the switch
+    /// Writes a reply's ECN knobs when its setting is new: a newer version, or another
+    /// epoch (a restarted controller counts from 1 again; the first reply's epoch is taken
+    /// as the one in force at start). Returns the version written, or `None` when there was
+    /// nothing new. A setting the switch
     /// cannot hold is an error naming the knob or table; the version stays unwritten (the
     /// next reply tries again).
     pub fn apply(
@@ -158,7 +160,12 @@ impl TorTuning {
         backend: &mut dyn SwitchBackend,
         reply: &pb::TuningReply,
     ) -> Result<Option<u64>, String> {
-        if reply.version <= self.applied {
+        let (epoch, version) = self.applied;
+        if epoch == 0 {
+            // The first reply: its setting is the one in force if it is version 1.
+            self.applied.0 = reply.epoch;
+        }
+        if reply.epoch == self.applied.0 && reply.version <= version {
             return Ok(None);
         }
         let ecn: Vec<(&str, f64)> = reply
@@ -179,7 +186,7 @@ impl TorTuning {
             writer.apply(&changes).map_err(|e| e.to_string())?;
             self.profile = writer.profile();
         }
-        self.applied = reply.version;
+        self.applied = (reply.epoch, reply.version);
         Ok(Some(reply.version))
     }
 }
@@ -296,6 +303,7 @@ mod tests {
             ],
             closed: 8,
             tuning: true,
+            epoch: 77,
         };
         assert_eq!(t.apply(&mut backend, &reply(1, 900.0)), Ok(None));
         assert_eq!(t.apply(&mut backend, &reply(2, 900.0)), Ok(Some(2)));
@@ -306,6 +314,25 @@ mod tests {
                 kmax_bytes: 900_000,
                 pmax: 0.3
             }
+        );
+        assert_eq!(t.applied(), 2);
+        // A restarted controller (another epoch) counts from 1 again: its setting is taken.
+        let restarted = pb::TuningReply {
+            epoch: 78,
+            ..reply(1, 1_000.0)
+        };
+        assert_eq!(t.apply(&mut backend, &restarted), Ok(Some(1)));
+        assert_eq!(t.profile().kmax_bytes, 1_000_000);
+        assert_eq!(t.apply(&mut backend, &restarted), Ok(None));
+        assert_eq!(
+            t.apply(
+                &mut backend,
+                &pb::TuningReply {
+                    epoch: 78,
+                    ..reply(2, 900.0)
+                }
+            ),
+            Ok(Some(2))
         );
         assert_eq!(t.applied(), 2);
         // A setting the program cannot hold is refused by name, the version not taken.

@@ -175,7 +175,8 @@ pub async fn run(tuning: HostTuning, channel: Channel, stop: Arc<AtomicBool>) ->
         .unwrap_or(u64::MAX)
         .max(1);
     let mut writer = ConnectxSysfs::new(&tuning.root, tuning.netdevs.clone(), false);
-    let mut applied = 1u64;
+    // The setting written: the controller's epoch (0: none seen yet) and version.
+    let mut applied = (0u64, 1u64);
     let mut stats = HostTuningStats::default();
     let mut failing = false;
     let mut logged_read = false;
@@ -232,7 +233,11 @@ pub async fn run(tuning: HostTuning, channel: Channel, stop: Arc<AtomicBool>) ->
         };
         failing = false;
         stats.reported += 1;
-        if reply.version <= applied {
+        if applied.0 == 0 {
+            applied.0 = reply.epoch;
+        }
+        // New: a newer version, or another epoch (a restarted controller counts from 1).
+        if reply.epoch == applied.0 && reply.version <= applied.1 {
             continue;
         }
         let values: Vec<(&str, f64)> = reply
@@ -248,7 +253,7 @@ pub async fn run(tuning: HostTuning, channel: Channel, stop: Arc<AtomicBool>) ->
             .and_then(|c| writer.apply(&c).map_err(|e| e.to_string()))
         {
             Ok(done) => {
-                applied = reply.version;
+                applied = (reply.epoch, reply.version);
                 stats.applied += 1;
                 tracing::info!(
                     "tuning: setting {} written ({} RNIC parameters)",
