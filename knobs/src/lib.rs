@@ -357,6 +357,17 @@ impl Knob {
         }
     }
 
+    /// The default on a port of `gbps` Gbit/s: a fixed value as it is, a speed-proportional
+    /// one scaled (`kmin_kb_per_gbps` × 100 at 100 Gbit/s); `None` for a default taken from
+    /// another scenario setting, which only a scenario can resolve.
+    pub fn default_at(&self, gbps: f64) -> Option<f64> {
+        match self.default {
+            KnobDefault::Value(value) => Some(value),
+            KnobDefault::PerGbps(per_gbps) => Some(per_gbps * gbps),
+            KnobDefault::SameAs(_) => None,
+        }
+    }
+
     /// The fixed default as a `u32`; panics when it is not a whole number in range.
     pub const fn default_u32(&self) -> u32 {
         let value = self.fixed_default();

@@ -207,6 +207,17 @@ fn const_defaults() {
     assert_eq!(PMAX.fixed_default(), 0.2);
 }
 
+/// The defaults a device starts from at its port speed: the ECN thresholds scale, Pmax and
+/// the RNIC knobs do not, and a default taken from another scenario setting has none here.
+#[test]
+fn defaults_at_a_port_speed() {
+    assert_eq!(KMIN.default_at(100.0), Some(400.0));
+    assert_eq!(KMAX.default_at(25.0), Some(400.0));
+    assert_eq!(PMAX.default_at(100.0), Some(0.2));
+    assert_eq!(RPG_TIME_RESET.default_at(400.0), Some(300.0));
+    assert_eq!(CNP_802P_PRIO.default_at(100.0), None);
+}
+
 #[test]
 #[should_panic(expected = "not a fixed value")]
 fn a_derived_default_is_not_a_fixed_one() {

@@ -24,6 +24,18 @@ pub mod google {
     }
 }
 
+/// The devices' side of `hawkmesh.v1.TuningController` (`proto/tuning.proto`).
+pub mod tuning {
+    /// Now on the Unix clock, ns: every device numbers the monitor intervals it reports as
+    /// this time over λ_MI, so one number means the same interval on every ToR and host (their
+    /// clocks kept by PTP or NTP). A clock before 1970 reads 0.
+    pub fn unix_ns() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
 /// The agents' side of mutual TLS with the analyzer (the analyzer's side and the lab PKI
 /// are in `hawkmesh-analyzer-server`'s `tls` module).
 pub mod tls {

@@ -897,7 +897,7 @@ pub fn run(
         if let Some(t) = tuner.as_mut() {
             // Between polling events: an interval's readout holds the loop for a few ms.
             if agent.waiting() == 0 && !stopping {
-                if let Some(interval) = t.due(unix_ns()) {
+                if let Some(interval) = t.due(hawkmesh_proto::tuning::unix_ns()) {
                     match t.measure(agent.backend_mut(), &config.switch, interval) {
                         Ok(report) => {
                             let mut client = tuning_client.clone();
@@ -1033,13 +1033,6 @@ fn stamped(clock: &SwitchClock, mut frame: CpuFrame) -> CpuFrame {
 
 /// How long a tuning report waits for the controller's reply.
 const TUNING_REPLY_WAIT: Duration = Duration::from_secs(2);
-
-/// Now on the Unix clock, ns (the fabric's interval numbering).
-fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
 
 fn summary(
     stats: &DaemonStats,

@@ -193,13 +193,8 @@ impl TorTuning {
 
 /// The knob table's ECN defaults at `gbps` (Kmin and Kmax scale with the link speed).
 pub fn default_profile(gbps: f64) -> EcnProfile {
-    let value = |k: &hawkmesh_knobs::Knob| {
-        let v = match k.default {
-            hawkmesh_knobs::KnobDefault::PerGbps(per) => per * gbps,
-            _ => k.fixed_default(),
-        };
-        k.to_si(v)
-    };
+    // The three have their own defaults (tested in hawkmesh-knobs), never another setting's.
+    let value = |k: &hawkmesh_knobs::Knob| k.to_si(k.default_at(gbps).unwrap_or(0.0));
     EcnProfile {
         kmin_bytes: value(&KMIN).round() as u64,
         kmax_bytes: value(&KMAX).round() as u64,

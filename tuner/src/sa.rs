@@ -517,11 +517,15 @@ pub fn defaults(
     let values = space
         .specs
         .iter()
-        .map(|s| match s.knob.default {
-            hawkmesh_knobs::KnobDefault::PerGbps(per) => per * gbps,
-            _ => s.knob.fixed_default(),
+        .map(|s| {
+            s.knob.default_at(gbps).ok_or_else(|| {
+                TunerError::Config(format!(
+                    "{}: its default comes from another setting; give it a value",
+                    s.knob.name
+                ))
+            })
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     space.setting(&Setting { values }, overrides)
 }
 

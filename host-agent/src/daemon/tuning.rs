@@ -156,13 +156,6 @@ pub struct HostTuningStats {
     pub applied: u64,
 }
 
-/// Now on the Unix clock, ns.
-fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 /// Reports every interval until `stop`, writing each new setting into the RNICs.
 pub async fn run(tuning: HostTuning, channel: Channel, stop: Arc<AtomicBool>) -> HostTuningStats {
     let mut client = TuningControllerClient::new(channel);
@@ -182,7 +175,7 @@ pub async fn run(tuning: HostTuning, channel: Channel, stop: Arc<AtomicBool>) ->
     let mut logged_read = false;
     while !stop.load(Ordering::Acquire) {
         // To the next boundary of the Unix-clock numbering.
-        let now = unix_ns();
+        let now = hawkmesh_proto::tuning::unix_ns();
         let next = (now / span_ns + 1) * span_ns;
         tokio::time::sleep(Duration::from_nanos(next - now)).await;
         let interval = next / span_ns - 1;
