@@ -172,6 +172,7 @@ impl Simulation {
                 mac_control: VecDeque::new(),
                 queues: Default::default(),
                 queue_bytes: [0; 8],
+                workload_bytes: Vec::new(),
                 queued_total: 0,
                 rr_next: 0,
                 dwrr_deficit: [0; 8],

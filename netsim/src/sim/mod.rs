@@ -139,6 +139,9 @@ pub(crate) struct Port {
     pub mac_control: VecDeque<u32>,
     pub queues: [VecDeque<u32>; 8],
     pub queue_bytes: [u64; 8],
+    /// Bytes queued here by workload (all priorities; the packets of a flow): whose queue
+    /// an XOFF is for, without a scan of the queue (ground truth). Entries stay at 0.
+    pub workload_bytes: Vec<(usize, u64)>,
     pub queued_total: u64,
     pub rr_next: u8,
     pub dwrr_deficit: [u64; 8],

@@ -185,6 +185,17 @@ impl Simulation {
         p.queue_bytes[prio] += packet.size as u64;
         p.queued_total += 1;
         p.queues[prio].push_back(id);
+        if let Some(flow) = self.flows.get(packet.flow as usize) {
+            let size = u64::from(packet.size);
+            match p
+                .workload_bytes
+                .iter_mut()
+                .find(|(w, _)| *w == flow.workload)
+            {
+                Some((_, b)) => *b += size,
+                None => p.workload_bytes.push((flow.workload, size)),
+            }
+        }
         let total: u64 = p.queue_bytes.iter().sum();
         if total > p.counters.max_queue_bytes {
             p.counters.max_queue_bytes = total;
@@ -298,24 +309,11 @@ impl Simulation {
     /// `port`, if one does. Ground truth only: runs once per XOFF.
     fn queue_majority_workload(&self, port: u32) -> Option<u32> {
         let p = self.ports.get(port as usize)?;
-        let mut bytes: Vec<(usize, u64)> = Vec::new();
-        let mut total = 0u64;
-        for id in p.queues.iter().flatten() {
-            let packet = self.packets.get(*id);
-            let size = u64::from(packet.size);
-            total += size;
-            let Some(flow) = self.flows.get(packet.flow as usize) else {
-                continue;
-            };
-            match bytes.iter_mut().find(|(w, _)| *w == flow.workload) {
-                Some((_, b)) => *b += size,
-                None => bytes.push((flow.workload, size)),
-            }
-        }
-        bytes
-            .into_iter()
+        let total: u64 = p.queue_bytes.iter().sum();
+        p.workload_bytes
+            .iter()
             .find(|(_, b)| *b * 2 > total)
-            .map(|(w, _)| w as u32)
+            .map(|(w, _)| *w as u32)
     }
 
     fn pause_refresh_interval(&self, port: u32) -> Time {
@@ -438,6 +436,15 @@ impl Simulation {
             let size = self.packets.get(id).size as u64;
             p.queue_bytes[prio] -= size;
             p.queued_total -= 1;
+            if let Some(flow) = self.flows.get(self.packets.get(id).flow as usize) {
+                if let Some((_, b)) = p
+                    .workload_bytes
+                    .iter_mut()
+                    .find(|(w, _)| *w == flow.workload)
+                {
+                    *b -= size;
+                }
+            }
             if p.queues[prio].is_empty() {
                 p.dwrr_deficit[prio] = 0;
             }
