@@ -31,16 +31,24 @@ pub enum FabricArg {
 /// Arguments of `hawkmesh tune eval`.
 #[derive(Args, Debug)]
 pub struct TuneEvalArgs {
-    /// Workload.
-    #[arg(long, value_enum, default_value_t = WorkloadArg::All)]
-    workload: WorkloadArg,
-    /// Fabric.
+    /// The paper's workload (default: all three, unless --scenario is given).
+    #[arg(long, value_enum)]
+    workload: Option<WorkloadArg>,
+    /// A netsim scenario file (docs/scenario.md) to evaluate as well: its own fabric,
+    /// workloads, duration and seed, every policy run on it, pretrained on it under another
+    /// seed, its FSD measured at each --fsd-intervals-us when FB_Hadoop is not run. Repeat
+    /// for several. With --scenario, the paper's workloads run only when --workload names them.
+    #[arg(long = "scenario", value_name = "FILE")]
+    scenarios: Vec<PathBuf>,
+    /// Fabric of the paper's workloads.
     #[arg(long, value_enum, default_value_t = FabricArg::Paper)]
     fabric: FabricArg,
     /// Simulated time per run, ms (a search of Table III's schedule takes 280 intervals:
-    /// at λ_MI = 1 ms, 400 ms see one run to its end and its setting in force).
-    #[arg(long, default_value_t = 400.0)]
-    duration_ms: f64,
+    /// at λ_MI = 1 ms, 400 ms see one run to its end and its setting in force). Default
+    /// 400 for the paper's workloads; a scenario file runs for its own duration, cut to this
+    /// when given.
+    #[arg(long)]
+    duration_ms: Option<f64>,
     /// Monitor interval λ_MI, µs (PARALEON Table III: 1 ms).
     #[arg(long, default_value_t = 1000)]
     interval_us: u64,
@@ -51,9 +59,10 @@ pub struct TuneEvalArgs {
     /// Simulated time of each FSD-accuracy run, ms.
     #[arg(long, default_value_t = 100.0)]
     fsd_duration_ms: f64,
-    /// Seed (the same seed gives the same report).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Seed (the same seed gives the same report). Default 1; a scenario file runs with its
+    /// own seed unless this is given.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Simulations run at once (default: one per core). The report does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
@@ -65,18 +74,19 @@ pub struct TuneEvalArgs {
 /// Runs it.
 pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
     for (flag, ms) in [
-        ("--duration-ms", args.duration_ms),
+        ("--duration-ms", args.duration_ms.unwrap_or(400.0)),
         ("--fsd-duration-ms", args.fsd_duration_ms),
     ] {
         if !(ms > 0.0 && ms.is_finite()) {
             anyhow::bail!("{flag} must be a positive number of milliseconds, not {ms}");
         }
     }
-    let workloads = match args.workload {
-        WorkloadArg::FbHadoop => vec![Workload::FbHadoop],
-        WorkloadArg::Alltoall => vec![Workload::Alltoall],
-        WorkloadArg::Influx => vec![Workload::Influx],
-        WorkloadArg::All => Workload::ALL.to_vec(),
+    let workloads = match (args.workload, args.scenarios.is_empty()) {
+        (Some(WorkloadArg::FbHadoop), _) => vec![Workload::FbHadoop],
+        (Some(WorkloadArg::Alltoall), _) => vec![Workload::Alltoall],
+        (Some(WorkloadArg::Influx), _) => vec![Workload::Influx],
+        (Some(WorkloadArg::All), _) | (None, true) => Workload::ALL.to_vec(),
+        (None, false) => Vec::new(),
     };
     let config = EvalConfig {
         workloads,
@@ -84,9 +94,12 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
             FabricArg::Paper => Fabric::Paper,
             FabricArg::Small => Fabric::Small,
         },
-        duration_ms: args.duration_ms,
+        duration_ms: args.duration_ms.unwrap_or(400.0),
+        scenario_files: args.scenarios.clone(),
+        file_duration_ms: args.duration_ms,
+        file_seed: args.seed,
         interval_us: args.interval_us,
-        seed: args.seed,
+        seed: args.seed.unwrap_or(1),
         fsd_intervals_us: args.fsd_intervals_us.clone(),
         fsd_duration_ms: args.fsd_duration_ms,
         out: args.out.clone(),

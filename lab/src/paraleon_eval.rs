@@ -5,6 +5,10 @@
 //! offline on the same workload (PARALEON's best from a run with another seed), naive SA
 //! and PARALEON; the report compares FCT slowdowns, throughput and RTT over time, utility
 //! per iteration and FSD accuracy.
+//!
+//! Beside the paper's workloads, any netsim scenario file (its own fabric and workloads) is
+//! run the same way ([`EvalConfig::scenario_files`]): the policies, the pretrained setting
+//! from the same scenario under another seed, and the FSD sweep.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -55,15 +59,23 @@ pub enum Fabric {
 /// Settings of the evaluation.
 #[derive(Clone, Debug, Serialize)]
 pub struct EvalConfig {
-    /// Workloads to run.
+    /// The paper's workloads to run.
     pub workloads: Vec<Workload>,
-    /// The fabric.
+    /// netsim scenario files to run as well, after the paper's workloads: each with its own
+    /// fabric, workloads and duration (cut to [`EvalConfig::file_duration_ms`] when given),
+    /// and its own seed unless [`EvalConfig::file_seed`] is set.
+    pub scenario_files: Vec<PathBuf>,
+    /// Longest simulated time of a scenario file's runs, ms (None: the file's).
+    pub file_duration_ms: Option<f64>,
+    /// The seed of the scenario files' runs (None: each file's).
+    pub file_seed: Option<u64>,
+    /// The fabric of the paper's workloads.
     pub fabric: Fabric,
-    /// Simulated time per run, ms.
+    /// Simulated time per run of the paper's workloads, ms.
     pub duration_ms: f64,
     /// λ_MI, µs.
     pub interval_us: u64,
-    /// Seed.
+    /// Seed of the paper's workloads and of every run's annealing and sampling.
     pub seed: u64,
     /// Monitor intervals at which FSD accuracy is measured (µs; empty: none beyond the
     /// runs').
@@ -79,8 +91,8 @@ pub struct EvalConfig {
 /// FSD accuracy at one monitor interval.
 #[derive(Clone, Debug, Serialize)]
 pub struct FsdAtInterval {
-    /// The workload.
-    pub workload: Workload,
+    /// The workload (a paper workload's name, or the scenario file's).
+    pub workload: String,
     /// λ_MI, µs.
     pub interval_us: u64,
     /// The accuracies.
@@ -99,8 +111,8 @@ pub struct EvalResults {
 /// One workload's runs.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkloadResult {
-    /// The workload.
-    pub workload: Workload,
+    /// The workload (a paper workload's name, or the scenario file's).
+    pub workload: String,
     /// One run per policy.
     pub runs: Vec<TuneRun>,
 }
@@ -112,13 +124,13 @@ pub enum EvalError {
     #[error("{workload} / {policy}: {error}")]
     Run {
         /// The workload.
-        workload: &'static str,
+        workload: String,
         /// The policy.
         policy: String,
         /// Why.
         error: TuneError,
     },
-    /// The scenario text did not load (a bug here).
+    /// A scenario did not load (a file's error names the file and the place).
     #[error("{0}")]
     Scenario(String),
     /// Writing the report.
@@ -193,6 +205,36 @@ pub fn scenario(workload: Workload, fabric: Fabric, duration_ms: f64, seed: u64)
     s
 }
 
+/// A scenario file's name in the report and its figure's file name: the file's stem, in
+/// letters, digits, `-` and `_`, numbered when taken.
+fn file_name(path: &std::path::Path, taken: &[String]) -> String {
+    let stem: String = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let stem = if stem.is_empty() {
+        "scenario".to_string()
+    } else {
+        stem
+    };
+    let mut name = stem.clone();
+    let mut n = 2;
+    while taken.contains(&name) || name == "fsd-accuracy" {
+        name = format!("{stem}-{n}");
+        n += 1;
+    }
+    name
+}
+
 fn load(text: &str) -> Result<LoadedScenario, EvalError> {
     Scenario::parse(text, "paraleon-eval.toml", ".".into())
         .map_err(|e| EvalError::Scenario(e.to_string()))
@@ -235,6 +277,9 @@ pub fn evaluate(
     progress: impl Fn(&str) + Sync,
 ) -> Result<EvalResults, EvalError> {
     let interval_ns = config.interval_us.max(1) * 1_000;
+    // Per workload: its name, and its scenario for the policies' runs, for pretraining
+    // (another seed, offline) and for the FSD sweep (shorter, the NVIDIA defaults).
+    let mut names: Vec<String> = Vec::new();
     let mut scenarios = Vec::new();
     for workload in &config.workloads {
         let online = load(&scenario(
@@ -243,20 +288,37 @@ pub fn evaluate(
             config.duration_ms,
             config.seed,
         ))?;
-        // Pretrained: PARALEON's best on the same workload, another seed (offline).
         let offline = load(&scenario(
             *workload,
             config.fabric,
             config.duration_ms,
             config.seed.wrapping_add(1_000),
         ))?;
-        // The FSD sweep's own, shorter runs (the NVIDIA defaults throughout).
         let sweep = load(&scenario(
             *workload,
             config.fabric,
             config.fsd_duration_ms,
             config.seed,
         ))?;
+        names.push(workload.name().to_string());
+        scenarios.push((online, offline, sweep));
+    }
+    for path in &config.scenario_files {
+        let mut online = Scenario::load(path).map_err(|e| EvalError::Scenario(e.to_string()))?;
+        if let Some(seed) = config.file_seed {
+            online.scenario.seed = seed;
+        }
+        if let Some(ms) = config.file_duration_ms {
+            online.scenario.duration_us = online.scenario.duration_us.min(ms * 1_000.0);
+        }
+        let mut offline = online.clone();
+        offline.scenario.seed = online.scenario.seed.wrapping_add(1_000);
+        let mut sweep = online.clone();
+        sweep.scenario.duration_us = sweep
+            .scenario
+            .duration_us
+            .min(config.fsd_duration_ms * 1_000.0);
+        names.push(file_name(path, &names));
         scenarios.push((online, offline, sweep));
     }
     // FSD accuracy at several monitor intervals on FB_Hadoop, as PARALEON's Fig. 11 (the
@@ -266,10 +328,10 @@ pub fn evaluate(
         .workloads
         .iter()
         .position(|w| *w == Workload::FbHadoop)
-        .or((!config.workloads.is_empty()).then_some(0));
+        .or((!scenarios.is_empty()).then_some(0));
     // The longest jobs first (pretraining and its run are two simulations).
-    let mut jobs: Vec<Job> = (0..config.workloads.len()).map(Job::Pretrained).collect();
-    for w in 0..config.workloads.len() {
+    let mut jobs: Vec<Job> = (0..scenarios.len()).map(Job::Pretrained).collect();
+    for w in 0..scenarios.len() {
         jobs.extend((0..policies().len()).map(|p| Job::Policy(w, p)));
     }
     if swept.is_some() {
@@ -278,7 +340,7 @@ pub fn evaluate(
     let queue = std::sync::Mutex::new(jobs.into_iter());
     let next = || queue.lock().ok().and_then(|mut q| q.next());
     let fail = |w: usize, policy: String| {
-        let workload = config.workloads[w].name();
+        let workload = names[w].clone();
         move |error| EvalError::Run {
             workload,
             policy,
@@ -288,7 +350,7 @@ pub fn evaluate(
     let work = |job: Job| -> Result<Done, EvalError> {
         match job {
             Job::Pretrained(w) => {
-                let name = config.workloads[w].name();
+                let name = &names[w];
                 progress(&format!("{name}: pretraining"));
                 let seed = config.seed.wrapping_add(1_000);
                 let trained = run(
@@ -314,7 +376,7 @@ pub fn evaluate(
             Job::Policy(w, p) => {
                 let policy = policies()[p].clone();
                 let name = policy.name();
-                progress(&format!("{}: {name}", config.workloads[w].name()));
+                progress(&format!("{}: {name}", names[w]));
                 let r = run(
                     &scenarios[w].0,
                     &TuneConfig::new(policy, interval_ns, config.seed),
@@ -324,10 +386,7 @@ pub fn evaluate(
             }
             Job::Fsd(us) => {
                 let w = swept.unwrap_or(0);
-                progress(&format!(
-                    "{}: FSD at λ_MI = {us} µs",
-                    config.workloads[w].name()
-                ));
+                progress(&format!("{}: FSD at λ_MI = {us} µs", names[w]));
                 let r = run(
                     &scenarios[w].2,
                     &TuneConfig::new(Policy::nvidia_default(), us.max(1) * 1_000, config.seed),
@@ -365,9 +424,8 @@ pub fn evaluate(
             })
             .collect()
     });
-    let mut pretrained: Vec<Option<TuneRun>> = vec![None; config.workloads.len()];
-    let mut others: Vec<Vec<Option<TuneRun>>> =
-        vec![vec![None; policies().len()]; config.workloads.len()];
+    let mut pretrained: Vec<Option<TuneRun>> = vec![None; scenarios.len()];
+    let mut others: Vec<Vec<Option<TuneRun>>> = vec![vec![None; policies().len()]; scenarios.len()];
     let mut fsd_at: Vec<(u64, FsdAccuracy)> = Vec::new();
     for d in done {
         match d? {
@@ -377,7 +435,7 @@ pub fn evaluate(
         }
     }
     let mut out = Vec::new();
-    for (w, workload) in config.workloads.iter().enumerate() {
+    for (w, workload) in names.iter().enumerate() {
         let mut runs: Vec<TuneRun> = std::mem::take(&mut others[w])
             .into_iter()
             .flatten()
@@ -386,7 +444,7 @@ pub fn evaluate(
             runs.insert(2.min(runs.len()), p);
         }
         out.push(WorkloadResult {
-            workload: *workload,
+            workload: workload.clone(),
             runs,
         });
     }
@@ -398,7 +456,7 @@ pub fn evaluate(
             let w = swept?;
             let (_, accuracy) = fsd_at.iter().find(|(u, _)| u == us)?;
             Some(FsdAtInterval {
-                workload: config.workloads[w],
+                workload: names[w].clone(),
                 interval_us: *us,
                 accuracy: *accuracy,
             })
@@ -419,7 +477,7 @@ pub fn evaluate(
     write("results.json", &json)?;
     write("report.md", &report(config, &results))?;
     for w in &results.workloads {
-        write(&format!("{}.svg", w.workload.name()), &workload_figure(w))?;
+        write(&format!("{}.svg", w.workload), &workload_figure(w))?;
     }
     if !results.fsd.is_empty() {
         write("fsd-accuracy.svg", &fsd_figure(&results.fsd))?;
@@ -493,7 +551,7 @@ fn workload_figure(w: &WorkloadResult) -> String {
         })
         .collect();
     figure(
-        &format!("PARALEON evaluation: {}", w.workload.name()),
+        &format!("PARALEON evaluation: {}", w.workload),
         &[
             bar_chart(
                 "mean FCT slowdown",
@@ -526,7 +584,7 @@ fn workload_figure(w: &WorkloadResult) -> String {
 /// FSD accuracy of PARALEON, naive Elastic Sketch and NetFlow per monitor interval.
 fn fsd_figure(fsd: &[FsdAtInterval]) -> String {
     let mut panels = Vec::new();
-    let mut workloads: Vec<Workload> = fsd.iter().map(|f| f.workload).collect();
+    let mut workloads: Vec<&str> = fsd.iter().map(|f| f.workload.as_str()).collect();
     workloads.dedup();
     for w in workloads {
         let rows: Vec<&FsdAtInterval> = fsd.iter().filter(|f| f.workload == w).collect();
@@ -549,7 +607,7 @@ fn fsd_figure(fsd: &[FsdAtInterval]) -> String {
         })
         .collect::<Vec<_>>();
         panels.push(bar_chart(
-            &format!("FSD accuracy: {}", w.name()),
+            &format!("FSD accuracy: {w}"),
             &groups,
             "accuracy",
             Some(1.0),
@@ -563,13 +621,34 @@ fn fsd_figure(fsd: &[FsdAtInterval]) -> String {
 pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
     let results = &all.workloads;
     let mut s = String::new();
+    let _ = writeln!(s, "# PARALEON evaluation (netsim)\n");
+    if !config.workloads.is_empty() {
+        let _ = writeln!(
+            s,
+            "The paper's workloads: fabric {:?}, {} ms per run, seed {}.",
+            config.fabric, config.duration_ms, config.seed
+        );
+    }
+    for path in &config.scenario_files {
+        let _ = writeln!(
+            s,
+            "Scenario file `{}`: its fabric and workloads, {}, {}.",
+            path.display(),
+            config
+                .file_duration_ms
+                .map_or("its duration".to_string(), |ms| format!("at most {ms} ms")),
+            config
+                .file_seed
+                .map_or("its seed".to_string(), |seed| format!("seed {seed}")),
+        );
+    }
     let _ = writeln!(
         s,
-        "# PARALEON evaluation (netsim)\n\nFabric {:?}, {} ms per run, λ_MI = {} µs, seed {}.\n",
-        config.fabric, config.duration_ms, config.interval_us, config.seed
+        "λ_MI = {} µs; the annealing seeded with {}.\n",
+        config.interval_us, config.seed
     );
     for w in results {
-        let _ = writeln!(s, "## {}\n", w.workload.name());
+        let _ = writeln!(s, "## {}\n", w.workload);
         let _ = writeln!(
             s,
             "| policy | flows done | mean slowdown | p99.9 slowdown | PARALEON's mean vs this policy's | searches started / run to the end | FSD acc. PARALEON / naive ES / NetFlow |\n|---|---|---|---|---|---|---|"
@@ -608,19 +687,19 @@ pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
                 r.fsd.netflow
             );
         }
-        let _ = writeln!(s, "\n![{0}]({0}.svg)\n", w.workload.name());
+        let _ = writeln!(s, "\n![{0}]({0}.svg)\n", w.workload);
     }
     if !all.fsd.is_empty() {
         let _ = writeln!(
             s,
-            "## FSD accuracy vs λ_MI\n\n1 − |elephant share − true share| per interval, averaged (NetFlow: per export window); {} ms runs under the NVIDIA defaults.\n\n| workload | λ_MI | PARALEON | naive ES | NetFlow 1:100 |\n|---|---|---|---|---|",
+            "## FSD accuracy vs λ_MI\n\n1 − |elephant share − true share| per interval, averaged (NetFlow: per export window); runs of {} ms (a scenario file's: at most) under the NVIDIA defaults.\n\n| workload | λ_MI | PARALEON | naive ES | NetFlow 1:100 |\n|---|---|---|---|---|",
             config.fsd_duration_ms
         );
         for f in &all.fsd {
             let _ = writeln!(
                 s,
                 "| {} | {} µs | {:.4} | {:.4} | {:.4} |",
-                f.workload.name(),
+                f.workload,
                 f.interval_us,
                 f.accuracy.paraleon,
                 f.accuracy.naive,
