@@ -38,7 +38,7 @@ fn host(name: &str, interval: u64) -> pb::HostInterval {
 }
 
 #[tokio::test]
-async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_setting() {
+async fn tors_and_hosts_report_and_lasting_traffic_dispatches_a_new_setting() {
     let (topology, _, _) = sample_pfc_storm().unwrap();
     let tuning = TuningConfig::for_fabric(&topology);
     assert_eq!(tuning.tors, ["tor0", "tor1"]);
@@ -76,33 +76,36 @@ async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_settin
 
     let mice = truth_fsd((0..40).map(|i| 10_000 + i * 100), 1_000_000);
     let elephants = truth_fsd((0..40).map(|i| 5_000_000 + i * 1_000), 1_000_000);
-    // Interval 1: mice everywhere, no change to tune for.
-    for h in &tuning.hosts {
-        client.report_host(host(h, 1)).await.unwrap();
+    // Intervals 1 and 2: elephants everywhere; nothing was tuned for them, but a change
+    // must hold three intervals (ControllerConfig::hold) before a search starts.
+    for t in 1..=2u64 {
+        for h in &tuning.hosts {
+            client.report_host(host(h, t)).await.unwrap();
+        }
+        client.report_tor(tor("tor0", t, &elephants)).await.unwrap();
+        let r = client
+            .report_tor(tor("tor1", t, &elephants))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!((r.version, r.closed, r.tuning), (1, t, false));
     }
-    client.report_tor(tor("tor0", 1, &mice)).await.unwrap();
-    let r = client
-        .report_tor(tor("tor1", 1, &mice))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!((r.version, r.closed, r.tuning), (1, 1, false));
-    // Interval 2: elephants: a search starts, its first trial comes back as version 2.
+    // Interval 3: the traffic held: a search starts, its first trial comes back as version 2.
     for h in &tuning.hosts {
-        client.report_host(host(h, 2)).await.unwrap();
+        client.report_host(host(h, 3)).await.unwrap();
     }
     let r = client
-        .report_tor(tor("tor0", 2, &elephants))
+        .report_tor(tor("tor0", 3, &elephants))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.version, 1, "interval 2 waits for tor1");
+    assert_eq!(r.version, 1, "interval 3 waits for tor1");
     let r = client
-        .report_tor(tor("tor1", 2, &elephants))
+        .report_tor(tor("tor1", 3, &elephants))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((r.version, r.closed, r.tuning), (2, 2, true));
+    assert_eq!((r.version, r.closed, r.tuning), (2, 3, true));
     assert_eq!(r.epoch, first.epoch);
     assert_ne!(
         r.knobs.iter().map(|k| k.value).collect::<Vec<_>>(),
@@ -112,7 +115,7 @@ async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_settin
     // Refused, with the reason.
     for (result, code, says) in [
         (
-            client.report_tor(tor("tor9", 3, &mice)).await,
+            client.report_tor(tor("tor9", 4, &mice)).await,
             Code::InvalidArgument,
             "ToR `tor9` is not in the tuned fabric",
         ),
@@ -120,7 +123,7 @@ async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_settin
             client
                 .report_tor(pb::TorInterval {
                     bins: vec![1.0; 3],
-                    ..tor("tor0", 3, &mice)
+                    ..tor("tor0", 4, &mice)
                 })
                 .await,
             Code::InvalidArgument,
@@ -135,7 +138,7 @@ async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_settin
             client
                 .report_host(pb::HostInterval {
                     uplink_utilisation: vec![1.7],
-                    ..host("h0", 3)
+                    ..host("h0", 4)
                 })
                 .await,
             Code::InvalidArgument,
@@ -152,7 +155,7 @@ async fn tors_and_hosts_report_and_a_distribution_change_dispatches_a_new_settin
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status["version"], 2);
     assert_eq!(status["tuning"], true);
-    assert_eq!(status["closed"], 2);
+    assert_eq!(status["closed"], 3);
     assert_eq!(status["stats"]["refused"], 3, "{body}");
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);

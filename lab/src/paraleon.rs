@@ -138,6 +138,9 @@ pub struct IntervalRecord {
     pub t_us: f64,
     /// KL(R_t, R_{t−1}) of the network-wide FSD.
     pub kl: f64,
+    /// KL(R_t, settled): distance from what the setting in force was tuned for (None
+    /// before a search has settled one).
+    pub drift: Option<f64>,
     /// A search started.
     pub triggered: bool,
     /// No traffic: the controller skipped it.
@@ -470,6 +473,7 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
         let mut record = IntervalRecord {
             t_us: t as f64 / 1_000.0,
             kl: 0.0,
+            drift: None,
             triggered: false,
             idle: false,
             utility: None,
@@ -488,6 +492,7 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
                 .interval(&fsd, &metrics)
                 .map_err(|e| TuneError::Tuner(e.to_string()))?;
             record.kl = outcome.kl;
+            record.drift = outcome.drift;
             record.triggered = outcome.triggered;
             record.idle = outcome.idle;
             record.utility = outcome.utility.map(|u| u.value);

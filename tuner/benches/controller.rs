@@ -49,9 +49,16 @@ fn main() {
     // Trigger a search first, so every measured interval takes an annealing step.
     let mut shifted = Fsd::sum(&locals);
     shifted.bins[15] += 1_000.0;
-    controller
-        .interval(&shifted, &metrics)
-        .expect("an interval");
+    let start_search = |controller: &mut Controller| {
+        // A change must hold `hold` intervals before a search starts.
+        for _ in 0..ControllerConfig::default().hold {
+            controller
+                .interval(&shifted, &metrics)
+                .expect("an interval");
+        }
+        assert!(controller.tuning(), "the shifted traffic starts a search");
+    };
+    start_search(&mut controller);
     let rounds = 10_000;
     let started = Instant::now();
     for _ in 0..rounds {
@@ -61,9 +68,7 @@ fn main() {
             .expect("an interval");
         black_box(outcome);
         if !controller.tuning() {
-            controller
-                .interval(&shifted, &metrics)
-                .expect("an interval");
+            start_search(&mut controller);
         }
     }
     let per = started.elapsed().as_secs_f64() / rounds as f64;
