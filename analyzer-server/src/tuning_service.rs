@@ -200,10 +200,25 @@ fn status(error: RoundError) -> Status {
 fn log_closed(closed: &[Closed]) {
     for c in closed {
         if c.outcome.triggered {
+            // `drift` is the distance from what the setting in force was tuned for (none
+            // before a first search settled one: the first traffic triggers on its own);
+            // `held` is how many intervals the change lasted before it triggered.
             tracing::info!(
                 interval = c.interval,
                 kl = c.outcome.kl,
+                drift = c
+                    .outcome
+                    .drift
+                    .map_or_else(|| "none".to_string(), |d| format!("{d:.4}")),
+                held = c.outcome.pending,
                 "tuning: a search started"
+            );
+        } else if c.outcome.pending > 0 {
+            tracing::debug!(
+                interval = c.interval,
+                drift = c.outcome.drift,
+                held = c.outcome.pending,
+                "tuning: a change is holding"
             );
         }
         if let Some(step) = &c.outcome.dispatch {

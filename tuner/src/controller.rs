@@ -370,13 +370,13 @@ mod tests {
         Controller::new(ControllerConfig::default(), space, start, seed).unwrap()
     }
 
-    /// Runs `fsd` until a search has started and ended; the intervals it took.
-    fn settle(c: &mut Controller, fsd: &Fsd) -> usize {
+    /// Runs `fsd` until a search has started and ended.
+    fn settle(c: &mut Controller, fsd: &Fsd) {
         let searches = c.searches();
-        for i in 0..10_000 {
+        for _ in 0..10_000 {
             c.interval(fsd, &metrics(0.5)).unwrap();
             if c.searches() > searches && !c.tuning() {
-                return i + 1;
+                return;
             }
         }
         panic!("no search ran to its end");
