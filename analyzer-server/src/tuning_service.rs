@@ -200,23 +200,20 @@ fn status(error: RoundError) -> Status {
 fn log_closed(closed: &[Closed]) {
     for c in closed {
         if c.outcome.triggered {
-            // `drift` is the distance from what the setting in force was tuned for (none
+            // `drift` is the distance from what the setting in force was tuned for (None
             // before a first search settled one: the first traffic triggers on its own);
             // `held` is how many intervals the change lasted before it triggered.
             tracing::info!(
                 interval = c.interval,
                 kl = c.outcome.kl,
-                drift = c
-                    .outcome
-                    .drift
-                    .map_or_else(|| "none".to_string(), |d| format!("{d:.4}")),
+                drift = ?c.outcome.drift,
                 held = c.outcome.pending,
                 "tuning: a search started"
             );
         } else if c.outcome.pending > 0 {
             tracing::debug!(
                 interval = c.interval,
-                drift = c.outcome.drift,
+                drift = ?c.outcome.drift,
                 held = c.outcome.pending,
                 "tuning: a change is holding"
             );
