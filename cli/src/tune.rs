@@ -53,12 +53,17 @@ pub struct TuneEvalArgs {
     #[arg(long, default_value_t = 1000)]
     interval_us: u64,
     /// Monitor intervals at which FSD accuracy is also measured on FB_Hadoop, µs
-    /// (comma-separated; PARALEON Fig. 11).
-    #[arg(long, value_delimiter = ',', default_values_t = [500, 1000, 2000, 5000])]
+    /// (comma-separated; PARALEON Fig. 11; the flag alone: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [500, 1000, 2000, 5000])]
     fsd_intervals_us: Vec<u64>,
     /// Simulated time of each FSD-accuracy run, ms.
     #[arg(long, default_value_t = 100.0)]
     fsd_duration_ms: f64,
+    /// FB_Hadoop loads (of each host's link) the FSD accuracy is also measured at, at each
+    /// --fsd-intervals-us, besides the workload's 0.3 (PARALEON Fig. 10(a); comma-separated;
+    /// the flag alone: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [0.1, 0.2])]
+    fsd_loads: Vec<f64>,
     /// Seed (the same seed gives the same report). Default 1; a scenario file runs with its
     /// own seed unless this is given.
     #[arg(long)]
@@ -102,6 +107,7 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
         seed: args.seed.unwrap_or(1),
         fsd_intervals_us: args.fsd_intervals_us.clone(),
         fsd_duration_ms: args.fsd_duration_ms,
+        fsd_loads: args.fsd_loads.clone(),
         out: args.out.clone(),
         jobs: args
             .jobs
@@ -120,4 +126,37 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
         args.out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: TuneEvalArgs,
+    }
+
+    fn parse(argv: &[&str]) -> TuneEvalArgs {
+        Cli::try_parse_from(std::iter::once("tune-eval").chain(argv.iter().copied()))
+            .expect("the arguments parse")
+            .args
+    }
+
+    /// The FSD sweep's λ_MI and loads: Fig. 11's and Fig. 10(a)'s by default, the ones
+    /// given, or none with the flag alone (a quick run without the sweep).
+    #[test]
+    fn the_fsd_sweep_is_the_papers_the_one_given_or_none() {
+        let default = parse(&[]);
+        assert_eq!(default.fsd_intervals_us, [500, 1000, 2000, 5000]);
+        assert_eq!(default.fsd_loads, [0.1, 0.2]);
+        let given = parse(&["--fsd-intervals-us", "1000", "--fsd-loads", "0.05,0.25"]);
+        assert_eq!(given.fsd_intervals_us, [1000]);
+        assert_eq!(given.fsd_loads, [0.05, 0.25]);
+        let none = parse(&["--fsd-loads", "--fsd-intervals-us", "--seed", "3"]);
+        assert!(none.fsd_loads.is_empty() && none.fsd_intervals_us.is_empty());
+        assert_eq!(none.seed, Some(3));
+    }
 }

@@ -82,6 +82,10 @@ pub struct EvalConfig {
     pub fsd_intervals_us: Vec<u64>,
     /// Simulated time of each FSD-accuracy run, ms (no search to finish there).
     pub fsd_duration_ms: f64,
+    /// FB_Hadoop loads the FSD accuracy is also measured at, at each of
+    /// [`EvalConfig::fsd_intervals_us`], besides the workload's 30 % (PARALEON Fig. 10(a));
+    /// only when FB_Hadoop is run.
+    pub fsd_loads: Vec<f64>,
     /// Output directory.
     pub out: PathBuf,
     /// Simulations run at once (threads).
@@ -95,6 +99,8 @@ pub struct FsdAtInterval {
     pub workload: String,
     /// λ_MI, µs.
     pub interval_us: u64,
+    /// FB_Hadoop's load when it is not the workload's own ([`EvalConfig::fsd_loads`]).
+    pub load: Option<f64>,
     /// The accuracies.
     pub accuracy: FsdAccuracy,
 }
@@ -140,6 +146,23 @@ pub enum EvalError {
 
 /// The scenario of `workload` on `fabric` for `duration_ms`.
 pub fn scenario(workload: Workload, fabric: Fabric, duration_ms: f64, seed: u64) -> String {
+    scenario_at_load(workload, fabric, duration_ms, seed, FB_HADOOP_LOAD)
+}
+
+/// FB_Hadoop's load in the paper's workloads (§IV-A: 30 %, of each host's link). On the
+/// 4:1 fabric the traffic leaving a ToR is 7/8 of it, 105 % of the uplinks: a backlog of
+/// elephants builds up for as long as the arrivals last.
+pub const FB_HADOOP_LOAD: f64 = 0.3;
+
+/// [`scenario`] with FB_Hadoop's Poisson arrivals (FB_Hadoop's, or the influx's burst) at
+/// `fb_load` of each host's link.
+pub fn scenario_at_load(
+    workload: Workload,
+    fabric: Fabric,
+    duration_ms: f64,
+    seed: u64,
+    fb_load: f64,
+) -> String {
     let (leaves, spines) = match fabric {
         Fabric::Paper => (8, 4),
         Fabric::Small => (4, 2),
@@ -178,7 +201,7 @@ pub fn scenario(workload: Workload, fabric: Fabric, duration_ms: f64, seed: u64)
         Workload::FbHadoop => {
             let _ = write!(
                 s,
-                "\n[[workload]]\nkind = \"poisson\"\nload = 0.3\ncdf = \"fb_hadoop\"\n\
+                "\n[[workload]]\nkind = \"poisson\"\nload = {fb_load}\ncdf = \"fb_hadoop\"\n\
                  duration_us = {duration_us}\n"
             );
         }
@@ -196,7 +219,7 @@ pub fn scenario(workload: Workload, fabric: Fabric, duration_ms: f64, seed: u64)
             };
             let _ = write!(
                 s,
-                "\n[[workload]]\nkind = \"poisson\"\nload = 0.3\ncdf = \"fb_hadoop\"\n\
+                "\n[[workload]]\nkind = \"poisson\"\nload = {fb_load}\ncdf = \"fb_hadoop\"\n\
                  start_us = {start}\nduration_us = {}\n",
                 30_000.0_f64.min(duration_us - start).max(1.0)
             );
@@ -235,7 +258,7 @@ fn file_name(path: &std::path::Path, taken: &[String]) -> String {
     name
 }
 
-fn load(text: &str) -> Result<LoadedScenario, EvalError> {
+fn load_scenario(text: &str) -> Result<LoadedScenario, EvalError> {
     Scenario::parse(text, "paraleon-eval.toml", ".".into())
         .map_err(|e| EvalError::Scenario(e.to_string()))
 }
@@ -247,8 +270,8 @@ enum Job {
     Pretrained(usize),
     /// A policy's run on workload `.0`; `.1` indexes [`policies`]' others.
     Policy(usize, usize),
-    /// FSD accuracy at λ_MI = `.0` µs.
-    Fsd(u64),
+    /// FSD accuracy at λ_MI = `.0` µs, at FB_Hadoop load `.1` (None: the workload's own).
+    Fsd(u64, Option<f64>),
 }
 
 /// The policies besides the pretrained one, in the report's order around it.
@@ -265,7 +288,7 @@ fn policies() -> [Policy; 4] {
 enum Done {
     Pretrained(usize, TuneRun),
     Policy(usize, usize, TuneRun),
-    Fsd(u64, FsdAccuracy),
+    Fsd(u64, Option<f64>, FsdAccuracy),
 }
 
 /// Runs the evaluation and writes `results.json`, `report.md` and one SVG figure per
@@ -282,19 +305,19 @@ pub fn evaluate(
     let mut names: Vec<String> = Vec::new();
     let mut scenarios = Vec::new();
     for workload in &config.workloads {
-        let online = load(&scenario(
+        let online = load_scenario(&scenario(
             *workload,
             config.fabric,
             config.duration_ms,
             config.seed,
         ))?;
-        let offline = load(&scenario(
+        let offline = load_scenario(&scenario(
             *workload,
             config.fabric,
             config.duration_ms,
             config.seed.wrapping_add(1_000),
         ))?;
-        let sweep = load(&scenario(
+        let sweep = load_scenario(&scenario(
             *workload,
             config.fabric,
             config.fsd_duration_ms,
@@ -334,8 +357,43 @@ pub fn evaluate(
     for w in 0..scenarios.len() {
         jobs.extend((0..policies().len()).map(|p| Job::Policy(w, p)));
     }
+    // The load sweep: FB_Hadoop's scenario at each other load.
+    let fb_swept = swept.is_some_and(|w| config.workloads.get(w) == Some(&Workload::FbHadoop));
+    let mut sweep_loads: Vec<Option<f64>> = vec![None];
+    if fb_swept {
+        for load in &config.fsd_loads {
+            if !(*load > 0.0 && *load <= 1.0) {
+                return Err(EvalError::Scenario(format!(
+                    "FSD sweep load {load}: must be within (0, 1] of each host's link"
+                )));
+            }
+            if *load != FB_HADOOP_LOAD && !sweep_loads.contains(&Some(*load)) {
+                sweep_loads.push(Some(*load));
+            }
+        }
+    }
+    let mut at_load = Vec::new();
+    for load in sweep_loads.iter().flatten() {
+        at_load.push((
+            *load,
+            load_scenario(&scenario_at_load(
+                Workload::FbHadoop,
+                config.fabric,
+                config.fsd_duration_ms,
+                config.seed,
+                *load,
+            ))?,
+        ));
+    }
     if swept.is_some() {
-        jobs.extend(config.fsd_intervals_us.iter().map(|us| Job::Fsd(*us)));
+        for load in &sweep_loads {
+            jobs.extend(
+                config
+                    .fsd_intervals_us
+                    .iter()
+                    .map(|us| Job::Fsd(*us, *load)),
+            );
+        }
     }
     let queue = std::sync::Mutex::new(jobs.into_iter());
     let next = || queue.lock().ok().and_then(|mut q| q.next());
@@ -384,15 +442,19 @@ pub fn evaluate(
                 .map_err(fail(w, name))?;
                 Ok(Done::Policy(w, p, r))
             }
-            Job::Fsd(us) => {
+            Job::Fsd(us, load) => {
                 let w = swept.unwrap_or(0);
-                progress(&format!("{}: FSD at λ_MI = {us} µs", names[w]));
+                let (at, sweep) = match load.and_then(|l| at_load.iter().find(|(a, _)| *a == l)) {
+                    Some((l, sc)) => (format!(" at load {l}"), sc),
+                    None => (String::new(), &scenarios[w].2),
+                };
+                progress(&format!("{}: FSD at λ_MI = {us} µs{at}", names[w]));
                 let r = run(
-                    &scenarios[w].2,
+                    sweep,
                     &TuneConfig::new(Policy::nvidia_default(), us.max(1) * 1_000, config.seed),
                 )
-                .map_err(fail(w, format!("fsd at {us} µs")))?;
-                Ok(Done::Fsd(us, r.fsd))
+                .map_err(fail(w, format!("fsd at {us} µs{at}")))?;
+                Ok(Done::Fsd(us, load, r.fsd))
             }
         }
     };
@@ -426,12 +488,12 @@ pub fn evaluate(
     });
     let mut pretrained: Vec<Option<TuneRun>> = vec![None; scenarios.len()];
     let mut others: Vec<Vec<Option<TuneRun>>> = vec![vec![None; policies().len()]; scenarios.len()];
-    let mut fsd_at: Vec<(u64, FsdAccuracy)> = Vec::new();
+    let mut fsd_at: Vec<(u64, Option<f64>, FsdAccuracy)> = Vec::new();
     for d in done {
         match d? {
             Done::Pretrained(w, r) => pretrained[w] = Some(r),
             Done::Policy(w, p, r) => others[w][p] = Some(r),
-            Done::Fsd(us, a) => fsd_at.push((us, a)),
+            Done::Fsd(us, load, a) => fsd_at.push((us, load, a)),
         }
     }
     let mut out = Vec::new();
@@ -449,15 +511,16 @@ pub fn evaluate(
         });
     }
     // In the order asked for.
-    let fsd = config
-        .fsd_intervals_us
+    let fsd = sweep_loads
         .iter()
-        .filter_map(|us| {
+        .flat_map(|load| config.fsd_intervals_us.iter().map(move |us| (*us, *load)))
+        .filter_map(|(us, load)| {
             let w = swept?;
-            let (_, accuracy) = fsd_at.iter().find(|(u, _)| u == us)?;
+            let (_, _, accuracy) = fsd_at.iter().find(|(u, l, _)| *u == us && *l == load)?;
             Some(FsdAtInterval {
                 workload: names[w].clone(),
-                interval_us: *us,
+                interval_us: us,
+                load,
                 accuracy: *accuracy,
             })
         })
@@ -584,10 +647,18 @@ fn workload_figure(w: &WorkloadResult) -> String {
 /// FSD accuracy of PARALEON, naive Elastic Sketch and NetFlow per monitor interval.
 fn fsd_figure(fsd: &[FsdAtInterval]) -> String {
     let mut panels = Vec::new();
-    let mut workloads: Vec<&str> = fsd.iter().map(|f| f.workload.as_str()).collect();
-    workloads.dedup();
-    for w in workloads {
-        let rows: Vec<&FsdAtInterval> = fsd.iter().filter(|f| f.workload == w).collect();
+    let mut panels_of: Vec<(&str, Option<f64>)> =
+        fsd.iter().map(|f| (f.workload.as_str(), f.load)).collect();
+    panels_of.dedup();
+    for (w, load) in panels_of {
+        let rows: Vec<&FsdAtInterval> = fsd
+            .iter()
+            .filter(|f| f.workload == w && f.load == load)
+            .collect();
+        let w = match load {
+            Some(l) => format!("{w} at load {:.0} %", l * 100.0),
+            None => w.to_string(),
+        };
         let groups: Vec<String> = rows
             .iter()
             .map(|r| format!("{} µs", r.interval_us))
@@ -692,13 +763,25 @@ pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
     if !all.fsd.is_empty() {
         let _ = writeln!(
             s,
-            "## FSD accuracy vs λ_MI\n\n1 − |elephant share − true share| per interval, averaged (NetFlow: per export window); runs of {} ms (a scenario file's: at most) under the NVIDIA defaults.\n\n| workload | λ_MI | PARALEON | naive ES | NetFlow 1:100 |\n|---|---|---|---|---|",
-            config.fsd_duration_ms
+            "## FSD accuracy vs λ_MI\n\n1 − |elephant share − true share| per interval, averaged (NetFlow: per export window); runs of {} ms (a scenario file's: at most) under the NVIDIA defaults.{}\n\n| workload | load | λ_MI | PARALEON | naive ES | NetFlow 1:100 |\n|---|---|---|---|---|---|",
+            config.fsd_duration_ms,
+            if all.fsd.iter().any(|f| f.workload == Workload::FbHadoop.name()) {
+                " Load: FB_Hadoop's, of each host's link (at 30 % the traffic leaving a ToR of the paper's fabric is 105 % of its uplinks, and a backlog of elephants grows for the whole run)."
+            } else {
+                ""
+            }
         );
         for f in &all.fsd {
+            let load = match (f.load, f.workload.as_str()) {
+                (Some(l), _) => format!("{:.0} %", l * 100.0),
+                (None, w) if w == Workload::FbHadoop.name() => {
+                    format!("{:.0} %", FB_HADOOP_LOAD * 100.0)
+                }
+                (None, _) => "its own".to_string(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} µs | {:.4} | {:.4} | {:.4} |",
+                "| {} | {load} | {} µs | {:.4} | {:.4} | {:.4} |",
                 f.workload,
                 f.interval_us,
                 f.accuracy.paraleon,
@@ -719,10 +802,28 @@ mod tests {
     use hawkmesh_netsim::FlowRecord;
     use hawkmesh_wire::telemetry::FiveTuple;
 
+    /// FB_Hadoop's arrivals (and the influx's burst) run at the load asked for; 30 % when
+    /// none is.
+    #[test]
+    fn fb_hadoop_runs_at_the_load_asked_for() {
+        let poisson_load = |text: String, i: usize| {
+            let loaded = load_scenario(&text).expect("the scenario loads");
+            match &loaded.scenario.workload[i] {
+                WorkloadSpec::Poisson { load, .. } => *load,
+                other => panic!("not FB_Hadoop's arrivals: {other:?}"),
+            }
+        };
+        let at = |w, load| scenario_at_load(w, Fabric::Small, 10.0, 1, load);
+        assert_eq!(poisson_load(at(Workload::FbHadoop, 0.1), 0), 0.1);
+        assert_eq!(poisson_load(at(Workload::Influx, 0.2), 1), 0.2);
+        let paper = scenario(Workload::FbHadoop, Fabric::Small, 10.0, 1);
+        assert_eq!(poisson_load(paper, 0), FB_HADOOP_LOAD);
+    }
+
     #[test]
     fn the_all_to_all_sends_12_mb_to_each_peer_and_the_influx_comes_in_late() {
         let text = scenario(Workload::Influx, Fabric::Paper, 100.0, 1);
-        let loaded = load(&text).expect("the scenario loads");
+        let loaded = load_scenario(&text).expect("the scenario loads");
         let w = &loaded.scenario.workload;
         let WorkloadSpec::Alltoall {
             hosts,
@@ -752,7 +853,7 @@ mod tests {
         assert!((*start_us - 60_000.0).abs() < 1.0, "{start_us}");
         assert_eq!(*duration_us, 30_000.0);
         // A short run: as late as fits.
-        let short = load(&scenario(Workload::Influx, Fabric::Small, 50.0, 1)).unwrap();
+        let short = load_scenario(&scenario(Workload::Influx, Fabric::Small, 50.0, 1)).unwrap();
         let WorkloadSpec::Poisson { start_us, .. } = &short.scenario.workload[1] else {
             panic!("the burst second");
         };

@@ -91,6 +91,7 @@ fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
         seed: 2,
         fsd_intervals_us: vec![500, 1000],
         fsd_duration_ms: 2.0,
+        fsd_loads: vec![0.1],
         out: out.clone(),
         jobs: 2,
     };
@@ -153,6 +154,74 @@ fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The FSD sweep at other FB_Hadoop loads (PARALEON Fig. 10(a)): one row per load and
+/// λ_MI after the workload's own 30 %, each load once, in the report with its load; a load
+/// outside (0, 1] is an error that names it.
+#[test]
+fn the_fsd_sweep_runs_fb_hadoop_at_each_load_asked_for() {
+    use hawkmesh_lab::paraleon_eval::{evaluate, EvalConfig};
+    let out = std::env::temp_dir().join(format!("hawkmesh-tune-loads-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let config = EvalConfig {
+        workloads: vec![Workload::FbHadoop],
+        scenario_files: Vec::new(),
+        file_duration_ms: None,
+        file_seed: None,
+        fabric: Fabric::Small,
+        duration_ms: 1.0,
+        interval_us: 500,
+        seed: 3,
+        fsd_intervals_us: vec![500, 1000],
+        fsd_duration_ms: 2.0,
+        fsd_loads: vec![0.1, 0.3, 0.1],
+        out: out.clone(),
+        jobs: 2,
+    };
+    let steps = std::sync::Mutex::new(Vec::new());
+    let results =
+        evaluate(&config, |s| steps.lock().unwrap().push(s.to_string())).expect("the evaluation");
+    let rows: Vec<(u64, Option<f64>)> = results
+        .fsd
+        .iter()
+        .map(|f| (f.interval_us, f.load))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (500, None),
+            (1000, None),
+            (500, Some(0.1)),
+            (1000, Some(0.1))
+        ]
+    );
+    for f in &results.fsd {
+        assert!(f.accuracy.intervals > 0, "{f:?}: no interval measured");
+    }
+    let steps = steps.into_inner().unwrap();
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.contains("FSD at λ_MI = 1000 µs at load 0.1")),
+        "{steps:?}"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(report.contains("| fb-hadoop | 30 % | 500 µs |"), "{report}");
+    assert!(
+        report.contains("| fb-hadoop | 10 % | 1000 µs |"),
+        "{report}"
+    );
+    let bad = evaluate(
+        &EvalConfig {
+            fsd_loads: vec![1.5],
+            ..config
+        },
+        |_| {},
+    )
+    .expect_err("a load above the link rate");
+    assert!(bad.to_string().contains("1.5"), "{bad}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// A workload nobody built in: a netsim scenario file runs through the same evaluation —
 /// every policy, pretraining on the same file under another seed, the FSD sweep, its figure
 /// under the file's name — cut to the duration asked for; a file that does not load is an
@@ -177,6 +246,7 @@ fn a_scenario_file_is_evaluated_like_the_papers_workloads() {
         seed: 2,
         fsd_intervals_us: vec![1000],
         fsd_duration_ms: 1.0,
+        fsd_loads: vec![0.1],
         out: dir.join("out"),
         jobs: 2,
     };

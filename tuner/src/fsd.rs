@@ -12,9 +12,26 @@
 //! A flow with no bytes for δ intervals has finished and is forgotten (Fig. 4's f₃); one
 //! with no bytes in this interval is not in this interval's distribution (it is not active).
 //!
-//! A PE flow counts as an elephant with weight Φ(f)/τ and as a mouse with the rest: its
-//! "likelihood of transitioning to E", refined as more intervals elapse (§III-B leaves the
-//! formula open; Φ/τ grows with each active interval and reaches 1 at the transition).
+//! A PE flow counts as an elephant with a weight and as a mouse with the rest: its
+//! "likelihood of transitioning to E ... refined as more monitor intervals elapse" (§III-B,
+//! which leaves the formula open). The monitor learns the likelihood from the flows it has
+//! seen end ([`Likelihood`]): per state (M or PE) and tenth of τ that Φ was in, the share
+//! of the intervals flows spent there whose flow went on to pass τ. Counted per interval,
+//! not per flow, because the distribution is per interval: a slow elephant is in it for
+//! more intervals than a mouse of the same Φ. A flow's outcome counts as soon as it is
+//! known: an elephant's when it passes τ, a mouse's the first interval it is idle below τ
+//! (not a window later, which would count the mice of the last δ intervals after the
+//! elephants of the same time and overweigh the elephants while traffic grows), revised
+//! to an elephant's if it comes back and passes τ. A PE flow's prior, [`PRIOR_FLOWS`] intervals'
+//! worth before any flow has ended and beside the outcomes after, is Φ/τ (it grows with each
+//! active interval and reaches 1 at the transition).
+//!
+//! A mouse is weighted the same way, with prior 0. Within ms intervals a young elephant
+//! (active fewer than δ intervals, Φ < τ) is a mouse by its state, and in a congested
+//! fabric, where flows take many intervals to pass τ, those young elephants are a good part
+//! of the elephants: counting every mouse as a mouse underestimates the elephant share (by
+//! 2.4 points on FB_Hadoop at λ_MI = 1 ms, docs/paraleon-eval). The states stay the paper's
+//! (they drive nothing else); only the distribution's weights are learnt.
 //!
 //! [`Fsd`] is the distribution: flows (weighted) per size bin (log₂ bins of Φ from 1 KB),
 //! elephants and mice. The switches insert each packet into one sketch only (the
@@ -84,6 +101,126 @@ struct FlowRecord {
     /// The interval it was last in a readout, and its bytes there.
     seen: u64,
     bytes: u64,
+    /// Intervals it spent in each [`Likelihood`] bucket as a mouse and as a PE flow whose
+    /// outcome is not yet counted (all zero once counted).
+    as_mice: [u16; LIKELIHOOD_BUCKETS],
+    as_pe: [u16; LIKELIHOOD_BUCKETS],
+    /// Intervals counted as a mouse's outcome when it first went idle below τ: they turn
+    /// to an elephant's if it comes back and passes τ.
+    ended_mice: [u16; LIKELIHOOD_BUCKETS],
+    ended_pe: [u16; LIKELIHOOD_BUCKETS],
+}
+
+impl FlowRecord {
+    fn unresolved(&self) -> bool {
+        self.as_mice.iter().chain(&self.as_pe).any(|n| *n > 0)
+    }
+
+    fn ended_below_tau(&self) -> bool {
+        self.ended_mice.iter().chain(&self.ended_pe).any(|n| *n > 0)
+    }
+}
+
+/// Intervals of prior in each bucket of the learnt likelihood (weight Φ/τ for a PE flow,
+/// 0 for a mouse).
+pub const PRIOR_FLOWS: f64 = 8.0;
+
+/// Intervals counted per bucket at most: beyond, the bucket's counts are halved, so the
+/// likelihood follows a fabric whose traffic changes.
+const LIKELIHOOD_MEMORY: f64 = 4_096.0;
+
+/// Buckets of the learnt likelihood: tenths of τ.
+pub const LIKELIHOOD_BUCKETS: usize = 10;
+
+/// Outcomes of one state's intervals per tenth of τ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Outcomes {
+    /// Intervals whose flow went on to pass τ.
+    pub elephant: [f64; LIKELIHOOD_BUCKETS],
+    /// Intervals whose flow's outcome is known (passed τ, or forgotten below it).
+    pub known: [f64; LIKELIHOOD_BUCKETS],
+}
+
+impl Outcomes {
+    fn weight(&self, b: usize, prior: f64) -> f64 {
+        (self.elephant[b] + PRIOR_FLOWS * prior) / (self.known[b] + PRIOR_FLOWS)
+    }
+
+    /// Counts `intervals` as an elephant's or a mouse's and zeroes them; a mouse's are
+    /// kept in `ended` in case the flow comes back.
+    fn record(
+        &mut self,
+        intervals: &mut [u16; LIKELIHOOD_BUCKETS],
+        ended: &mut [u16; LIKELIHOOD_BUCKETS],
+        elephant: bool,
+    ) {
+        for (b, n) in intervals.iter_mut().enumerate() {
+            if *n == 0 {
+                continue;
+            }
+            if self.known[b] >= LIKELIHOOD_MEMORY {
+                self.known[b] /= 2.0;
+                self.elephant[b] /= 2.0;
+            }
+            self.known[b] += f64::from(*n);
+            if elephant {
+                self.elephant[b] += f64::from(*n);
+            } else {
+                ended[b] = ended[b].saturating_add(*n);
+            }
+            *n = 0;
+        }
+    }
+
+    /// A flow counted as a mouse's came back and passed τ: its `ended` intervals were an
+    /// elephant's (within what the halved counts still hold).
+    fn revise(&mut self, ended: &mut [u16; LIKELIHOOD_BUCKETS]) {
+        for (b, n) in ended.iter_mut().enumerate() {
+            self.elephant[b] = (self.elephant[b] + f64::from(*n)).min(self.known[b]);
+            *n = 0;
+        }
+    }
+}
+
+/// The likelihood that a flow below τ becomes an elephant, learnt from the flows that
+/// ended, per state and tenth of τ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Likelihood {
+    /// Intervals flows spent as mice.
+    pub mice: Outcomes,
+    /// Intervals flows spent as potential elephants.
+    pub potential_elephants: Outcomes,
+}
+
+impl Likelihood {
+    /// The bucket of Φ = `total` (below τ).
+    fn bucket(total: u64, tau: u64) -> usize {
+        ((total as f64 / tau.max(1) as f64 * LIKELIHOOD_BUCKETS as f64) as usize)
+            .min(LIKELIHOOD_BUCKETS - 1)
+    }
+
+    /// The elephant weight of a flow in `state` below τ with Φ = `total`.
+    pub fn weight(&self, state: FlowState, total: u64, tau: u64) -> f64 {
+        let b = Self::bucket(total, tau);
+        match state {
+            FlowState::Elephant => 1.0,
+            FlowState::PotentialElephant => self
+                .potential_elephants
+                .weight(b, (total as f64 / tau.max(1) as f64).clamp(0.0, 1.0)),
+            FlowState::Mice => self.mice.weight(b, 0.0),
+        }
+    }
+
+    fn record(&mut self, r: &mut FlowRecord, elephant: bool) {
+        self.mice
+            .record(&mut r.as_mice, &mut r.ended_mice, elephant);
+        self.potential_elephants
+            .record(&mut r.as_pe, &mut r.ended_pe, elephant);
+        if elephant {
+            self.mice.revise(&mut r.ended_mice);
+            self.potential_elephants.revise(&mut r.ended_pe);
+        }
+    }
 }
 
 /// A hasher for flow ids (sketch fingerprints): one multiply-xorshift of the 64-bit id
@@ -118,11 +255,11 @@ type FlowMap<V> = HashMap<FlowId, V, BuildHasherDefault<FlowIdHasher>>;
 /// and mouse counts.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Fsd {
-    /// Flows per size bin ([`bin_of`]); a PE flow's elephant weight sits in τ's bin.
+    /// Flows per size bin ([`bin_of`]); a flow's elephant weight below τ sits in τ's bin.
     pub bins: [f64; BINS],
-    /// Elephants (PE flows by their weight).
+    /// Elephants (flows below τ by their weight).
     pub elephants: f64,
-    /// Mice (PE flows by the rest of their weight).
+    /// Mice (flows below τ by the rest of their weight).
     pub mice: f64,
     /// Elephant flows proper (Φ ≥ τ).
     pub elephant_flows: u32,
@@ -189,27 +326,25 @@ impl Fsd {
         }
     }
 
-    /// Counts one flow of `bytes` in `state` (a PE flow split by its weight).
-    fn count(&mut self, bytes: u64, state: FlowState, tau: u64) {
-        match state {
-            FlowState::Elephant => {
-                self.bins[bin_of(bytes)] += 1.0;
-                self.elephants += 1.0;
-                self.elephant_flows += 1;
-            }
-            FlowState::Mice => {
-                self.bins[bin_of(bytes)] += 1.0;
-                self.mice += 1.0;
-            }
-            FlowState::PotentialElephant => {
-                let w = (bytes as f64 / tau as f64).clamp(0.0, 1.0);
-                self.bins[bin_of(tau)] += w;
-                self.bins[bin_of(bytes)] += 1.0 - w;
-                self.elephants += w;
-                self.mice += 1.0 - w;
-                self.potential_elephants += 1;
-            }
+    /// Counts one flow of `bytes` in `state`: an elephant whole, any other split by its
+    /// elephant weight `w` (0–1; the elephant part sits in τ's bin).
+    fn count(&mut self, bytes: u64, state: FlowState, tau: u64, w: f64) {
+        if state == FlowState::Elephant {
+            self.bins[bin_of(bytes)] += 1.0;
+            self.elephants += 1.0;
+            self.elephant_flows += 1;
+            return;
         }
+        if state == FlowState::PotentialElephant {
+            self.potential_elephants += 1;
+        }
+        let w = w.clamp(0.0, 1.0);
+        if w > 0.0 {
+            self.bins[bin_of(tau)] += w;
+        }
+        self.bins[bin_of(bytes)] += 1.0 - w;
+        self.elephants += w;
+        self.mice += 1.0 - w;
     }
 }
 
@@ -242,6 +377,7 @@ pub struct TorMonitor {
     flows: FlowMap<FlowRecord>,
     forgotten: u64,
     interval: u64,
+    likelihood: Likelihood,
 }
 
 impl TorMonitor {
@@ -252,7 +388,13 @@ impl TorMonitor {
             flows: FlowMap::default(),
             forgotten: 0,
             interval: 0,
+            likelihood: Likelihood::default(),
         }
+    }
+
+    /// What the flows that ended below and above τ say (the weights' source).
+    pub fn likelihood(&self) -> &Likelihood {
+        &self.likelihood
     }
 
     /// Flows remembered.
@@ -290,6 +432,10 @@ impl TorMonitor {
                 state: FlowState::Mice,
                 seen: 0,
                 bytes: 0,
+                as_mice: [0; LIKELIHOOD_BUCKETS],
+                as_pe: [0; LIKELIHOOD_BUCKETS],
+                ended_mice: [0; LIKELIHOOD_BUCKETS],
+                ended_pe: [0; LIKELIHOOD_BUCKETS],
             });
             if r.seen != now {
                 r.seen = now;
@@ -301,12 +447,20 @@ impl TorMonitor {
         // forgotten after the window; the others are counted.
         let (tau, window) = (self.config.tau_bytes, self.config.window.max(1));
         let mut fsd = Fsd::default();
+        // This interval's weights come from the outcomes known before it.
+        let known = self.likelihood;
+        let likelihood = &mut self.likelihood;
         self.flows.retain(|_, r| {
             if r.seen != now {
                 r.streak = 0;
                 r.idle += 1;
                 if r.state == FlowState::PotentialElephant {
                     r.state = FlowState::Mice;
+                }
+                if r.unresolved() {
+                    // Idle below τ: its intervals as M and PE count as a mouse's now
+                    // (revised if it comes back and passes τ).
+                    likelihood.record(r, false);
                 }
                 return r.idle < window;
             }
@@ -320,7 +474,21 @@ impl TorMonitor {
             } else {
                 FlowState::Mice
             };
-            fsd.count(r.total, r.state, tau);
+            if r.state == FlowState::Elephant {
+                if r.unresolved() || r.ended_below_tau() {
+                    likelihood.record(r, true);
+                }
+            } else {
+                let b = Likelihood::bucket(r.total, tau);
+                let n = if r.state == FlowState::Mice {
+                    &mut r.as_mice[b]
+                } else {
+                    &mut r.as_pe[b]
+                };
+                *n = n.saturating_add(1);
+            }
+            let w = known.weight(r.state, r.total, tau);
+            fsd.count(r.total, r.state, tau, w);
             true
         });
         fsd
@@ -338,6 +506,7 @@ impl TorMonitor {
         let count = (order.len() / 8).max(1);
         order.sort_unstable_by(|a, b| b.cmp(a));
         for (_, _, _, id) in order.into_iter().take(count) {
+            // Its outcome is unknown: it does not count in the likelihood.
             self.flows.remove(&id);
             self.forgotten += 1;
         }
@@ -360,7 +529,7 @@ pub fn naive_fsd(readout: impl IntoIterator<Item = (FlowId, u64)>, tau_bytes: u6
         } else {
             FlowState::Mice
         };
-        fsd.count(*bytes, state, tau_bytes);
+        fsd.count(*bytes, state, tau_bytes, 0.0);
     }
     fsd
 }
@@ -375,7 +544,7 @@ pub fn truth_fsd(sizes: impl IntoIterator<Item = u64>, tau_bytes: u64) -> Fsd {
         } else {
             FlowState::Mice
         };
-        fsd.count(bytes, state, tau_bytes);
+        fsd.count(bytes, state, tau_bytes, 0.0);
     }
     fsd
 }
@@ -435,7 +604,8 @@ mod tests {
         assert_eq!(states[5].0, None);
     }
 
-    /// A potential elephant counts as an elephant by Φ/τ; the network-wide FSD is the sum.
+    /// With no flow ended yet, a potential elephant counts as an elephant by Φ/τ (its
+    /// prior); the network-wide FSD is the sum.
     #[test]
     fn a_potential_elephant_is_weighted_and_distributions_add_up() {
         let mut a = TorMonitor::new(MonitorConfig::default());
@@ -454,6 +624,85 @@ mod tests {
         assert!((total.flows() - 3.0).abs() < 1e-9);
         assert_eq!(total.dominant().0, Dominant::Mice);
         assert!((total.bins.iter().sum::<f64>() - 3.0).abs() < 1e-9);
+    }
+
+    /// The weights follow what this fabric's flows turned into: where flows that persist
+    /// go on to pass τ, a PE flow at Φ = 300 KB and a young one at 100 KB weigh nearly 1;
+    /// where they finish below it, nearly 0; with no flow ended yet, Φ/τ and 0.
+    #[test]
+    fn flows_below_tau_weigh_what_such_flows_became() {
+        // 40 flows, 4 at a time, each 100 KB per interval for `active` intervals.
+        let run = |m: &mut TorMonitor, active: u64| {
+            for batch in 0..10u64 {
+                for _ in 0..active {
+                    m.update((0..4).map(|i| (batch * 4 + i + 1, 100 * KB)));
+                }
+                // Idle until they are forgotten.
+                for _ in 0..3 {
+                    m.update([]);
+                }
+            }
+        };
+        // A new flow at 100 KB per interval: its share as a mouse (Φ = 100 KB) and as a PE
+        // flow (Φ = 300 KB).
+        let probe = |m: &mut TorMonitor| {
+            let young = m.update([(999, 100 * KB)]);
+            m.update([(999, 100 * KB)]);
+            let pe = m.update([(999, 100 * KB)]);
+            assert_eq!((young.potential_elephants, pe.potential_elephants), (0, 1));
+            (young.elephants, pe.elephants)
+        };
+        let mut fresh = TorMonitor::new(MonitorConfig::default());
+        let (young, pe) = probe(&mut fresh);
+        assert_eq!(young, 0.0);
+        assert!((pe - 0.3).abs() < 1e-9);
+        // 12 intervals × 100 KB: every flow passes τ (as a mouse at 100 and 200 KB, PE from
+        // 300 to 900 KB).
+        let mut elephants = TorMonitor::new(MonitorConfig::default());
+        run(&mut elephants, 12);
+        let l = elephants.likelihood();
+        assert_eq!((l.mice.known[1], l.mice.elephant[1]), (40.0, 40.0));
+        assert_eq!(l.potential_elephants.known[3], 40.0);
+        assert_eq!(l.potential_elephants.elephant[9], 40.0);
+        let (young, pe) = probe(&mut elephants);
+        assert!(young > 0.8 && pe > 0.85, "{young} {pe}");
+        // 6 intervals × 100 KB: every flow finishes at 600 KB.
+        let mut mice = TorMonitor::new(MonitorConfig::default());
+        run(&mut mice, 6);
+        let l = mice.likelihood();
+        assert_eq!(
+            (
+                l.potential_elephants.known[3],
+                l.potential_elephants.elephant[3]
+            ),
+            (40.0, 0.0)
+        );
+        let (young, pe) = probe(&mut mice);
+        assert!(young == 0.0 && pe < 0.06, "{young} {pe}");
+    }
+
+    /// A flow below τ counts as a mouse's outcome the interval it goes idle, not a window
+    /// later (so mice are not counted after the elephants of the same time), and as an
+    /// elephant's once it comes back and passes τ.
+    #[test]
+    fn a_flow_gone_idle_counts_as_a_mouse_at_once_and_is_revised_if_it_returns() {
+        let mut m = TorMonitor::new(MonitorConfig::default());
+        m.update([(7, 150 * KB)]);
+        assert_eq!(m.likelihood().mice.known[1], 0.0);
+        // One idle interval: counted, though it is still remembered.
+        m.update([]);
+        assert_eq!(m.state(7), Some(FlowState::Mice));
+        let l = m.likelihood();
+        assert_eq!((l.mice.known[1], l.mice.elephant[1]), (1.0, 0.0));
+        // It comes back and passes τ: the interval it spent as a mouse was an elephant's.
+        m.update([(7, 900 * KB)]);
+        let l = m.likelihood();
+        assert_eq!((l.mice.known[1], l.mice.elephant[1]), (1.0, 1.0));
+        assert_eq!(m.state(7), Some(FlowState::Elephant));
+        // Counted once: more intervals as an elephant change nothing.
+        m.update([(7, 100 * KB)]);
+        m.update([]);
+        assert_eq!(m.likelihood().mice.known[1], 1.0);
     }
 
     /// Within 1-ms intervals a congested elephant sends far below τ per interval: naive
