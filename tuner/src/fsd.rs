@@ -109,16 +109,10 @@ struct FlowRecord {
     /// to an elephant's if it comes back and passes τ.
     ended_mice: [u16; LIKELIHOOD_BUCKETS],
     ended_pe: [u16; LIKELIHOOD_BUCKETS],
-}
-
-impl FlowRecord {
-    fn unresolved(&self) -> bool {
-        self.as_mice.iter().chain(&self.as_pe).any(|n| *n > 0)
-    }
-
-    fn ended_below_tau(&self) -> bool {
-        self.ended_mice.iter().chain(&self.ended_pe).any(|n| *n > 0)
-    }
+    /// Some of `as_mice`/`as_pe` is not zero (not to scan them every interval).
+    unresolved: bool,
+    /// Some of `ended_mice`/`ended_pe` is not zero.
+    ended_below_tau: bool,
 }
 
 /// Intervals of prior in each bucket of the learnt likelihood (weight Φ/τ for a PE flow,
@@ -219,7 +213,11 @@ impl Likelihood {
         if elephant {
             self.mice.revise(&mut r.ended_mice);
             self.potential_elephants.revise(&mut r.ended_pe);
+            r.ended_below_tau = false;
+        } else if r.unresolved {
+            r.ended_below_tau = true;
         }
+        r.unresolved = false;
     }
 }
 
@@ -436,6 +434,8 @@ impl TorMonitor {
                 as_pe: [0; LIKELIHOOD_BUCKETS],
                 ended_mice: [0; LIKELIHOOD_BUCKETS],
                 ended_pe: [0; LIKELIHOOD_BUCKETS],
+                unresolved: false,
+                ended_below_tau: false,
             });
             if r.seen != now {
                 r.seen = now;
@@ -457,7 +457,7 @@ impl TorMonitor {
                 if r.state == FlowState::PotentialElephant {
                     r.state = FlowState::Mice;
                 }
-                if r.unresolved() {
+                if r.unresolved {
                     // Idle below τ: its intervals as M and PE count as a mouse's now
                     // (revised if it comes back and passes τ).
                     likelihood.record(r, false);
@@ -475,7 +475,7 @@ impl TorMonitor {
                 FlowState::Mice
             };
             if r.state == FlowState::Elephant {
-                if r.unresolved() || r.ended_below_tau() {
+                if r.unresolved || r.ended_below_tau {
                     likelihood.record(r, true);
                 }
             } else {
@@ -486,6 +486,7 @@ impl TorMonitor {
                     &mut r.as_pe[b]
                 };
                 *n = n.saturating_add(1);
+                r.unresolved = true;
             }
             let w = known.weight(r.state, r.total, tau);
             fsd.count(r.total, r.state, tau, w);
