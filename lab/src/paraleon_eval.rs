@@ -150,8 +150,8 @@ pub fn scenario(workload: Workload, fabric: Fabric, duration_ms: f64, seed: u64)
 }
 
 /// FB_Hadoop's load in the paper's workloads (§IV-A: 30 %, of each host's link). On the
-/// 4:1 fabric the traffic leaving a ToR is 7/8 of it, 105 % of the uplinks: a backlog of
-/// elephants builds up for as long as the arrivals last.
+/// paper's 4:1 fabric the traffic leaving a ToR is 7/8 of it, 105 % of the uplinks: a
+/// backlog of elephants builds up for as long as the arrivals last.
 pub const FB_HADOOP_LOAD: f64 = 0.3;
 
 /// [`scenario`] with FB_Hadoop's Poisson arrivals (FB_Hadoop's, or the influx's burst) at
@@ -360,13 +360,13 @@ pub fn evaluate(
     // The load sweep: FB_Hadoop's scenario at each other load.
     let fb_swept = swept.is_some_and(|w| config.workloads.get(w) == Some(&Workload::FbHadoop));
     let mut sweep_loads: Vec<Option<f64>> = vec![None];
+    if let Some(load) = config.fsd_loads.iter().find(|l| !(**l > 0.0 && **l <= 1.0)) {
+        return Err(EvalError::Scenario(format!(
+            "FSD sweep load {load}: must be within (0, 1] of each host's link"
+        )));
+    }
     if fb_swept {
         for load in &config.fsd_loads {
-            if !(*load > 0.0 && *load <= 1.0) {
-                return Err(EvalError::Scenario(format!(
-                    "FSD sweep load {load}: must be within (0, 1] of each host's link"
-                )));
-            }
             if *load != FB_HADOOP_LOAD && !sweep_loads.contains(&Some(*load)) {
                 sweep_loads.push(Some(*load));
             }

@@ -134,6 +134,16 @@ fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("json"))
             .expect("valid JSON");
     assert!(json.is_array());
+    // A load outside (0, 1] is refused even when FB_Hadoop, the one it applies to, is not run.
+    let bad = evaluate(
+        &EvalConfig {
+            fsd_loads: vec![0.0],
+            ..config.clone()
+        },
+        |_| {},
+    )
+    .expect_err("a zero load");
+    assert!(bad.to_string().contains("load 0"), "{bad}");
     let one = out.join("one-thread");
     evaluate(
         &EvalConfig {
