@@ -30,7 +30,8 @@
 //! (active fewer than δ intervals, Φ < τ) is a mouse by its state, and in a congested
 //! fabric, where flows take many intervals to pass τ, those young elephants are a good part
 //! of the elephants: counting every mouse as a mouse underestimates the elephant share (by
-//! 2.4 points on FB_Hadoop at λ_MI = 1 ms, docs/paraleon-eval). The states stay the paper's
+//! 2.4 points on FB_Hadoop at λ_MI = 1 ms in docs/paraleon-eval as of 0f45d66, before these
+//! weights; docs/history.md). The states stay the paper's
 //! (they drive nothing else); only the distribution's weights are learnt.
 //!
 //! [`Fsd`] is the distribution: flows (weighted) per size bin (log₂ bins of Φ from 1 KB),
@@ -507,7 +508,8 @@ impl TorMonitor {
         let count = (order.len() / 8).max(1);
         order.sort_unstable_by(|a, b| b.cmp(a));
         for (_, _, _, id) in order.into_iter().take(count) {
-            // Its outcome is unknown: it does not count in the likelihood.
+            // Intervals not yet resolved are dropped (their outcome is unknown); one idle
+            // below τ was counted as a mouse's when it went idle.
             self.flows.remove(&id);
             self.forgotten += 1;
         }
