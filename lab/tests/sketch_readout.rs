@@ -61,8 +61,9 @@ fn the_tor_control_plane_reads_each_flow_once_and_clears_the_sketch() {
         let again = read_and_reset(&mut backend, geometry).expect("again");
         assert!(again.flows.is_empty() && again.packets == 0);
     }
-    // Each data flow's packets, counted once at its sender's ToR (1000-byte payloads); ACK
-    // streams are flows of their own.
+    // The data flows alone: their ACK streams carry no data and are not inserted.
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    // Each data flow's packets, counted once at its sender's ToR (1000-byte payloads).
     for (flow, size) in [(0u32, 2_000_000u64), (1, 300_000), (2, 40_000)] {
         let posting = sim.flow_posting(flow).expect("the flow");
         let t = posting.tuple;

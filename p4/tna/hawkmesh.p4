@@ -75,6 +75,12 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // SKETCH_MARK_DSCP_BIT = 1 (not referenced by the program)
 // Flag bit in sketch_votes: the flow may have earlier packets in the light part
 // SKETCH_FLAG_BIT = 2147483648 (not referenced by the program)
+// BTH opcode of RC Acknowledge (IBTA vol. 1 §9.2, Table 38)
+// BTH_OPCODE_RC_ACK = 17 (not referenced by the program)
+// BTH opcode of RC Atomic Acknowledge (IBTA vol. 1 §9.2, Table 38)
+// BTH_OPCODE_RC_ATOMIC_ACK = 18 (not referenced by the program)
+// BTH opcode of the RoCEv2 congestion notification packet (IBTA Annex A17)
+// BTH_OPCODE_CNP = 129 (not referenced by the program)
 // Random bits drawn per packet for ECN marking: ecn_profile holds 2^ECN_RANDOM_BITS entries per egress port
 // ECN_RANDOM_BITS = 8 (not referenced by the program)
 const bit<3> MIRROR_TYPE_I2E = 1;
@@ -2161,37 +2167,39 @@ control Ingress(inout headers_t hdr, inout metadata_t meta, in ingress_intrinsic
                         ig_dprsr_md.drop_ctl = 1;
                     }
                     if (hdr.bth.isValid() && ((hdr.ipv4.dscp & 6w1) == 6w0)) {
-                        hdr.ipv4.dscp = (hdr.ipv4.dscp | 6w1);
-                        meta.sketch_fp = sketch_fp_hash.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port});
-                        if ((meta.sketch_fp == 32w0) || (meta.sketch_fp == 32w0xffffffff)) {
-                            meta.sketch_fp = 32w1;
-                        }
-                        meta.sketch_bucket = meta.sketch_fp[31:20];
-                        meta.sketch_total = sketch_total_add.execute(meta.sketch_bucket);
-                        meta.sketch_code = sketch_key_vote.execute(meta.sketch_bucket);
-                        if (meta.sketch_code == 32w0xffffffff) {
-                            meta.sketch_light_key = meta.sketch_fp;
-                            meta.sketch_light_value = 8w1;
-                            sketch_light_add.execute(meta.sketch_light_key[15:0]);
-                        } else {
-                            meta.sketch_replace = 1w0;
-                            meta.sketch_evicting = 1w0;
-                            meta.sketch_new_votes = 32w1;
-                            if (meta.sketch_code != meta.sketch_fp) {
-                                meta.sketch_replace = 1w1;
+                        if (((hdr.bth.opcode != 8w0x11) && (hdr.bth.opcode != 8w0x12)) && (hdr.bth.opcode != 8w0x81)) {
+                            hdr.ipv4.dscp = (hdr.ipv4.dscp | 6w1);
+                            meta.sketch_fp = sketch_fp_hash.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port});
+                            if ((meta.sketch_fp == 32w0) || (meta.sketch_fp == 32w0xffffffff)) {
+                                meta.sketch_fp = 32w1;
                             }
-                            if ((meta.sketch_code != meta.sketch_fp) && (meta.sketch_code != 32w0)) {
-                                meta.sketch_evicting = 1w1;
-                                meta.sketch_new_votes = 32w0x80000001;
-                            }
-                            meta.sketch_old_votes = sketch_votes_update.execute(meta.sketch_bucket);
-                            if (meta.sketch_evicting == 1w1) {
-                                meta.sketch_light_key = meta.sketch_code;
-                                meta.sketch_light_value = ((bit<8>)(min((meta.sketch_old_votes & 32w0x7fffffff), 32w0xff)));
-                                if ((meta.sketch_old_votes & 32w0x80000000) != 32w0) {
-                                    sketch_light_add.execute(meta.sketch_light_key[15:0]);
-                                } else {
-                                    sketch_light_max.execute(meta.sketch_light_key[15:0]);
+                            meta.sketch_bucket = meta.sketch_fp[31:20];
+                            meta.sketch_total = sketch_total_add.execute(meta.sketch_bucket);
+                            meta.sketch_code = sketch_key_vote.execute(meta.sketch_bucket);
+                            if (meta.sketch_code == 32w0xffffffff) {
+                                meta.sketch_light_key = meta.sketch_fp;
+                                meta.sketch_light_value = 8w1;
+                                sketch_light_add.execute(meta.sketch_light_key[15:0]);
+                            } else {
+                                meta.sketch_replace = 1w0;
+                                meta.sketch_evicting = 1w0;
+                                meta.sketch_new_votes = 32w1;
+                                if (meta.sketch_code != meta.sketch_fp) {
+                                    meta.sketch_replace = 1w1;
+                                }
+                                if ((meta.sketch_code != meta.sketch_fp) && (meta.sketch_code != 32w0)) {
+                                    meta.sketch_evicting = 1w1;
+                                    meta.sketch_new_votes = 32w0x80000001;
+                                }
+                                meta.sketch_old_votes = sketch_votes_update.execute(meta.sketch_bucket);
+                                if (meta.sketch_evicting == 1w1) {
+                                    meta.sketch_light_key = meta.sketch_code;
+                                    meta.sketch_light_value = ((bit<8>)(min((meta.sketch_old_votes & 32w0x7fffffff), 32w0xff)));
+                                    if ((meta.sketch_old_votes & 32w0x80000000) != 32w0) {
+                                        sketch_light_add.execute(meta.sketch_light_key[15:0]);
+                                    } else {
+                                        sketch_light_max.execute(meta.sketch_light_key[15:0]);
+                                    }
                                 }
                             }
                         }

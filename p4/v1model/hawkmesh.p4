@@ -75,6 +75,12 @@ const bit<16> CPU_MIRROR_SESSION = 1;
 // SKETCH_MARK_DSCP_BIT = 1 (not referenced by the program)
 // Flag bit in sketch_votes: the flow may have earlier packets in the light part
 // SKETCH_FLAG_BIT = 2147483648 (not referenced by the program)
+// BTH opcode of RC Acknowledge (IBTA vol. 1 §9.2, Table 38)
+// BTH_OPCODE_RC_ACK = 17 (not referenced by the program)
+// BTH opcode of RC Atomic Acknowledge (IBTA vol. 1 §9.2, Table 38)
+// BTH_OPCODE_RC_ATOMIC_ACK = 18 (not referenced by the program)
+// BTH opcode of the RoCEv2 congestion notification packet (IBTA Annex A17)
+// BTH_OPCODE_CNP = 129 (not referenced by the program)
 // Random bits drawn per packet for ECN marking: ecn_profile holds 2^ECN_RANDOM_BITS entries per egress port
 // ECN_RANDOM_BITS = 8 (not referenced by the program)
 
@@ -1591,110 +1597,112 @@ control MainIngress(inout headers_t hdr, inout metadata_t meta, inout standard_m
                         mark_to_drop(standard_metadata);
                     }
                     if (hdr.bth.isValid() && ((hdr.ipv4.dscp & 6w1) == 6w0)) {
-                        hdr.ipv4.dscp = (hdr.ipv4.dscp | 6w1);
-                        hash(meta.sketch_fp, HashAlgorithm.crc32, 32w0, {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port}, 64w4294967296);
-                        if ((meta.sketch_fp == 32w0) || (meta.sketch_fp == 32w0xffffffff)) {
-                            meta.sketch_fp = 32w1;
-                        }
-                        meta.sketch_bucket = meta.sketch_fp[31:20];
-                        // RegisterAction sketch_total_add: vote_all += 1, returns the new value
-                        {
-                            bit<32> sketch_total_index = (bit<32>)meta.sketch_bucket;
-                            bit<32> sketch_total_cell;
-                            sketch_total.read(sketch_total_cell, sketch_total_index);
-                            bit<32> value = sketch_total_cell;
-                            bit<32> rv = 32w0;
-                            value = value + 32w0x1;
-                            rv = value;
-                            sketch_total.write(sketch_total_index, value);
-                            meta.sketch_total = rv;
-                        }
-                        // RegisterAction sketch_key_vote: Ostracism (Elastic Sketch §3.1): same flow → vote+; else if vote- ≥ λ vote+ (or empty) → the flow takes the bucket; returns the old key, or 0xFFFFFFFF when the flow lost the vote
-                        {
-                            bit<32> sketch_key_index = (bit<32>)meta.sketch_bucket;
-                            bit<64> sketch_key_cell;
-                            sketch_key.read(sketch_key_cell, sketch_key_index);
-                            bit<32> value_lo = sketch_key_cell[31:0];
-                            bit<32> value_hi = sketch_key_cell[63:32];
-                            bit<32> rv = 32w0;
-                            if (!(value_lo == meta.sketch_fp) && !((int<32>)(meta.sketch_total - value_hi) >= 0)) {
-                                rv = 32w0xffffffff;
-                            } else if ((value_lo == meta.sketch_fp) && !((int<32>)(meta.sketch_total - value_hi) >= 0)) {
-                                rv = value_lo;
-                                value_hi = value_hi + 32w0x9;
-                            } else if (!(value_lo == meta.sketch_fp) && ((int<32>)(meta.sketch_total - value_hi) >= 0)) {
-                                rv = value_lo;
-                                value_lo = meta.sketch_fp;
-                                value_hi = meta.sketch_total + 32w0x8;
-                            } else if ((value_lo == meta.sketch_fp) && ((int<32>)(meta.sketch_total - value_hi) >= 0)) {
-                                rv = value_lo;
-                                value_hi = value_hi + 32w0x9;
+                        if (((hdr.bth.opcode != 8w0x11) && (hdr.bth.opcode != 8w0x12)) && (hdr.bth.opcode != 8w0x81)) {
+                            hdr.ipv4.dscp = (hdr.ipv4.dscp | 6w1);
+                            hash(meta.sketch_fp, HashAlgorithm.crc32, 32w0, {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.udp.src_port, hdr.udp.dst_port}, 64w4294967296);
+                            if ((meta.sketch_fp == 32w0) || (meta.sketch_fp == 32w0xffffffff)) {
+                                meta.sketch_fp = 32w1;
                             }
-                            sketch_key.write(sketch_key_index, value_hi ++ value_lo);
-                            meta.sketch_code = rv;
-                        }
-                        if (meta.sketch_code == 32w0xffffffff) {
-                            meta.sketch_light_key = meta.sketch_fp;
-                            meta.sketch_light_value = 8w1;
-                            // RegisterAction sketch_light_add: light[i] |+|= v (a losing packet, or an evicted flagged flow)
+                            meta.sketch_bucket = meta.sketch_fp[31:20];
+                            // RegisterAction sketch_total_add: vote_all += 1, returns the new value
                             {
-                                bit<32> sketch_light_index = (bit<32>)meta.sketch_light_key[15:0];
-                                bit<8> sketch_light_cell;
-                                sketch_light.read(sketch_light_cell, sketch_light_index);
-                                bit<8> value = sketch_light_cell;
-                                value = value |+| meta.sketch_light_value;
-                                sketch_light.write(sketch_light_index, value);
-                            }
-                        } else {
-                            meta.sketch_replace = 1w0;
-                            meta.sketch_evicting = 1w0;
-                            meta.sketch_new_votes = 32w1;
-                            if (meta.sketch_code != meta.sketch_fp) {
-                                meta.sketch_replace = 1w1;
-                            }
-                            if ((meta.sketch_code != meta.sketch_fp) && (meta.sketch_code != 32w0)) {
-                                meta.sketch_evicting = 1w1;
-                                meta.sketch_new_votes = 32w0x80000001;
-                            }
-                            // RegisterAction sketch_votes_update: vote+ += 1 for the resident flow; a new resident starts at 1 (flagged when it evicted another flow); returns the old value
-                            {
-                                bit<32> sketch_votes_index = (bit<32>)meta.sketch_bucket;
-                                bit<32> sketch_votes_cell;
-                                sketch_votes.read(sketch_votes_cell, sketch_votes_index);
-                                bit<32> value = sketch_votes_cell;
+                                bit<32> sketch_total_index = (bit<32>)meta.sketch_bucket;
+                                bit<32> sketch_total_cell;
+                                sketch_total.read(sketch_total_cell, sketch_total_index);
+                                bit<32> value = sketch_total_cell;
                                 bit<32> rv = 32w0;
-                                if (!(((bit<32>)meta.sketch_replace) != 32w0x0)) {
-                                    rv = value;
-                                    value = value + 32w0x1;
-                                } else if ((((bit<32>)meta.sketch_replace) != 32w0x0)) {
-                                    rv = value;
-                                    value = meta.sketch_new_votes;
-                                }
-                                sketch_votes.write(sketch_votes_index, value);
-                                meta.sketch_old_votes = rv;
+                                value = value + 32w0x1;
+                                rv = value;
+                                sketch_total.write(sketch_total_index, value);
+                                meta.sketch_total = rv;
                             }
-                            if (meta.sketch_evicting == 1w1) {
-                                meta.sketch_light_key = meta.sketch_code;
-                                meta.sketch_light_value = ((bit<8>)((((meta.sketch_old_votes & 32w0x7fffffff) < 32w0xff) ? (meta.sketch_old_votes & 32w0x7fffffff) : 32w0xff)));
-                                if ((meta.sketch_old_votes & 32w0x80000000) != 32w0) {
-                                    // RegisterAction sketch_light_add: light[i] |+|= v (a losing packet, or an evicted flagged flow)
-                                    {
-                                        bit<32> sketch_light_index = (bit<32>)meta.sketch_light_key[15:0];
-                                        bit<8> sketch_light_cell;
-                                        sketch_light.read(sketch_light_cell, sketch_light_index);
-                                        bit<8> value = sketch_light_cell;
-                                        value = value |+| meta.sketch_light_value;
-                                        sketch_light.write(sketch_light_index, value);
+                            // RegisterAction sketch_key_vote: Ostracism (Elastic Sketch §3.1): same flow → vote+; else if vote- ≥ λ vote+ (or empty) → the flow takes the bucket; returns the old key, or 0xFFFFFFFF when the flow lost the vote
+                            {
+                                bit<32> sketch_key_index = (bit<32>)meta.sketch_bucket;
+                                bit<64> sketch_key_cell;
+                                sketch_key.read(sketch_key_cell, sketch_key_index);
+                                bit<32> value_lo = sketch_key_cell[31:0];
+                                bit<32> value_hi = sketch_key_cell[63:32];
+                                bit<32> rv = 32w0;
+                                if (!(value_lo == meta.sketch_fp) && !((int<32>)(meta.sketch_total - value_hi) >= 0)) {
+                                    rv = 32w0xffffffff;
+                                } else if ((value_lo == meta.sketch_fp) && !((int<32>)(meta.sketch_total - value_hi) >= 0)) {
+                                    rv = value_lo;
+                                    value_hi = value_hi + 32w0x9;
+                                } else if (!(value_lo == meta.sketch_fp) && ((int<32>)(meta.sketch_total - value_hi) >= 0)) {
+                                    rv = value_lo;
+                                    value_lo = meta.sketch_fp;
+                                    value_hi = meta.sketch_total + 32w0x8;
+                                } else if ((value_lo == meta.sketch_fp) && ((int<32>)(meta.sketch_total - value_hi) >= 0)) {
+                                    rv = value_lo;
+                                    value_hi = value_hi + 32w0x9;
+                                }
+                                sketch_key.write(sketch_key_index, value_hi ++ value_lo);
+                                meta.sketch_code = rv;
+                            }
+                            if (meta.sketch_code == 32w0xffffffff) {
+                                meta.sketch_light_key = meta.sketch_fp;
+                                meta.sketch_light_value = 8w1;
+                                // RegisterAction sketch_light_add: light[i] |+|= v (a losing packet, or an evicted flagged flow)
+                                {
+                                    bit<32> sketch_light_index = (bit<32>)meta.sketch_light_key[15:0];
+                                    bit<8> sketch_light_cell;
+                                    sketch_light.read(sketch_light_cell, sketch_light_index);
+                                    bit<8> value = sketch_light_cell;
+                                    value = value |+| meta.sketch_light_value;
+                                    sketch_light.write(sketch_light_index, value);
+                                }
+                            } else {
+                                meta.sketch_replace = 1w0;
+                                meta.sketch_evicting = 1w0;
+                                meta.sketch_new_votes = 32w1;
+                                if (meta.sketch_code != meta.sketch_fp) {
+                                    meta.sketch_replace = 1w1;
+                                }
+                                if ((meta.sketch_code != meta.sketch_fp) && (meta.sketch_code != 32w0)) {
+                                    meta.sketch_evicting = 1w1;
+                                    meta.sketch_new_votes = 32w0x80000001;
+                                }
+                                // RegisterAction sketch_votes_update: vote+ += 1 for the resident flow; a new resident starts at 1 (flagged when it evicted another flow); returns the old value
+                                {
+                                    bit<32> sketch_votes_index = (bit<32>)meta.sketch_bucket;
+                                    bit<32> sketch_votes_cell;
+                                    sketch_votes.read(sketch_votes_cell, sketch_votes_index);
+                                    bit<32> value = sketch_votes_cell;
+                                    bit<32> rv = 32w0;
+                                    if (!(((bit<32>)meta.sketch_replace) != 32w0x0)) {
+                                        rv = value;
+                                        value = value + 32w0x1;
+                                    } else if ((((bit<32>)meta.sketch_replace) != 32w0x0)) {
+                                        rv = value;
+                                        value = meta.sketch_new_votes;
                                     }
-                                } else {
-                                    // RegisterAction sketch_light_max: light[i] = max(light[i], v) (an evicted unflagged flow)
-                                    {
-                                        bit<32> sketch_light_index = (bit<32>)meta.sketch_light_key[15:0];
-                                        bit<8> sketch_light_cell;
-                                        sketch_light.read(sketch_light_cell, sketch_light_index);
-                                        bit<8> value = sketch_light_cell;
-                                        value = ((value > meta.sketch_light_value) ? value : meta.sketch_light_value);
-                                        sketch_light.write(sketch_light_index, value);
+                                    sketch_votes.write(sketch_votes_index, value);
+                                    meta.sketch_old_votes = rv;
+                                }
+                                if (meta.sketch_evicting == 1w1) {
+                                    meta.sketch_light_key = meta.sketch_code;
+                                    meta.sketch_light_value = ((bit<8>)((((meta.sketch_old_votes & 32w0x7fffffff) < 32w0xff) ? (meta.sketch_old_votes & 32w0x7fffffff) : 32w0xff)));
+                                    if ((meta.sketch_old_votes & 32w0x80000000) != 32w0) {
+                                        // RegisterAction sketch_light_add: light[i] |+|= v (a losing packet, or an evicted flagged flow)
+                                        {
+                                            bit<32> sketch_light_index = (bit<32>)meta.sketch_light_key[15:0];
+                                            bit<8> sketch_light_cell;
+                                            sketch_light.read(sketch_light_cell, sketch_light_index);
+                                            bit<8> value = sketch_light_cell;
+                                            value = value |+| meta.sketch_light_value;
+                                            sketch_light.write(sketch_light_index, value);
+                                        }
+                                    } else {
+                                        // RegisterAction sketch_light_max: light[i] = max(light[i], v) (an evicted unflagged flow)
+                                        {
+                                            bit<32> sketch_light_index = (bit<32>)meta.sketch_light_key[15:0];
+                                            bit<8> sketch_light_cell;
+                                            sketch_light.read(sketch_light_cell, sketch_light_index);
+                                            bit<8> value = sketch_light_cell;
+                                            value = ((value > meta.sketch_light_value) ? value : meta.sketch_light_value);
+                                            sketch_light.write(sketch_light_index, value);
+                                        }
                                     }
                                 }
                             }

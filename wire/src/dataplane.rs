@@ -70,6 +70,12 @@ pub const SKETCH_LAMBDA: u32 = 0x8;
 pub const SKETCH_MARK_DSCP_BIT: u8 = 0x1;
 /// Flag bit in sketch_votes: the flow may have earlier packets in the light part
 pub const SKETCH_FLAG_BIT: u32 = 0x80000000;
+/// BTH opcode of RC Acknowledge (IBTA vol. 1 §9.2, Table 38)
+pub const BTH_OPCODE_RC_ACK: u8 = 0x11;
+/// BTH opcode of RC Atomic Acknowledge (IBTA vol. 1 §9.2, Table 38)
+pub const BTH_OPCODE_RC_ATOMIC_ACK: u8 = 0x12;
+/// BTH opcode of the RoCEv2 congestion notification packet (IBTA Annex A17)
+pub const BTH_OPCODE_CNP: u8 = 0x81;
 /// Random bits drawn per packet for ECN marking: ecn_profile holds 2^ECN_RANDOM_BITS entries per egress port
 pub const ECN_RANDOM_BITS: u8 = 0x8;
 

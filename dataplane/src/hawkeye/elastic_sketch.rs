@@ -189,9 +189,41 @@ pub(super) fn insert_once(b: &mut ProgramBuilder, cx: &Ctx) -> Result<Vec<Stmt>,
                 ],
             ),
         ];
+        // Only packets that carry a flow's data are a flow's size: RoCE's acknowledgements
+        // (RC Acknowledge 0x11 and Atomic Acknowledge 0x12, IBTA vol. 1 §9.2 Table 38) and
+        // CNPs (0x81, IBTA Annex A17) would each make a reverse "flow" as long as the data
+        // flow at the receiver's ToR, doubling the flows the heavy part must hold.
+        let ack = b.constant(
+            "BTH_OPCODE_RC_ACK",
+            0x11,
+            8,
+            "BTH opcode of RC Acknowledge (IBTA vol. 1 §9.2, Table 38)",
+        );
+        let atomic_ack = b.constant(
+            "BTH_OPCODE_RC_ATOMIC_ACK",
+            0x12,
+            8,
+            "BTH opcode of RC Atomic Acknowledge (IBTA vol. 1 §9.2, Table 38)",
+        );
+        let cnp = b.constant(
+            "BTH_OPCODE_CNP",
+            0x81,
+            8,
+            "BTH opcode of the RoCEv2 congestion notification packet (IBTA Annex A17)",
+        );
+        let opcode = cx.h.bth_opcode;
+        // The opcode is read only once the BTH is known valid.
+        let data_if = Stmt::If(
+            all(
+                all(ne(f(opcode), c(ack, 8)), ne(f(opcode), c(atomic_ack, 8))),
+                ne(f(opcode), c(cnp, 8)),
+            ),
+            std::mem::take(&mut sketch_stmts),
+            vec![],
+        );
         let sketch_if = Stmt::If(
             all(valid(bth), eq(and(f(ip_dscp), c(mark, 6)), c(0, 6))),
-            std::mem::take(&mut sketch_stmts),
+            vec![data_if],
             vec![],
         );
         sketch_stmts = vec![sketch_if];

@@ -78,8 +78,9 @@ pub(super) struct Headers {
     pub(super) pfc: Pfc,
     pub(super) ipv4: Ipv4,
     pub(super) udp: Udp,
-    /// The RoCEv2 BTH (only its validity is read).
+    /// The RoCEv2 BTH (its validity, and its opcode for the sketch).
     pub(super) bth: HeaderId,
+    pub(super) bth_opcode: FieldId,
     pub(super) polling: Polling,
 }
 
@@ -150,7 +151,7 @@ pub(super) fn headers(b: &mut ProgramBuilder) -> Headers {
             ("checksum", 16),
         ],
     );
-    let (bth, _bt) = b.header(
+    let (bth, bt) = b.header(
         "bth",
         "InfiniBand Base Transport Header of RoCEv2 (IBTA vol. 1 §9.2)",
         &[
@@ -227,6 +228,7 @@ pub(super) fn headers(b: &mut ProgramBuilder) -> Headers {
             dst_port: u[1],
         },
         bth,
+        bth_opcode: bt[0],
         polling: Polling {
             header: polling,
             version: po[0],

@@ -9,27 +9,27 @@ use super::*;
 
 #[inline(always)]
 fn tor_ingress(st: &mut State, phv: &mut PhvBuf, code: &Code, ctx: &mut PassCtx) {
-'l472: {
-'l471: {
-'l460: {
-'l450: {
-'l440: {
-'l426: {
-'l417: {
-'l394: {
-'l392: {
-'l388: {
-'l384: {
-'l380: {
-'l376: {
-'l372: {
-'l368: {
-'l357: {
-'l355: {
-'l345: {
-'l337: {
-'l328: {
-'l327: {
+'l475: {
+'l474: {
+'l463: {
+'l453: {
+'l443: {
+'l429: {
+'l420: {
+'l397: {
+'l395: {
+'l391: {
+'l387: {
+'l383: {
+'l379: {
+'l375: {
+'l371: {
+'l360: {
+'l358: {
+'l348: {
+'l340: {
+'l331: {
+'l330: {
 'l319: {
 'l318: {
 'l315: {
@@ -278,7 +278,7 @@ return;
 ctx.dropped = true;
 return;
 }
-if st.valid & 0x8 == 0 { break 'l471; }
+if st.valid & 0x8 == 0 { break 'l474; }
 if st.valid & 0x40 == 0 { break 'l315; }
 phv[76] = 0xFFFF;
 phv[110] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
@@ -433,91 +433,94 @@ break 'l319;
 }
 ctx.dropped = true;
 }
-if st.valid & 0x20 == 0 { break 'l357; }
+if st.valid & 0x20 == 0 { break 'l360; }
 phv[228] = bin(BinOp::And, phv[35], 0x1, 0xFFFFFFFFFFFFFFFF);
-if phv[228] != 0x0 { break 'l357; }
+if phv[228] != 0x0 { break 'l360; }
+if phv[50] == 0x11 { break 'l360; }
+if phv[50] == 0x12 { break 'l360; }
+if phv[50] == 0x81 { break 'l360; }
 phv[35] = bin(BinOp::Or, phv[35], 0x1, 0x3F);
 st.dirty |= 0x8;
 phv[100] = hash_inputs(phv, &[(44, 4), (45, 4), (46, 2), (47, 2)], 0xFFFFFFFF) & 0xFFFFFFFF;
-if phv[100] == 0x0 { break 'l327; }
-if phv[100] != 0xFFFFFFFF { break 'l328; }
+if phv[100] == 0x0 { break 'l330; }
+if phv[100] != 0xFFFFFFFF { break 'l331; }
 }
 phv[100] = 0x1;
 }
 phv[101] = phv[100].wrapping_shr(20) & 0xFFF;
 { let base = (((phv[101] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 2048, size_mask: 0xFFF, stride: 4, offset: 0, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 0, cond_k: 0x0, cond: 0, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }, WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0x0, out_new: 0xFFFFFFFF, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 0, phv); phv[102] = v & 0xFFFFFFFF; } }
 { let w = 2048 + ((phv[101] as usize) & 0xFFF) * 4 + 1; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(100))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Phv(102), right: Some((true, COperand::Hi)), cmp: Cmp::raw(6, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0xFFFFFFFF) } 1 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 2 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(100), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Phv(102), b: COperand::Const(0x8) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } 3 => { let new_lo = lo; let new_hi = (CUpdate { op: SaluOp::Add, a: COperand::Hi, b: COperand::Const(0x9) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, lo) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); phv[103] = out & 0xFFFFFFFF; }
-if phv[103] != 0xFFFFFFFF { break 'l337; }
+if phv[103] != 0xFFFFFFFF { break 'l340; }
 phv[108] = phv[100] & 0xFFFFFFFF;
 phv[109] = 0x1;
 phv[228] = phv[108].wrapping_shr(0) & 0xFFFF;
 { let w = 0 + ((phv[228] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l357;
+break 'l360;
 }
 phv[104] = 0x0;
 phv[105] = 0x0;
 phv[106] = 0x1;
 if phv[103] != Cmp::raw(5, 0, false).norm(phv[100]) { phv[104] = 0x1; }
-if phv[103] == Cmp::raw(2, 0, false).norm(phv[100]) { break 'l345; }
-if phv[103] == 0x0 { break 'l345; }
+if phv[103] == Cmp::raw(2, 0, false).norm(phv[100]) { break 'l348; }
+if phv[103] == 0x0 { break 'l348; }
 phv[105] = 0x1;
 phv[106] = 0x80000001;
 }
 { let base = (((phv[101] as usize) & 0xFFF) * 4); { const A: WordAction = WordAction { base: 2048, size_mask: 0xFFF, stride: 4, offset: 3, word_mask: 0xFFFFFFFF, slab: 1, cond_slot: 104, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::Add, phv: false, slot: 0, konst: 0x1, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 106, konst: 0x0, out_old: 0xFFFFFFFF, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 3, phv); phv[107] = v & 0xFFFFFFFF; } }
-if phv[105] != 0x1 { break 'l357; }
+if phv[105] != 0x1 { break 'l360; }
 phv[108] = phv[103] & 0xFFFFFFFF;
 phv[228] = bin(BinOp::And, phv[107], 0x7FFFFFFF, 0xFFFFFFFFFFFFFFFF);
 phv[109] = bin(BinOp::Min, phv[228], 0xFF, 0xFF);
 phv[228] = bin(BinOp::And, phv[107], 0x80000000, 0xFFFFFFFFFFFFFFFF);
-if phv[228] == 0x0 { break 'l355; }
+if phv[228] == 0x0 { break 'l358; }
 phv[228] = phv[108].wrapping_shr(0) & 0xFFFF;
 { let w = 0 + ((phv[228] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::SatAdd, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
-break 'l357;
+break 'l360;
 }
 phv[228] = phv[108].wrapping_shr(0) & 0xFFFF;
 { let w = 0 + ((phv[228] as usize) & 0xFFFF) * 1 + 0; let lo = st.regs.get(SlabKind::Bytes, w); let hi = 0u64; let outcome = 0usize; let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Max, a: COperand::Lo, b: COperand::Phv(109) }).apply(phv, lo, hi, 0xFF); let new_hi = hi; (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Bytes, w, new_lo); let _ = (out, new_lo, new_hi); }
 }
-if st.valid & 0x20 == 0 { break 'l472; }
-if phv[89] != 0x1 { break 'l472; }
+if st.valid & 0x20 == 0 { break 'l475; }
+if phv[89] != 0x1 { break 'l475; }
 phv[110] = phv[1].wrapping_shr(0) & 0xFFFFFFFF;
 phv[146] = phv[1].wrapping_shr(20) & 0x3;
 phv[147] = phv[1].wrapping_shr(22) & 0xFFFF;
 phv[111] = phv[35].wrapping_shr(3) & 0x7;
 phv[112] = 0x0;
-if phv[111] != 0x0 { break 'l368; }
+if phv[111] != 0x0 { break 'l371; }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317488 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
-break 'l394;
+break 'l397;
 }
-if phv[111] != 0x1 { break 'l372; }
+if phv[111] != 0x1 { break 'l375; }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317552 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
-break 'l394;
+break 'l397;
 }
-if phv[111] != 0x2 { break 'l376; }
+if phv[111] != 0x2 { break 'l379; }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317616 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
-break 'l394;
+break 'l397;
 }
-if phv[111] != 0x3 { break 'l380; }
+if phv[111] != 0x3 { break 'l383; }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317680 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
-break 'l394;
+break 'l397;
 }
-if phv[111] != 0x4 { break 'l384; }
+if phv[111] != 0x4 { break 'l387; }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317744 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
-break 'l394;
+break 'l397;
 }
-if phv[111] != 0x5 { break 'l388; }
+if phv[111] != 0x5 { break 'l391; }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317808 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
-break 'l394;
+break 'l397;
 }
-if phv[111] != 0x6 { break 'l392; }
+if phv[111] != 0x6 { break 'l395; }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317872 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
-break 'l394;
+break 'l397;
 }
 phv[228] = phv[88].wrapping_shr(0) & 0x3F;
 { let w = 317936 + ((phv[228] as usize) & 0x3F) * 1 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = 0u64; let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(4, 32, true), constant: 0x8000000000000000 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(110))), cmp: Cmp::raw(3, 32, true), constant: 0x8000000000148200 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 2; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 1 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 2 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0u64) } 3 => { let new_lo = lo; let new_hi = hi; (new_lo, new_hi, 0x1) } _ => (lo, hi, 0), }; phv[112] = out & 0xFFFFFFFF; }
@@ -541,7 +544,7 @@ if phv[157] != Cmp::raw(5, 0, false).norm(phv[147]) { phv[158] = 0x1; }
 { let base = (((phv[154] as usize) & 0x3FFF) * 2); { const A: WordAction = WordAction { base: 19504, size_mask: 0x3FFF, stride: 2, offset: 1, word_mask: 0xFFFFFFFF, slab: 4, cond_slot: 158, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::SatAdd, phv: true, slot: 159, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Set, phv: true, slot: 159, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 1, phv); let _ = v; } }
 phv[138] = 0x0;
 phv[140] = bin(BinOp::Xor, phv[130], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[77] != 0x1 { break 'l417; }
+if phv[77] != 0x1 { break 'l420; }
 phv[138] = phv[130] & 0xFFFFFFFF;
 phv[140] = 0xFFFFFFFF;
 }
@@ -551,7 +554,7 @@ phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[139] = 0x0;
 phv[141] = bin(BinOp::Xor, phv[131], 0xFFFFFFFF, 0xFFFFFFFF);
-if phv[77] != 0x1 { break 'l426; }
+if phv[77] != 0x1 { break 'l429; }
 phv[139] = phv[131] & 0xFFFFFFFF;
 phv[141] = 0xFFFFFFFF;
 }
@@ -559,45 +562,45 @@ phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let base = (((phv[228] as usize) & 0x3F) * 32); { const A: WordAction = WordAction { base: 0, size_mask: 0x3F, stride: 32, offset: 22, word_mask: 0xFFFFFFFF, slab: 0, cond_slot: 139, cond_k: 0x0, cond: 2, writes: true, on: [WordStep { op: WordOp::And, phv: true, slot: 141, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }, WordStep { op: WordOp::Or, phv: true, slot: 139, konst: 0x0, out_old: 0x0, out_new: 0x0, out_konst: 0x0 }] }; let v = st.word_at(code, &A, base + 22, phv); let _ = v; } }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 23; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[146] != 0x0 { break 'l440; }
+if phv[146] != 0x0 { break 'l443; }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 3; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 14; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l440; }
+if phv[77] != 0x1 { break 'l443; }
 phv[228] = 0x0;
 { let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 0; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = 0x0;
 { let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[146] != 0x1 { break 'l450; }
+if phv[146] != 0x1 { break 'l453; }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 5; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 16; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l450; }
+if phv[77] != 0x1 { break 'l453; }
 phv[228] = 0x0;
 { let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 4; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = 0x0;
 { let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 22; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[146] != 0x2 { break 'l460; }
+if phv[146] != 0x2 { break 'l463; }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 7; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 18; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l460; }
+if phv[77] != 0x1 { break 'l463; }
 phv[228] = 0x0;
 { let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 8; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = 0x0;
 { let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 26; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 }
-if phv[146] != 0x3 { break 'l472; }
+if phv[146] != 0x3 { break 'l475; }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 9; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = phv[0].wrapping_shr(0) & 0x3F;
 { let w = 0 + ((phv[228] as usize) & 0x3F) * 32 + 20; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(131), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(131) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
-if phv[77] != 0x1 { break 'l472; }
+if phv[77] != 0x1 { break 'l475; }
 phv[228] = 0x0;
 { let w = 18432 + ((phv[228] as usize) & 0x0) * 48 + 12; let lo = st.regs.get(SlabKind::Words, w); let hi = st.regs.get(SlabKind::Words, w + 1); let mut outcome = 0usize; if (CCond { left: COperand::Lo, right: Some((true, COperand::Phv(147))), cmp: Cmp::raw(2, 0, false), constant: 0x0 }).test(phv, lo, hi, 0xFFFFFFFF) { outcome |= 1; } let (new_lo, new_hi, out) = match outcome { 0 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Set, a: COperand::Phv(130), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } 1 => { let new_lo = (CUpdate { op: SaluOp::Set, a: COperand::Phv(147), b: COperand::Const(0x0) }).apply(phv, lo, hi, 0xFFFFFFFF); let new_hi = (CUpdate { op: SaluOp::Or, a: COperand::Hi, b: COperand::Phv(130) }).apply(phv, lo, hi, 0xFFFFFFFF); (new_lo, new_hi, 0u64) } _ => (lo, hi, 0), }; st.regs.set(SlabKind::Words, w, new_lo); st.regs.set(SlabKind::Words, w + 1, new_hi); let _ = (out, new_lo, new_hi); }
 phv[228] = 0x0;
@@ -959,6 +962,7 @@ st.offsets[4] = 34;
 st.parse_done(code, 42, phv);
 return;
 }
+phv[50] = extract(packet, 42, 0, 0, 56, 8);
 st.valid |= 0x3A; st.parsed |= 0x3A;
 st.offsets[1] = 0;
 st.offsets[3] = 14;
@@ -2138,6 +2142,6 @@ _ => st.run(code, code.action_start[a as usize], ctx, phv),
 }
 
 pub(super) static VARIANTS: &[Native] = &[
-Native { fingerprint: 0x4E123AED92F2D00A, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
+Native { fingerprint: 0xB2371CBC5A496705, ingress: tor_pass_ingress, egress: tor_pass_egress, pack: tor_pack },
 Native { fingerprint: 0x6728D9DCD5ADCFFB, ingress: fabric_pass_ingress, egress: fabric_pass_egress, pack: fabric_pack },
 ];
