@@ -458,11 +458,12 @@ fn get(buf: &[u8], pos: Pos) -> u64 {
     }
 }
 
-/// InfiniBand BTH opcodes (IBTA vol. 1 §9.2, Table 38): RC RDMA WRITE Only, RC Acknowledge;
-/// the CNP opcode is from IBTA Annex A17 (RoCEv2).
+/// RC RDMA WRITE Only (IBTA vol. 1 §9.2, Table 38): the opcode netsim's data packets carry.
+/// RC Acknowledge and CNP are the program's own (`hawkmesh_wire::dataplane`, generated):
+/// its sketch leaves them out.
 const BTH_OPCODE_RC_WRITE_ONLY: u64 = 0x0A;
-const BTH_OPCODE_RC_ACK: u64 = 0x11;
-const BTH_OPCODE_CNP: u64 = 0x81;
+const BTH_OPCODE_RC_ACK: u64 = hawkmesh_wire::dataplane::BTH_OPCODE_RC_ACK as u64;
+const BTH_OPCODE_CNP: u64 = hawkmesh_wire::dataplane::BTH_OPCODE_CNP as u64;
 
 /// Which headers a serialised packet has (to map rewrites back).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
