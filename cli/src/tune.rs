@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
+use hawkmesh_knobs::apply::parse_assignments;
+use hawkmesh_lab::paraleon::Policy;
 use hawkmesh_lab::paraleon_eval::{evaluate, EvalConfig, Fabric, Workload};
 
 /// A workload to run.
@@ -31,9 +33,10 @@ pub enum FabricArg {
 /// Arguments of `hawkmesh tune eval`.
 #[derive(Args, Debug)]
 pub struct TuneEvalArgs {
-    /// The paper's workload (default: all three, unless --scenario is given).
-    #[arg(long, value_enum)]
-    workload: Option<WorkloadArg>,
+    /// The paper's workloads (comma-separated; default: all three, unless --scenario is
+    /// given).
+    #[arg(long = "workload", value_enum, value_delimiter = ',')]
+    workloads: Vec<WorkloadArg>,
     /// A netsim scenario file (docs/scenario.md) to evaluate as well: its own fabric,
     /// workloads, duration and seed, every policy run on it, pretrained on it under another
     /// seed, its FSD measured at each --fsd-intervals-us when FB_Hadoop is not run. Repeat
@@ -64,10 +67,16 @@ pub struct TuneEvalArgs {
     /// the flag alone: none).
     #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [0.1, 0.2])]
     fsd_loads: Vec<f64>,
-    /// Seed (the same seed gives the same report). Default 1; a scenario file runs with its
-    /// own seed unless this is given.
-    #[arg(long)]
-    seed: Option<u64>,
+    /// Seeds (comma-separated; the same seeds give the same report): every workload runs
+    /// with every policy at each, and the report adds each policy's spread over them.
+    /// Default 1; a scenario file runs at its own seed unless this is given.
+    #[arg(long = "seed", value_delimiter = ',')]
+    seeds: Vec<u64>,
+    /// A static setting to compare beside the paper's policies, as
+    /// NAME:knob=value,knob=value (the NVIDIA defaults elsewhere; knobs of the searched
+    /// space, e.g. rpg_ai_rate, kmin_kb). Repeat for several.
+    #[arg(long = "setting", value_name = "NAME:KNOB=VALUE,...")]
+    settings: Vec<String>,
     /// Simulations run at once (default: one per core). The report does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
@@ -86,13 +95,35 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
             anyhow::bail!("{flag} must be a positive number of milliseconds, not {ms}");
         }
     }
-    let workloads = match (args.workload, args.scenarios.is_empty()) {
-        (Some(WorkloadArg::FbHadoop), _) => vec![Workload::FbHadoop],
-        (Some(WorkloadArg::Alltoall), _) => vec![Workload::Alltoall],
-        (Some(WorkloadArg::Influx), _) => vec![Workload::Influx],
-        (Some(WorkloadArg::All), _) | (None, true) => Workload::ALL.to_vec(),
-        (None, false) => Vec::new(),
-    };
+    let mut workloads = Vec::new();
+    if args.workloads.is_empty() && args.scenarios.is_empty() {
+        workloads = Workload::ALL.to_vec();
+    }
+    for w in &args.workloads {
+        let named = match w {
+            WorkloadArg::FbHadoop => vec![Workload::FbHadoop],
+            WorkloadArg::Alltoall => vec![Workload::Alltoall],
+            WorkloadArg::Influx => vec![Workload::Influx],
+            WorkloadArg::All => Workload::ALL.to_vec(),
+        };
+        for w in named {
+            if !workloads.contains(&w) {
+                workloads.push(w);
+            }
+        }
+    }
+    let mut seeds: Vec<u64> = Vec::new();
+    for seed in &args.seeds {
+        if seeds.contains(seed) {
+            anyhow::bail!("--seed {seed} is given twice");
+        }
+        seeds.push(*seed);
+    }
+    let settings = args
+        .settings
+        .iter()
+        .map(|text| parse_setting(text))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let config = EvalConfig {
         workloads,
         fabric: match args.fabric {
@@ -102,9 +133,10 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
         duration_ms: args.duration_ms.unwrap_or(400.0),
         scenario_files: args.scenarios.clone(),
         file_duration_ms: args.duration_ms,
-        file_seed: args.seed,
+        file_seeds: seeds.clone(),
         interval_us: args.interval_us,
-        seed: args.seed.unwrap_or(1),
+        seeds: if seeds.is_empty() { vec![1] } else { seeds },
+        settings,
         fsd_intervals_us: args.fsd_intervals_us.clone(),
         fsd_duration_ms: args.fsd_duration_ms,
         fsd_loads: args.fsd_loads.clone(),
@@ -126,6 +158,38 @@ pub fn eval(args: &TuneEvalArgs) -> anyhow::Result<()> {
         args.out.display()
     );
     Ok(())
+}
+
+/// `NAME:knob=value,knob=value` as a static policy (the knobs are checked against the
+/// searched space when the evaluation starts, before any simulation).
+fn parse_setting(text: &str) -> anyhow::Result<Policy> {
+    let (name, knobs) = text.split_once(':').ok_or_else(|| {
+        anyhow::anyhow!("--setting `{text}`: expected NAME:knob=value,knob=value")
+    })?;
+    let name = name.trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+    {
+        anyhow::bail!("--setting `{text}`: the name must be letters, digits, - and _");
+    }
+    let words: Vec<String> = knobs
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect();
+    let values = parse_assignments(&words).map_err(|e| anyhow::anyhow!("--setting {name}: {e}"))?;
+    for (i, (k, _)) in values.iter().enumerate() {
+        if values[..i].iter().any(|(other, _)| other == k) {
+            anyhow::bail!("--setting {name}: {k} is given twice");
+        }
+    }
+    Ok(Policy::Static {
+        name: name.to_string(),
+        values,
+    })
 }
 
 #[cfg(test)]
@@ -157,6 +221,39 @@ mod tests {
         assert_eq!(given.fsd_loads, [0.05, 0.25]);
         let none = parse(&["--fsd-loads", "--fsd-intervals-us", "--seed", "3"]);
         assert!(none.fsd_loads.is_empty() && none.fsd_intervals_us.is_empty());
-        assert_eq!(none.seed, Some(3));
+        assert_eq!(none.seeds, [3]);
+    }
+
+    /// Several workloads and seeds in one run, and settings of one's own to compare: each
+    /// `--setting` is a static policy by its name; a malformed one names itself.
+    #[test]
+    fn workloads_seeds_and_settings_of_ones_own() {
+        let args = parse(&[
+            "--workload",
+            "alltoall,influx",
+            "--seed",
+            "1,2,3",
+            "--setting",
+            "fast:rpg_ai_rate=50, rpg_hai_rate=500",
+        ]);
+        assert_eq!(args.workloads, [WorkloadArg::Alltoall, WorkloadArg::Influx]);
+        assert_eq!(args.seeds, [1, 2, 3]);
+        assert_eq!(
+            parse_setting(&args.settings[0]).unwrap(),
+            Policy::Static {
+                name: "fast".into(),
+                values: vec![("rpg_ai_rate".into(), 50.0), ("rpg_hai_rate".into(), 500.0)],
+            }
+        );
+        for (bad, says) in [
+            ("rpg_ai_rate=50", "NAME:"),
+            ("my setting:rpg_ai_rate=50", "letters"),
+            ("x:rpg_ai_rate", "knob=value"),
+            ("x:rpg_ai_rate=fast", "rpg_ai_rate=fast"),
+            ("x:kmin_kb=5,kmin_kb=6", "twice"),
+        ] {
+            let e = parse_setting(bad).expect_err(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }

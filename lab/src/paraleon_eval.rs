@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use hawkmesh_netsim::{LoadedScenario, Scenario};
-use hawkmesh_tuner::sa::StepKind;
+use hawkmesh_tuner::sa::{Space, StepKind};
 use serde::Serialize;
 
 use crate::eval::svg::{bar_chart, figure, line_chart, Series};
@@ -63,20 +63,28 @@ pub struct EvalConfig {
     pub workloads: Vec<Workload>,
     /// netsim scenario files to run as well, after the paper's workloads: each with its own
     /// fabric, workloads and duration (cut to [`EvalConfig::file_duration_ms`] when given),
-    /// and its own seed unless [`EvalConfig::file_seed`] is set.
+    /// and its own seed unless [`EvalConfig::file_seeds`] are given.
     pub scenario_files: Vec<PathBuf>,
     /// Longest simulated time of a scenario file's runs, ms (None: the file's).
     pub file_duration_ms: Option<f64>,
-    /// The seed of the scenario files' runs (None: each file's).
-    pub file_seed: Option<u64>,
+    /// The seeds of the scenario files' runs, each file run at every one (empty: once, at
+    /// the file's own).
+    pub file_seeds: Vec<u64>,
     /// The fabric of the paper's workloads.
     pub fabric: Fabric,
     /// Simulated time per run of the paper's workloads, ms.
     pub duration_ms: f64,
     /// λ_MI, µs.
     pub interval_us: u64,
-    /// Seed of the paper's workloads and of every run's annealing and sampling.
-    pub seed: u64,
+    /// Seeds of the paper's workloads: every workload is run, with every policy and its own
+    /// pretraining, at each. A run's annealing and sampling take its workload's seed (the
+    /// first one's for a scenario file run at its own); the FSD sweep runs at the first.
+    /// One seed's tail is a handful of flows (p99.9 of the all-to-all's 3,420 is its 4
+    /// slowest): with several, the report adds each policy's spread over them.
+    pub seeds: Vec<u64>,
+    /// Static settings compared beside the paper's policies (each a [`Policy::Static`]: its
+    /// name and knob values over the NVIDIA defaults; knobs of the searched space only).
+    pub settings: Vec<Policy>,
     /// Monitor intervals at which FSD accuracy is measured (µs; empty: none beyond the
     /// runs').
     pub fsd_intervals_us: Vec<u64>,
@@ -114,11 +122,16 @@ pub struct EvalResults {
     pub fsd: Vec<FsdAtInterval>,
 }
 
-/// One workload's runs.
+/// One workload's runs at one seed.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkloadResult {
     /// The workload (a paper workload's name, or the scenario file's).
     pub workload: String,
+    /// The scenario's seed.
+    pub seed: u64,
+    /// The stem of its figure's file (the workload's name at the first seed, then
+    /// `<name>-seed<S>`).
+    pub figure: String,
     /// One run per policy.
     pub runs: Vec<TuneRun>,
 }
@@ -274,14 +287,77 @@ enum Job {
     Fsd(u64, Option<f64>),
 }
 
-/// The policies besides the pretrained one, in the report's order around it.
-fn policies() -> [Policy; 4] {
-    [
-        Policy::nvidia_default(),
-        Policy::expert(),
-        Policy::NaiveSa,
-        Policy::Paraleon,
-    ]
+/// The policies besides the pretrained one, in the report's order around it (it comes
+/// third): the static ones, the settings given, the searches.
+fn policies(config: &EvalConfig) -> Vec<Policy> {
+    let mut out = vec![Policy::nvidia_default(), Policy::expert()];
+    out.extend(config.settings.iter().cloned());
+    out.extend([Policy::NaiveSa, Policy::Paraleon]);
+    out
+}
+
+/// A setting given to compare: a static one, a name of its own, knobs of the searched
+/// space within their ranges — refused before any simulation runs.
+fn check_setting(policy: &Policy) -> Result<(), EvalError> {
+    let Policy::Static { name, values } = policy else {
+        return Err(EvalError::Scenario(format!(
+            "setting {}: only static settings can be given",
+            policy.name()
+        )));
+    };
+    let reserved = [
+        "nvidia-default",
+        "expert",
+        "pretrained",
+        "naive-sa",
+        "paraleon",
+    ];
+    if name.is_empty() || reserved.contains(&name.as_str()) {
+        return Err(EvalError::Scenario(format!(
+            "setting `{name}`: a name of its own, not empty or one of {}",
+            reserved.join(", ")
+        )));
+    }
+    let space = Space::paraleon().map_err(|e| EvalError::Scenario(e.to_string()))?;
+    for (knob, value) in values {
+        let i = space.index(knob).ok_or_else(|| {
+            EvalError::Scenario(format!(
+                "setting `{name}`: {knob} is not a searched knob (one of {})",
+                space
+                    .specs
+                    .iter()
+                    .map(|s| s.knob.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        space.specs[i]
+            .knob
+            .validate(*value)
+            .map_err(|e| EvalError::Scenario(format!("setting `{name}`: {e}")))?;
+    }
+    Ok(())
+}
+
+/// A workload at one seed, as the evaluation runs it.
+struct Entry {
+    name: String,
+    seed: u64,
+    /// The annealing's and NetFlow's seed.
+    tune_seed: u64,
+    figure: String,
+    online: LoadedScenario,
+    offline: LoadedScenario,
+    sweep: LoadedScenario,
+}
+
+/// The figure's file stem of a workload's `i`-th seed.
+fn figure_stem(name: &str, i: usize, seed: u64) -> String {
+    if i == 0 {
+        name.to_string()
+    } else {
+        format!("{name}-seed{seed}")
+    }
 }
 
 /// What a job produced.
@@ -300,65 +376,88 @@ pub fn evaluate(
     progress: impl Fn(&str) + Sync,
 ) -> Result<EvalResults, EvalError> {
     let interval_ns = config.interval_us.max(1) * 1_000;
-    // Per workload: its name, and its scenario for the policies' runs, for pretraining
+    let first_seed = *config.seeds.first().ok_or_else(|| {
+        EvalError::Scenario("no seed: the paper's workloads need at least one".into())
+    })?;
+    for policy in &config.settings {
+        check_setting(policy)?;
+    }
+    // Per workload and seed (workload-major, so each workload's first seed comes first):
+    // its name, seeds and figure, and its scenario for the policies' runs, for pretraining
     // (another seed, offline) and for the FSD sweep (shorter, the NVIDIA defaults).
-    let mut names: Vec<String> = Vec::new();
-    let mut scenarios = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
     for workload in &config.workloads {
-        let online = load_scenario(&scenario(
-            *workload,
-            config.fabric,
-            config.duration_ms,
-            config.seed,
-        ))?;
-        let offline = load_scenario(&scenario(
-            *workload,
-            config.fabric,
-            config.duration_ms,
-            config.seed.wrapping_add(1_000),
-        ))?;
-        let sweep = load_scenario(&scenario(
-            *workload,
-            config.fabric,
-            config.fsd_duration_ms,
-            config.seed,
-        ))?;
-        names.push(workload.name().to_string());
-        scenarios.push((online, offline, sweep));
+        for (i, seed) in config.seeds.iter().enumerate() {
+            let at = |ms, seed| load_scenario(&scenario(*workload, config.fabric, ms, seed));
+            entries.push(Entry {
+                name: workload.name().to_string(),
+                seed: *seed,
+                tune_seed: *seed,
+                figure: figure_stem(workload.name(), i, *seed),
+                online: at(config.duration_ms, *seed)?,
+                offline: at(config.duration_ms, seed.wrapping_add(1_000))?,
+                sweep: at(config.fsd_duration_ms, *seed)?,
+            });
+        }
     }
+    let mut taken: Vec<String> = entries.iter().map(|e| e.figure.clone()).collect();
     for path in &config.scenario_files {
-        let mut online = Scenario::load(path).map_err(|e| EvalError::Scenario(e.to_string()))?;
-        if let Some(seed) = config.file_seed {
+        let file = Scenario::load(path).map_err(|e| EvalError::Scenario(e.to_string()))?;
+        let name = file_name(path, &taken);
+        taken.push(name.clone());
+        // Its own seed once, or each seed given; annealing and sampling take the seed the
+        // file runs at when one is given, else the paper workloads' first.
+        let seeds: Vec<(u64, u64)> = if config.file_seeds.is_empty() {
+            vec![(file.scenario.seed, first_seed)]
+        } else {
+            config.file_seeds.iter().map(|s| (*s, *s)).collect()
+        };
+        for (i, (seed, tune_seed)) in seeds.into_iter().enumerate() {
+            let mut online = file.clone();
             online.scenario.seed = seed;
+            if let Some(ms) = config.file_duration_ms {
+                online.scenario.duration_us = online.scenario.duration_us.min(ms * 1_000.0);
+            }
+            let mut offline = online.clone();
+            offline.scenario.seed = seed.wrapping_add(1_000);
+            let mut sweep = online.clone();
+            sweep.scenario.duration_us = sweep
+                .scenario
+                .duration_us
+                .min(config.fsd_duration_ms * 1_000.0);
+            let figure = figure_stem(&name, i, seed);
+            taken.push(figure.clone());
+            entries.push(Entry {
+                figure,
+                name: name.clone(),
+                seed,
+                tune_seed,
+                online,
+                offline,
+                sweep,
+            });
         }
-        if let Some(ms) = config.file_duration_ms {
-            online.scenario.duration_us = online.scenario.duration_us.min(ms * 1_000.0);
-        }
-        let mut offline = online.clone();
-        offline.scenario.seed = online.scenario.seed.wrapping_add(1_000);
-        let mut sweep = online.clone();
-        sweep.scenario.duration_us = sweep
-            .scenario
-            .duration_us
-            .min(config.fsd_duration_ms * 1_000.0);
-        names.push(file_name(path, &names));
-        scenarios.push((online, offline, sweep));
     }
+    let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
     // FSD accuracy at several monitor intervals on FB_Hadoop, as PARALEON's Fig. 11 (the
     // NVIDIA defaults' runs: the knobs change little of what the sketches see); on the first
     // workload when FB_Hadoop is not run.
-    let swept = config
-        .workloads
+    let swept = entries
         .iter()
-        .position(|w| *w == Workload::FbHadoop)
-        .or((!scenarios.is_empty()).then_some(0));
+        .position(|e| e.name == Workload::FbHadoop.name() && e.seed == first_seed)
+        .filter(|_| config.workloads.contains(&Workload::FbHadoop))
+        .or((!entries.is_empty()).then_some(0));
     // The longest jobs first (pretraining and its run are two simulations).
-    let mut jobs: Vec<Job> = (0..scenarios.len()).map(Job::Pretrained).collect();
-    for w in 0..scenarios.len() {
-        jobs.extend((0..policies().len()).map(|p| Job::Policy(w, p)));
+    let policies = policies(config);
+    let mut jobs: Vec<Job> = (0..entries.len()).map(Job::Pretrained).collect();
+    for w in 0..entries.len() {
+        jobs.extend((0..policies.len()).map(|p| Job::Policy(w, p)));
     }
     // The load sweep: FB_Hadoop's scenario at each other load.
-    let fb_swept = swept.is_some_and(|w| config.workloads.get(w) == Some(&Workload::FbHadoop));
+    let fb_swept = swept.is_some_and(|w| {
+        w < config.workloads.len() * config.seeds.len()
+            && entries[w].name == Workload::FbHadoop.name()
+    });
     let mut sweep_loads: Vec<Option<f64>> = vec![None];
     if let Some(load) = config.fsd_loads.iter().find(|l| !(**l > 0.0 && **l <= 1.0)) {
         return Err(EvalError::Scenario(format!(
@@ -380,7 +479,7 @@ pub fn evaluate(
                 Workload::FbHadoop,
                 config.fabric,
                 config.fsd_duration_ms,
-                config.seed,
+                first_seed,
                 *load,
             ))?,
         ));
@@ -410,9 +509,9 @@ pub fn evaluate(
             Job::Pretrained(w) => {
                 let name = &names[w];
                 progress(&format!("{name}: pretraining"));
-                let seed = config.seed.wrapping_add(1_000);
+                let seed = entries[w].tune_seed.wrapping_add(1_000);
                 let trained = run(
-                    &scenarios[w].1,
+                    &entries[w].offline,
                     &TuneConfig::new(Policy::Paraleon, interval_ns, seed),
                 )
                 .map_err(fail(w, "pretraining".into()))?;
@@ -425,19 +524,19 @@ pub fn evaluate(
                 };
                 progress(&format!("{name}: pretrained"));
                 let r = run(
-                    &scenarios[w].0,
-                    &TuneConfig::new(policy, interval_ns, config.seed),
+                    &entries[w].online,
+                    &TuneConfig::new(policy, interval_ns, entries[w].tune_seed),
                 )
                 .map_err(fail(w, "pretrained".into()))?;
                 Ok(Done::Pretrained(w, r))
             }
             Job::Policy(w, p) => {
-                let policy = policies()[p].clone();
+                let policy = policies[p].clone();
                 let name = policy.name();
                 progress(&format!("{}: {name}", names[w]));
                 let r = run(
-                    &scenarios[w].0,
-                    &TuneConfig::new(policy, interval_ns, config.seed),
+                    &entries[w].online,
+                    &TuneConfig::new(policy, interval_ns, entries[w].tune_seed),
                 )
                 .map_err(fail(w, name))?;
                 Ok(Done::Policy(w, p, r))
@@ -446,12 +545,16 @@ pub fn evaluate(
                 let w = swept.unwrap_or(0);
                 let (at, sweep) = match load.and_then(|l| at_load.iter().find(|(a, _)| *a == l)) {
                     Some((l, sc)) => (format!(" at load {l}"), sc),
-                    None => (String::new(), &scenarios[w].2),
+                    None => (String::new(), &entries[w].sweep),
                 };
                 progress(&format!("{}: FSD at λ_MI = {us} µs{at}", names[w]));
                 let r = run(
                     sweep,
-                    &TuneConfig::new(Policy::nvidia_default(), us.max(1) * 1_000, config.seed),
+                    &TuneConfig::new(
+                        Policy::nvidia_default(),
+                        us.max(1) * 1_000,
+                        entries[w].tune_seed,
+                    ),
                 )
                 .map_err(fail(w, format!("fsd at {us} µs{at}")))?;
                 Ok(Done::Fsd(us, load, r.fsd))
@@ -486,8 +589,8 @@ pub fn evaluate(
             })
             .collect()
     });
-    let mut pretrained: Vec<Option<TuneRun>> = vec![None; scenarios.len()];
-    let mut others: Vec<Vec<Option<TuneRun>>> = vec![vec![None; policies().len()]; scenarios.len()];
+    let mut pretrained: Vec<Option<TuneRun>> = vec![None; entries.len()];
+    let mut others: Vec<Vec<Option<TuneRun>>> = vec![vec![None; policies.len()]; entries.len()];
     let mut fsd_at: Vec<(u64, Option<f64>, FsdAccuracy)> = Vec::new();
     for d in done {
         match d? {
@@ -497,7 +600,7 @@ pub fn evaluate(
         }
     }
     let mut out = Vec::new();
-    for (w, workload) in names.iter().enumerate() {
+    for (w, entry) in entries.iter().enumerate() {
         let mut runs: Vec<TuneRun> = std::mem::take(&mut others[w])
             .into_iter()
             .flatten()
@@ -506,7 +609,9 @@ pub fn evaluate(
             runs.insert(2.min(runs.len()), p);
         }
         out.push(WorkloadResult {
-            workload: workload.clone(),
+            workload: entry.name.clone(),
+            seed: entry.seed,
+            figure: entry.figure.clone(),
             runs,
         });
     }
@@ -540,7 +645,7 @@ pub fn evaluate(
     write("results.json", &json)?;
     write("report.md", &report(config, &results))?;
     for w in &results.workloads {
-        write(&format!("{}.svg", w.workload), &workload_figure(w))?;
+        write(&format!("{}.svg", w.figure), &workload_figure(w))?;
     }
     if !results.fsd.is_empty() {
         write("fsd-accuracy.svg", &fsd_figure(&results.fsd))?;
@@ -688,6 +793,75 @@ fn fsd_figure(fsd: &[FsdAtInterval]) -> String {
     figure("FSD accuracy vs monitor interval", &panels)
 }
 
+/// "seed 1" or "seeds 1, 2, 3".
+fn seeds_text(seeds: &[u64]) -> String {
+    let list: Vec<String> = seeds.iter().map(u64::to_string).collect();
+    match list.len() {
+        1 => format!("seed {}", list[0]),
+        _ => format!("seeds {}", list.join(", ")),
+    }
+}
+
+/// Each workload run at several seeds: per policy, the mean over the seeds of its mean and
+/// p99.9 slowdown with their range, PARALEON's mean against it, and on how many seeds
+/// PARALEON's mean was the lower.
+fn across_seeds(s: &mut String, results: &[WorkloadResult]) {
+    let mut names: Vec<&str> = results.iter().map(|w| w.workload.as_str()).collect();
+    names.dedup();
+    for name in names {
+        let runs: Vec<&WorkloadResult> = results.iter().filter(|w| w.workload == name).collect();
+        if runs.len() < 2 {
+            continue;
+        }
+        let seeds: Vec<String> = runs.iter().map(|w| w.seed.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "## {name} across seeds {}\n\nMean over the seeds (lowest–highest).\n\n\
+             | policy | mean slowdown | p99.9 slowdown | PARALEON's mean vs this policy's | \
+             seeds where PARALEON's mean is lower |\n|---|---|---|---|---|",
+            seeds.join(", ")
+        );
+        let of = |policy: &str| -> Vec<&TuneRun> {
+            runs.iter()
+                .filter_map(|w| w.runs.iter().find(|r| r.policy == policy))
+                .collect()
+        };
+        let ours = of("paraleon");
+        let spread = |v: &[f64]| {
+            let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (mean, lo, hi)
+        };
+        let policies: Vec<&str> = runs[0].runs.iter().map(|r| r.policy.as_str()).collect();
+        for policy in policies {
+            let theirs = of(policy);
+            let means: Vec<f64> = theirs.iter().map(|r| r.mean_slowdown).collect();
+            let tails: Vec<f64> = theirs.iter().map(|r| r.p999_slowdown).collect();
+            let (m, m_lo, m_hi) = spread(&means);
+            let (t, t_lo, t_hi) = spread(&tails);
+            let (o, _, _) = spread(&ours.iter().map(|r| r.mean_slowdown).collect::<Vec<_>>());
+            let gain = if m > 0.0 && !ours.is_empty() {
+                format!("{:+.1} %", 100.0 * (o - m) / m)
+            } else {
+                "–".into()
+            };
+            let lower = ours
+                .iter()
+                .zip(&theirs)
+                .filter(|(a, b)| a.mean_slowdown < b.mean_slowdown)
+                .count();
+            let _ = writeln!(
+                s,
+                "| {policy} | {m:.3} ({m_lo:.3}–{m_hi:.3}) | {t:.1} ({t_lo:.1}–{t_hi:.1}) | \
+                 {gain} | {lower} of {} |",
+                theirs.len().min(ours.len())
+            );
+        }
+        let _ = writeln!(s);
+    }
+}
+
 /// The markdown report.
 pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
     let results = &all.workloads;
@@ -696,8 +870,10 @@ pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
     if !config.workloads.is_empty() {
         let _ = writeln!(
             s,
-            "The paper's workloads: fabric {:?}, {} ms per run, seed {}.",
-            config.fabric, config.duration_ms, config.seed
+            "The paper's workloads: fabric {:?}, {} ms per run, {}.",
+            config.fabric,
+            config.duration_ms,
+            seeds_text(&config.seeds)
         );
     }
     for path in &config.scenario_files {
@@ -708,18 +884,41 @@ pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
             config
                 .file_duration_ms
                 .map_or("its duration".to_string(), |ms| format!("at most {ms} ms")),
-            config
-                .file_seed
-                .map_or("its seed".to_string(), |seed| format!("seed {seed}")),
+            if config.file_seeds.is_empty() {
+                "its seed".to_string()
+            } else {
+                seeds_text(&config.file_seeds)
+            },
         );
     }
     let _ = writeln!(
         s,
-        "λ_MI = {} µs; the annealing seeded with {}.\n",
-        config.interval_us, config.seed
+        "λ_MI = {} µs; the annealing and NetFlow's sampling seeded with the run's seed (a \
+         scenario file at its own: {}).\n",
+        config.interval_us,
+        config.seeds.first().copied().unwrap_or_default()
     );
+    for policy in &config.settings {
+        if let Policy::Static { name, values } = policy {
+            let knobs: Vec<String> = values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            let _ = writeln!(
+                s,
+                "Setting `{name}`: the NVIDIA defaults with {}.\n",
+                if knobs.is_empty() {
+                    "nothing changed".to_string()
+                } else {
+                    knobs.join(", ")
+                }
+            );
+        }
+    }
+    let several = |name: &str| results.iter().filter(|w| w.workload == name).count() > 1;
     for w in results {
-        let _ = writeln!(s, "## {}\n", w.workload);
+        if several(&w.workload) {
+            let _ = writeln!(s, "## {}, seed {}\n", w.workload, w.seed);
+        } else {
+            let _ = writeln!(s, "## {}\n", w.workload);
+        }
         let _ = writeln!(
             s,
             "| policy | flows done | mean slowdown | p99.9 slowdown | PARALEON's mean vs this policy's | searches started / run to the end | FSD acc. PARALEON / naive ES / NetFlow |\n|---|---|---|---|---|---|---|"
@@ -758,8 +957,9 @@ pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
                 r.fsd.netflow
             );
         }
-        let _ = writeln!(s, "\n![{0}]({0}.svg)\n", w.workload);
+        let _ = writeln!(s, "\n![{}]({}.svg)\n", w.workload, w.figure);
     }
+    across_seeds(&mut s, results);
     if !all.fsd.is_empty() {
         let _ = writeln!(
             s,

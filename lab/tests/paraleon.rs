@@ -84,11 +84,12 @@ fn the_evaluation_writes_every_policy_the_fsd_sweep_and_its_figures() {
         workloads: vec![Workload::Alltoall],
         scenario_files: Vec::new(),
         file_duration_ms: None,
-        file_seed: None,
+        file_seeds: Vec::new(),
         fabric: Fabric::Small,
         duration_ms: 3.0,
         interval_us: 500,
-        seed: 2,
+        seeds: vec![2],
+        settings: Vec::new(),
         fsd_intervals_us: vec![500, 1000],
         fsd_duration_ms: 2.0,
         fsd_loads: vec![0.1],
@@ -176,11 +177,12 @@ fn the_fsd_sweep_runs_fb_hadoop_at_each_load_asked_for() {
         workloads: vec![Workload::FbHadoop],
         scenario_files: Vec::new(),
         file_duration_ms: None,
-        file_seed: None,
+        file_seeds: Vec::new(),
         fabric: Fabric::Small,
         duration_ms: 1.0,
         interval_us: 500,
-        seed: 3,
+        seeds: vec![3],
+        settings: Vec::new(),
         fsd_intervals_us: vec![500, 1000],
         fsd_duration_ms: 2.0,
         fsd_loads: vec![0.1, 0.3, 0.1],
@@ -249,11 +251,12 @@ fn a_scenario_file_is_evaluated_like_the_papers_workloads() {
         workloads: Vec::new(),
         scenario_files: vec![file.clone()],
         file_duration_ms: Some(2.0),
-        file_seed: None,
+        file_seeds: Vec::new(),
         fabric: Fabric::Paper,
         duration_ms: 400.0,
         interval_us: 500,
-        seed: 2,
+        seeds: vec![2],
+        settings: Vec::new(),
         fsd_intervals_us: vec![1000],
         fsd_duration_ms: 1.0,
         fsd_loads: vec![0.1],
@@ -292,4 +295,100 @@ fn a_scenario_file_is_evaluated_like_the_papers_workloads() {
     };
     assert!(text.contains("broken.toml"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same evaluation at several seeds, with a setting of one's own beside the paper's
+/// policies: one section per seed, figures apart, the spread over the seeds per policy
+/// (means of the seeds' figures), the FSD sweep once; a setting with a knob the search does
+/// not have is refused before any simulation runs.
+#[test]
+fn the_evaluation_runs_at_several_seeds_with_a_setting_of_ones_own() {
+    use hawkmesh_lab::paraleon::Policy;
+    use hawkmesh_lab::paraleon_eval::{evaluate, EvalConfig};
+    let out = std::env::temp_dir().join(format!("hawkmesh-tune-seeds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let fast = Policy::Static {
+        name: "fast".into(),
+        values: vec![
+            ("rpg_ai_rate".into(), 50.0),
+            ("rpg_time_reset".into(), 50.0),
+        ],
+    };
+    let config = EvalConfig {
+        workloads: vec![Workload::Alltoall],
+        scenario_files: Vec::new(),
+        file_duration_ms: None,
+        file_seeds: Vec::new(),
+        fabric: Fabric::Small,
+        duration_ms: 3.0,
+        interval_us: 500,
+        seeds: vec![2, 5],
+        settings: vec![fast],
+        fsd_intervals_us: vec![1000],
+        fsd_duration_ms: 2.0,
+        fsd_loads: Vec::new(),
+        out: out.clone(),
+        jobs: 2,
+    };
+    let results = evaluate(&config, |_| {}).expect("the evaluation");
+    let seeds: Vec<u64> = results.workloads.iter().map(|w| w.seed).collect();
+    assert_eq!(seeds, [2, 5]);
+    for w in &results.workloads {
+        let policies: Vec<&str> = w.runs.iter().map(|r| r.policy.as_str()).collect();
+        assert_eq!(
+            policies,
+            [
+                "nvidia-default",
+                "expert",
+                "pretrained",
+                "fast",
+                "naive-sa",
+                "paraleon"
+            ]
+        );
+    }
+    assert_eq!(results.fsd.len(), 1, "the sweep at the first seed only");
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    for part in [
+        "## alltoall, seed 2",
+        "## alltoall, seed 5",
+        "## alltoall across seeds 2, 5",
+        "Setting `fast`: the NVIDIA defaults with rpg_ai_rate = 50, rpg_time_reset = 50.",
+        "seeds 2, 5",
+    ] {
+        assert!(report.contains(part), "{part}: {report}");
+    }
+    // The spread row: the mean of the two seeds' figures, then the lower and the higher.
+    let fast: Vec<&hawkmesh_lab::paraleon::TuneRun> = results
+        .workloads
+        .iter()
+        .map(|w| w.runs.iter().find(|r| r.policy == "fast").unwrap())
+        .collect();
+    let (a, b) = (fast[0].mean_slowdown, fast[1].mean_slowdown);
+    let row = format!(
+        "| fast | {:.3} ({:.3}–{:.3}) |",
+        (a + b) / 2.0,
+        a.min(b),
+        a.max(b)
+    );
+    assert!(report.contains(&row), "{row}: {report}");
+    for file in ["alltoall.svg", "alltoall-seed5.svg"] {
+        assert!(out.join(file).exists(), "{file}");
+    }
+    let steps = std::sync::Mutex::new(0);
+    let bad = evaluate(
+        &EvalConfig {
+            settings: vec![Policy::Static {
+                name: "mine".into(),
+                values: vec![("rpg_speed".into(), 1.0)],
+            }],
+            out: out.join("bad"),
+            ..config
+        },
+        |_| *steps.lock().unwrap() += 1,
+    )
+    .expect_err("a knob the search does not have");
+    assert!(bad.to_string().contains("rpg_speed"), "{bad}");
+    assert_eq!(*steps.lock().unwrap(), 0, "refused before any run");
+    let _ = std::fs::remove_dir_all(&out);
 }
