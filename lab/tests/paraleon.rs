@@ -372,6 +372,11 @@ fn the_evaluation_runs_at_several_seeds_with_a_setting_of_ones_own() {
         a.max(b)
     );
     assert!(report.contains(&row), "{row}: {report}");
+    // PARALEON's row against itself: no change, and never lower than itself.
+    assert!(
+        report.contains("| +0.0 % | +0.0 % | 0 / 0 of 2 |"),
+        "{report}"
+    );
     for file in ["alltoall.svg", "alltoall-seed5.svg"] {
         assert!(out.join(file).exists(), "{file}");
     }
