@@ -336,6 +336,16 @@ fn check_setting(policy: &Policy) -> Result<(), EvalError> {
             .validate(*value)
             .map_err(|e| EvalError::Scenario(format!("setting `{name}`: {e}")))?;
     }
+    // RED needs Kmin ≤ Kmax (the defaults scale with the link: a lone bound is checked
+    // when the fabric applies it).
+    let given = |k: &str| values.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    if let (Some(lo), Some(hi)) = (given("kmin_kb"), given("kmax_kb")) {
+        if lo > hi {
+            return Err(EvalError::Scenario(format!(
+                "setting `{name}`: kmin_kb {lo} above kmax_kb {hi}"
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -379,8 +389,17 @@ pub fn evaluate(
     let first_seed = *config.seeds.first().ok_or_else(|| {
         EvalError::Scenario("no seed: the paper's workloads need at least one".into())
     })?;
-    for policy in &config.settings {
+    for (i, policy) in config.settings.iter().enumerate() {
         check_setting(policy)?;
+        if config.settings[..i]
+            .iter()
+            .any(|p| p.name() == policy.name())
+        {
+            return Err(EvalError::Scenario(format!(
+                "setting `{}` is given twice",
+                policy.name()
+            )));
+        }
     }
     // Per workload and seed (workload-major, so each workload's first seed comes first):
     // its name, seeds and figure, and its scenario for the policies' runs, for pretraining

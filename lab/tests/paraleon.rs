@@ -381,19 +381,31 @@ fn the_evaluation_runs_at_several_seeds_with_a_setting_of_ones_own() {
         assert!(out.join(file).exists(), "{file}");
     }
     let steps = std::sync::Mutex::new(0);
-    let bad = evaluate(
-        &EvalConfig {
-            settings: vec![Policy::Static {
-                name: "mine".into(),
-                values: vec![("rpg_speed".into(), 1.0)],
-            }],
-            out: out.join("bad"),
-            ..config
-        },
-        |_| *steps.lock().unwrap() += 1,
-    )
-    .expect_err("a knob the search does not have");
-    assert!(bad.to_string().contains("rpg_speed"), "{bad}");
+    let mine = |values: &[(&str, f64)]| Policy::Static {
+        name: "mine".into(),
+        values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+    };
+    for (settings, says) in [
+        (vec![mine(&[("rpg_speed", 1.0)])], "rpg_speed"),
+        (vec![mine(&[("pmax", 2.0)])], "pmax"),
+        (
+            vec![mine(&[("kmin_kb", 900.0), ("kmax_kb", 100.0)])],
+            "kmin_kb 900 above kmax_kb 100",
+        ),
+        (vec![mine(&[]), mine(&[])], "`mine` is given twice"),
+        (vec![Policy::expert()], "a name of its own"),
+    ] {
+        let bad = evaluate(
+            &EvalConfig {
+                settings,
+                out: out.join("bad"),
+                ..config.clone()
+            },
+            |_| *steps.lock().unwrap() += 1,
+        )
+        .expect_err(says);
+        assert!(bad.to_string().contains(says), "{says}: {bad}");
+    }
     assert_eq!(*steps.lock().unwrap(), 0, "refused before any run");
     let _ = std::fs::remove_dir_all(&out);
 }
