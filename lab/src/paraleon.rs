@@ -31,6 +31,7 @@ use hawkmesh_netsim::hooks::{
     SwitchPipeline,
 };
 use hawkmesh_netsim::packet::{Packet, PacketKind};
+use hawkmesh_netsim::scenario::WorkloadSpec;
 use hawkmesh_netsim::time::NS;
 use hawkmesh_netsim::{FlowRecord, LoadedScenario, PortCounters, SimResult, Simulation};
 use hawkmesh_switch_agent::sketch::deployed_geometry;
@@ -210,6 +211,55 @@ pub struct TuneRun {
     pub final_setting: Vec<(String, f64)>,
     /// The controller's best setting for the traffic at the end (None: a static policy).
     pub best_setting: Option<Vec<(String, f64)>>,
+    /// The all-to-all workloads' rounds (a training job's collective steps).
+    pub rounds: Rounds,
+}
+
+/// The collective's view of an all-to-all workload: a training step waits for its round's
+/// last flow, so the round's completion time (first byte sent to last byte acknowledged)
+/// is what the job sees, whatever the flows' own slowdowns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Rounds {
+    /// Rounds that started in the run.
+    pub started: usize,
+    /// Completion time of each round that finished, ms, in start order (several all-to-all
+    /// workloads: the first's rounds, then the next's).
+    pub done_ms: Vec<f64>,
+}
+
+impl Rounds {
+    /// The rounds of the all-to-all `workloads` (indices into the scenario's) among
+    /// `flows`: flows of one workload that started together are one round.
+    pub fn of(flows: &[FlowRecord], workloads: &[usize]) -> Rounds {
+        let mut rounds = Rounds::default();
+        for &w in workloads {
+            // start → (flows, flows finished, last finish)
+            let mut by_start: BTreeMap<u64, (usize, usize, u64)> = BTreeMap::new();
+            for f in flows.iter().filter(|f| f.workload == w) {
+                if let Some(start) = f.start_ns {
+                    let e = by_start.entry(start).or_default();
+                    e.0 += 1;
+                    if let Some(finish) = f.finish_ns {
+                        e.1 += 1;
+                        e.2 = e.2.max(finish);
+                    }
+                }
+            }
+            rounds.started += by_start.len();
+            rounds.done_ms.extend(
+                by_start
+                    .iter()
+                    .filter(|(_, (n, done, _))| n == done)
+                    .map(|(start, (_, _, last))| last.saturating_sub(*start) as f64 / 1e6),
+            );
+        }
+        rounds
+    }
+
+    /// Mean completion time of the first `n` rounds, ms (None: fewer finished).
+    pub fn mean_of_first(&self, n: usize) -> Option<f64> {
+        (n > 0 && self.done_ms.len() >= n).then(|| self.done_ms[..n].iter().sum::<f64>() / n as f64)
+    }
 }
 
 /// Why a run could not go on.
@@ -533,8 +583,17 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     });
+    let alltoall: Vec<usize> = loaded
+        .scenario
+        .workload
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| matches!(w, WorkloadSpec::Alltoall { .. }))
+        .map(|(i, _)| i)
+        .collect();
     Ok(summarise(
         config.policy.name(),
+        &alltoall,
         best_setting,
         intervals,
         &result,
@@ -589,8 +648,10 @@ pub fn scored_slowdown(f: &FlowRecord, end_ns: u64) -> Option<f64> {
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn summarise(
     policy: String,
+    alltoall: &[usize],
     best_setting: Option<Vec<(String, f64)>>,
     intervals: Vec<IntervalRecord>,
     result: &SimResult,
@@ -640,5 +701,6 @@ fn summarise(
         searches,
         final_setting,
         best_setting,
+        rounds: Rounds::of(&result.flows, alltoall),
     }
 }

@@ -887,6 +887,125 @@ fn across_seeds(s: &mut String, results: &[WorkloadResult]) {
             );
         }
         let _ = writeln!(s);
+        round_times_across_seeds(s, &runs);
+    }
+}
+
+/// The all-to-all's mean round time per policy over the seeds: at each seed, the mean over
+/// the rounds every policy finished at that seed ([`rounds_table`]'s), then over the seeds.
+fn round_times_across_seeds(s: &mut String, runs: &[&WorkloadResult]) {
+    if runs
+        .iter()
+        .all(|w| w.runs.iter().all(|r| r.rounds.started == 0))
+    {
+        return;
+    }
+    // Per seed: policy → its mean round time there.
+    let per_seed: Vec<Vec<(&str, Option<f64>)>> = runs
+        .iter()
+        .map(|w| {
+            let common = w
+                .runs
+                .iter()
+                .map(|r| r.rounds.done_ms.len())
+                .min()
+                .unwrap_or(0);
+            w.runs
+                .iter()
+                .map(|r| (r.policy.as_str(), r.rounds.mean_of_first(common)))
+                .collect()
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "All-to-all round time across the seeds: at each seed the mean over the rounds every \
+         policy finished there, then the mean over the seeds (lowest–highest).\n\n\
+         | policy | mean round time, ms | PARALEON's vs this policy's | seeds where \
+         PARALEON's is lower |\n|---|---|---|---|"
+    );
+    let of = |policy: &str| -> Vec<Option<f64>> {
+        per_seed
+            .iter()
+            .map(|seed| {
+                seed.iter()
+                    .find(|(p, _)| *p == policy)
+                    .and_then(|(_, m)| *m)
+            })
+            .collect()
+    };
+    let ours = of("paraleon");
+    for (policy, _) in &per_seed[0] {
+        let theirs = of(policy);
+        // Seeds where both have a figure.
+        let pairs: Vec<(f64, f64)> = ours
+            .iter()
+            .zip(&theirs)
+            .filter_map(|(o, t)| Some(((*o)?, (*t)?)))
+            .collect();
+        let values: Vec<f64> = theirs.iter().flatten().copied().collect();
+        if values.is_empty() || pairs.is_empty() {
+            let _ = writeln!(s, "| {policy} | – | – | – |");
+            continue;
+        }
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let o = pairs.iter().map(|p| p.0).sum::<f64>() / pairs.len() as f64;
+        let t = pairs.iter().map(|p| p.1).sum::<f64>() / pairs.len() as f64;
+        let lower = pairs.iter().filter(|(o, t)| o < t).count();
+        let _ = writeln!(
+            s,
+            "| {policy} | {mean:.2} ({lo:.2}–{hi:.2}) | {:+.1} % | {lower} of {} |",
+            100.0 * (o - t) / t,
+            pairs.len()
+        );
+    }
+    let _ = writeln!(s);
+}
+
+/// The all-to-all's rounds under each policy: a training step lasts until its round's
+/// last flow is done. Mean completion time over the rounds every policy finished, so that
+/// a policy is not credited for a round it left unfinished.
+fn rounds_table(s: &mut String, runs: &[TuneRun]) {
+    if runs.iter().all(|r| r.rounds.started == 0) {
+        return;
+    }
+    let common = runs
+        .iter()
+        .map(|r| r.rounds.done_ms.len())
+        .min()
+        .unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "\nAll-to-all rounds (the collective: a round lasts until its last flow is done), \
+         mean completion time over the first {common} rounds, which every policy finished.\n\n\
+         | policy | rounds finished / started | mean round time, ms | slowest of them, ms | \
+         PARALEON's mean round time vs this policy's |\n|---|---|---|---|---|"
+    );
+    let ours = runs
+        .iter()
+        .find(|r| r.policy == "paraleon")
+        .and_then(|r| r.rounds.mean_of_first(common));
+    for r in runs {
+        let mean = r.rounds.mean_of_first(common);
+        let slowest = r.rounds.done_ms[..common.min(r.rounds.done_ms.len())]
+            .iter()
+            .copied()
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let fmt = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.2}"));
+        let gain = match (ours, mean) {
+            (Some(o), Some(t)) if t > 0.0 => format!("{:+.1} %", 100.0 * (o - t) / t),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} / {} | {} | {} | {gain} |",
+            r.policy,
+            r.rounds.done_ms.len(),
+            r.rounds.started,
+            fmt(mean),
+            fmt(slowest),
+        );
     }
 }
 
@@ -985,6 +1104,7 @@ pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
                 r.fsd.netflow
             );
         }
+        rounds_table(&mut s, &w.runs);
         let _ = writeln!(s, "\n![{}]({}.svg)\n", w.workload, w.figure);
     }
     across_seeds(&mut s, results);
@@ -1025,7 +1145,7 @@ pub fn report(config: &EvalConfig, all: &EvalResults) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::paraleon::scored_slowdown;
+    use crate::paraleon::{scored_slowdown, Rounds};
     use hawkmesh_netsim::scenario::WorkloadSpec;
     use hawkmesh_netsim::FlowRecord;
     use hawkmesh_wire::telemetry::FiveTuple;
@@ -1123,5 +1243,41 @@ mod tests {
         // Started just before the end: at least 1.
         assert_eq!(scored_slowdown(&flow(Some(end - 10), None), end), Some(1.0));
         assert_eq!(scored_slowdown(&flow(None, None), end), None);
+    }
+
+    #[test]
+    fn a_round_lasts_until_its_last_flow_and_an_unfinished_one_is_not_timed() {
+        let done = |workload, start, finish: Option<u64>| FlowRecord {
+            workload,
+            finish_ns: finish,
+            ..flow(Some(start), None)
+        };
+        let flows = vec![
+            // Workload 0, round at 1 ms: its last flow done at 9 ms.
+            done(0, 1_000_000, Some(4_000_000)),
+            done(0, 1_000_000, Some(9_000_000)),
+            // Round at 12 ms: 6 ms.
+            done(0, 12_000_000, Some(18_000_000)),
+            done(0, 12_000_000, Some(17_000_000)),
+            // Round at 30 ms: one flow still going.
+            done(0, 30_000_000, Some(31_000_000)),
+            done(0, 30_000_000, None),
+            // A round that never started.
+            FlowRecord {
+                workload: 0,
+                ..flow(None, None)
+            },
+            // Workload 1 (Poisson, not asked for): two flows starting together.
+            done(1, 2_000_000, Some(3_000_000)),
+            done(1, 2_000_000, Some(50_000_000)),
+        ];
+        let rounds = Rounds::of(&flows, &[0]);
+        assert_eq!(rounds.started, 3);
+        assert_eq!(rounds.done_ms, vec![8.0, 6.0]);
+        assert_eq!(rounds.mean_of_first(2), Some(7.0));
+        assert_eq!(rounds.mean_of_first(1), Some(8.0));
+        assert_eq!(rounds.mean_of_first(3), None, "the third is unfinished");
+        assert_eq!(rounds.mean_of_first(0), None);
+        assert_eq!(Rounds::of(&flows, &[]), Rounds::default());
     }
 }
