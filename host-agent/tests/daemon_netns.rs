@@ -1376,14 +1376,16 @@ fn the_analyzer_blames_the_lossy_link_the_busy_responder_the_restart_and_the_dow
         (HOLD_NS..HOLD_NS + 2_000_000 + tick_ns()).contains(&delay_held),
         "h3's responder delay {delay_held} ns for a {HOLD_NS} ns hold"
     );
-    // Excluded from the network RTT to a thousandth of it. Not to the µs here: the network
-    // is three Linux routers forwarding in the softirq of whoever sends, and after the
-    // responder's thread sleeps through the hold, its ACK is forwarded by a CPU that comes
-    // back cold — the medians move by +0.3 µs after a 1-ms hold, +1–3 µs after 5 ms, +4–7 µs
-    // after 20 ms on a 2-core VM. The timestamps are exact; the µs bound is checked where
-    // no router forwards (two hosts on one veth, the first test of this file).
+    // Excluded from the network RTT to a hundredth of it (a leak would move the median by
+    // the whole 20 ms). Not to the µs here: the network is three Linux routers forwarding
+    // in the softirq of whoever sends, and after the responder's thread sleeps through the
+    // hold, its ACK is forwarded by a CPU that comes back cold — the medians move by +0.3
+    // µs after a 1-ms hold, +1–3 µs after 5 ms, +4–7 µs after 20 ms on a 2-core VM, and
+    // +21 µs in a CI run with this file's other tests running beside it on 2 cores. The
+    // timestamps are exact; the µs bound is checked where no router forwards (two hosts on
+    // one veth, the first test of this file).
     assert!(
-        rtt_without.abs_diff(rtt_held) < HOLD_NS / 1_000,
+        rtt_without.abs_diff(rtt_held) < HOLD_NS / 100,
         "the hold leaks into the network RTT to h3: {rtt_without} ns ({} probes) → {rtt_held} ns ({} probes)",
         baseline.len(),
         held.len()
