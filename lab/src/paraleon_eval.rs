@@ -904,12 +904,7 @@ fn round_times_across_seeds(s: &mut String, runs: &[&WorkloadResult]) {
     let per_seed: Vec<Vec<(&str, Option<f64>)>> = runs
         .iter()
         .map(|w| {
-            let common = w
-                .runs
-                .iter()
-                .map(|r| r.rounds.done_ms.len())
-                .min()
-                .unwrap_or(0);
+            let common = common_rounds(&w.runs);
             w.runs
                 .iter()
                 .map(|r| (r.policy.as_str(), r.rounds.mean_of_first(common)))
@@ -963,6 +958,14 @@ fn round_times_across_seeds(s: &mut String, runs: &[&WorkloadResult]) {
     let _ = writeln!(s);
 }
 
+/// Rounds every one of `runs` finished (the ones their round times are compared over).
+fn common_rounds(runs: &[TuneRun]) -> usize {
+    runs.iter()
+        .map(|r| r.rounds.done_ms.len())
+        .min()
+        .unwrap_or(0)
+}
+
 /// The all-to-all's rounds under each policy: a training step lasts until its round's
 /// last flow is done. Mean completion time over the rounds every policy finished, so that
 /// a policy is not credited for a round it left unfinished.
@@ -970,11 +973,7 @@ fn rounds_table(s: &mut String, runs: &[TuneRun]) {
     if runs.iter().all(|r| r.rounds.started == 0) {
         return;
     }
-    let common = runs
-        .iter()
-        .map(|r| r.rounds.done_ms.len())
-        .min()
-        .unwrap_or(0);
+    let common = common_rounds(runs);
     let _ = writeln!(
         s,
         "\nAll-to-all rounds (the collective: a round lasts until its last flow is done), \
