@@ -11,10 +11,11 @@
 //! - over BF Runtime: `switch_agent::sketch::read_and_reset` through `BfrtBackend` (gRPC
 //!   over loopback TCP) against the model-backed BF Runtime server, the path a Tofino's
 //!   control plane takes (register sync through rbfrt and bulk read of the heavy part's 3
-//!   registers with the agent's own `Read`s, the light part's cells of flagged flows by
-//!   index in one request, 4 clears through rbfrt);
+//!   registers with the agent's own `Read`s, the light part's cells of flagged flows and
+//!   of the monitor's remembered flows whose bucket another holds by index in one request,
+//!   4 clears through rbfrt);
 //! - in process: the same through `ModelBackend` (what netsim's ToRs do);
-//! - the state update: `TorMonitor::update` with the readout.
+//! - the state update: `TorMonitor::update_sketch` with the readout.
 //!
 //! The server here is the model, not bf_switchd: the figure covers the clients, gRPC and the
 //! control plane's work, not the ASIC's DMA of register contents (hw-lab/tofino.md).
@@ -81,13 +82,17 @@ fn stats(name: &str, mut d: Vec<Duration>) {
 
 fn update(monitor: &mut TorMonitor, r: &SketchReadout) -> usize {
     monitor
-        .update(
-            r.flows
-                .iter()
-                .map(|(fp, p)| (u64::from(*fp), u64::from(*p) * 1_000)),
-        )
+        .update_sketch(r.named_bytes(1_000), r.reached(), r.packets * 1_000)
         .bins
         .len()
+}
+
+/// The monitor's flows as the readout takes them (the switch daemon's `Tuning::measure`).
+fn remembered(monitor: &TorMonitor) -> Vec<u32> {
+    monitor
+        .remembered()
+        .filter_map(|id| u32::try_from(id).ok())
+        .collect()
 }
 
 fn main() {
@@ -123,7 +128,7 @@ fn main() {
     .expect("connect");
     let (mut readout_times, mut update_times) = (Vec::new(), Vec::new());
     let mut monitor = TorMonitor::new(MonitorConfig::default());
-    let mut heavy = 0usize;
+    let (mut heavy, mut displaced, mut asked) = (0usize, 0usize, 0usize);
     for round in 0..INTERVALS as u64 + 2 {
         let pkts = interval_packets(&program, &mut rng, round);
         {
@@ -138,8 +143,9 @@ fn main() {
                 .expect("packet");
             }
         }
+        let known = remembered(&monitor);
         let t = Instant::now();
-        let r = read_and_reset(&mut backend, geometry).expect("readout over BF Runtime");
+        let r = read_and_reset(&mut backend, geometry, &known).expect("readout over BF Runtime");
         let read = t.elapsed();
         let t = Instant::now();
         std::hint::black_box(update(&mut monitor, &r));
@@ -148,18 +154,22 @@ fn main() {
             readout_times.push(read);
             update_times.push(up);
             heavy += r.flows.len();
+            displaced += r.displaced.len();
+            asked += known.len();
         }
     }
     println!(
-        "{INTERVALS} intervals, {FLOWS} flows each ({:.0} in the heavy part on average), registers of {} + {} + {} + {} cells",
+        "{INTERVALS} intervals, {FLOWS} flows each ({:.0} in the heavy part on average, {:.0} remembered asked for, {:.0} of them displaced), registers of {} + {} + {} + {} cells",
         heavy as f64 / INTERVALS as f64,
+        asked as f64 / INTERVALS as f64,
+        displaced as f64 / INTERVALS as f64,
         1usize << geometry.heavy_bits,
         1usize << geometry.heavy_bits,
         1usize << geometry.light_bits,
         1usize << geometry.heavy_bits,
     );
     stats("readout + clear, BF Runtime", readout_times);
-    stats("TorMonitor::update", update_times);
+    stats("TorMonitor::update_sketch", update_times);
 
     // In process.
     let local = Rc::new(RefCell::new(
@@ -176,7 +186,7 @@ fn main() {
                 .expect("packet");
         }
         let t = Instant::now();
-        std::hint::black_box(read_and_reset(&mut backend, geometry).expect("readout"));
+        std::hint::black_box(read_and_reset(&mut backend, geometry, &[]).expect("readout"));
         if round >= 2 {
             times.push(t.elapsed());
         }

@@ -142,6 +142,50 @@ impl ElasticReference {
             .map(|b| (b.key, self.query(b.key)))
             .collect()
     }
+
+    /// Estimated packets of a flow the control plane remembers and the heavy part does
+    /// not hold ([`displaced`]).
+    pub fn displaced(&self, fp: u32) -> u32 {
+        let key = self.heavy[self.geometry.bucket(fp)].key;
+        displaced(key, fp, || self.light[self.geometry.light(fp)] as u32)
+    }
+
+    /// Heavy buckets that no flow reached this interval (for [`distinct_flows`]).
+    pub fn empty_buckets(&self) -> usize {
+        self.heavy.iter().filter(|b| b.key == 0).count()
+    }
+}
+
+/// A remembered flow absent from the heavy part: if another flow holds its bucket, it may
+/// have sent packets that went to the light part (it lost the vote, or was evicted this
+/// interval), and the published query (its light counter) estimates them; if its bucket is
+/// empty, no packet reached that bucket this interval and it sent nothing; if it holds the
+/// bucket it is a heavy flow (not displaced: 0). `light` reads its light counter.
+///
+/// The query can over-count (another light flow sharing the counter, Elastic Sketch §3's
+/// count-min error); asking only for flows whose bucket is taken keeps the false ones to
+/// those buckets.
+pub fn displaced(bucket_key: u32, fp: u32, light: impl FnOnce() -> u32) -> u32 {
+    if bucket_key == 0 || bucket_key == fp {
+        0
+    } else {
+        light()
+    }
+}
+
+/// Distinct flows that reached a heavy part of `buckets` buckets of which `empty` were left
+/// empty: linear counting (Whang, Vander-Zanden and Taylor, TODS 1990: n̂ = −m·ln(V/m), V
+/// the share of empty buckets). The first packet of every flow lands in its bucket and a
+/// bucket, once taken, is never empty again until the reset, so the buckets taken are
+/// exactly those some flow hashed to. With no empty bucket the count is past what the
+/// buckets can tell: the estimate for one empty bucket (m·ln m), a lower bound.
+pub fn distinct_flows(buckets: usize, empty: usize) -> f64 {
+    if buckets == 0 {
+        return 0.0;
+    }
+    let m = buckets as f64;
+    let v = (empty.max(1) as f64).min(m) / m;
+    -m * v.ln()
 }
 
 /// The control plane's view of the data-plane sketch (register dumps of `sketch_key`,
@@ -185,5 +229,110 @@ impl SketchDump<'_> {
             .filter(|k| *k != 0)
             .map(|k| (k, self.query(k)))
             .collect()
+    }
+
+    /// Estimated packets of a remembered flow the heavy part does not hold ([`displaced`]).
+    /// A light cell not in the dump reads as 0.
+    pub fn displaced(&self, fp: u32) -> u32 {
+        let key = self.key.get(self.geometry.bucket(fp)).copied().unwrap_or(0) as u32;
+        displaced(key, fp, || {
+            self.light
+                .get(self.geometry.light(fp))
+                .copied()
+                .unwrap_or(0) as u32
+        })
+    }
+
+    /// Heavy buckets that no flow reached ([`distinct_flows`]).
+    pub fn empty_buckets(&self) -> usize {
+        self.key.iter().filter(|k| **k as u32 == 0).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hawkmesh_wire::rng::SplitMix64;
+
+    const GEOMETRY: SketchGeometry = SketchGeometry {
+        heavy_bits: 12,
+        light_bits: 16,
+        lambda: 8,
+    };
+
+    /// A fingerprint in the same heavy bucket as `fp` with another light counter.
+    fn same_bucket(fp: u32) -> u32 {
+        fp ^ 0x0000_1234
+    }
+
+    #[test]
+    fn a_remembered_flow_that_lost_its_bucket_is_found_in_the_light_part() {
+        let (a, b, idle) = (0x1234_5678, same_bucket(0x1234_5678), 0x9000_0001);
+        let mut sketch = ElasticReference::new(GEOMETRY);
+        for _ in 0..5 {
+            sketch.insert(a);
+        }
+        for _ in 0..3 {
+            sketch.insert(b);
+        }
+        assert_eq!(
+            sketch.heavy_flows().keys().copied().collect::<Vec<_>>(),
+            [a]
+        );
+        assert_eq!(sketch.displaced(b), 3, "b lost the vote: its 3 packets");
+        assert_eq!(sketch.displaced(a), 0, "a holds its bucket: a heavy flow");
+        assert_eq!(sketch.displaced(idle), 0, "nothing reached idle's bucket");
+        // b outvotes a (vote− ≥ λ·vote+): a is evicted to the light part and is displaced.
+        for _ in 0..40 {
+            sketch.insert(b);
+        }
+        assert!(sketch.heavy_flows().contains_key(&b));
+        assert_eq!(sketch.displaced(a), 5);
+        // The register dump answers the same.
+        let key: Vec<u64> = sketch.heavy.iter().map(|x| u64::from(x.key)).collect();
+        let votes: Vec<u64> = sketch
+            .heavy
+            .iter()
+            .map(|x| u64::from(x.pos) | if x.flag { 1 << 31 } else { 0 })
+            .collect();
+        let light: Vec<u64> = sketch.light.iter().map(|c| u64::from(*c)).collect();
+        let dump = SketchDump {
+            geometry: GEOMETRY,
+            key: &key,
+            votes: &votes,
+            light: &light,
+        };
+        for fp in [a, b, idle] {
+            assert_eq!(dump.displaced(fp), sketch.displaced(fp), "{fp:#x}");
+        }
+        assert_eq!(dump.empty_buckets(), sketch.empty_buckets());
+        assert_eq!(sketch.empty_buckets(), (1 << 12) - 1);
+    }
+
+    #[test]
+    fn linear_counting_counts_the_flows_the_heavy_part_cannot_hold() {
+        assert_eq!(distinct_flows(4096, 4096), 0.0);
+        assert_eq!(distinct_flows(0, 0), 0.0);
+        let mut rng = SplitMix64::new(3);
+        for n in [100usize, 2_000, 6_000] {
+            let mut sketch = ElasticReference::new(GEOMETRY);
+            for _ in 0..n {
+                let fp = (rng.next_u64() as u32).max(1);
+                for _ in 0..1 + rng.below(3) {
+                    sketch.insert(fp);
+                }
+            }
+            let held = sketch.heavy_flows().len();
+            let estimate = distinct_flows(4096, sketch.empty_buckets());
+            assert!(held < n, "{n} flows: some lost their bucket");
+            let error = (estimate - n as f64).abs() / n as f64;
+            assert!(
+                error < 0.05,
+                "{n} flows: estimated {estimate:.0} ({held} held)"
+            );
+        }
+        // Every bucket taken: the bound for one empty bucket, not infinity.
+        let full = distinct_flows(4096, 0);
+        assert!(full.is_finite() && (full - 4096.0 * 4096f64.ln()).abs() < 1e-6);
     }
 }

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
 use hawkmesh_dataplane::setup::{host_ports, is_tor};
-use hawkmesh_dataplane::sketch::{fingerprint, ElasticReference, SketchGeometry};
+use hawkmesh_dataplane::sketch::{distinct_flows, fingerprint, ElasticReference, SketchGeometry};
 use hawkmesh_knobs::PARALEON_EXPERT;
 use hawkmesh_netsim::hooks::{
     EgressActions, EgressMeta, HostEmit, HostHook, IngressActions, IngressMeta, RttSample,
@@ -436,14 +436,27 @@ pub fn run(loaded: &LoadedScenario, config: &TuneConfig) -> Result<TuneRun, Tune
             } else {
                 0.0
             };
-            let readout: Vec<(u64, u64)> = st
-                .sketch
-                .heavy_flows()
-                .into_iter()
-                .map(|(fp, packets)| (u64::from(fp), (f64::from(packets) * per_packet) as u64))
+            let heavy = st.sketch.heavy_flows();
+            let mut readout: Vec<(u64, u64)> = heavy
+                .iter()
+                .map(|(fp, packets)| (u64::from(*fp), (f64::from(*packets) * per_packet) as u64))
                 .collect();
+            // Naive Elastic Sketch has no memory: the heavy part alone.
             naive_parts.push(naive_fsd(readout.iter().copied(), config.monitor.tau_bytes));
-            parts.push(monitor.update(readout));
+            // The flows the monitor remembers that lost their heavy bucket this interval.
+            for id in monitor.remembered() {
+                let Ok(fp) = u32::try_from(id) else { continue };
+                if heavy.contains_key(&fp) {
+                    continue;
+                }
+                let packets = st.sketch.displaced(fp);
+                if packets > 0 {
+                    readout.push((id, (f64::from(packets) * per_packet) as u64));
+                }
+            }
+            // And the flows that reached the heavy part but are neither held nor remembered.
+            let reached = distinct_flows(1 << config.sketch.heavy_bits, st.sketch.empty_buckets());
+            parts.push(monitor.update_sketch(readout, reached, st.bytes));
             st.sketch = ElasticReference::new(config.sketch);
             st.packets = 0;
             st.bytes = 0;

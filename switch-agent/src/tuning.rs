@@ -104,13 +104,18 @@ impl TorTuning {
         interval: u64,
     ) -> Result<pb::TorInterval, BackendError> {
         self.last = Some(interval);
-        let readout = read_and_reset(backend, deployed_geometry())?;
+        // The monitor's flows are fingerprints (u32) widened to its ids.
+        let remembered: Vec<u32> = self
+            .monitor
+            .remembered()
+            .filter_map(|id| u32::try_from(id).ok())
+            .collect();
+        let readout = read_and_reset(backend, deployed_geometry(), &remembered)?;
         let bytes = self.config.packet_bytes;
-        let fsd = self.monitor.update(
-            readout
-                .flows
-                .iter()
-                .map(|(id, packets)| (u64::from(*id), u64::from(*packets) * bytes)),
+        let fsd = self.monitor.update_sketch(
+            readout.named_bytes(bytes),
+            readout.reached(),
+            readout.packets.saturating_mul(bytes),
         );
         let mut pause_fraction = Vec::with_capacity(self.config.pause_ports.len());
         let span_us = self.config.interval_ns as f64 / 1_000.0;
