@@ -87,14 +87,6 @@ fn update(monitor: &mut TorMonitor, r: &SketchReadout) -> usize {
         .len()
 }
 
-/// The monitor's flows as the readout takes them (the switch daemon's `Tuning::measure`).
-fn remembered(monitor: &TorMonitor) -> Vec<u32> {
-    monitor
-        .remembered()
-        .filter_map(|id| u32::try_from(id).ok())
-        .collect()
-}
-
 fn main() {
     let params = HawkeyeParams::default();
     let program = Arc::new(program(&params).expect("program"));
@@ -143,9 +135,11 @@ fn main() {
                 .expect("packet");
             }
         }
-        let known = remembered(&monitor);
+        // The monitor's flows, as the switch daemon's `TorTuning::measure` passes them.
+        let known: Vec<u64> = monitor.remembered().collect();
         let t = Instant::now();
-        let r = read_and_reset(&mut backend, geometry, &known).expect("readout over BF Runtime");
+        let r = read_and_reset(&mut backend, geometry, known.iter().copied())
+            .expect("readout over BF Runtime");
         let read = t.elapsed();
         let t = Instant::now();
         std::hint::black_box(update(&mut monitor, &r));
@@ -186,7 +180,7 @@ fn main() {
                 .expect("packet");
         }
         let t = Instant::now();
-        std::hint::black_box(read_and_reset(&mut backend, geometry, &[]).expect("readout"));
+        std::hint::black_box(read_and_reset(&mut backend, geometry, []).expect("readout"));
         if round >= 2 {
             times.push(t.elapsed());
         }

@@ -281,11 +281,11 @@ fn an_agent_over_bf_runtime_reports_what_the_in_process_agent_reports() {
     let expected: Vec<u64> = picks.iter().map(|i| full[*i as usize]).collect();
     assert_eq!(cells, expected);
     let geometry = deployed_geometry();
-    let remote_sketch = read_and_reset(remote_agent.backend_mut(), geometry, &[]).expect("remote");
-    let local_sketch = read_and_reset(local_agent.backend_mut(), geometry, &[]).expect("local");
+    let remote_sketch = read_and_reset(remote_agent.backend_mut(), geometry, []).expect("remote");
+    let local_sketch = read_and_reset(local_agent.backend_mut(), geometry, []).expect("local");
     assert_eq!(remote_sketch, local_sketch);
     assert!(remote_sketch.packets >= 40 && !remote_sketch.flows.is_empty());
-    let again = read_and_reset(remote_agent.backend_mut(), geometry, &[]).expect("again");
+    let again = read_and_reset(remote_agent.backend_mut(), geometry, []).expect("again");
     assert!(again.flows.is_empty() && again.packets == 0, "cleared");
     let e = remote_agent
         .backend_mut()

@@ -252,17 +252,23 @@ impl SketchDump<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hawkmesh_wire::dataplane::{SKETCH_HEAVY_BUCKETS, SKETCH_LAMBDA, SKETCH_LIGHT_COUNTERS};
     use hawkmesh_wire::rng::SplitMix64;
 
+    /// The generated program's geometry (the one source of its sizes).
     const GEOMETRY: SketchGeometry = SketchGeometry {
-        heavy_bits: 12,
-        light_bits: 16,
-        lambda: 8,
+        heavy_bits: SKETCH_HEAVY_BUCKETS.trailing_zeros() as u8,
+        light_bits: SKETCH_LIGHT_COUNTERS.trailing_zeros() as u8,
+        lambda: SKETCH_LAMBDA,
     };
+    const BUCKETS: usize = SKETCH_HEAVY_BUCKETS as usize;
 
     /// A fingerprint in the same heavy bucket as `fp` with another light counter.
     fn same_bucket(fp: u32) -> u32 {
-        fp ^ 0x0000_1234
+        let other = fp ^ 0x0000_1234;
+        assert_eq!(GEOMETRY.bucket(other), GEOMETRY.bucket(fp));
+        assert_ne!(GEOMETRY.light(other), GEOMETRY.light(fp));
+        other
     }
 
     #[test]
@@ -306,15 +312,16 @@ mod tests {
             assert_eq!(dump.displaced(fp), sketch.displaced(fp), "{fp:#x}");
         }
         assert_eq!(dump.empty_buckets(), sketch.empty_buckets());
-        assert_eq!(sketch.empty_buckets(), (1 << 12) - 1);
+        assert_eq!(sketch.empty_buckets(), BUCKETS - 1);
     }
 
     #[test]
     fn linear_counting_counts_the_flows_the_heavy_part_cannot_hold() {
-        assert_eq!(distinct_flows(4096, 4096), 0.0);
+        assert_eq!(distinct_flows(BUCKETS, BUCKETS), 0.0);
         assert_eq!(distinct_flows(0, 0), 0.0);
         let mut rng = SplitMix64::new(3);
-        for n in [100usize, 2_000, 6_000] {
+        // A few flows, about half the buckets, and more flows than buckets.
+        for n in [BUCKETS / 40, BUCKETS / 2, BUCKETS * 3 / 2] {
             let mut sketch = ElasticReference::new(GEOMETRY);
             for _ in 0..n {
                 let fp = (rng.next_u64() as u32).max(1);
@@ -323,7 +330,7 @@ mod tests {
                 }
             }
             let held = sketch.heavy_flows().len();
-            let estimate = distinct_flows(4096, sketch.empty_buckets());
+            let estimate = distinct_flows(BUCKETS, sketch.empty_buckets());
             assert!(held < n, "{n} flows: some lost their bucket");
             let error = (estimate - n as f64).abs() / n as f64;
             assert!(
@@ -332,7 +339,8 @@ mod tests {
             );
         }
         // Every bucket taken: the bound for one empty bucket, not infinity.
-        let full = distinct_flows(4096, 0);
-        assert!(full.is_finite() && (full - 4096.0 * 4096f64.ln()).abs() < 1e-6);
+        let m = BUCKETS as f64;
+        let full = distinct_flows(BUCKETS, 0);
+        assert!(full.is_finite() && (full - m * m.ln()).abs() < 1e-6);
     }
 }

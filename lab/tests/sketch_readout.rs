@@ -48,7 +48,7 @@ fn the_tor_control_plane_reads_each_flow_once_and_clears_the_sketch() {
     for (id, switch) in &installed {
         let model = switch.model.as_local().expect("in process").clone();
         let mut backend = ModelBackend::new(model);
-        let readout = read_and_reset(&mut backend, geometry, &[]).expect("the readout");
+        let readout = read_and_reset(&mut backend, geometry, []).expect("the readout");
         if !switch.tor {
             assert!(readout.flows.is_empty(), "fabric switch {id} inserted");
             assert_eq!(readout.packets, 0);
@@ -58,7 +58,7 @@ fn the_tor_control_plane_reads_each_flow_once_and_clears_the_sketch() {
             assert!(seen.insert(*fp, *packets).is_none(), "a flow counted twice");
         }
         // Cleared: the next interval starts empty.
-        let again = read_and_reset(&mut backend, geometry, &[]).expect("again");
+        let again = read_and_reset(&mut backend, geometry, []).expect("again");
         assert!(again.flows.is_empty() && again.packets == 0);
     }
     // The data flows alone: their ACK streams carry no data and are not inserted.

@@ -64,13 +64,15 @@ impl SketchReadout {
 /// clears the registers. A register of the wrong size for `geometry` is an error naming it
 /// (a program built with other sizes), not a silent misread.
 ///
-/// `remembered` are the flows the control plane's monitor remembers: those whose bucket
-/// another flow holds are looked up in the light part too (a flow that lost its bucket
-/// still sends; without them a collision reads as the flow going idle).
+/// `remembered` are the flows the control plane's monitor remembers (`TorMonitor::
+/// remembered`: fingerprints widened to its ids; one wider than a fingerprint is not the
+/// sketch's and is skipped): those whose bucket another flow holds are looked up in the
+/// light part too (a flow that lost its bucket still sends; without them a collision reads
+/// as the flow going idle).
 pub fn read_and_reset(
     backend: &mut dyn SwitchBackend,
     geometry: SketchGeometry,
-    remembered: &[u32],
+    remembered: impl IntoIterator<Item = u64>,
 ) -> Result<SketchReadout, BackendError> {
     let heavy = 1usize << geometry.heavy_bits;
     let light_cells = 1usize << geometry.light_bits;
@@ -112,8 +114,8 @@ pub fn read_and_reset(
         .collect();
     let held = |fp: u32| key.get(geometry.bucket(fp)).map_or(0, |k| *k as u32);
     let candidates: Vec<u32> = remembered
-        .iter()
-        .copied()
+        .into_iter()
+        .filter_map(|id| u32::try_from(id).ok())
         .filter(|fp| {
             let k = held(*fp);
             k != 0 && k != *fp
@@ -225,13 +227,17 @@ mod tests {
 
         // Interval 1: `other` alone holds the bucket.
         send(&model, &program, &other, 4);
-        let one = read_and_reset(&mut backend, geometry, &[]).expect("interval 1");
+        let one = read_and_reset(&mut backend, geometry, []).expect("interval 1");
         assert_eq!(one.flows.get(&fp(&other)), Some(&4));
         // Interval 2: `first` takes the bucket, `other` sends 3 packets and loses the vote.
         send(&model, &program, &first, 5);
         send(&model, &program, &other, 3);
-        let two = read_and_reset(&mut backend, geometry, &[fp(&other), fp(&idle), fp(&first)])
-            .expect("interval 2");
+        let two = read_and_reset(
+            &mut backend,
+            geometry,
+            [fp(&other), fp(&idle), fp(&first)].map(u64::from),
+        )
+        .expect("interval 2");
         assert_eq!(two.flows.keys().copied().collect::<Vec<_>>(), [fp(&first)]);
         assert_eq!(
             two.displaced
@@ -243,7 +249,8 @@ mod tests {
         );
         assert_eq!(two.packets, 8);
         // Two flows reached one bucket: linear counting says ~1 (the bucket is the unit).
-        assert_eq!((two.buckets, two.empty_buckets), (4096, 4095));
+        let buckets = 1usize << geometry.heavy_bits;
+        assert_eq!((two.buckets, two.empty_buckets), (buckets, buckets - 1));
         assert!((two.reached() - 1.0).abs() < 0.01, "{}", two.reached());
         let named: Vec<(u64, u64)> = two.named_bytes(1_000).collect();
         assert_eq!(

@@ -104,13 +104,7 @@ impl TorTuning {
         interval: u64,
     ) -> Result<pb::TorInterval, BackendError> {
         self.last = Some(interval);
-        // The monitor's flows are fingerprints (u32) widened to its ids.
-        let remembered: Vec<u32> = self
-            .monitor
-            .remembered()
-            .filter_map(|id| u32::try_from(id).ok())
-            .collect();
-        let readout = read_and_reset(backend, deployed_geometry(), &remembered)?;
+        let readout = read_and_reset(backend, deployed_geometry(), self.monitor.remembered())?;
         let bytes = self.config.packet_bytes;
         let fsd = self.monitor.update_sketch(
             readout.named_bytes(bytes),
